@@ -1,0 +1,39 @@
+#include "tools/internal/cli.h"
+
+#include <gtest/gtest.h>
+
+namespace gfrep::tools {
+namespace {
+
+TEST(ParseSizeTest, AcceptsBinarySuffixes) {
+  EXPECT_EQ(*ParseSize("4096"), 4096u);
+  EXPECT_EQ(*ParseSize("64K"), 64u * 1024);
+  EXPECT_EQ(*ParseSize("128k"), 128u * 1024);
+  EXPECT_EQ(*ParseSize("1.5M"), 1536u * 1024);
+  EXPECT_EQ(*ParseSize("2G"), 2ull << 30);
+  EXPECT_EQ(*ParseSize("2GiB"), 2ull << 30);
+  EXPECT_EQ(*ParseSize("610KB"), 610u * 1024);
+}
+
+TEST(ParseSizeTest, RejectsGarbage) {
+  for (const char* bad : {"", "abc", "-1", "12Q", "1..2M", "M", "nan", "1e400"}) {
+    auto r = ParseSize(bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(ParseRateTest, AcceptsDecimalSuffixesAndUnits) {
+  EXPECT_EQ(*ParseRate("50M"), 50'000'000u);
+  EXPECT_EQ(*ParseRate("28.5M"), 28'500'000u);
+  EXPECT_EQ(*ParseRate("1g"), 1'000'000'000u);
+  EXPECT_EQ(*ParseRate("622Mbit"), 622'000'000u);
+  EXPECT_EQ(*ParseRate("100kbps"), 100'000u);
+}
+
+TEST(ParseRateTest, RejectsGarbage) {
+  EXPECT_FALSE(ParseRate("fast").ok());
+  EXPECT_FALSE(ParseRate("-5M").ok());
+}
+
+}  // namespace
+}  // namespace gfrep::tools
