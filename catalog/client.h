@@ -1,0 +1,122 @@
+#pragma once
+
+// CatalogClient is the Catalog interface (catalog/catalog.h) spoken over gRPC to a
+// gfcatalogd. replica/, gfsited and the tools use it; none of them sees grpc::Status or
+// protobuf types. gRPC status codes map 1:1 to absl::StatusCode; a catalog that cannot be
+// reached gives kUnavailable (retry with backoff), a call past options.timeout
+// kDeadlineExceeded.
+//
+// Thread safety: all methods may be called concurrently (one shared HTTP/2 channel).
+// Calls block the calling thread; do not call from an executor thread (STYLE rule 14).
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "catalog/catalog.h"
+
+namespace gfrep::catalog {
+
+struct ClientOptions {
+  // host:port of gfcatalogd.
+  std::string address;
+  // PEM of the CA that signed the server certificate. Empty: plaintext (loopback/tests).
+  std::string tls_root_pem;
+  // Per-call deadline for unary calls (ReadEvents adds its wait to this).
+  std::chrono::milliseconds timeout{30000};
+  // Wait for the connection to come up instead of failing fast with kUnavailable.
+  bool wait_for_ready = false;
+};
+
+// Cancels a running Watch from another thread.
+class WatchHandle {
+ public:
+  void Cancel();
+  bool cancelled() const { return cancelled_.load(); }
+  // Internal: set by Watch while the stream runs.
+  void Attach(std::function<void()> cancel);
+
+ private:
+  std::atomic<bool> cancelled_{false};
+  std::function<void()> cancel_;
+  std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
+};
+
+class CatalogClient final : public Catalog {
+ public:
+  // Validates options and creates the channel (does not connect yet).
+  static absl::StatusOr<std::unique_ptr<CatalogClient>> Create(const ClientOptions& options);
+  ~CatalogClient() override;
+
+  // Follows the server-streaming Watch RPC: calls `on_event` for every event with
+  // seq > after_seq, in order, until on_event returns false (OK), `handle` is cancelled
+  // (kCancelled) or the stream fails (kUnavailable etc.; resume from the last seq seen).
+  absl::Status Watch(std::uint64_t after_seq, const std::function<bool(const Event&)>& on_event,
+                     WatchHandle* handle = nullptr);
+
+  absl::StatusOr<Attributes> Mkdir(std::string_view path, const MkdirOptions& options) override;
+  absl::StatusOr<Attributes> CreateFile(std::string_view path,
+                                        const FileContent& content) override;
+  absl::StatusOr<Attributes> CommitFile(std::string_view path, const FileContent& content,
+                                        std::string_view writer_node,
+                                        std::optional<std::uint64_t> expected_generation) override;
+  absl::StatusOr<Attributes> Stat(std::string_view path) override;
+  absl::StatusOr<Attributes> StatInode(InodeId inode) override;
+  absl::StatusOr<std::string> PathOf(InodeId inode) override;
+  absl::StatusOr<std::vector<DirEntry>> List(std::string_view path,
+                                             const ListOptions& options) override;
+  absl::Status Remove(std::string_view path, bool recursive) override;
+  absl::Status Rename(std::string_view from, std::string_view to) override;
+
+  absl::StatusOr<Location> Locate(std::string_view path) override;
+  absl::StatusOr<std::vector<Replica>> GetReplicas(InodeId inode) override;
+  absl::Status PutReplica(const Replica& replica) override;
+  absl::Status RemoveReplica(InodeId inode, std::string_view node) override;
+  absl::StatusOr<std::vector<Replica>> ListNodeReplicas(std::string_view node,
+                                                        InodeId start_after,
+                                                        std::size_t limit) override;
+
+  absl::Status PutSite(const Site& site) override;
+  absl::Status RemoveSite(std::string_view name) override;
+  absl::StatusOr<std::vector<Site>> ListSites() override;
+  absl::Status RegisterNode(const Node& node) override;
+  absl::Status RemoveNode(std::string_view name) override;
+  absl::StatusOr<Node> GetNode(std::string_view name) override;
+  absl::StatusOr<std::vector<Node>> ListNodes(std::string_view site) override;
+  absl::Status SendHeartbeat(const Heartbeat& heartbeat) override;
+  absl::Status PutRoute(const Route& route) override;
+  absl::Status RemoveRoute(std::string_view src_site, std::string_view dst_site) override;
+  absl::StatusOr<Route> GetRoute(std::string_view src_site, std::string_view dst_site) override;
+  absl::StatusOr<std::vector<Route>> ListRoutes() override;
+
+  absl::StatusOr<Request> CreateRequest(const RequestSpec& spec) override;
+  absl::StatusOr<Request> GetRequest(std::uint64_t id) override;
+  absl::StatusOr<std::vector<Request>> ListRequests(bool any_state, RequestState state,
+                                                    std::size_t limit) override;
+  absl::StatusOr<Request> UpdateRequest(const RequestUpdate& update) override;
+  absl::StatusOr<std::vector<Task>> CreateTasks(const std::vector<TaskSpec>& specs) override;
+  absl::StatusOr<Task> GetTask(std::uint64_t id) override;
+  absl::StatusOr<std::vector<Task>> ListTasks(const TaskFilter& filter) override;
+  absl::StatusOr<Task> ClaimTask(std::string_view node, std::string_view owner,
+                                 std::chrono::milliseconds lease) override;
+  absl::StatusOr<Task> RenewLease(std::uint64_t id, std::string_view owner,
+                                  std::chrono::milliseconds lease) override;
+  absl::StatusOr<Task> CompleteTask(std::uint64_t id, std::string_view owner) override;
+  absl::StatusOr<Task> FailTask(std::uint64_t id, std::string_view owner, std::string_view error,
+                                bool retryable, std::chrono::milliseconds retry_after) override;
+  absl::Status CancelRequest(std::uint64_t id) override;
+
+  absl::StatusOr<std::vector<Event>> ReadEvents(std::uint64_t after_seq, std::size_t max,
+                                                std::chrono::milliseconds wait) override;
+  absl::StatusOr<std::uint64_t> LastEventSeq() override;
+
+ private:
+  struct Impl;
+  explicit CatalogClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gfrep::catalog

@@ -1,0 +1,247 @@
+#pragma once
+
+// Domain types of the gfrep catalog: namespace entries and their attributes, replicas,
+// topology (sites, nodes, routes), replication requests, transfer tasks and events.
+// Plain value types with no protobuf and no storage detail; catalog/catalog.h operates on
+// them, catalog/client.h sends them over gRPC, replica/ plans with them.
+//
+// Times are Unix time in nanoseconds (std::int64_t, suffix _ns). Ids are assigned by the
+// catalog and are never reused. Names (of entries, sites, nodes) are validated by
+// ValidateName(); paths are absolute, '/'-separated, normalised by SplitPath().
+//
+// Thread safety: values; no shared state.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace gfrep::catalog {
+
+using InodeId = std::uint64_t;
+inline constexpr InodeId kRootInode = 1;
+
+// Limits enforced on every input (kInvalidArgument past them).
+inline constexpr std::size_t kMaxNameBytes = 255;
+inline constexpr std::size_t kMaxPathBytes = 4096;
+inline constexpr std::size_t kMaxLabelBytes = 1024;
+inline constexpr std::size_t kMaxBatchPaths = 100000;  // paths per request
+
+enum class FileType : std::uint8_t { kDirectory = 1, kFile = 2 };
+
+// Attributes of one namespace entry (an inode). Stored inline with its directory entry.
+struct Attributes {
+  InodeId inode = 0;
+  InodeId parent = 0;
+  std::string name;  // last path component; "" for the root
+  FileType type = FileType::kFile;
+  std::uint64_t size = 0;
+  std::uint32_t mode = 0644;
+  std::string owner;
+  std::int64_t mtime_ns = 0;
+  std::string checksum_algo;  // e.g. "xxh3-128"; empty: unknown
+  std::string checksum;       // hex digest of the current generation's bytes
+  // 0 for a file registered without content; incremented by every CommitFile.
+  std::uint64_t generation = 0;
+};
+
+// One child of a directory, as a listing returns it.
+struct DirEntry {
+  std::string name;
+  Attributes attributes;
+};
+
+enum class ReplicaState : std::uint8_t {
+  kPending = 1,   // a transfer is (or will be) writing it
+  kComplete = 2,  // bytes verified against the catalog's checksum of `generation`
+  kStale = 3,     // holds an older generation; never served
+  kCorrupt = 4,   // failed verification; never served
+  kDeleting = 5,  // file removed (or replica dropped); the node should unlink and forget it
+};
+std::string_view ToString(ReplicaState state);
+absl::StatusOr<ReplicaState> ParseReplicaState(std::string_view text);
+
+// A copy of a file's bytes on one node. Keyed (inode, node), indexed (node, inode).
+struct Replica {
+  InodeId inode = 0;
+  std::string node;
+  ReplicaState state = ReplicaState::kPending;
+  std::uint64_t generation = 0;  // the generation of the bytes it holds
+  std::uint64_t size = 0;
+  std::int64_t verified_ns = 0;  // when the bytes were last verified; 0 never
+  std::int64_t updated_ns = 0;   // set by the catalog
+};
+
+// Where a path's bytes are: the entry plus its replicas.
+struct Location {
+  std::string path;
+  Attributes attributes;
+  std::vector<Replica> replicas;
+};
+
+struct Site {
+  std::string name;
+  std::map<std::string, std::string> labels;  // e.g. region=jp
+};
+
+struct Node {
+  std::string name;
+  std::string site;
+  std::string address;  // host:port of its gfsited
+  std::string spool;    // spool directory on that host
+  std::uint64_t capacity_bytes = 0;
+  std::uint64_t free_bytes = 0;
+  double load = 0;  // e.g. 1-minute load average
+  std::uint32_t active_transfers = 0;
+  std::int64_t last_heartbeat_ns = 0;  // set by the catalog on register/heartbeat
+};
+
+// What a node reports periodically.
+struct Heartbeat {
+  std::string node;
+  std::uint64_t free_bytes = 0;
+  double load = 0;
+  std::uint32_t active_transfers = 0;
+};
+
+// Transfer settings and measurements for traffic from src_site to dst_site.
+struct Route {
+  std::string src_site;
+  std::string dst_site;
+  std::uint32_t streams = 0;               // 0: the engine's default
+  std::uint64_t socket_buffer_bytes = 0;   // 0: kernel autotuning
+  std::uint64_t stripe_unit_bytes = 0;     // 0: the engine's default
+  std::uint64_t stream_rate_bps = 0;       // per-stream pacing cap, 0: none
+  std::uint64_t route_rate_bps = 0;        // shared by all streams on the route, 0: none
+  std::string congestion_control;          // "cubic", "bbr", ...; empty: kernel default
+  std::uint32_t max_concurrent_tasks = 0;  // planner limit, 0: no limit
+  double rtt_ms = 0;                       // measured
+  std::uint64_t bandwidth_bps = 0;         // measured
+  std::int64_t measured_ns = 0;
+};
+
+enum class RequestState : std::uint8_t {
+  kQueued = 1,     // created, not yet planned
+  kRunning = 2,    // planner made tasks
+  kDone = 3,       // every file has its copies
+  kFailed = 4,     // some files failed after their retries
+  kCancelled = 5,
+};
+std::string_view ToString(RequestState state);
+absl::StatusOr<RequestState> ParseRequestState(std::string_view text);
+
+// What gfrep (or a policy) asks for.
+struct RequestSpec {
+  std::vector<std::string> paths;
+  std::uint32_t copies = 1;            // wanted complete replicas per file
+  std::string src_site;                // empty: any
+  std::vector<std::string> dst_sites;  // empty: any
+  bool recursive = false;
+  std::int32_t priority = 0;  // higher first
+  std::string owner;          // who asked (user or policy name)
+};
+
+struct Request {
+  std::uint64_t id = 0;
+  RequestSpec spec;
+  RequestState state = RequestState::kQueued;
+  std::string error;
+  std::uint64_t files_total = 0;
+  std::uint64_t files_done = 0;
+  std::uint64_t files_failed = 0;
+  std::uint64_t bytes_total = 0;
+  std::uint64_t bytes_done = 0;
+  std::int64_t created_ns = 0;
+  std::int64_t updated_ns = 0;
+};
+
+// Partial update of a request by the planner; unset (nullopt-like) fields are kept.
+struct RequestUpdate {
+  std::uint64_t id = 0;
+  bool set_state = false;
+  RequestState state = RequestState::kQueued;
+  std::string error;  // replaces the error when set_state
+  bool set_counters = false;
+  std::uint64_t files_total = 0;
+  std::uint64_t files_done = 0;
+  std::uint64_t files_failed = 0;
+  std::uint64_t bytes_total = 0;
+  std::uint64_t bytes_done = 0;
+};
+
+enum class TaskState : std::uint8_t {
+  kQueued = 1,  // waiting for next_attempt_ns, then claimable by its destination node
+  kLeased = 2,  // claimed; lease_owner must renew before lease_expiry_ns
+  kDone = 3,    // replica committed complete
+  kFailed = 4,  // gave up after max_attempts (last_error says why)
+  kCancelled = 5,
+};
+std::string_view ToString(TaskState state);
+absl::StatusOr<TaskState> ParseTaskState(std::string_view text);
+
+// One file copy from a source node to a destination node (planned by replica/).
+struct TaskSpec {
+  std::uint64_t request_id = 0;  // 0: not part of a request
+  std::string path;
+  std::string src_node;
+  std::string dst_node;
+  std::int32_t priority = 0;
+  std::uint32_t max_attempts = 5;
+  std::int64_t not_before_ns = 0;  // first attempt not before this time
+};
+
+struct Task {
+  std::uint64_t id = 0;
+  TaskSpec spec;
+  InodeId inode = 0;             // resolved from spec.path at creation
+  std::uint64_t generation = 0;  // the file generation to copy
+  std::uint64_t size = 0;
+  TaskState state = TaskState::kQueued;
+  std::uint32_t attempts = 0;  // claims so far
+  std::string lease_owner;
+  std::int64_t lease_expiry_ns = 0;
+  std::int64_t next_attempt_ns = 0;
+  std::string last_error;
+  std::int64_t created_ns = 0;
+  std::int64_t updated_ns = 0;
+};
+
+struct TaskFilter {
+  std::uint64_t request_id = 0;  // 0: any
+  std::string dst_node;          // empty: any
+  bool any_state = true;
+  TaskState state = TaskState::kQueued;
+  std::size_t limit = 10000;
+};
+
+enum class EventKind : std::uint8_t { kReplica = 1, kTask = 2, kRequest = 3, kNode = 4 };
+std::string_view ToString(EventKind kind);
+
+// A change, in commit order. Seq is strictly increasing (gaps allowed).
+struct Event {
+  std::uint64_t seq = 0;
+  EventKind kind = EventKind::kReplica;
+  std::int64_t time_ns = 0;
+  std::uint64_t id = 0;  // task or request id; inode for replicas
+  std::string node;      // replica node, task dst node, node name
+  std::string state;     // new state, as ToString() spells it
+  std::string detail;    // e.g. a path or an error
+};
+
+// Checks one path component: non-empty, not "." or "..", no '/', no NUL, at most 255
+// bytes. kInvalidArgument naming the problem otherwise.
+absl::Status ValidateName(std::string_view name);
+
+// Splits an absolute path into validated components ("/" gives none). Repeated and
+// trailing slashes are accepted ("/a//b/" is /a/b). kInvalidArgument for relative paths,
+// paths over 4096 bytes and bad components.
+absl::StatusOr<std::vector<std::string>> SplitPath(std::string_view path);
+
+// Joins components back into "/a/b" ("/" for none).
+std::string JoinPath(const std::vector<std::string>& components);
+
+}  // namespace gfrep::catalog
