@@ -1,0 +1,142 @@
+#include "catalog/types.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "catalog/catalog.h"
+
+namespace gfrep::catalog {
+
+std::string_view ToString(ReplicaState state) {
+  switch (state) {
+    case ReplicaState::kPending: return "pending";
+    case ReplicaState::kComplete: return "complete";
+    case ReplicaState::kStale: return "stale";
+    case ReplicaState::kCorrupt: return "corrupt";
+    case ReplicaState::kDeleting: return "deleting";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<ReplicaState> ParseReplicaState(std::string_view text) {
+  for (ReplicaState s : {ReplicaState::kPending, ReplicaState::kComplete, ReplicaState::kStale,
+                         ReplicaState::kCorrupt, ReplicaState::kDeleting}) {
+    if (ToString(s) == text) return s;
+  }
+  return absl::InvalidArgumentError(fmt::format("unknown replica state '{}'", text));
+}
+
+std::string_view ToString(RequestState state) {
+  switch (state) {
+    case RequestState::kQueued: return "queued";
+    case RequestState::kRunning: return "running";
+    case RequestState::kDone: return "done";
+    case RequestState::kFailed: return "failed";
+    case RequestState::kCancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<RequestState> ParseRequestState(std::string_view text) {
+  for (RequestState s : {RequestState::kQueued, RequestState::kRunning, RequestState::kDone,
+                         RequestState::kFailed, RequestState::kCancelled}) {
+    if (ToString(s) == text) return s;
+  }
+  return absl::InvalidArgumentError(fmt::format("unknown request state '{}'", text));
+}
+
+std::string_view ToString(TaskState state) {
+  switch (state) {
+    case TaskState::kQueued: return "queued";
+    case TaskState::kLeased: return "leased";
+    case TaskState::kDone: return "done";
+    case TaskState::kFailed: return "failed";
+    case TaskState::kCancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<TaskState> ParseTaskState(std::string_view text) {
+  for (TaskState s : {TaskState::kQueued, TaskState::kLeased, TaskState::kDone,
+                      TaskState::kFailed, TaskState::kCancelled}) {
+    if (ToString(s) == text) return s;
+  }
+  return absl::InvalidArgumentError(fmt::format("unknown task state '{}'", text));
+}
+
+std::string_view ToString(EventKind kind) {
+  switch (kind) {
+    case EventKind::kReplica: return "replica";
+    case EventKind::kTask: return "task";
+    case EventKind::kRequest: return "request";
+    case EventKind::kNode: return "node";
+  }
+  return "unknown";
+}
+
+absl::Status ValidateName(std::string_view name) {
+  if (name.empty()) return absl::InvalidArgumentError("empty name");
+  if (name == "." || name == "..") {
+    return absl::InvalidArgumentError(fmt::format("name '{}' is not allowed", name));
+  }
+  if (name.size() > kMaxNameBytes) {
+    return absl::InvalidArgumentError(
+        fmt::format("name of {} bytes is longer than {} bytes", name.size(), kMaxNameBytes));
+  }
+  if (name.find('/') != std::string_view::npos) {
+    return absl::InvalidArgumentError(fmt::format("name '{}' contains '/'", name));
+  }
+  if (name.find('\0') != std::string_view::npos) {
+    return absl::InvalidArgumentError("name contains a NUL byte");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> SplitPath(std::string_view path) {
+  if (path.size() > kMaxPathBytes) {
+    return absl::InvalidArgumentError(
+        fmt::format("path of {} bytes is longer than {} bytes", path.size(), kMaxPathBytes));
+  }
+  if (path.empty()) return absl::InvalidArgumentError("empty path");
+  if (path.front() != '/') {
+    return absl::InvalidArgumentError(fmt::format("path '{}' is not absolute", path));
+  }
+  std::vector<std::string> parts;
+  std::size_t i = 0;
+  while (i < path.size()) {
+    while (i < path.size() && path[i] == '/') ++i;
+    if (i >= path.size()) break;
+    std::size_t j = path.find('/', i);
+    if (j == std::string_view::npos) j = path.size();
+    std::string_view part = path.substr(i, j - i);
+    if (absl::Status s = ValidateName(part); !s.ok()) {
+      return absl::InvalidArgumentError(
+          fmt::format("bad path '{}': {}", path.find('\0') == std::string_view::npos
+                                               ? path
+                                               : std::string_view("<contains NUL>"),
+                      std::string(s.message())));
+    }
+    parts.emplace_back(part);
+    i = j;
+  }
+  return parts;
+}
+
+std::string JoinPath(const std::vector<std::string>& components) {
+  if (components.empty()) return "/";
+  std::string out;
+  for (const std::string& c : components) {
+    out += '/';
+    out += c;
+  }
+  return out;
+}
+
+std::int64_t SystemNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace gfrep::catalog

@@ -1,0 +1,60 @@
+#include "catalog/types.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace gfrep::catalog {
+namespace {
+
+TEST(ValidateNameTest, AcceptsOrdinaryNames) {
+  EXPECT_TRUE(ValidateName("a").ok());
+  EXPECT_TRUE(ValidateName("run001.mdst").ok());
+  EXPECT_TRUE(ValidateName("...").ok());
+  EXPECT_TRUE(ValidateName(std::string(255, 'x')).ok());
+}
+
+TEST(ValidateNameTest, RejectsEachForbiddenForm) {
+  for (std::string bad : {std::string(""), std::string("."), std::string(".."),
+                          std::string("a/b"), std::string("a\0b", 3), std::string(256, 'x')}) {
+    absl::Status s = ValidateName(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "name of size " << bad.size();
+  }
+}
+
+TEST(SplitPathTest, NormalisesSlashes) {
+  absl::StatusOr<std::vector<std::string>> p = SplitPath("/a//b/");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(*p, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(SplitPath("/")->empty());
+  EXPECT_EQ(JoinPath(*p), "/a/b");
+  EXPECT_EQ(JoinPath({}), "/");
+}
+
+TEST(SplitPathTest, RejectsRelativeDotsAndOverlong) {
+  EXPECT_EQ(SplitPath("a/b").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SplitPath("").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SplitPath("/a/../b").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SplitPath("/a/./b").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SplitPath(std::string("/a\0b", 4)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::string longest = "/" + std::string(200, 'a');
+  while (longest.size() + 201 <= kMaxPathBytes) longest += "/" + std::string(200, 'a');
+  EXPECT_TRUE(SplitPath(longest).ok());
+  std::string too_long = "/" + std::string(100, 'a');
+  while (too_long.size() <= kMaxPathBytes) too_long += "/" + std::string(100, 'a');
+  EXPECT_EQ(SplitPath(too_long).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StateNamesTest, RoundTrip) {
+  for (ReplicaState s : {ReplicaState::kPending, ReplicaState::kComplete, ReplicaState::kStale,
+                         ReplicaState::kCorrupt, ReplicaState::kDeleting}) {
+    EXPECT_EQ(*ParseReplicaState(ToString(s)), s);
+  }
+  EXPECT_FALSE(ParseReplicaState("bogus").ok());
+  EXPECT_EQ(*ParseTaskState("leased"), TaskState::kLeased);
+  EXPECT_EQ(*ParseRequestState("done"), RequestState::kDone);
+}
+
+}  // namespace
+}  // namespace gfrep::catalog
