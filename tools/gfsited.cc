@@ -1,0 +1,92 @@
+// gfsited: a site agent. Serves the files of its spool directory to authenticated peers,
+// receives files into it, and performs third-party pulls from other agents.
+//   gfsited --listen 127.0.0.1:0 --spool /data/spool
+
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "tools/internal/cli.h"
+#include "transfer/agent.h"
+#include "transfer/auth.h"
+
+namespace {
+std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gfsited: gfrep site agent (serves and receives striped transfers for a spool directory)"};
+  gfrep::tools::CommonFlags common;
+  gfrep::tools::AddCommonFlags(app, common);
+  std::string listen = "127.0.0.1:0";
+  std::string spool;
+  std::string key_file;
+  std::string tls_cert, tls_key, tls_ca;
+  bool require_tls = false;
+  std::string buffer = "0";
+  std::int64_t corrupt_offset = -1;
+  int corrupt_times = 1;
+  app.add_option("--listen", listen, "address to listen on (HOST:PORT; port 0 picks one)");
+  app.add_option("--spool", spool, "spool directory served and written")->required();
+  app.add_option("--key-file", key_file, "shared key file (default ~/.gfrep/shared_key, created on first use)");
+  app.add_option("--tls-cert", tls_cert, "PEM certificate chain (enables TLS sessions)");
+  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
+  app.add_option("--tls-ca", tls_ca, "PEM CA: verifies agents we pull from, and client certificates");
+  app.add_flag("--require-tls", require_tls, "refuse sessions without TLS");
+  app.add_option("--buffer", buffer, "socket buffer for accepted data connections (e.g. 4M; 0 = kernel autotuning)");
+  app.add_option("--test-corrupt-offset", corrupt_offset, "")->group("");
+  app.add_option("--test-corrupt-times", corrupt_times, "")->group("");
+  CLI11_PARSE(app, argc, argv);
+  auto log = gfrep::tools::MakeLogger("gfsited", common);
+
+  absl::StatusOr<std::uint64_t> buf = gfrep::tools::ParseSize(buffer);
+  if (!buf.ok()) return gfrep::tools::Fail("gfsited", Msg(buf.status()));
+  std::filesystem::path key_path = key_file.empty() ? gfrep::transfer::DefaultKeyPath() : std::filesystem::path(key_file);
+  absl::StatusOr<std::string> key = gfrep::transfer::LoadOrCreateSharedKey(key_path);
+  if (!key.ok()) return gfrep::tools::Fail("gfsited", Msg(key.status()));
+
+  gfrep::transfer::AgentOptions options;
+  options.listen = listen;
+  options.spool = spool;
+  options.shared_key = *key;
+  options.tls = {tls_cert, tls_key, tls_ca};
+  options.require_tls = require_tls;
+  options.defaults.route.socket_buffer = *buf;
+  options.defaults.test_corrupt_offset = corrupt_offset;
+  options.defaults.test_corrupt_times = corrupt_times;
+  options.logger = log;
+  if ((tls_cert.empty()) != (tls_key.empty())) {
+    return gfrep::tools::Fail("gfsited", "--tls-cert and --tls-key go together");
+  }
+
+  // Signals are taken by a dedicated thread (sigwait) so the server stops cleanly.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto server = gfrep::transfer::AgentServer::Create(std::move(options));
+  if (!server.ok()) return gfrep::tools::Fail("gfsited", Msg(server.status()));
+  absl::StatusOr<gfrep::transfer::Endpoint> bound = (*server)->Start();
+  if (!bound.ok()) return gfrep::tools::Fail("gfsited", Msg(bound.status()));
+  std::printf("listening on %s\n", bound->ToString().c_str());
+  std::fflush(stdout);
+  log->info("serving spool={} key_file={}", spool, key_path.string());
+
+  std::thread waiter([&set, s = server->get(), log] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    log->info("signal {}: stopping", sig);
+    s->Stop();
+  });
+  (*server)->Run();
+  if (waiter.joinable()) {
+    // Run() only returns after Stop(), i.e. after the waiter fired.
+    waiter.join();
+  }
+  return 0;
+}

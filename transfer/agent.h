@@ -1,0 +1,62 @@
+#pragma once
+
+// AgentServer: the data-mover half of gfsited. It serves the files under a spool directory
+// to authenticated peers (get), receives files into it (put), and, asked by a client,
+// pulls a file from another agent into its spool (third-party). Received files are
+// verified and renamed into place, then `on_file_committed` is called; the catalog role of
+// a later issue hooks in there.
+//
+// Threading: Start() binds; Run() runs the io_context on the calling thread until Stop().
+// All sessions are coroutines on that one thread; fsync and whole-file checksums run on a
+// small internal thread pool. Stop() may be called from any thread. Hooks run on the
+// io thread and must not block.
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "transfer/client.h"
+#include "transfer/options.h"
+
+namespace gfrep::transfer {
+
+struct AgentOptions {
+  // Address to bind, e.g. "127.0.0.1:0".
+  std::string listen = "127.0.0.1:0";
+  // Directory served and written; created if missing.
+  std::filesystem::path spool;
+  // Shared key (raw bytes; see auth.h). Required.
+  std::string shared_key;
+  // TLS: cert+key enable TLS sessions; ca also enables client-certificate authentication.
+  TlsOptions tls;
+  // Refuse sessions that do not use TLS.
+  bool require_tls = false;
+  // Defaults for pulls this agent makes (third-party) and limits for sessions it serves.
+  TransferOptions defaults;
+  // Called after a received file was verified, fsynced and renamed into place.
+  std::function<void(const std::filesystem::path& path, const TransferStats& stats)>
+      on_file_committed;
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+class AgentServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<AgentServer>> Create(AgentOptions options);
+  ~AgentServer();
+
+  // Binds and listens. Returns the bound endpoint (the real port when 0 was asked).
+  absl::StatusOr<Endpoint> Start();
+  // Serves until Stop().
+  void Run();
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit AgentServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gfrep::transfer

@@ -1,0 +1,227 @@
+#include "transfer/checksum.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "absl/status/status.h"
+
+namespace gfrep::transfer {
+namespace {
+
+std::string Hex(const unsigned char* data, std::size_t size) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(size * 2, '0');
+  for (std::size_t i = 0; i < size; ++i) {
+    out[2 * i] = kDigits[data[i] >> 4];
+    out[2 * i + 1] = kDigits[data[i] & 15];
+  }
+  return out;
+}
+
+std::array<std::uint32_t, 256> MakeCrc32cTable() {
+  std::array<std::uint32_t, 256> table{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    table[i] = c;
+  }
+  return table;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) std::uint32_t Crc32cHw(std::uint32_t crc, const unsigned char* p,
+                                                          std::size_t n) {
+  std::uint64_t c = crc;
+  while (n >= 8) {
+    std::uint64_t v;
+    std::memcpy(&v, p, 8);
+    c = __builtin_ia32_crc32di(c, v);
+    p += 8;
+    n -= 8;
+  }
+  auto c32 = static_cast<std::uint32_t>(c);
+  while (n-- > 0) c32 = __builtin_ia32_crc32qi(c32, *p++);
+  return c32;
+}
+#endif
+
+}  // namespace
+
+absl::StatusOr<ChecksumAlgorithm> ParseChecksumAlgorithm(std::string_view name) {
+  if (name == "xxh3-128" || name == "xxh3" || name == "xxh128") return ChecksumAlgorithm::kXxh3_128;
+  if (name == "adler32") return ChecksumAlgorithm::kAdler32;
+  if (name == "sha256") return ChecksumAlgorithm::kSha256;
+  return absl::InvalidArgumentError(
+      fmt::format("unknown checksum algorithm '{}' (xxh3-128, adler32, sha256)", name));
+}
+
+std::string_view ChecksumAlgorithmName(ChecksumAlgorithm algorithm) {
+  switch (algorithm) {
+    case ChecksumAlgorithm::kXxh3_128: return "xxh3-128";
+    case ChecksumAlgorithm::kAdler32: return "adler32";
+    case ChecksumAlgorithm::kSha256: return "sha256";
+  }
+  return "?";
+}
+
+absl::StatusOr<BlockChecksumAlgorithm> ParseBlockChecksumAlgorithm(std::string_view name) {
+  if (name == "xxh3-64" || name == "xxh3") return BlockChecksumAlgorithm::kXxh3_64;
+  if (name == "crc32c") return BlockChecksumAlgorithm::kCrc32c;
+  return absl::InvalidArgumentError(
+      fmt::format("unknown block checksum algorithm '{}' (xxh3-64, crc32c)", name));
+}
+
+std::string_view BlockChecksumAlgorithmName(BlockChecksumAlgorithm algorithm) {
+  return algorithm == BlockChecksumAlgorithm::kCrc32c ? "crc32c" : "xxh3-64";
+}
+
+struct FileHasher::State {
+  XXH3_state_t* xxh = nullptr;
+  std::uint32_t adler = 1;
+  EVP_MD_CTX* sha = nullptr;
+};
+
+FileHasher::FileHasher(ChecksumAlgorithm algorithm)
+    : algorithm_(algorithm), state_(std::make_unique<State>()) {
+  switch (algorithm_) {
+    case ChecksumAlgorithm::kXxh3_128:
+      state_->xxh = XXH3_createState();
+      XXH3_128bits_reset(state_->xxh);
+      break;
+    case ChecksumAlgorithm::kAdler32:
+      break;
+    case ChecksumAlgorithm::kSha256:
+      state_->sha = EVP_MD_CTX_new();
+      EVP_DigestInit_ex(state_->sha, EVP_sha256(), nullptr);
+      break;
+  }
+}
+
+FileHasher::~FileHasher() {
+  if (state_->xxh != nullptr) XXH3_freeState(state_->xxh);
+  if (state_->sha != nullptr) EVP_MD_CTX_free(state_->sha);
+}
+
+void FileHasher::Update(const void* data, std::size_t size) {
+  switch (algorithm_) {
+    case ChecksumAlgorithm::kXxh3_128:
+      XXH3_128bits_update(state_->xxh, data, size);
+      break;
+    case ChecksumAlgorithm::kAdler32:
+      state_->adler = Adler32(state_->adler, data, size);
+      break;
+    case ChecksumAlgorithm::kSha256:
+      EVP_DigestUpdate(state_->sha, data, size);
+      break;
+  }
+}
+
+std::string FileHasher::Finish() {
+  std::string prefix = fmt::format("{}:", ChecksumAlgorithmName(algorithm_));
+  switch (algorithm_) {
+    case ChecksumAlgorithm::kXxh3_128: {
+      XXH128_canonical_t canon;
+      XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(state_->xxh));
+      return prefix + Hex(canon.digest, sizeof(canon.digest));
+    }
+    case ChecksumAlgorithm::kAdler32:
+      return prefix + fmt::format("{:08x}", state_->adler);
+    case ChecksumAlgorithm::kSha256: {
+      unsigned char md[EVP_MAX_MD_SIZE];
+      unsigned int len = 0;
+      EVP_DigestFinal_ex(state_->sha, md, &len);
+      return prefix + Hex(md, len);
+    }
+  }
+  return prefix;
+}
+
+std::string ChecksumOf(ChecksumAlgorithm algorithm, std::string_view data) {
+  FileHasher h(algorithm);
+  h.Update(data.data(), data.size());
+  return h.Finish();
+}
+
+absl::StatusOr<std::string> ComputeFdChecksum(int fd, std::uint64_t size,
+                                              ChecksumAlgorithm algorithm) {
+  FileHasher hasher(algorithm);
+  constexpr std::uint64_t kWindow = 64ull << 20;
+  for (std::uint64_t off = 0; off < size; off += kWindow) {
+    std::size_t len = static_cast<std::size_t>(std::min(kWindow, size - off));
+    void* map = ::mmap(nullptr, len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd,
+                       static_cast<off_t>(off));
+    if (map == MAP_FAILED) {
+      return absl::InternalError(fmt::format("mmap for checksum: {}", std::strerror(errno)));
+    }
+    ::madvise(map, len, MADV_SEQUENTIAL);
+    hasher.Update(map, len);
+    ::munmap(map, len);
+  }
+  return hasher.Finish();
+}
+
+absl::StatusOr<std::string> ComputeFileChecksum(const std::filesystem::path& path,
+                                                ChecksumAlgorithm algorithm) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    std::string msg = fmt::format("open {}: {}", path.string(), std::strerror(e));
+    if (e == ENOENT) return absl::NotFoundError(msg);
+    if (e == EACCES) return absl::PermissionDeniedError(msg);
+    return absl::InternalError(msg);
+  }
+  struct stat st {};
+  ::fstat(fd, &st);
+  absl::StatusOr<std::string> result =
+      ComputeFdChecksum(fd, static_cast<std::uint64_t>(st.st_size), algorithm);
+  ::close(fd);
+  return result;
+}
+
+std::uint64_t BlockChecksum(BlockChecksumAlgorithm algorithm, const void* data,
+                            std::size_t size) {
+  if (algorithm == BlockChecksumAlgorithm::kCrc32c) return Crc32c(0, data, size);
+  return XXH3_64bits(data, size);
+}
+
+std::uint32_t Crc32c(std::uint32_t crc, const void* data, std::size_t size) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("sse4.2")) return ~Crc32cHw(crc, p, size);
+#endif
+  static const std::array<std::uint32_t, 256> kTable = MakeCrc32cTable();
+  for (std::size_t i = 0; i < size; ++i) crc = kTable[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+std::uint32_t Adler32(std::uint32_t adler, const void* data, std::size_t size) {
+  constexpr std::uint32_t kMod = 65521;
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::uint32_t a = adler & 0xffff;
+  std::uint32_t b = adler >> 16;
+  while (size > 0) {
+    // 5552 is the largest n with 255n(n+1)/2 + (n+1)(kMod-1) < 2^32 (zlib's NMAX).
+    std::size_t n = std::min<std::size_t>(size, 5552);
+    size -= n;
+    while (n-- > 0) {
+      a += *p++;
+      b += a;
+    }
+    a %= kMod;
+    b %= kMod;
+  }
+  return (b << 16) | a;
+}
+
+}  // namespace gfrep::transfer

@@ -1,0 +1,290 @@
+#include "transfer/client.h"
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "transfer/internal/engine.h"
+
+namespace gfrep::transfer {
+
+using internal::ConnPtr;
+using internal::Json;
+using internal::kNoThrow;
+namespace asio = boost::asio;
+
+std::string Endpoint::ToString() const {
+  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+absl::StatusOr<Endpoint> ParseEndpoint(std::string_view text) {
+  Endpoint e;
+  std::string_view port;
+  if (text.starts_with('[')) {
+    std::size_t close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      return absl::InvalidArgumentError(fmt::format("bad address '{}': expected [V6]:PORT", text));
+    }
+    e.host = std::string(text.substr(1, close - 1));
+    port = text.substr(close + 2);
+  } else {
+    std::size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) {
+      return absl::InvalidArgumentError(fmt::format("bad address '{}': expected HOST:PORT", text));
+    }
+    e.host = std::string(text.substr(0, colon));
+    port = text.substr(colon + 1);
+  }
+  unsigned value = 0;
+  auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (ec != std::errc() || p != port.data() + port.size() || value > 65535 || port.empty()) {
+    return absl::InvalidArgumentError(fmt::format("bad port in '{}'", text));
+  }
+  e.port = static_cast<std::uint16_t>(value);
+  return e;
+}
+
+bool IsGfUrl(std::string_view text) { return text.starts_with("gf://"); }
+
+absl::StatusOr<GfUrl> ParseGfUrl(std::string_view text) {
+  if (!IsGfUrl(text)) return absl::InvalidArgumentError(fmt::format("'{}' is not a gf:// URL", text));
+  std::string_view rest = text.substr(5);
+  std::size_t slash = rest.find('/');
+  if (slash == std::string_view::npos || slash + 1 >= rest.size()) {
+    return absl::InvalidArgumentError(fmt::format("'{}': expected gf://HOST:PORT/PATH", text));
+  }
+  absl::StatusOr<Endpoint> e = ParseEndpoint(rest.substr(0, slash));
+  if (!e.ok()) return e.status();
+  return GfUrl{*e, std::string(rest.substr(slash + 1))};
+}
+
+namespace {
+
+// Closes `conn` if the setup phase does not finish before `timeout`.
+class SetupDeadline {
+ public:
+  SetupDeadline(const asio::any_io_executor& ex, ConnPtr conn, std::chrono::milliseconds timeout)
+      : timer_(std::make_shared<asio::steady_timer>(ex, timeout)) {
+    timer_->async_wait([conn](boost::system::error_code ec) {
+      if (!ec) conn->Close();
+    });
+  }
+  ~SetupDeadline() { timer_->cancel(); }
+
+ private:
+  std::shared_ptr<asio::steady_timer> timer_;
+};
+
+template <class T>
+T RunBlocking(std::function<asio::awaitable<T>()> make) {
+  asio::io_context io;
+  std::optional<T> result;
+  asio::co_spawn(io, make(), [&](std::exception_ptr e, T r) {
+    if (e) {
+      result = absl::InternalError("bug: exception escaped the transfer");
+    } else {
+      result = std::move(r);
+    }
+  });
+  io.run();
+  return std::move(*result);
+}
+
+struct Prepared {
+  TransferOptions options;
+  std::unique_ptr<asio::ssl::context> tls;
+};
+
+absl::StatusOr<Prepared> Prepare(const TransferOptions& options, const Endpoint& peer) {
+  if (absl::Status s = Validate(options); !s.ok()) return s;
+  Prepared p{options, nullptr};
+  if (p.options.route.route_name.empty()) p.options.route.route_name = peer.ToString();
+  if (options.tls) {
+    auto ctx = internal::MakeTlsContext(options.tls_options, false);
+    if (!ctx.ok()) return ctx.status();
+    p.tls = std::move(*ctx);
+  }
+  return p;
+}
+
+asio::awaitable<absl::StatusOr<std::vector<ConnPtr>>> JoinAll(const Endpoint& agent,
+                                                             const std::string& token,
+                                                             const Prepared& p,
+                                                             std::string& congestion) {
+  auto log = internal::LoggerOf(p.options.logger);
+  std::vector<ConnPtr> data;
+  for (int i = 0; i < p.options.route.streams; ++i) {
+    absl::StatusOr<ConnPtr> c = co_await internal::JoinSession(agent, token, p.options, p.tls.get(), *log);
+    if (!c.ok()) co_return c.status();
+    congestion = internal::TuneSocket((*c)->socket(), p.options.route, *log);
+    data.push_back(*c);
+  }
+  co_return data;
+}
+
+std::string Str(const Json& j, const char* key) {
+  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+}
+
+asio::awaitable<absl::StatusOr<TransferStats>> AsyncPush(std::filesystem::path local,
+                                                         Endpoint agent, std::string remote_path,
+                                                         TransferOptions options) {
+  absl::StatusOr<Prepared> p = Prepare(options, agent);
+  if (!p.ok()) co_return p.status();
+  auto log = internal::LoggerOf(p->options.logger);
+  absl::StatusOr<std::unique_ptr<internal::SourceFile>> src = internal::OpenSource(local);
+  if (!src.ok()) co_return src.status();
+  absl::StatusOr<internal::ClientConnection> ctrl =
+      co_await internal::ConnectTo(agent, "control", p->options, p->tls.get(), *log);
+  if (!ctrl.ok()) co_return ctrl.status();
+  auto ex = co_await asio::this_coro::executor;
+  std::optional<SetupDeadline> deadline(std::in_place, ex, ctrl->conn, p->options.io_timeout);
+  Json req{{"op", "put"}, {"path", remote_path}, {"size", (*src)->size},
+           {"source_id", (*src)->source_id}, {"options", internal::RouteToJson(p->options)}};
+  if (absl::Status s = co_await ctrl->conn->SendControl(req); !s.ok()) co_return s;
+  absl::StatusOr<Json> session = co_await ctrl->conn->ReadControl();
+  if (!session.ok()) co_return session.status();
+  if ((*session)["op"] != "session") co_return absl::DataLossError("unexpected reply to put");
+  absl::Status rs;
+  std::vector<internal::ByteRange> missing =
+      internal::RangesFromJson((*session).value("missing", Json::array()), (*src)->size, rs);
+  if (!rs.ok()) co_return rs;
+  std::uint64_t resumed = (*session).value("resumed_bytes", std::uint64_t{0});
+  if (resumed > 0) log->info("resuming: the agent already holds {} of {} bytes", resumed, (*src)->size);
+  std::string congestion;
+  absl::StatusOr<std::vector<ConnPtr>> data = co_await JoinAll(agent, Str(*session, "token"), *p, congestion);
+  if (!data.ok()) co_return data.status();
+  deadline.reset();
+  co_return co_await internal::RunSender(*ctrl->conn, *data, **src, missing, p->options, congestion, resumed);
+}
+
+asio::awaitable<absl::StatusOr<TransferStats>> ThirdPartyAsync(Endpoint src, std::string src_path,
+                                                               Endpoint dst, std::string dst_path,
+                                                               TransferOptions options) {
+  absl::StatusOr<Prepared> p = Prepare(options, dst);
+  if (!p.ok()) co_return p.status();
+  auto log = internal::LoggerOf(p->options.logger);
+  absl::StatusOr<internal::ClientConnection> ctrl =
+      co_await internal::ConnectTo(dst, "control", p->options, p->tls.get(), *log);
+  if (!ctrl.ok()) co_return ctrl.status();
+  Json opts = internal::RouteToJson(p->options);
+  opts["route_name"] = options.route.route_name.empty() ? src.ToString() : options.route.route_name;
+  Json req{{"op", "pull_from"}, {"source", src.ToString()}, {"source_path", src_path},
+           {"path", dst_path}, {"options", opts}};
+  if (absl::Status s = co_await ctrl->conn->SendControl(req); !s.ok()) co_return s;
+  // The destination agent reports progress at least every second; silence means trouble.
+  auto dog = std::make_shared<internal::Watchdog>();
+  dog->conns = {ctrl->conn};
+  dog->timeout = p->options.io_timeout;
+  internal::StartWatchdog(co_await asio::this_coro::executor, dog);
+  struct Guard {
+    std::shared_ptr<internal::Watchdog> d;
+    ~Guard() { d->done = true; }
+  } guard{dog};
+  for (;;) {
+    absl::StatusOr<Json> m = co_await ctrl->conn->ReadControl();
+    if (!m.ok()) {
+      if (dog->fired) co_return absl::DeadlineExceededError(fmt::format("{} stopped reporting", dst.ToString()));
+      co_return m.status();
+    }
+    try {
+      if ((*m)["op"] == "progress") {
+        if (options.progress) {
+          Progress pr;
+          pr.bytes_done = (*m).at("bytes_done").get<std::uint64_t>();
+          pr.bytes_total = (*m).at("bytes_total").get<std::uint64_t>();
+          pr.resumed_bytes = (*m).at("resumed_bytes").get<std::uint64_t>();
+          pr.seconds = (*m).at("seconds").get<double>();
+          pr.streams = (*m).at("streams").get<int>();
+          options.progress(pr);
+        }
+        continue;
+      }
+      if ((*m)["op"] != "done") co_return absl::DataLossError("unexpected message from the destination agent");
+      TransferStats s;
+      s.bytes = (*m).at("bytes").get<std::uint64_t>();
+      s.bytes_transferred = (*m).at("bytes_transferred").get<std::uint64_t>();
+      s.resumed_bytes = (*m).at("resumed_bytes").get<std::uint64_t>();
+      s.seconds = (*m).at("seconds").get<double>();
+      s.streams = (*m).at("streams").get<int>();
+      s.checksum = (*m).at("checksum").get<std::string>();
+      s.congestion = (*m).at("congestion").get<std::string>();
+      s.resend_rounds = (*m).at("resend_rounds").get<int>();
+      co_return s;
+    } catch (const Json::exception& e) {
+      co_return absl::DataLossError(fmt::format("malformed message from the destination agent: {}", e.what()));
+    }
+  }
+}
+
+}  // namespace
+
+asio::awaitable<absl::StatusOr<TransferStats>> AsyncPull(const Endpoint& agent_ref,
+                                                         std::string remote_path,
+                                                         std::filesystem::path final_path,
+                                                         std::filesystem::path tmp_dir,
+                                                         TransferOptions options) {
+  Endpoint agent = agent_ref;
+  absl::StatusOr<Prepared> p = Prepare(options, agent);
+  if (!p.ok()) co_return p.status();
+  auto log = internal::LoggerOf(p->options.logger);
+  absl::StatusOr<internal::ClientConnection> ctrl =
+      co_await internal::ConnectTo(agent, "control", p->options, p->tls.get(), *log);
+  if (!ctrl.ok()) co_return ctrl.status();
+  auto ex = co_await asio::this_coro::executor;
+  std::optional<SetupDeadline> deadline(std::in_place, ex, ctrl->conn, p->options.io_timeout);
+  Json req{{"op", "get"}, {"path", remote_path}, {"options", internal::RouteToJson(p->options)}};
+  if (absl::Status s = co_await ctrl->conn->SendControl(req); !s.ok()) co_return s;
+  absl::StatusOr<Json> offer = co_await ctrl->conn->ReadControl();
+  if (!offer.ok()) co_return offer.status();
+  if ((*offer)["op"] != "offer" || !(*offer).contains("size") || !(*offer)["size"].is_number_unsigned()) {
+    co_return absl::DataLossError("unexpected reply to get");
+  }
+  std::uint64_t size = (*offer)["size"].get<std::uint64_t>();
+  absl::StatusOr<std::unique_ptr<internal::DestinationFile>> dst = internal::OpenDestination(
+      std::filesystem::absolute(final_path), tmp_dir, size, Str(*offer, "source_id"), p->options.checksum);
+  if (!dst.ok()) {
+    absl::Status w = co_await ctrl->conn->SendControl(internal::ErrorJson(dst.status()));
+    (void)w;  // ignored: we are reporting our own failure
+    co_return dst.status();
+  }
+  if ((*dst)->resumed_bytes > 0) {
+    log->info("resuming: {} of {} bytes already here", (*dst)->resumed_bytes, size);
+  }
+  std::vector<internal::ByteRange> missing = (*dst)->received.Missing(size);
+  Json ranges{{"op", "ranges"}, {"ranges", internal::RangesToJson(missing)},
+              {"resumed_bytes", (*dst)->resumed_bytes}};
+  if (absl::Status s = co_await ctrl->conn->SendControl(ranges); !s.ok()) co_return s;
+  std::string congestion;
+  absl::StatusOr<std::vector<ConnPtr>> data = co_await JoinAll(agent, Str(*offer, "token"), *p, congestion);
+  if (!data.ok()) co_return data.status();
+  deadline.reset();
+  co_return co_await internal::RunReceiver(*ctrl->conn, *data, **dst, p->options,
+                                           Str(*offer, "congestion"));
+}
+
+absl::StatusOr<TransferStats> Push(const std::filesystem::path& local, const Endpoint& agent,
+                                   std::string_view remote_path, const TransferOptions& options) {
+  return RunBlocking<absl::StatusOr<TransferStats>>(
+      [&] { return AsyncPush(local, agent, std::string(remote_path), options); });
+}
+
+absl::StatusOr<TransferStats> Pull(const Endpoint& agent, std::string_view remote_path,
+                                   const std::filesystem::path& local,
+                                   const TransferOptions& options) {
+  std::filesystem::path abs = std::filesystem::absolute(local);
+  return RunBlocking<absl::StatusOr<TransferStats>>([&] {
+    return AsyncPull(agent, std::string(remote_path), abs, abs.parent_path() / ".gfrep-tmp", options);
+  });
+}
+
+absl::StatusOr<TransferStats> ThirdParty(const Endpoint& src, std::string_view src_path,
+                                         const Endpoint& dst, std::string_view dst_path,
+                                         const TransferOptions& options) {
+  return RunBlocking<absl::StatusOr<TransferStats>>([&] {
+    return ThirdPartyAsync(src, std::string(src_path), dst, std::string(dst_path), options);
+  });
+}
+
+}  // namespace gfrep::transfer

@@ -1,0 +1,87 @@
+#pragma once
+
+// Client operations of the transfer engine: push a local file to an agent (gfsited), pull
+// a file from an agent to a local path, and third-party copies (agent B pulls from agent
+// A; the caller only orchestrates, the bytes flow A -> B directly).
+//
+// Every operation authenticates the control connection (shared key challenge-response, or
+// TLS client certificate), sets up a session, opens `route.streams` data connections and
+// moves the missing ranges. The receiver writes into a temporary file beside its journal
+// (restart markers) and renames it into place only after the end-to-end checksum matched,
+// so re-running an interrupted copy resumes it and nothing partial is ever visible under
+// the final name.
+//
+// Error codes: kInvalidArgument (bad options/paths), kPermissionDenied (authentication,
+// path escapes), kNotFound (missing source), kUnavailable (connection refused/lost: retry),
+// kDeadlineExceeded (peer idle past io_timeout), kResourceExhausted (disk full),
+// kDataLoss (checksum mismatch after max_resend_rounds; nothing was put in place).
+//
+// The blocking functions run their own io_context on the calling thread. The awaitable
+// forms run on the caller's executor (one thread), use a small internal thread pool for
+// fsync and checksums, and are what gfsited uses for third-party pulls.
+
+#include <boost/asio/awaitable.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "transfer/options.h"
+
+namespace gfrep::transfer {
+
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+  std::string ToString() const;
+};
+
+// "HOST:PORT" or "[V6]:PORT".
+absl::StatusOr<Endpoint> ParseEndpoint(std::string_view text);
+
+// "gf://HOST:PORT/PATH" (PATH relative to that agent's spool).
+struct GfUrl {
+  Endpoint endpoint;
+  std::string path;
+};
+absl::StatusOr<GfUrl> ParseGfUrl(std::string_view text);
+bool IsGfUrl(std::string_view text);
+
+struct TransferStats {
+  std::uint64_t bytes = 0;              // file size
+  std::uint64_t bytes_transferred = 0;  // moved by this run (excludes resumed bytes)
+  std::uint64_t resumed_bytes = 0;      // already present at the receiver when this run began
+  double seconds = 0;
+  int streams = 0;
+  std::string checksum;          // "xxh3-128:<hex>" of the file now in place
+  std::string congestion;        // TCP congestion control actually used (sender side)
+  int resend_rounds = 0;         // rounds of re-sending damaged blocks
+};
+
+// local file -> agent:remote_path.
+absl::StatusOr<TransferStats> Push(const std::filesystem::path& local, const Endpoint& agent,
+                                   std::string_view remote_path, const TransferOptions& options);
+
+// agent:remote_path -> local file. The partial file and journal live in
+// `<local dir>/.gfrep-tmp/`.
+absl::StatusOr<TransferStats> Pull(const Endpoint& agent, std::string_view remote_path,
+                                   const std::filesystem::path& local,
+                                   const TransferOptions& options);
+
+// src:src_path -> dst:dst_path, bytes flowing directly between the agents. `options`
+// (streams, rates, TLS, checksums...) are passed on to the destination agent, which
+// pulls with its own shared key. Progress comes from the destination agent.
+absl::StatusOr<TransferStats> ThirdParty(const Endpoint& src, std::string_view src_path,
+                                         const Endpoint& dst, std::string_view dst_path,
+                                         const TransferOptions& options);
+
+// Awaitable pull into an explicit destination: `final_path` appears only when complete and
+// verified; `tmp_dir` holds the partial file and journal. This is the call a site agent
+// makes to replicate a file from another agent into its spool.
+boost::asio::awaitable<absl::StatusOr<TransferStats>> AsyncPull(
+    const Endpoint& agent, std::string remote_path, std::filesystem::path final_path,
+    std::filesystem::path tmp_dir, TransferOptions options);
+
+}  // namespace gfrep::transfer

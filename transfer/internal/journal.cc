@@ -1,0 +1,150 @@
+#include "transfer/internal/journal.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+
+namespace gfrep::transfer::internal {
+namespace {
+
+constexpr std::uint32_t kJournalMagic = 0x4a524647;  // "GFRJ"
+constexpr std::uint32_t kMaxHeader = 64 * 1024;
+
+void Put64(unsigned char* p, std::uint64_t v) { std::memcpy(p, &v, 8); }
+std::uint64_t Get64(const unsigned char* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+absl::Status Errno(std::string_view what, const std::filesystem::path& path) {
+  int e = errno;
+  std::string msg = fmt::format("{} {}: {}", what, path.string(), std::strerror(e));
+  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(msg);
+  return absl::InternalError(msg);
+}
+
+bool WriteAll(int fd, const void* data, std::size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+std::string HeaderJson(const JournalHeader& h) {
+  nlohmann::json j = {{"size", h.size}, {"source_id", h.source_id}, {"checksum", h.checksum}};
+  return j.dump();
+}
+
+// Returns true and fills `ranges` if the file at fd holds a journal with header `expected`.
+bool Load(int fd, const JournalHeader& expected, RangeSet& ranges) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size < 8 || st.st_size > (1ll << 30)) return false;
+  std::string data(static_cast<std::size_t>(st.st_size), '\0');
+  if (::pread(fd, data.data(), data.size(), 0) != static_cast<ssize_t>(data.size())) return false;
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+  std::uint32_t magic, n;
+  std::memcpy(&magic, p, 4);
+  std::memcpy(&n, p + 4, 4);
+  if (magic != kJournalMagic || n > kMaxHeader || data.size() < 8 + n + 8) return false;
+  if (XXH3_64bits(p + 8, n) != Get64(p + 8 + n)) return false;
+  if (std::string_view(data.data() + 8, n) != HeaderJson(expected)) return false;
+  for (std::size_t off = 16 + n; off + 24 <= data.size(); off += 24) {
+    std::uint64_t b = Get64(p + off), e = Get64(p + off + 8);
+    if (XXH3_64bits(p + off, 16) != Get64(p + off + 16)) break;  // torn tail
+    if (b > e || e > expected.size) break;
+    ranges.Add(b, e);
+  }
+  return true;
+}
+
+}  // namespace
+
+Journal::~Journal() { Close(); }
+
+Journal::Journal(Journal&& o) noexcept
+    : fd_(std::exchange(o.fd_, -1)), ranges_(std::move(o.ranges_)), resumed_(o.resumed_) {}
+
+Journal& Journal::operator=(Journal&& o) noexcept {
+  if (this != &o) {
+    Close();
+    fd_ = std::exchange(o.fd_, -1);
+    ranges_ = std::move(o.ranges_);
+    resumed_ = o.resumed_;
+  }
+  return *this;
+}
+
+void Journal::Close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+absl::StatusOr<Journal> Journal::Open(const std::filesystem::path& path,
+                                      const JournalHeader& header) {
+  Journal j;
+  j.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (j.fd_ < 0) return Errno("open journal", path);
+  if (Load(j.fd_, header, j.ranges_)) {
+    j.resumed_ = true;
+    // Drop a torn tail so new records follow valid ones.
+    std::uint64_t valid_end = 0;
+    {
+      struct stat st {};
+      ::fstat(j.fd_, &st);
+      std::uint64_t hdr = 16 + HeaderJson(header).size();
+      std::uint64_t records = (static_cast<std::uint64_t>(st.st_size) - hdr) / 24;
+      valid_end = hdr + records * 24;
+    }
+    if (::ftruncate(j.fd_, static_cast<off_t>(valid_end)) != 0) return Errno("truncate journal", path);
+    if (::lseek(j.fd_, 0, SEEK_END) < 0) return Errno("seek journal", path);
+    return j;
+  }
+  j.ranges_.Clear();
+  if (::ftruncate(j.fd_, 0) != 0) return Errno("truncate journal", path);
+  std::string json = HeaderJson(header);
+  std::string buf(8 + json.size() + 8, '\0');
+  auto* p = reinterpret_cast<unsigned char*>(buf.data());
+  std::uint32_t magic = kJournalMagic, n = static_cast<std::uint32_t>(json.size());
+  std::memcpy(p, &magic, 4);
+  std::memcpy(p + 4, &n, 4);
+  std::memcpy(p + 8, json.data(), n);
+  Put64(p + 8 + n, XXH3_64bits(json.data(), n));
+  if (::lseek(j.fd_, 0, SEEK_SET) < 0 || !WriteAll(j.fd_, buf.data(), buf.size())) {
+    return Errno("write journal", path);
+  }
+  if (::fdatasync(j.fd_) != 0) return Errno("sync journal", path);
+  return j;
+}
+
+absl::Status Journal::Append(const std::vector<ByteRange>& ranges) {
+  if (ranges.empty()) return absl::OkStatus();
+  std::string buf(ranges.size() * 24, '\0');
+  auto* p = reinterpret_cast<unsigned char*>(buf.data());
+  for (const ByteRange& r : ranges) {
+    Put64(p, r.begin);
+    Put64(p + 8, r.end);
+    Put64(p + 16, XXH3_64bits(p, 16));
+    p += 24;
+  }
+  if (!WriteAll(fd_, buf.data(), buf.size())) return Errno("append journal", "");
+  if (::fdatasync(fd_) != 0) return Errno("sync journal", "");
+  for (const ByteRange& r : ranges) ranges_.Add(r);
+  return absl::OkStatus();
+}
+
+}  // namespace gfrep::transfer::internal

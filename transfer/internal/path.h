@@ -1,0 +1,22 @@
+#pragma once
+
+// Validation of paths received from the network against an agent's spool directory.
+
+#include <filesystem>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace gfrep::transfer::internal {
+
+// Name of the spool subdirectory holding partial files and journals (never a valid PATH).
+inline constexpr std::string_view kTmpDirName = ".gfrep-tmp";
+
+// Resolves `relative` (a PATH of gf://HOST:PORT/PATH) inside `spool` (canonical).
+// kInvalidArgument for empty, absolute, over-long paths, NUL bytes, "." or ".."
+// components, empty components and the reserved .gfrep-tmp; kPermissionDenied when a
+// symlink makes the path leave the spool. Returns the absolute path.
+absl::StatusOr<std::filesystem::path> ResolveSpoolPath(const std::filesystem::path& spool,
+                                                       std::string_view relative);
+
+}  // namespace gfrep::transfer::internal

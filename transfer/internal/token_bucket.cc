@@ -1,0 +1,62 @@
+#include "transfer/internal/token_bucket.h"
+
+#include <algorithm>
+#include <map>
+
+namespace gfrep::transfer::internal {
+
+namespace {
+class RealClock : public Clock {
+ public:
+  std::chrono::steady_clock::time_point Now() override { return std::chrono::steady_clock::now(); }
+};
+}  // namespace
+
+Clock* SteadyClock() {
+  static RealClock clock;
+  return &clock;
+}
+
+TokenBucket::TokenBucket(double rate, double burst, Clock* clock)
+    : rate_(rate), burst_(burst), tokens_(burst), last_(clock->Now()), clock_(clock) {}
+
+std::chrono::nanoseconds TokenBucket::Reserve(std::uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto now = clock_->Now();
+  double elapsed = std::chrono::duration<double>(now - last_).count();
+  if (elapsed > 0) {
+    tokens_ = std::min(burst_, tokens_ + elapsed * rate_);
+    last_ = now;
+  }
+  tokens_ -= static_cast<double>(bytes);
+  if (tokens_ >= 0) return std::chrono::nanoseconds(0);
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(-tokens_ / rate_ * 1e9));
+}
+
+void TokenBucket::SetRate(double rate) {
+  std::lock_guard<std::mutex> lock(mu_);
+  rate_ = rate;
+}
+
+double TokenBucket::rate() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rate_;
+}
+
+std::shared_ptr<TokenBucket> RouteBucket(const std::string& name, double rate_bytes) {
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<TokenBucket>> buckets;
+  std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<TokenBucket> b = buckets[name].lock();
+  if (b) {
+    if (b->rate() != rate_bytes) b->SetRate(rate_bytes);
+    return b;
+  }
+  // Burst: 50 ms worth of bytes, at least 256 KiB, so pacing stays smooth.
+  b = std::make_shared<TokenBucket>(rate_bytes, std::max(rate_bytes * 0.05, 256.0 * 1024),
+                                    SteadyClock());
+  buckets[name] = b;
+  return b;
+}
+
+}  // namespace gfrep::transfer::internal

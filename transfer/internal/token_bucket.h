@@ -1,0 +1,51 @@
+#pragma once
+
+// TokenBucket: an aggregate rate limit in bytes/s with a burst allowance, shared by every
+// stream of every transfer on one route (see RouteBucket). Reservation style: a stream
+// asks for `bytes` and is told how long to wait before sending them; the debt is shared,
+// so N streams together never exceed the rate. The clock is injected for tests.
+//
+// Thread safety: all methods are thread-safe (one mutex).
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace gfrep::transfer::internal {
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual std::chrono::steady_clock::time_point Now() = 0;
+};
+
+// The real steady clock (a process-wide instance).
+Clock* SteadyClock();
+
+class TokenBucket {
+ public:
+  // `rate` bytes per second (> 0); up to `burst` bytes may go at once after idling.
+  TokenBucket(double rate, double burst, Clock* clock);
+
+  // Takes `bytes` tokens and returns how long the caller must wait before sending them
+  // (zero when tokens were available).
+  std::chrono::nanoseconds Reserve(std::uint64_t bytes);
+  void SetRate(double rate);
+  double rate() const;
+
+ private:
+  mutable std::mutex mu_;
+  double rate_;   // guarded by mu_
+  double burst_;  // guarded by mu_
+  double tokens_; // guarded by mu_; negative = debt
+  std::chrono::steady_clock::time_point last_;  // guarded by mu_
+  Clock* clock_;
+};
+
+// The process-wide bucket of route `name` at `rate_bytes` bytes/s (created on first use;
+// a later call with another rate updates it). Buckets live while some transfer holds them.
+std::shared_ptr<TokenBucket> RouteBucket(const std::string& name, double rate_bytes);
+
+}  // namespace gfrep::transfer::internal

@@ -1,0 +1,91 @@
+#pragma once
+
+// Settings of the transfer engine. RouteOptions are the per-route knobs (what netprobe
+// recommends and the catalog's route table stores); TransferOptions add what is per copy.
+// Validate() checks ranges; every factory and client call validates before use.
+
+#include <spdlog/logger.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace gfrep::transfer {
+
+// Hard limits of the wire protocol (a peer asking for more is refused).
+inline constexpr int kMaxStreams = 64;
+inline constexpr std::uint64_t kMinStripeUnit = 4 * 1024;
+inline constexpr std::uint64_t kMaxStripeUnit = 64ull * 1024 * 1024;
+
+struct RouteOptions {
+  // Parallel TCP data connections per transfer.
+  int streams = 4;
+  // Bytes per block dealt to a free stream (also the unit of resend after a bad block).
+  std::uint64_t stripe_unit = 4 * 1024 * 1024;
+  // SO_SNDBUF/SO_RCVBUF per data connection; 0 keeps the kernel's autotuning.
+  std::uint64_t socket_buffer = 0;
+  // TCP_CONGESTION by name ("cubic", "bbr", "highspeed", ...); empty = system default.
+  // An unavailable algorithm logs a warning and the one actually used is reported.
+  std::string congestion;
+  // Per-stream pacing (SO_MAX_PACING_RATE), bit/s; 0 = none.
+  std::uint64_t stream_rate_bps = 0;
+  // Aggregate cap for all streams of all transfers of this process on this route, bit/s;
+  // 0 = none. Routes are keyed by `route_name` (default: the peer's host:port).
+  std::uint64_t route_rate_bps = 0;
+  std::string route_name;
+};
+
+// Progress of one transfer, reported at most every ~100 ms and once at the end.
+struct Progress {
+  std::uint64_t bytes_done = 0;    // bytes present at the receiver (incl. resumed)
+  std::uint64_t bytes_total = 0;   // file size
+  std::uint64_t resumed_bytes = 0; // present before this run started
+  double seconds = 0;              // since the transfer started
+  int streams = 0;
+};
+
+struct TlsOptions {
+  // PEM files. A server needs cert+key; a client needs ca (to verify the server) and, for
+  // certificate authentication, cert+key too.
+  std::filesystem::path cert;
+  std::filesystem::path key;
+  std::filesystem::path ca;
+};
+
+struct TransferOptions {
+  RouteOptions route;
+  // End-to-end file checksum verified before the file is renamed into place.
+  std::string checksum = "xxh3-128";
+  // Checksum carried by each data frame.
+  std::string block_checksum = "xxh3-64";
+  // Encrypt the control and data connections with TLS. Never falls back to clear text.
+  bool tls = false;
+  TlsOptions tls_options;
+  // The shared key (raw bytes) for challenge-response authentication; see auth.h.
+  std::string shared_key;
+  // A connection idle this long (no bytes) fails the transfer with kDeadlineExceeded.
+  std::chrono::milliseconds io_timeout{30000};
+  // Rounds of re-sending blocks that arrived damaged before giving up with kDataLoss.
+  int max_resend_rounds = 3;
+  // The receiver makes its restart markers durable after this many new bytes.
+  std::uint64_t journal_interval = 256ull * 1024 * 1024;
+  // Called on the transfer's executor thread; keep it cheap.
+  std::function<void(const Progress&)> progress;
+  // Null: spdlog::default_logger().
+  std::shared_ptr<spdlog::logger> logger;
+
+  // Test hooks (hidden flags of gfcp/gfsited). The sender flips one byte of the block
+  // containing this offset, `test_corrupt_times` times; -1 = off.
+  std::int64_t test_corrupt_offset = -1;
+  int test_corrupt_times = 0;
+};
+
+absl::Status Validate(const RouteOptions& options);
+absl::Status Validate(const TransferOptions& options);
+
+}  // namespace gfrep::transfer
