@@ -114,6 +114,17 @@ fs::path StatsFile(const Topology& t, const TestbedOptions& o, const RouteSpec& 
 }
 fs::path HostSysctlFile(const TestbedOptions& o) { return o.state_dir / "host-sysctl.saved"; }
 
+// True while `pid` exists and is not a zombie (a daemonised emulator is reaped by
+// whoever adopted it, maybe late).
+bool ProcessRunning(pid_t pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const std::size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z' &&
+         line[paren + 2] != 'X';
+}
+
 // The pid in `pidfile` if that process is alive and is a gfwanem; 0 otherwise.
 pid_t LiveEmulator(const fs::path& pidfile) {
   std::ifstream in(pidfile);
@@ -122,7 +133,7 @@ pid_t LiveEmulator(const fs::path& pidfile) {
   std::ifstream comm(fmt::format("/proc/{}/comm", pid));
   std::string name;
   if (!(comm >> name) || name != "gfwanem") return 0;
-  return static_cast<pid_t>(pid);
+  return ProcessRunning(static_cast<pid_t>(pid)) ? static_cast<pid_t>(pid) : 0;
 }
 
 absl::StatusOr<std::uint64_t> ReadProcNumber(const std::string& path) {
@@ -384,10 +395,10 @@ absl::Status TestbedDown(const Topology& t, const TestbedOptions& options) {
     if (pid == 0) continue;
     ::kill(pid, SIGTERM);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (::kill(pid, 0) == 0 && std::chrono::steady_clock::now() < deadline) {
+    while (ProcessRunning(pid) && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(kPollInterval);  // not our child: no wait() possible
     }
-    if (::kill(pid, 0) == 0) {
+    if (ProcessRunning(pid)) {
       log.warn("emulator pid {} ignored SIGTERM: killing", pid);
       ::kill(pid, SIGKILL);
     }
