@@ -1,0 +1,558 @@
+#include "catalog/catalog_service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include <atomic>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <fmt/format.h>
+
+#include "absl/synchronization/mutex.h"
+#include "catalog/internal/convert.h"
+#include "catalog/proto/catalog.grpc.pb.h"
+
+namespace gfrep::catalog {
+namespace {
+
+using internal::FromProto;
+using internal::ToGrpc;
+using internal::ToProto;
+namespace v1 = ::gfrep::catalog::v1;
+using namespace std::chrono_literals;
+
+constexpr std::size_t kMaxListEntries = 1'000'000;
+constexpr std::size_t kMaxEventBatch = 1000;
+
+template <typename T, typename P>
+absl::Status Fill(const absl::StatusOr<T>& result, P* out) {
+  if (result.ok()) ToProto(*result, out);
+  return result.status();
+}
+
+template <typename T, typename P, typename Add>
+absl::Status FillList(const absl::StatusOr<std::vector<T>>& result, Add add) {
+  if (result.ok()) {
+    for (const T& x : *result) ToProto(x, add());
+  }
+  return result.status();
+}
+
+std::size_t Limit(std::uint64_t requested, std::size_t max) {
+  return requested == 0 || requested > max ? max : static_cast<std::size_t>(requested);
+}
+
+class Service;
+
+// One Watch stream: polls the event log on the watch pool, writes one EventList per
+// batch, and finishes when the client cancels or the server shuts down. Never more than
+// one Poll or one write is outstanding, so the members need no lock.
+class WatchReactor final : public grpc::ServerWriteReactor<v1::EventList> {
+ public:
+  WatchReactor(Catalog& catalog, boost::asio::thread_pool& pool, std::uint64_t after_seq,
+               const std::atomic<bool>& stopping)
+      : catalog_(catalog), pool_(pool), after_seq_(after_seq), stopping_(stopping) {
+    Schedule();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "watch stream broken"));
+      return;
+    }
+    Schedule();
+  }
+  void OnCancel() override { cancelled_ = true; }
+  void OnDone() override { delete this; }
+
+ private:
+  void Schedule() {
+    boost::asio::post(pool_, [this] { Poll(); });
+  }
+
+  void Poll() {
+    if (cancelled_ || stopping_) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "watch ended"));
+      return;
+    }
+    absl::StatusOr<std::vector<Event>> events =
+        catalog_.ReadEvents(after_seq_, kMaxEventBatch, 200ms);
+    if (!events.ok()) {
+      Finish(ToGrpc(events.status()));
+      return;
+    }
+    if (events->empty()) {
+      Schedule();
+      return;
+    }
+    batch_.Clear();
+    for (const Event& e : *events) ToProto(e, batch_.add_events());
+    after_seq_ = events->back().seq;
+    StartWrite(&batch_);
+  }
+
+  Catalog& catalog_;
+  boost::asio::thread_pool& pool_;
+  std::uint64_t after_seq_;
+  const std::atomic<bool>& stopping_;
+  std::atomic<bool> cancelled_{false};
+  v1::EventList batch_;
+};
+
+class Service final : public v1::Catalog::CallbackService {
+ public:
+  Service(Catalog& catalog, const ServerOptions& options)
+      : catalog_(catalog),
+        options_(options),
+        pool_(static_cast<std::size_t>(options.worker_threads)),
+        watch_pool_(static_cast<std::size_t>(options.watch_threads)) {}
+
+  void Stop() {
+    stopping_ = true;
+  }
+  void Join() {
+    pool_.join();
+    watch_pool_.join();
+  }
+
+ private:
+  // Runs fn (returning absl::Status) on the worker pool and finishes the call with it.
+  template <typename Fn>
+  grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* context, Fn fn) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    boost::asio::post(pool_, [reactor, fn = std::move(fn)]() mutable {
+      reactor->Finish(ToGrpc(fn()));
+    });
+    return reactor;
+  }
+  // For short point lookups: runs fn on the gRPC thread.
+  template <typename Fn>
+  grpc::ServerUnaryReactor* Inline(grpc::CallbackServerContext* context, Fn fn) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpc(fn()));
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Mkdir(grpc::CallbackServerContext* c, const v1::MkdirRequest* req,
+                                  v1::Attributes* resp) override {
+    return Offload(c, [this, req, resp] {
+      MkdirOptions o;
+      o.parents = req->parents();
+      if (req->mode() != 0) o.mode = req->mode();
+      o.owner = req->owner();
+      return Fill(catalog_.Mkdir(req->path(), o), resp);
+    });
+  }
+
+  grpc::ServerUnaryReactor* CreateFile(grpc::CallbackServerContext* c,
+                                       const v1::CreateFileRequest* req,
+                                       v1::Attributes* resp) override {
+    return Offload(c, [this, req, resp] {
+      FileContent content = FromProto(req->content());
+      if (content.mode == 0) content.mode = 0644;
+      return Fill(catalog_.CreateFile(req->path(), content), resp);
+    });
+  }
+
+  grpc::ServerUnaryReactor* CommitFile(grpc::CallbackServerContext* c,
+                                       const v1::CommitFileRequest* req,
+                                       v1::Attributes* resp) override {
+    return Offload(c, [this, req, resp] {
+      FileContent content = FromProto(req->content());
+      if (content.mode == 0) content.mode = 0644;
+      std::optional<std::uint64_t> expected;
+      if (req->has_expected_generation()) expected = req->expected_generation();
+      return Fill(catalog_.CommitFile(req->path(), content, req->writer_node(), expected), resp);
+    });
+  }
+
+  grpc::ServerUnaryReactor* Stat(grpc::CallbackServerContext* c, const v1::PathRequest* req,
+                                 v1::Attributes* resp) override {
+    return Inline(c, [&] { return Fill(catalog_.Stat(req->path()), resp); });
+  }
+
+  grpc::ServerUnaryReactor* StatInode(grpc::CallbackServerContext* c, const v1::InodeRequest* req,
+                                      v1::Attributes* resp) override {
+    return Inline(c, [&] { return Fill(catalog_.StatInode(req->inode()), resp); });
+  }
+
+  grpc::ServerUnaryReactor* PathOf(grpc::CallbackServerContext* c, const v1::InodeRequest* req,
+                                   v1::PathResponse* resp) override {
+    return Inline(c, [&] {
+      absl::StatusOr<std::string> p = catalog_.PathOf(req->inode());
+      if (p.ok()) resp->set_path(*p);
+      return p.status();
+    });
+  }
+
+  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* c, const v1::ListRequest* req,
+                                 v1::ListResponse* resp) override {
+    return Offload(c, [this, req, resp] {
+      ListOptions o;
+      o.start_after = req->start_after();
+      o.limit = Limit(req->limit(), kMaxListEntries);
+      absl::StatusOr<std::vector<DirEntry>> list = catalog_.List(req->path(), o);
+      if (!list.ok()) return list.status();
+      resp->mutable_entries()->Reserve(static_cast<int>(list->size()));
+      for (const DirEntry& e : *list) {
+        v1::DirEntry* out = resp->add_entries();
+        out->set_name(e.name);
+        ToProto(e.attributes, out->mutable_attributes());
+      }
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Remove(grpc::CallbackServerContext* c, const v1::RemoveRequest* req,
+                                   v1::Empty*) override {
+    return Offload(c, [this, req] { return catalog_.Remove(req->path(), req->recursive()); });
+  }
+
+  grpc::ServerUnaryReactor* Rename(grpc::CallbackServerContext* c, const v1::RenameRequest* req,
+                                   v1::Empty*) override {
+    return Offload(c, [this, req] { return catalog_.Rename(req->from(), req->to()); });
+  }
+
+  grpc::ServerUnaryReactor* Locate(grpc::CallbackServerContext* c, const v1::PathRequest* req,
+                                   v1::Location* resp) override {
+    return Offload(c, [this, req, resp] { return Fill(catalog_.Locate(req->path()), resp); });
+  }
+
+  grpc::ServerUnaryReactor* GetReplicas(grpc::CallbackServerContext* c,
+                                        const v1::InodeRequest* req,
+                                        v1::ReplicaList* resp) override {
+    return Offload(c, [this, req, resp] {
+      return FillList<Replica, v1::Replica>(catalog_.GetReplicas(req->inode()),
+                                            [resp] { return resp->add_replicas(); });
+    });
+  }
+
+  grpc::ServerUnaryReactor* PutReplica(grpc::CallbackServerContext* c, const v1::Replica* req,
+                                       v1::Empty*) override {
+    return Offload(c, [this, req] {
+      absl::StatusOr<Replica> r = FromProto(*req);
+      if (!r.ok()) return r.status();
+      return catalog_.PutReplica(*r);
+    });
+  }
+
+  grpc::ServerUnaryReactor* RemoveReplica(grpc::CallbackServerContext* c,
+                                          const v1::RemoveReplicaRequest* req,
+                                          v1::Empty*) override {
+    return Offload(c, [this, req] { return catalog_.RemoveReplica(req->inode(), req->node()); });
+  }
+
+  grpc::ServerUnaryReactor* ListNodeReplicas(grpc::CallbackServerContext* c,
+                                             const v1::ListNodeReplicasRequest* req,
+                                             v1::ReplicaList* resp) override {
+    return Offload(c, [this, req, resp] {
+      return FillList<Replica, v1::Replica>(
+          catalog_.ListNodeReplicas(req->node(), req->start_after(),
+                                    Limit(req->limit(), kMaxListEntries)),
+          [resp] { return resp->add_replicas(); });
+    });
+  }
+
+  grpc::ServerUnaryReactor* PutSite(grpc::CallbackServerContext* c, const v1::Site* req,
+                                    v1::Empty*) override {
+    return Offload(c, [this, req] { return catalog_.PutSite(FromProto(*req)); });
+  }
+
+  grpc::ServerUnaryReactor* RemoveSite(grpc::CallbackServerContext* c, const v1::NameRequest* req,
+                                       v1::Empty*) override {
+    return Offload(c, [this, req] { return catalog_.RemoveSite(req->name()); });
+  }
+
+  grpc::ServerUnaryReactor* ListSites(grpc::CallbackServerContext* c, const v1::Empty*,
+                                      v1::SiteList* resp) override {
+    return Offload(c, [this, resp] {
+      return FillList<Site, v1::Site>(catalog_.ListSites(), [resp] { return resp->add_sites(); });
+    });
+  }
+
+  grpc::ServerUnaryReactor* RegisterNode(grpc::CallbackServerContext* c, const v1::Node* req,
+                                         v1::Empty*) override {
+    return Offload(c, [this, req] { return catalog_.RegisterNode(FromProto(*req)); });
+  }
+
+  grpc::ServerUnaryReactor* RemoveNode(grpc::CallbackServerContext* c, const v1::NameRequest* req,
+                                       v1::Empty*) override {
+    return Offload(c, [this, req] { return catalog_.RemoveNode(req->name()); });
+  }
+
+  grpc::ServerUnaryReactor* GetNode(grpc::CallbackServerContext* c, const v1::NameRequest* req,
+                                    v1::Node* resp) override {
+    return Inline(c, [&] { return Fill(catalog_.GetNode(req->name()), resp); });
+  }
+
+  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* c,
+                                      const v1::ListNodesRequest* req,
+                                      v1::NodeList* resp) override {
+    return Offload(c, [this, req, resp] {
+      return FillList<Node, v1::Node>(catalog_.ListNodes(req->site()),
+                                      [resp] { return resp->add_nodes(); });
+    });
+  }
+
+  grpc::ServerUnaryReactor* SendHeartbeat(grpc::CallbackServerContext* c,
+                                          const v1::HeartbeatRequest* req, v1::Empty*) override {
+    return Offload(c, [this, req] {
+      Heartbeat h;
+      h.node = req->node();
+      h.free_bytes = req->free_bytes();
+      h.load = req->load();
+      h.active_transfers = req->active_transfers();
+      return catalog_.SendHeartbeat(h);
+    });
+  }
+
+  grpc::ServerUnaryReactor* PutRoute(grpc::CallbackServerContext* c, const v1::Route* req,
+                                     v1::Empty*) override {
+    return Offload(c, [this, req] { return catalog_.PutRoute(FromProto(*req)); });
+  }
+
+  grpc::ServerUnaryReactor* RemoveRoute(grpc::CallbackServerContext* c, const v1::RouteKey* req,
+                                        v1::Empty*) override {
+    return Offload(c, [this, req] { return catalog_.RemoveRoute(req->src_site(), req->dst_site()); });
+  }
+
+  grpc::ServerUnaryReactor* GetRoute(grpc::CallbackServerContext* c, const v1::RouteKey* req,
+                                     v1::Route* resp) override {
+    return Inline(c, [&] { return Fill(catalog_.GetRoute(req->src_site(), req->dst_site()), resp); });
+  }
+
+  grpc::ServerUnaryReactor* ListRoutes(grpc::CallbackServerContext* c, const v1::Empty*,
+                                       v1::RouteList* resp) override {
+    return Offload(c, [this, resp] {
+      return FillList<Route, v1::Route>(catalog_.ListRoutes(), [resp] { return resp->add_routes(); });
+    });
+  }
+
+  grpc::ServerUnaryReactor* CreateRequest(grpc::CallbackServerContext* c,
+                                          const v1::RequestSpec* req,
+                                          v1::Request* resp) override {
+    return Offload(c, [this, req, resp] { return Fill(catalog_.CreateRequest(FromProto(*req)), resp); });
+  }
+
+  grpc::ServerUnaryReactor* GetRequest(grpc::CallbackServerContext* c, const v1::IdRequest* req,
+                                       v1::Request* resp) override {
+    return Inline(c, [&] { return Fill(catalog_.GetRequest(req->id()), resp); });
+  }
+
+  grpc::ServerUnaryReactor* ListRequests(grpc::CallbackServerContext* c,
+                                         const v1::ListRequestsRequest* req,
+                                         v1::RequestList* resp) override {
+    return Offload(c, [this, req, resp] {
+      RequestState state = RequestState::kQueued;
+      if (!req->any_state()) {
+        absl::StatusOr<RequestState> s = FromProto(req->state());
+        if (!s.ok()) return s.status();
+        state = *s;
+      }
+      return FillList<Request, v1::Request>(
+          catalog_.ListRequests(req->any_state(), state, Limit(req->limit(), kMaxListEntries)),
+          [resp] { return resp->add_requests(); });
+    });
+  }
+
+  grpc::ServerUnaryReactor* UpdateRequest(grpc::CallbackServerContext* c,
+                                          const v1::UpdateRequestRequest* req,
+                                          v1::Request* resp) override {
+    return Offload(c, [this, req, resp] {
+      RequestUpdate u;
+      u.id = req->id();
+      u.set_state = req->set_state();
+      if (u.set_state) {
+        absl::StatusOr<RequestState> s = FromProto(req->state());
+        if (!s.ok()) return s.status();
+        u.state = *s;
+      }
+      u.error = req->error();
+      u.set_counters = req->set_counters();
+      u.files_total = req->files_total();
+      u.files_done = req->files_done();
+      u.files_failed = req->files_failed();
+      u.bytes_total = req->bytes_total();
+      u.bytes_done = req->bytes_done();
+      return Fill(catalog_.UpdateRequest(u), resp);
+    });
+  }
+
+  grpc::ServerUnaryReactor* CancelRequest(grpc::CallbackServerContext* c,
+                                          const v1::IdRequest* req, v1::Empty*) override {
+    return Offload(c, [this, req] { return catalog_.CancelRequest(req->id()); });
+  }
+
+  grpc::ServerUnaryReactor* CreateTasks(grpc::CallbackServerContext* c,
+                                        const v1::CreateTasksRequest* req,
+                                        v1::TaskList* resp) override {
+    return Offload(c, [this, req, resp] {
+      std::vector<TaskSpec> specs;
+      specs.reserve(static_cast<std::size_t>(req->specs_size()));
+      for (const v1::TaskSpec& s : req->specs()) specs.push_back(FromProto(s));
+      return FillList<Task, v1::Task>(catalog_.CreateTasks(specs),
+                                      [resp] { return resp->add_tasks(); });
+    });
+  }
+
+  grpc::ServerUnaryReactor* GetTask(grpc::CallbackServerContext* c, const v1::IdRequest* req,
+                                    v1::Task* resp) override {
+    return Inline(c, [&] { return Fill(catalog_.GetTask(req->id()), resp); });
+  }
+
+  grpc::ServerUnaryReactor* ListTasks(grpc::CallbackServerContext* c,
+                                      const v1::ListTasksRequest* req,
+                                      v1::TaskList* resp) override {
+    return Offload(c, [this, req, resp] {
+      TaskFilter f;
+      f.request_id = req->request_id();
+      f.dst_node = req->dst_node();
+      f.any_state = req->any_state();
+      if (!f.any_state) {
+        absl::StatusOr<TaskState> s = FromProto(req->state());
+        if (!s.ok()) return s.status();
+        f.state = *s;
+      }
+      f.limit = Limit(req->limit(), kMaxListEntries);
+      return FillList<Task, v1::Task>(catalog_.ListTasks(f), [resp] { return resp->add_tasks(); });
+    });
+  }
+
+  grpc::ServerUnaryReactor* ClaimTask(grpc::CallbackServerContext* c,
+                                      const v1::ClaimTaskRequest* req, v1::Task* resp) override {
+    return Offload(c, [this, req, resp] {
+      return Fill(catalog_.ClaimTask(req->node(), req->owner(),
+                                     std::chrono::milliseconds(req->lease_ms())),
+                  resp);
+    });
+  }
+
+  grpc::ServerUnaryReactor* RenewLease(grpc::CallbackServerContext* c,
+                                       const v1::RenewLeaseRequest* req, v1::Task* resp) override {
+    return Offload(c, [this, req, resp] {
+      return Fill(catalog_.RenewLease(req->id(), req->owner(),
+                                      std::chrono::milliseconds(req->lease_ms())),
+                  resp);
+    });
+  }
+
+  grpc::ServerUnaryReactor* CompleteTask(grpc::CallbackServerContext* c,
+                                         const v1::CompleteTaskRequest* req,
+                                         v1::Task* resp) override {
+    return Offload(c, [this, req, resp] {
+      return Fill(catalog_.CompleteTask(req->id(), req->owner()), resp);
+    });
+  }
+
+  grpc::ServerUnaryReactor* FailTask(grpc::CallbackServerContext* c,
+                                     const v1::FailTaskRequest* req, v1::Task* resp) override {
+    return Offload(c, [this, req, resp] {
+      return Fill(catalog_.FailTask(req->id(), req->owner(), req->error(), req->retryable(),
+                                    std::chrono::milliseconds(req->retry_after_ms())),
+                  resp);
+    });
+  }
+
+  grpc::ServerUnaryReactor* ReadEvents(grpc::CallbackServerContext* c,
+                                       const v1::ReadEventsRequest* req,
+                                       v1::EventList* resp) override {
+    return Offload(c, [this, req, resp] {
+      std::chrono::milliseconds wait =
+          std::min(std::chrono::milliseconds(req->wait_ms()), options_.max_event_wait);
+      return FillList<Event, v1::Event>(
+          catalog_.ReadEvents(req->after_seq(), Limit(req->max(), kMaxEventBatch), wait),
+          [resp] { return resp->add_events(); });
+    });
+  }
+
+  grpc::ServerUnaryReactor* LastEventSeq(grpc::CallbackServerContext* c, const v1::Empty*,
+                                         v1::SeqResponse* resp) override {
+    return Inline(c, [&] {
+      absl::StatusOr<std::uint64_t> seq = catalog_.LastEventSeq();
+      if (seq.ok()) resp->set_seq(*seq);
+      return seq.status();
+    });
+  }
+
+  grpc::ServerWriteReactor<v1::EventList>* Watch(grpc::CallbackServerContext*,
+                                                 const v1::WatchRequest* req) override {
+    return new WatchReactor(catalog_, watch_pool_, req->after_seq(), stopping_);
+  }
+
+  Catalog& catalog_;
+  ServerOptions options_;
+  boost::asio::thread_pool pool_;
+  boost::asio::thread_pool watch_pool_;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace
+
+struct CatalogServer::Impl {
+  std::unique_ptr<Service> service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+  int port = 0;
+  absl::Mutex mu;
+  bool shut_down ABSL_GUARDED_BY(mu) = false;
+};
+
+CatalogServer::CatalogServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+CatalogServer::~CatalogServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& catalog,
+                                                                    const ServerOptions& options) {
+  if (options.worker_threads < 1 || options.worker_threads > 1024 || options.watch_threads < 1 ||
+      options.watch_threads > 256) {
+    return absl::InvalidArgumentError("worker_threads must be 1..1024, watch_threads 1..256");
+  }
+  if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
+    return absl::InvalidArgumentError("TLS needs both a certificate and a key");
+  }
+  std::size_t colon = options.listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(fmt::format("bad listen address '{}': want HOST:PORT", options.listen));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->service = std::make_unique<Service>(catalog, options);
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (options.tls_cert_pem.empty()) {
+    creds = grpc::InsecureServerCredentials();
+  } else {
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+    creds = grpc::SslServerCredentials(ssl);
+  }
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, creds, &impl->port);
+  builder.RegisterService(impl->service.get());
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  impl->server = builder.BuildAndStart();
+  if (!impl->server || impl->port == 0) {
+    impl->service->Join();
+    return absl::UnavailableError(fmt::format("cannot listen on {}", options.listen));
+  }
+  impl->address = fmt::format("{}:{}", options.listen.substr(0, colon), impl->port);
+  return std::unique_ptr<CatalogServer>(new CatalogServer(std::move(impl)));
+}
+
+const std::string& CatalogServer::address() const { return impl_->address; }
+int CatalogServer::port() const { return impl_->port; }
+
+void CatalogServer::Shutdown() {
+  {
+    absl::MutexLock l(&impl_->mu);
+    if (impl_->shut_down) return;
+    impl_->shut_down = true;
+  }
+  impl_->service->Stop();
+  impl_->server->Shutdown(std::chrono::system_clock::now() + 5s);
+  impl_->service->Join();
+}
+
+void CatalogServer::Wait() { impl_->server->Wait(); }
+
+}  // namespace gfrep::catalog

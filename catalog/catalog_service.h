@@ -1,0 +1,62 @@
+#pragma once
+
+// CatalogServer serves a Catalog (usually OpenRocksCatalog's) over gRPC: the service
+// gfrep.catalog.v1.Catalog of catalog/proto/catalog.proto, callback API. gfcatalogd is a
+// thin main around it; tests and benchmarks start one in-process on 127.0.0.1:0.
+//
+// Threads: gRPC's callback threads only parse, convert and hand over. Everything that
+// touches the disk (every mutation waits for a WAL fsync; scans) runs on a worker pool
+// (options.worker_threads); short point lookups (Stat, Get*) run inline. Watch streams
+// poll the event log on a separate small pool so that they never starve unary calls.
+//
+// Thread safety: Start/Shutdown from one thread; the catalog must outlive the server.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "catalog/catalog.h"
+
+namespace gfrep::catalog {
+
+struct ServerOptions {
+  // host:port to bind; port 0 picks a free one (see CatalogServer::address()).
+  std::string listen = "127.0.0.1:0";
+  // PEM server certificate chain and key. Both empty: plaintext.
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  // Threads that run blocking catalog calls (mutations wait for an fsync each; more
+  // threads let more writers share one group commit).
+  int worker_threads = 64;
+  // Threads that poll the event log for Watch streams.
+  int watch_threads = 4;
+  // Largest request or response message, bytes.
+  int max_message_bytes = 64 << 20;
+  // Longest long-poll a ReadEvents caller may ask for.
+  std::chrono::milliseconds max_event_wait{30000};
+};
+
+class CatalogServer {
+ public:
+  // Binds, registers the service and starts serving. kUnavailable if the address cannot
+  // be bound, kInvalidArgument for bad options.
+  static absl::StatusOr<std::unique_ptr<CatalogServer>> Start(Catalog& catalog,
+                                                              const ServerOptions& options);
+  ~CatalogServer();  // Shutdown()
+
+  // The bound address, "host:port" with the real port.
+  const std::string& address() const;
+  int port() const;
+
+  // Stops accepting calls, cancels Watch streams, waits for running calls (up to 5 s).
+  void Shutdown();
+  // Blocks until Shutdown() is called from another thread.
+  void Wait();
+
+ private:
+  struct Impl;
+  explicit CatalogServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gfrep::catalog

@@ -1,0 +1,556 @@
+#include "catalog/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <fmt/format.h>
+
+#include "catalog/internal/convert.h"
+#include "catalog/proto/catalog.grpc.pb.h"
+
+namespace gfrep::catalog {
+namespace {
+
+using internal::FromGrpc;
+using internal::FromProto;
+using internal::ToProto;
+namespace v1 = ::gfrep::catalog::v1;
+
+constexpr int kMaxMessageBytes = 64 << 20;
+
+}  // namespace
+
+void WatchHandle::Cancel() {
+  cancelled_ = true;
+  while (busy_.test_and_set()) {
+  }
+  if (cancel_) cancel_();
+  busy_.clear();
+}
+
+void WatchHandle::Attach(std::function<void()> cancel) {
+  while (busy_.test_and_set()) {
+  }
+  cancel_ = std::move(cancel);
+  busy_.clear();
+}
+
+struct CatalogClient::Impl {
+  ClientOptions options;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Catalog::Stub> stub;
+
+  void Prepare(grpc::ClientContext& ctx, std::chrono::milliseconds extra = {}) const {
+    ctx.set_deadline(std::chrono::system_clock::now() + options.timeout + extra);
+    ctx.set_wait_for_ready(options.wait_for_ready);
+  }
+
+  // Calls one unary method; converts the status and, on success, the response.
+  template <typename Req, typename Resp, typename Method>
+  absl::Status Call(Method method, const Req& req, Resp* resp,
+                    std::chrono::milliseconds extra = {}) const {
+    grpc::ClientContext ctx;
+    Prepare(ctx, extra);
+    return FromGrpc((stub.get()->*method)(&ctx, req, resp));
+  }
+};
+
+CatalogClient::CatalogClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CatalogClient::~CatalogClient() = default;
+
+absl::StatusOr<std::unique_ptr<CatalogClient>> CatalogClient::Create(
+    const ClientOptions& options) {
+  if (options.address.empty() || options.address.find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(
+        fmt::format("bad catalog address '{}': want HOST:PORT", options.address));
+  }
+  if (options.timeout.count() <= 0) return absl::InvalidArgumentError("timeout must be positive");
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (options.tls_root_pem.empty()) {
+    creds = grpc::InsecureChannelCredentials();
+  } else {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tls_root_pem;
+    creds = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  impl->channel = grpc::CreateCustomChannel(options.address, creds, args);
+  impl->stub = v1::Catalog::NewStub(impl->channel);
+  return std::unique_ptr<CatalogClient>(new CatalogClient(std::move(impl)));
+}
+
+absl::Status CatalogClient::Watch(std::uint64_t after_seq,
+                                  const std::function<bool(const Event&)>& on_event,
+                                  WatchHandle* handle) {
+  grpc::ClientContext ctx;
+  ctx.set_wait_for_ready(impl_->options.wait_for_ready);
+  if (handle != nullptr) {
+    handle->Attach([&ctx] { ctx.TryCancel(); });
+    if (handle->cancelled()) {
+      handle->Attach(nullptr);
+      return absl::CancelledError("watch cancelled");
+    }
+  }
+  v1::WatchRequest req;
+  req.set_after_seq(after_seq);
+  std::unique_ptr<grpc::ClientReader<v1::EventList>> reader = impl_->stub->Watch(&ctx, req);
+  v1::EventList batch;
+  bool stopped = false;
+  absl::Status bad;
+  while (!stopped && reader->Read(&batch)) {
+    for (const v1::Event& pe : batch.events()) {
+      absl::StatusOr<Event> e = FromProto(pe);
+      if (!e.ok()) {
+        bad = e.status();
+        stopped = true;
+        break;
+      }
+      if (!on_event(*e)) {
+        stopped = true;
+        break;
+      }
+    }
+  }
+  if (stopped) ctx.TryCancel();
+  grpc::Status s = reader->Finish();
+  if (handle != nullptr) handle->Attach(nullptr);
+  if (!bad.ok()) return bad;
+  if (stopped) return absl::OkStatus();
+  if (handle != nullptr && handle->cancelled()) return absl::CancelledError("watch cancelled");
+  if (s.ok()) return absl::UnavailableError("watch stream ended");
+  return FromGrpc(s);
+}
+
+absl::StatusOr<Attributes> CatalogClient::Mkdir(std::string_view path,
+                                                const MkdirOptions& options) {
+  v1::MkdirRequest req;
+  req.set_path(std::string(path));
+  req.set_parents(options.parents);
+  req.set_mode(options.mode);
+  req.set_owner(options.owner);
+  v1::Attributes resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::Mkdir, req, &resp); !s.ok()) return s;
+  return FromProto(resp);
+}
+
+absl::StatusOr<Attributes> CatalogClient::CreateFile(std::string_view path,
+                                                     const FileContent& content) {
+  v1::CreateFileRequest req;
+  req.set_path(std::string(path));
+  ToProto(content, req.mutable_content());
+  v1::Attributes resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::CreateFile, req, &resp); !s.ok()) return s;
+  return FromProto(resp);
+}
+
+absl::StatusOr<Attributes> CatalogClient::CommitFile(
+    std::string_view path, const FileContent& content, std::string_view writer_node,
+    std::optional<std::uint64_t> expected_generation) {
+  v1::CommitFileRequest req;
+  req.set_path(std::string(path));
+  ToProto(content, req.mutable_content());
+  req.set_writer_node(std::string(writer_node));
+  if (expected_generation.has_value()) req.set_expected_generation(*expected_generation);
+  v1::Attributes resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::CommitFile, req, &resp); !s.ok()) return s;
+  return FromProto(resp);
+}
+
+absl::StatusOr<Attributes> CatalogClient::Stat(std::string_view path) {
+  v1::PathRequest req;
+  req.set_path(std::string(path));
+  v1::Attributes resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::Stat, req, &resp); !s.ok()) return s;
+  return FromProto(resp);
+}
+
+absl::StatusOr<Attributes> CatalogClient::StatInode(InodeId inode) {
+  v1::InodeRequest req;
+  req.set_inode(inode);
+  v1::Attributes resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::StatInode, req, &resp); !s.ok()) return s;
+  return FromProto(resp);
+}
+
+absl::StatusOr<std::string> CatalogClient::PathOf(InodeId inode) {
+  v1::InodeRequest req;
+  req.set_inode(inode);
+  v1::PathResponse resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::PathOf, req, &resp); !s.ok()) return s;
+  return resp.path();
+}
+
+absl::StatusOr<std::vector<DirEntry>> CatalogClient::List(std::string_view path,
+                                                          const ListOptions& options) {
+  v1::ListRequest req;
+  req.set_path(std::string(path));
+  req.set_start_after(options.start_after);
+  req.set_limit(options.limit);
+  v1::ListResponse resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::List, req, &resp); !s.ok()) return s;
+  std::vector<DirEntry> out;
+  out.reserve(static_cast<std::size_t>(resp.entries_size()));
+  for (const v1::DirEntry& e : resp.entries()) {
+    absl::StatusOr<Attributes> a = FromProto(e.attributes());
+    if (!a.ok()) return a.status();
+    out.push_back(DirEntry{e.name(), std::move(*a)});
+  }
+  return out;
+}
+
+absl::Status CatalogClient::Remove(std::string_view path, bool recursive) {
+  v1::RemoveRequest req;
+  req.set_path(std::string(path));
+  req.set_recursive(recursive);
+  v1::Empty resp;
+  return impl_->Call(&v1::Catalog::Stub::Remove, req, &resp);
+}
+
+absl::Status CatalogClient::Rename(std::string_view from, std::string_view to) {
+  v1::RenameRequest req;
+  req.set_from(std::string(from));
+  req.set_to(std::string(to));
+  v1::Empty resp;
+  return impl_->Call(&v1::Catalog::Stub::Rename, req, &resp);
+}
+
+absl::StatusOr<Location> CatalogClient::Locate(std::string_view path) {
+  v1::PathRequest req;
+  req.set_path(std::string(path));
+  v1::Location resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::Locate, req, &resp); !s.ok()) return s;
+  return FromProto(resp);
+}
+
+namespace {
+absl::StatusOr<std::vector<Replica>> Replicas(const v1::ReplicaList& list) {
+  std::vector<Replica> out;
+  for (const v1::Replica& r : list.replicas()) {
+    absl::StatusOr<Replica> x = FromProto(r);
+    if (!x.ok()) return x.status();
+    out.push_back(std::move(*x));
+  }
+  return out;
+}
+}  // namespace
+
+absl::StatusOr<std::vector<Replica>> CatalogClient::GetReplicas(InodeId inode) {
+  v1::InodeRequest req;
+  req.set_inode(inode);
+  v1::ReplicaList resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::GetReplicas, req, &resp); !s.ok()) return s;
+  return Replicas(resp);
+}
+
+absl::Status CatalogClient::PutReplica(const Replica& replica) {
+  v1::Replica req;
+  ToProto(replica, &req);
+  v1::Empty resp;
+  return impl_->Call(&v1::Catalog::Stub::PutReplica, req, &resp);
+}
+
+absl::Status CatalogClient::RemoveReplica(InodeId inode, std::string_view node) {
+  v1::RemoveReplicaRequest req;
+  req.set_inode(inode);
+  req.set_node(std::string(node));
+  v1::Empty resp;
+  return impl_->Call(&v1::Catalog::Stub::RemoveReplica, req, &resp);
+}
+
+absl::StatusOr<std::vector<Replica>> CatalogClient::ListNodeReplicas(std::string_view node,
+                                                                     InodeId start_after,
+                                                                     std::size_t limit) {
+  v1::ListNodeReplicasRequest req;
+  req.set_node(std::string(node));
+  req.set_start_after(start_after);
+  req.set_limit(limit);
+  v1::ReplicaList resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::ListNodeReplicas, req, &resp); !s.ok()) {
+    return s;
+  }
+  return Replicas(resp);
+}
+
+absl::Status CatalogClient::PutSite(const Site& site) {
+  v1::Site req;
+  ToProto(site, &req);
+  v1::Empty resp;
+  return impl_->Call(&v1::Catalog::Stub::PutSite, req, &resp);
+}
+
+absl::Status CatalogClient::RemoveSite(std::string_view name) {
+  v1::NameRequest req;
+  req.set_name(std::string(name));
+  v1::Empty resp;
+  return impl_->Call(&v1::Catalog::Stub::RemoveSite, req, &resp);
+}
+
+absl::StatusOr<std::vector<Site>> CatalogClient::ListSites() {
+  v1::Empty req;
+  v1::SiteList resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::ListSites, req, &resp); !s.ok()) return s;
+  std::vector<Site> out;
+  for (const v1::Site& x : resp.sites()) out.push_back(FromProto(x));
+  return out;
+}
+
+absl::Status CatalogClient::RegisterNode(const Node& node) {
+  v1::Node req;
+  ToProto(node, &req);
+  v1::Empty resp;
+  return impl_->Call(&v1::Catalog::Stub::RegisterNode, req, &resp);
+}
+
+absl::Status CatalogClient::RemoveNode(std::string_view name) {
+  v1::NameRequest req;
+  req.set_name(std::string(name));
+  v1::Empty resp;
+  return impl_->Call(&v1::Catalog::Stub::RemoveNode, req, &resp);
+}
+
+absl::StatusOr<Node> CatalogClient::GetNode(std::string_view name) {
+  v1::NameRequest req;
+  req.set_name(std::string(name));
+  v1::Node resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::GetNode, req, &resp); !s.ok()) return s;
+  return FromProto(resp);
+}
+
+absl::StatusOr<std::vector<Node>> CatalogClient::ListNodes(std::string_view site) {
+  v1::ListNodesRequest req;
+  req.set_site(std::string(site));
+  v1::NodeList resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::ListNodes, req, &resp); !s.ok()) return s;
+  std::vector<Node> out;
+  for (const v1::Node& x : resp.nodes()) out.push_back(FromProto(x));
+  return out;
+}
+
+absl::Status CatalogClient::SendHeartbeat(const Heartbeat& heartbeat) {
+  v1::HeartbeatRequest req;
+  req.set_node(heartbeat.node);
+  req.set_free_bytes(heartbeat.free_bytes);
+  req.set_load(heartbeat.load);
+  req.set_active_transfers(heartbeat.active_transfers);
+  v1::Empty resp;
+  return impl_->Call(&v1::Catalog::Stub::SendHeartbeat, req, &resp);
+}
+
+absl::Status CatalogClient::PutRoute(const Route& route) {
+  v1::Route req;
+  ToProto(route, &req);
+  v1::Empty resp;
+  return impl_->Call(&v1::Catalog::Stub::PutRoute, req, &resp);
+}
+
+absl::Status CatalogClient::RemoveRoute(std::string_view src_site, std::string_view dst_site) {
+  v1::RouteKey req;
+  req.set_src_site(std::string(src_site));
+  req.set_dst_site(std::string(dst_site));
+  v1::Empty resp;
+  return impl_->Call(&v1::Catalog::Stub::RemoveRoute, req, &resp);
+}
+
+absl::StatusOr<Route> CatalogClient::GetRoute(std::string_view src_site,
+                                              std::string_view dst_site) {
+  v1::RouteKey req;
+  req.set_src_site(std::string(src_site));
+  req.set_dst_site(std::string(dst_site));
+  v1::Route resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::GetRoute, req, &resp); !s.ok()) return s;
+  return FromProto(resp);
+}
+
+absl::StatusOr<std::vector<Route>> CatalogClient::ListRoutes() {
+  v1::Empty req;
+  v1::RouteList resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::ListRoutes, req, &resp); !s.ok()) return s;
+  std::vector<Route> out;
+  for (const v1::Route& x : resp.routes()) out.push_back(FromProto(x));
+  return out;
+}
+
+absl::StatusOr<Request> CatalogClient::CreateRequest(const RequestSpec& spec) {
+  v1::RequestSpec req;
+  ToProto(spec, &req);
+  v1::Request resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::CreateRequest, req, &resp); !s.ok()) {
+    return s;
+  }
+  return FromProto(resp);
+}
+
+absl::StatusOr<Request> CatalogClient::GetRequest(std::uint64_t id) {
+  v1::IdRequest req;
+  req.set_id(id);
+  v1::Request resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::GetRequest, req, &resp); !s.ok()) return s;
+  return FromProto(resp);
+}
+
+absl::StatusOr<std::vector<Request>> CatalogClient::ListRequests(bool any_state,
+                                                                 RequestState state,
+                                                                 std::size_t limit) {
+  v1::ListRequestsRequest req;
+  req.set_any_state(any_state);
+  req.set_state(static_cast<v1::RequestState>(state));
+  req.set_limit(limit);
+  v1::RequestList resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::ListRequests, req, &resp); !s.ok()) {
+    return s;
+  }
+  std::vector<Request> out;
+  for (const v1::Request& x : resp.requests()) {
+    absl::StatusOr<Request> r = FromProto(x);
+    if (!r.ok()) return r.status();
+    out.push_back(std::move(*r));
+  }
+  return out;
+}
+
+absl::StatusOr<Request> CatalogClient::UpdateRequest(const RequestUpdate& u) {
+  v1::UpdateRequestRequest req;
+  req.set_id(u.id);
+  req.set_set_state(u.set_state);
+  req.set_state(static_cast<v1::RequestState>(u.state));
+  req.set_error(u.error);
+  req.set_set_counters(u.set_counters);
+  req.set_files_total(u.files_total);
+  req.set_files_done(u.files_done);
+  req.set_files_failed(u.files_failed);
+  req.set_bytes_total(u.bytes_total);
+  req.set_bytes_done(u.bytes_done);
+  v1::Request resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::UpdateRequest, req, &resp); !s.ok()) {
+    return s;
+  }
+  return FromProto(resp);
+}
+
+namespace {
+absl::StatusOr<std::vector<Task>> Tasks(const v1::TaskList& list) {
+  std::vector<Task> out;
+  for (const v1::Task& x : list.tasks()) {
+    absl::StatusOr<Task> t = FromProto(x);
+    if (!t.ok()) return t.status();
+    out.push_back(std::move(*t));
+  }
+  return out;
+}
+}  // namespace
+
+absl::StatusOr<std::vector<Task>> CatalogClient::CreateTasks(const std::vector<TaskSpec>& specs) {
+  v1::CreateTasksRequest req;
+  for (const TaskSpec& s : specs) ToProto(s, req.add_specs());
+  v1::TaskList resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::CreateTasks, req, &resp); !s.ok()) return s;
+  return Tasks(resp);
+}
+
+absl::StatusOr<Task> CatalogClient::GetTask(std::uint64_t id) {
+  v1::IdRequest req;
+  req.set_id(id);
+  v1::Task resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::GetTask, req, &resp); !s.ok()) return s;
+  return FromProto(resp);
+}
+
+absl::StatusOr<std::vector<Task>> CatalogClient::ListTasks(const TaskFilter& f) {
+  v1::ListTasksRequest req;
+  req.set_request_id(f.request_id);
+  req.set_dst_node(f.dst_node);
+  req.set_any_state(f.any_state);
+  req.set_state(static_cast<v1::TaskState>(f.state));
+  req.set_limit(f.limit);
+  v1::TaskList resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::ListTasks, req, &resp); !s.ok()) return s;
+  return Tasks(resp);
+}
+
+absl::StatusOr<Task> CatalogClient::ClaimTask(std::string_view node, std::string_view owner,
+                                              std::chrono::milliseconds lease) {
+  v1::ClaimTaskRequest req;
+  req.set_node(std::string(node));
+  req.set_owner(std::string(owner));
+  req.set_lease_ms(static_cast<std::uint64_t>(std::max<std::int64_t>(lease.count(), 0)));
+  v1::Task resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::ClaimTask, req, &resp); !s.ok()) return s;
+  return FromProto(resp);
+}
+
+absl::StatusOr<Task> CatalogClient::RenewLease(std::uint64_t id, std::string_view owner,
+                                               std::chrono::milliseconds lease) {
+  v1::RenewLeaseRequest req;
+  req.set_id(id);
+  req.set_owner(std::string(owner));
+  req.set_lease_ms(static_cast<std::uint64_t>(std::max<std::int64_t>(lease.count(), 0)));
+  v1::Task resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::RenewLease, req, &resp); !s.ok()) return s;
+  return FromProto(resp);
+}
+
+absl::StatusOr<Task> CatalogClient::CompleteTask(std::uint64_t id, std::string_view owner) {
+  v1::CompleteTaskRequest req;
+  req.set_id(id);
+  req.set_owner(std::string(owner));
+  v1::Task resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::CompleteTask, req, &resp); !s.ok()) {
+    return s;
+  }
+  return FromProto(resp);
+}
+
+absl::StatusOr<Task> CatalogClient::FailTask(std::uint64_t id, std::string_view owner,
+                                             std::string_view error, bool retryable,
+                                             std::chrono::milliseconds retry_after) {
+  v1::FailTaskRequest req;
+  req.set_id(id);
+  req.set_owner(std::string(owner));
+  req.set_error(std::string(error));
+  req.set_retryable(retryable);
+  req.set_retry_after_ms(static_cast<std::uint64_t>(std::max<std::int64_t>(retry_after.count(), 0)));
+  v1::Task resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::FailTask, req, &resp); !s.ok()) return s;
+  return FromProto(resp);
+}
+
+absl::Status CatalogClient::CancelRequest(std::uint64_t id) {
+  v1::IdRequest req;
+  req.set_id(id);
+  v1::Empty resp;
+  return impl_->Call(&v1::Catalog::Stub::CancelRequest, req, &resp);
+}
+
+absl::StatusOr<std::vector<Event>> CatalogClient::ReadEvents(std::uint64_t after_seq,
+                                                             std::size_t max,
+                                                             std::chrono::milliseconds wait) {
+  v1::ReadEventsRequest req;
+  req.set_after_seq(after_seq);
+  req.set_max(max);
+  req.set_wait_ms(static_cast<std::uint64_t>(std::max<std::int64_t>(wait.count(), 0)));
+  v1::EventList resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::ReadEvents, req, &resp, wait); !s.ok()) {
+    return s;
+  }
+  std::vector<Event> out;
+  for (const v1::Event& x : resp.events()) {
+    absl::StatusOr<Event> e = FromProto(x);
+    if (!e.ok()) return e.status();
+    out.push_back(std::move(*e));
+  }
+  return out;
+}
+
+absl::StatusOr<std::uint64_t> CatalogClient::LastEventSeq() {
+  v1::Empty req;
+  v1::SeqResponse resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::LastEventSeq, req, &resp); !s.ok()) {
+    return s;
+  }
+  return resp.seq();
+}
+
+}  // namespace gfrep::catalog

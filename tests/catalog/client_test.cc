@@ -1,0 +1,319 @@
+// One in-process round trip per RPC: a real RocksDB catalog served by CatalogServer on
+// 127.0.0.1:0, called through CatalogClient. Mainly checks proto and status mapping.
+#include "catalog/client.h"
+
+#include <gtest/gtest.h>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <thread>
+
+#include "catalog/catalog_service.h"
+#include "tests/support/temp_dir.h"
+
+namespace gfrep::catalog {
+namespace {
+
+using namespace std::chrono_literals;
+
+class CatalogClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CatalogOptions options;
+    options.path = dir_.Sub("db");
+    absl::StatusOr<std::unique_ptr<Catalog>> c = OpenRocksCatalog(options);
+    ASSERT_TRUE(c.ok()) << c.status();
+    local_ = std::move(*c);
+    ServerOptions so;
+    so.worker_threads = 4;
+    so.watch_threads = 2;
+    absl::StatusOr<std::unique_ptr<CatalogServer>> s = CatalogServer::Start(*local_, so);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    ClientOptions co;
+    co.address = server_->address();
+    co.timeout = 10s;
+    absl::StatusOr<std::unique_ptr<CatalogClient>> cl = CatalogClient::Create(co);
+    ASSERT_TRUE(cl.ok()) << cl.status();
+    client_ = std::move(*cl);
+  }
+  void TearDown() override {
+    client_.reset();
+    if (server_) server_->Shutdown();
+  }
+
+  void Topology() {
+    ASSERT_TRUE(client_->PutSite({"a", {{"region", "jp"}}}).ok());
+    ASSERT_TRUE(client_->PutSite({"b", {}}).ok());
+    Node n;
+    n.name = "a1";
+    n.site = "a";
+    n.address = "127.0.0.1:7001";
+    n.spool = "/spool/a1";
+    n.capacity_bytes = 1000;
+    ASSERT_TRUE(client_->RegisterNode(n).ok());
+    n.name = "b1";
+    n.site = "b";
+    ASSERT_TRUE(client_->RegisterNode(n).ok());
+    FileContent content;
+    content.size = 42;
+    content.checksum_algo = "xxh3-128";
+    content.checksum = "00ff";
+    absl::StatusOr<Attributes> f = client_->CommitFile("/f", content, "a1", std::nullopt);
+    ASSERT_TRUE(f.ok()) << f.status();
+  }
+
+  testing::TempDir dir_{"catalog-rpc"};
+  std::unique_ptr<Catalog> local_;
+  std::unique_ptr<CatalogServer> server_;
+  std::unique_ptr<CatalogClient> client_;
+};
+
+TEST_F(CatalogClientTest, NamespaceCallsMapAttributesAndCodes) {
+  MkdirOptions p;
+  p.parents = true;
+  p.owner = "alice";
+  absl::StatusOr<Attributes> d = client_->Mkdir("/a/b", p);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->type, FileType::kDirectory);
+  EXPECT_EQ(d->owner, "alice");
+  EXPECT_EQ(client_->Mkdir("/a/b", {}).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(client_->Mkdir("/zz/b", {}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->Mkdir("/a/..", {}).status().code(), absl::StatusCode::kInvalidArgument);
+  FileContent c;
+  c.size = 7;
+  absl::StatusOr<Attributes> f = client_->CreateFile("/a/b/f", c);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->mode, 0644u);
+  absl::StatusOr<Attributes> st = client_->Stat("/a/b/f");
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->size, 7u);
+  EXPECT_EQ(st->inode, f->inode);
+  EXPECT_EQ(client_->StatInode(f->inode)->name, "f");
+  EXPECT_EQ(*client_->PathOf(f->inode), "/a/b/f");
+  absl::StatusOr<std::vector<DirEntry>> l = client_->List("/a/b", {});
+  ASSERT_TRUE(l.ok());
+  ASSERT_EQ(l->size(), 1u);
+  EXPECT_EQ((*l)[0].name, "f");
+  EXPECT_EQ((*l)[0].attributes.size, 7u);
+  EXPECT_TRUE(client_->Rename("/a/b/f", "/a/g").ok());
+  EXPECT_EQ(client_->Rename("/a", "/a/b/a").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client_->Remove("/a", false).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(client_->Remove("/a", true).ok());
+  EXPECT_EQ(client_->Stat("/a").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CatalogClientTest, CommitFileAndReplicaCalls) {
+  Topology();
+  absl::StatusOr<Location> loc = client_->Locate("/f");
+  ASSERT_TRUE(loc.ok()) << loc.status();
+  EXPECT_EQ(loc->attributes.checksum, "00ff");
+  EXPECT_EQ(loc->attributes.generation, 1u);
+  ASSERT_EQ(loc->replicas.size(), 1u);
+  EXPECT_EQ(loc->replicas[0].state, ReplicaState::kComplete);
+  InodeId inode = loc->attributes.inode;
+  Replica r;
+  r.inode = inode;
+  r.node = "b1";
+  r.state = ReplicaState::kCorrupt;
+  r.generation = 1;
+  ASSERT_TRUE(client_->PutReplica(r).ok());
+  EXPECT_EQ(client_->GetReplicas(inode)->size(), 2u);
+  EXPECT_EQ(client_->ListNodeReplicas("b1", 0, 10)->at(0).state, ReplicaState::kCorrupt);
+  ASSERT_TRUE(client_->RemoveReplica(inode, "b1").ok());
+  EXPECT_TRUE(client_->ListNodeReplicas("b1", 0, 10)->empty());
+  FileContent c2;
+  c2.size = 1;
+  EXPECT_EQ(client_->CommitFile("/f", c2, "a1", 5).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(client_->CommitFile("/f", c2, "a1", 1)->generation, 2u);
+}
+
+TEST_F(CatalogClientTest, TopologyCalls) {
+  Topology();
+  absl::StatusOr<std::vector<Site>> sites = client_->ListSites();
+  ASSERT_TRUE(sites.ok());
+  ASSERT_EQ(sites->size(), 2u);
+  EXPECT_EQ((*sites)[0].labels.at("region"), "jp");
+  absl::StatusOr<Node> n = client_->GetNode("a1");
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->spool, "/spool/a1");
+  EXPECT_EQ(n->capacity_bytes, 1000u);
+  Heartbeat hb;
+  hb.node = "a1";
+  hb.free_bytes = 500;
+  hb.load = 1.25;
+  hb.active_transfers = 3;
+  ASSERT_TRUE(client_->SendHeartbeat(hb).ok());
+  n = client_->GetNode("a1");
+  EXPECT_EQ(n->free_bytes, 500u);
+  EXPECT_DOUBLE_EQ(n->load, 1.25);
+  EXPECT_EQ(n->active_transfers, 3u);
+  EXPECT_EQ(client_->ListNodes("b")->size(), 1u);
+  Route route;
+  route.src_site = "a";
+  route.dst_site = "b";
+  route.streams = 8;
+  route.socket_buffer_bytes = 4 << 20;
+  route.route_rate_bps = 900'000'000;
+  route.congestion_control = "bbr";
+  route.rtt_ms = 200.5;
+  ASSERT_TRUE(client_->PutRoute(route).ok());
+  absl::StatusOr<Route> got = client_->GetRoute("a", "b");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->congestion_control, "bbr");
+  EXPECT_DOUBLE_EQ(got->rtt_ms, 200.5);
+  EXPECT_EQ(client_->ListRoutes()->size(), 1u);
+  ASSERT_TRUE(client_->RemoveRoute("a", "b").ok());
+  EXPECT_EQ(client_->GetRoute("a", "b").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->RemoveSite("a").code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(client_->RemoveNode("b1").ok());
+  ASSERT_TRUE(client_->RemoveSite("b").ok());
+  EXPECT_EQ(client_->ListSites()->size(), 1u);
+}
+
+TEST_F(CatalogClientTest, RequestAndTaskCalls) {
+  Topology();
+  RequestSpec spec;
+  spec.paths = {"/f"};
+  spec.copies = 2;
+  spec.dst_sites = {"b"};
+  spec.priority = 3;
+  absl::StatusOr<Request> req = client_->CreateRequest(spec);
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_EQ(req->spec.dst_sites, std::vector<std::string>{"b"});
+  EXPECT_EQ(client_->GetRequest(req->id)->spec.copies, 2u);
+  EXPECT_EQ(client_->ListRequests(false, RequestState::kQueued, 10)->size(), 1u);
+  RequestUpdate u;
+  u.id = req->id;
+  u.set_state = true;
+  u.state = RequestState::kRunning;
+  u.set_counters = true;
+  u.files_total = 1;
+  EXPECT_EQ(client_->UpdateRequest(u)->state, RequestState::kRunning);
+  TaskSpec ts;
+  ts.request_id = req->id;
+  ts.path = "/f";
+  ts.src_node = "a1";
+  ts.dst_node = "b1";
+  absl::StatusOr<std::vector<Task>> tasks = client_->CreateTasks({ts, ts});
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 2u);
+  EXPECT_EQ((*tasks)[0].size, 42u);
+  EXPECT_EQ(client_->GetTask((*tasks)[0].id)->spec.path, "/f");
+  TaskFilter all;
+  all.request_id = req->id;
+  EXPECT_EQ(client_->ListTasks(all)->size(), 2u);
+  absl::StatusOr<Task> claimed = client_->ClaimTask("b1", "agent", 30s);
+  ASSERT_TRUE(claimed.ok()) << claimed.status();
+  EXPECT_EQ(claimed->state, TaskState::kLeased);
+  EXPECT_TRUE(client_->RenewLease(claimed->id, "agent", 30s).ok());
+  EXPECT_EQ(client_->RenewLease(claimed->id, "other", 30s).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<Task> failed = client_->FailTask(claimed->id, "agent", "no route", true, 0ms);
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ(failed->state, TaskState::kQueued);
+  EXPECT_EQ(failed->last_error, "no route");
+  claimed = client_->ClaimTask("b1", "agent", 30s);
+  ASSERT_TRUE(claimed.ok());
+  absl::StatusOr<Task> done = client_->CompleteTask(claimed->id, "agent");
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state, TaskState::kDone);
+  ASSERT_TRUE(client_->CancelRequest(req->id).ok());
+  EXPECT_EQ(client_->GetRequest(req->id)->state, RequestState::kCancelled);
+  EXPECT_EQ(client_->ClaimTask("b1", "agent", 30s).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->ClaimTask("b1", "agent", 0ms).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CatalogClientTest, ReadEventsAndWatchFollowTheLog) {
+  Topology();
+  absl::StatusOr<std::uint64_t> last = client_->LastEventSeq();
+  ASSERT_TRUE(last.ok());
+  EXPECT_GT(*last, 0u);
+  absl::StatusOr<std::vector<Event>> events = client_->ReadEvents(0, 100, 0ms);
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(events->back().seq, *last);
+  // Watch from "now": the next request shows up on the stream.
+  std::vector<Event> seen;
+  WatchHandle handle;
+  std::thread watcher([&] {
+    absl::Status s = client_->Watch(*last, [&](const Event& e) {
+      seen.push_back(e);
+      return e.kind != EventKind::kRequest;  // stop at the first request event
+    }, &handle);
+    EXPECT_TRUE(s.ok()) << s;
+  });
+  RequestSpec spec;
+  spec.paths = {"/f"};
+  ASSERT_TRUE(client_->CreateRequest(spec).ok());
+  watcher.join();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.back().kind, EventKind::kRequest);
+  EXPECT_GT(seen.front().seq, *last);
+  // Cancelling from another thread ends a Watch that has nothing to read.
+  WatchHandle idle;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(100ms);  // not synchronisation: Watch handles either order
+    idle.Cancel();
+  });
+  absl::Status s = client_->Watch(*client_->LastEventSeq(), [](const Event&) { return true; }, &idle);
+  canceller.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+}
+
+TEST_F(CatalogClientTest, UnreachableCatalogIsUnavailable) {
+  ClientOptions co;
+  co.address = "127.0.0.1:1";
+  co.timeout = 2s;
+  absl::StatusOr<std::unique_ptr<CatalogClient>> c = CatalogClient::Create(co);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)->Stat("/").status().code(), absl::StatusCode::kUnavailable);
+  co.address = "nocolon";
+  EXPECT_EQ(CatalogClient::Create(co).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CatalogClientTest, CorruptAndTruncatedRequestsAreRejected) {
+  // Raw bytes on the wire, bypassing the generated stub.
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  auto call = [&](std::string method, std::string bytes) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer in(&slice, 1), out;
+    grpc::Status status;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    stub.UnaryCall(&ctx, "/gfrep.catalog.v1.Catalog/" + method, grpc::StubOptions(), &in, &out,
+                   [&](grpc::Status s) {
+                     std::lock_guard<std::mutex> l(mu);
+                     status = s;
+                     done = true;
+                     cv.notify_one();
+                   });
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return done; });
+    return status;
+  };
+  // Field 1 (path) announces 100 bytes but only 3 follow: a truncated MkdirRequest.
+  grpc::Status truncated = call("Mkdir", std::string("\x0a\x64/ab", 5));
+  EXPECT_FALSE(truncated.ok());
+  // Garbage that is not a protobuf at all.
+  grpc::Status garbage = call("Mkdir", std::string("\xff\xff\xff\xff\xff\xff", 6));
+  EXPECT_FALSE(garbage.ok());
+  // A well-formed message with a NUL inside the name is refused by validation.
+  grpc::Status nul = call("Mkdir", std::string("\x0a\x04/a\0b", 6));
+  EXPECT_EQ(nul.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Nothing was created, and the server still serves.
+  absl::StatusOr<std::vector<DirEntry>> root = client_->List("/", {});
+  ASSERT_TRUE(root.ok());
+  EXPECT_TRUE(root->empty());
+  std::string long_path = "/" + std::string(5000, 'x');
+  EXPECT_EQ(client_->Mkdir(long_path, {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gfrep::catalog
