@@ -306,6 +306,26 @@ absl::Status BuildPins(const Topology& t, spdlog::logger& log) {
   return absl::OkStatus();
 }
 
+// kFailedPrecondition if another topology that is up owns one of our namespaces.
+absl::Status CheckNoOverlap(const Topology& t, const TestbedOptions& o) {
+  const std::vector<std::string> ours = AllNamespaces(t);
+  const std::set<std::string> mine(ours.begin(), ours.end());
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(o.state_dir, ec)) {
+    if (!entry.is_directory() || entry.path().filename() == t.name) continue;
+    std::ifstream in(entry.path() / "namespaces");
+    std::string ns;
+    while (in >> ns) {
+      if (mine.contains(ns) && NamespaceExists(ns)) {
+        return absl::FailedPreconditionError(
+            fmt::format("namespace {} belongs to topology {}, which is up: take it down first",
+                        ns, entry.path().filename().string()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Preconditions() {
   if (::geteuid() != 0) {
     return absl::FailedPreconditionError("needs root (network namespaces, TUN devices)");
@@ -351,6 +371,7 @@ TestbedStatus GetTestbedStatus(const Topology& t, const TestbedOptions& o) {
 absl::Status TestbedUp(const Topology& t, const TestbedOptions& options) {
   spdlog::logger& log = options.logger ? *options.logger : *spdlog::default_logger();
   if (absl::Status s = Preconditions(); !s.ok()) return s;
+  if (absl::Status s = CheckNoOverlap(t, options); !s.ok()) return s;
   TestbedStatus current = GetTestbedStatus(t, options);
   if (current.up) {
     log.info("topology {} is already up", t.name);
@@ -366,6 +387,10 @@ absl::Status TestbedUp(const Topology& t, const TestbedOptions& options) {
     if (ec) {
       return absl::InternalError(
           fmt::format("cannot create {}: {}", TopologyDir(t, options).string(), ec.message()));
+    }
+    {
+      std::ofstream list(TopologyDir(t, options) / "namespaces");
+      for (const std::string& ns : AllNamespaces(t)) list << ns << '\n';
     }
     if (absl::Status s = RaiseHostBuffers(t.buffer_bytes, options, log); !s.ok()) return s;
     for (int s = 1; s <= static_cast<int>(t.sites.size()); ++s) {
@@ -389,6 +414,7 @@ absl::Status TestbedUp(const Topology& t, const TestbedOptions& options) {
 absl::Status TestbedDown(const Topology& t, const TestbedOptions& options) {
   spdlog::logger& log = options.logger ? *options.logger : *spdlog::default_logger();
   if (absl::Status s = Preconditions(); !s.ok()) return s;
+  if (absl::Status s = CheckNoOverlap(t, options); !s.ok()) return s;
   absl::Status first = absl::OkStatus();
   for (const RouteSpec& route : t.routes) {
     const pid_t pid = LiveEmulator(PidFile(t, options, route));

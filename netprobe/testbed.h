@@ -37,11 +37,13 @@ struct TestbedOptions {
 
 // Brings the topology up. Idempotent: a healthy topology is left alone; a partial one
 // (e.g. after a failed Up) is torn down first. On failure tears down what it made.
-// kFailedPrecondition when not root or /dev/net/tun is missing.
+// kFailedPrecondition when not root, /dev/net/tun is missing, or another topology that is
+// up uses one of the same namespaces (e.g. lfn-1g and lfn-1g-loss: both have sites a, b).
 absl::Status TestbedUp(const Topology& topology, const TestbedOptions& options);
 
 // Stops the emulators, deletes the namespaces, restores host sysctls (when no other
-// topology is up). Idempotent; works after a failed Up.
+// topology is up). Idempotent; works after a failed Up. kFailedPrecondition (and nothing
+// touched) if another topology that is up owns one of the namespaces.
 absl::Status TestbedDown(const Topology& topology, const TestbedOptions& options);
 
 struct TestbedStatus {

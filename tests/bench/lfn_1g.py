@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Benchmark 1 of issue 3: gfcp vs iperf3 on the lfn-1g route (200 ms RTT, 1 Gbit/s).
+
+  sudo GFREP_BIN=build/bin tests/bench/lfn_1g.py [--quick]
+
+Matrix: streams x buffers (default = Linux default tcp_rmem/wmem limits and autotuning;
+tuned = 32 MiB socket buffer per stream, namespace limits 128 MiB) x cc (cubic, bbr), for
+iperf3 (timed runs, first 2 s omitted) and gfcp (a 2 GiB file from /dev/shm to a gfsited
+spool in /dev/shm, rate = bytes / wall time of the whole gfcp run); then the same on
+lfn-1g-loss (loss 1e-5 each way). Prints markdown tables and gfcp/iperf3-best ratios.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lfn_testbed as tb  # noqa: E402
+
+BOTTLENECK = 1000.0  # Mbit/s
+DEFAULT_SYSCTLS = ("4096 131072 6291456", "4096 16384 4194304")  # Linux defaults
+TUNED_SYSCTLS = ("4096 131072 134217728", "4096 16384 134217728")
+TUNED_BUFFER = "32M"
+PORT = 7000
+
+
+def set_buffers(nodes, mode):
+    rmem, wmem = DEFAULT_SYSCTLS if mode == "default" else TUNED_SYSCTLS
+    for node in nodes:
+        subprocess.run(tb.in_ns(node, ["sysctl", "-q", "-w", f"net.ipv4.tcp_rmem={rmem}",
+                                       f"net.ipv4.tcp_wmem={wmem}"]), check=True)
+
+
+def gfcp(src_node, dst_addr, path, streams, mode, cc, key, name):
+    argv = [os.path.join(tb.BIN, "gfcp"), "-p", str(streams), "--cc", cc, "--key-file", key,
+            "--json", path, f"gf://{dst_addr}:{PORT}/{name}"]
+    if mode == "tuned":
+        argv[1:1] = ["--buffer", TUNED_BUFFER]
+    size = os.path.getsize(path)
+    t0 = time.time()
+    r = subprocess.run(tb.in_ns(src_node, argv), capture_output=True, text=True, timeout=900)
+    secs = time.time() - t0
+    if r.returncode != 0:
+        raise RuntimeError(f"gfcp: {r.stderr.strip()[:300]}")
+    return size * 8 / secs / 1e6
+
+
+class Gfsited:
+    def __init__(self, node, addr, spool, key, mode):
+        argv = [os.path.join(tb.BIN, "gfsited"), "--listen", f"{addr}:{PORT}", "--spool", spool,
+                "--key-file", key]
+        if mode == "tuned":
+            argv += ["--buffer", TUNED_BUFFER]
+        self.server = tb.Server(node, argv, "listening on")
+
+    def stop(self):
+        self.server.stop()
+
+
+def run_topology(topo, streams_list, ccs, modes, src, key, gfcp_ok, gfcp_streams, rows):
+    with tb.topology(topo):
+        b = tb.addr(topo, "b-n1")
+        spool = f"/dev/shm/gfrep-bench-spool-{topo}"
+        os.makedirs(spool, exist_ok=True)
+        try:
+            for mode in modes:
+                set_buffers(["a-n1", "b-n1"], mode)
+                with tb.servers(tb.iperf_server("b-n1")):
+                    for cc in ccs:
+                        for n in streams_list:
+                            w = TUNED_BUFFER if mode == "tuned" else None
+                            mbps = tb.iperf("a-n1", b, streams=n, seconds=10, window=w, cc=cc)
+                            rows.append((topo, "iperf3", mode, cc, n, mbps))
+                            print(f"  {topo} iperf3 {mode} {cc} P{n}: {mbps:.0f} Mbit/s "
+                                  f"(load {tb.loadavg()})", flush=True)
+                if not gfcp_ok:
+                    continue
+                server = Gfsited("b-n1", b, spool, key, mode)
+                try:
+                    for cc in ccs:
+                        for n in gfcp_streams.get(mode, streams_list):
+                            mbps = gfcp("a-n1", b, src, n, mode, cc, key, f"f{n}{cc}")
+                            for f in os.listdir(spool):
+                                subprocess.run(["rm", "-rf", os.path.join(spool, f)])
+                            rows.append((topo, "gfcp", mode, cc, n, mbps))
+                            print(f"  {topo} gfcp {mode} {cc} P{n}: {mbps:.0f} Mbit/s "
+                                  f"(load {tb.loadavg()})", flush=True)
+                finally:
+                    server.stop()
+        finally:
+            subprocess.run(["rm", "-rf", spool])
+
+
+def table(rows, topo):
+    print(f"\n{topo}: received Mbit/s (bottleneck {BOTTLENECK:.0f})\n")
+    print("| tool | buffers | cc | " + " | ".join(f"P{n}" for n in (1, 4, 8, 16, 32)) + " |")
+    print("|---|---|---|" + "---|" * 5)
+    keys = sorted({(r[1], r[2], r[3]) for r in rows if r[0] == topo})
+    for tool, mode, cc in keys:
+        cells = []
+        for n in (1, 4, 8, 16, 32):
+            v = [r[5] for r in rows if r[0] == topo and r[1:5] == (tool, mode, cc, n)]
+            cells.append(f"{v[0]:.0f}" if v else "-")
+        print(f"| {tool} | {mode} | {cc} | " + " | ".join(cells) + " |")
+    best = {t: max([r[5] for r in rows if r[0] == topo and r[1] == t] or [0])
+            for t in ("iperf3", "gfcp")}
+    if best["iperf3"] and best["gfcp"]:
+        print(f"\nbest gfcp {best['gfcp']:.0f} / best iperf3 {best['iperf3']:.0f} = "
+              f"{best['gfcp'] / best['iperf3']:.3f}")
+    multi = max([r[5] for r in rows if r[0] == topo and r[4] > 1] or [0])
+    print(f"best multi-stream {multi:.0f} = {multi / BOTTLENECK:.3f} of the bottleneck")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true", help="fewer cells (see the script)")
+    p.add_argument("--no-gfcp", action="store_true")
+    p.add_argument("--size", default="2G", help="gfcp file size (head -c syntax)")
+    args = p.parse_args()
+    print(tb.machine_notes(), flush=True)
+    gfcp_ok = not args.no_gfcp and os.path.exists(os.path.join(tb.BIN, "gfcp"))
+    src = "/dev/shm/gfrep-bench-src"
+    key = "/dev/shm/gfrep-bench-key"
+    rows = []
+    try:
+        if gfcp_ok:
+            subprocess.run(f"head -c {args.size} /dev/urandom > {src}", shell=True, check=True)
+        streams = [1, 4, 8, 16, 32]
+        gfcp_streams = {"tuned": streams, "default": [1, 8, 32]}
+        if args.quick:
+            gfcp_streams = {"tuned": [1, 8, 32], "default": [8]}
+        run_topology("lfn-1g", streams, ["cubic", "bbr"], ["default", "tuned"], src, key,
+                     gfcp_ok, gfcp_streams, rows)
+        run_topology("lfn-1g-loss", [1, 8, 32], ["cubic", "bbr"], ["tuned"], src, key, gfcp_ok,
+                     {"tuned": [8, 32]}, rows)
+    finally:
+        subprocess.run(["rm", "-f", src, key])
+        table(rows, "lfn-1g")
+        table(rows, "lfn-1g-loss")
+
+
+if __name__ == "__main__":
+    main()
