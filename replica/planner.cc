@@ -1,0 +1,541 @@
+#include "replica/planner.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+#include <utility>
+
+#include "replica/placement.h"
+
+namespace gfrep::replica {
+namespace {
+
+using catalog::Task;
+using catalog::TaskState;
+
+bool IsOpen(const Task& t) {
+  return t.state == TaskState::kQueued || t.state == TaskState::kLeased;
+}
+
+using RouteKey = std::pair<std::string, std::string>;
+
+// Shared by all files planned in one step: what is open or planned where.
+struct StepState {
+  Topology topology;
+  LivenessOptions liveness;
+  std::map<std::string, int> open_per_dst;
+  std::map<RouteKey, int> open_per_route;
+  BusyMap planned_src;
+  BusyMap planned_dst;
+};
+
+enum class FileStatus { kDone, kFailed, kPending };
+
+struct FileOutcome {
+  FileStatus status = FileStatus::kPending;
+  std::string error;
+  std::uint64_t size = 0;
+  std::vector<PlannedCopy> copies;
+};
+
+std::string SiteOf(const Topology& topology, std::string_view node) {
+  const catalog::Node* n = topology.FindNode(node);
+  return n == nullptr ? std::string() : n->site;
+}
+
+// Plans one file. `window` false: ignore per-node/route/request limits (dry run).
+// `request_budget`: tasks this request may still open (-1: unlimited); decremented.
+absl::StatusOr<FileOutcome> PlanFile(catalog::Catalog& catalog, const std::string& path,
+                                     const catalog::RequestSpec& spec,
+                                     const std::vector<const Task*>& tasks, StepState& st,
+                                     const PlannerOptions& options, bool window,
+                                     int& request_budget) {
+  FileOutcome out;
+  absl::StatusOr<catalog::Location> loc = catalog.Locate(path);
+  if (!loc.ok()) {
+    if (absl::IsNotFound(loc.status())) {
+      out.status = FileStatus::kFailed;
+      out.error = "no such file or directory";
+      return out;
+    }
+    return loc.status();
+  }
+  out.size = loc->attributes.size;
+  if (loc->attributes.type == catalog::FileType::kDirectory) {
+    out.status = FileStatus::kFailed;
+    out.error = "is a directory";
+    return out;
+  }
+  const std::uint64_t generation = loc->attributes.generation;
+  if (generation == 0) {
+    out.status = FileStatus::kFailed;
+    out.error = "file has no content (never written)";
+    return out;
+  }
+  auto eligible_site = [&](const std::string& site) {
+    return spec.dst_sites.empty() ||
+           std::find(spec.dst_sites.begin(), spec.dst_sites.end(), site) != spec.dst_sites.end();
+  };
+  std::set<std::string> holders;
+  std::map<std::string, int> per_site;
+  int complete = 0;
+  for (const catalog::Replica& r : CurrentReplicas(*loc)) {
+    holders.insert(r.node);
+    std::string site = SiteOf(st.topology, r.node);
+    per_site[site] += 1;
+    if (!site.empty() && eligible_site(site)) ++complete;
+  }
+  int inflight = 0;
+  const Task* failed = nullptr;
+  for (const Task* t : tasks) {
+    if (IsOpen(*t)) {
+      // Whatever its generation, the node is busy with this file: never plan a second copy
+      // onto it meanwhile.
+      holders.insert(t->spec.dst_node);
+      if (t->generation == generation) {
+        ++inflight;
+        per_site[SiteOf(st.topology, t->spec.dst_node)] += 1;
+      }
+    } else if (t->state == TaskState::kFailed && t->generation == generation) {
+      if (failed == nullptr || t->id > failed->id) failed = t;
+    }
+  }
+  const int copies = static_cast<int>(std::max<std::uint32_t>(spec.copies, 1));
+  if (complete >= copies) {
+    out.status = FileStatus::kDone;
+    return out;
+  }
+  if (failed != nullptr && complete + inflight < copies) {
+    out.status = FileStatus::kFailed;
+    out.error = fmt::format("copy {} -> {} failed after {} attempts: {}", failed->spec.src_node,
+                            failed->spec.dst_node, failed->attempts, failed->last_error);
+    return out;
+  }
+  int need = copies - complete - inflight;
+  if (need <= 0) return out;
+
+  PlacementRequest place;
+  place.count = need;
+  place.dst_sites = spec.dst_sites;
+  place.file_size = out.size;
+  place.exclude_nodes = holders;
+  place.replicas_per_site = per_site;
+  place.planned = st.planned_dst;
+  // Without the window limits, could the copies be placed at all?
+  std::vector<catalog::Node> possible = PlaceReplicas(place, st.topology, st.liveness);
+  if (static_cast<int>(possible.size()) < need && inflight == 0) {
+    out.status = FileStatus::kFailed;
+    out.error = fmt::format(
+        "not enough live destination nodes{} with {} bytes free: {} copies wanted, {} present, "
+        "{} placeable",
+        spec.dst_sites.empty() ? "" : " in the requested sites", out.size, copies, complete,
+        possible.size());
+    return out;
+  }
+  if (window) {
+    for (const auto& [node, open] : st.open_per_dst) {
+      if (open >= options.max_open_tasks_per_node) place.exclude_nodes.insert(node);
+    }
+  }
+  std::vector<catalog::Node> dsts =
+      window ? PlaceReplicas(place, st.topology, st.liveness) : std::move(possible);
+  for (const catalog::Node& dst : dsts) {
+    if (window && request_budget == 0) break;
+    Reader reader{dst.site, dst.name};
+    absl::StatusOr<SourceChoice> src =
+        SelectSource(*loc, reader, st.topology, st.liveness, st.planned_src);
+    catalog::Node src_node;
+    if (src.ok()) {
+      src_node = src->node;
+    } else if (absl::IsUnavailable(src.status())) {
+      // Every holder is down. Plan from one anyway: the agent's attempts fail with the
+      // connection error, back off, and the file fails clearly after its retries (a node
+      // that comes back meanwhile serves it).
+      std::vector<catalog::Replica> current = CurrentReplicas(*loc);
+      const catalog::Node* n = st.topology.FindNode(current.front().node);
+      if (n == nullptr) {
+        out.status = FileStatus::kFailed;
+        out.error = std::string(src.status().message());
+        return out;
+      }
+      src_node = *n;
+    } else {
+      out.status = FileStatus::kFailed;
+      out.error = std::string(src.status().message());
+      return out;
+    }
+    RouteKey route{src_node.site, dst.site};
+    if (window) {
+      const catalog::Route* r = st.topology.FindRoute(src_node.site, dst.site);
+      if (r != nullptr && r->max_concurrent_tasks > 0 &&
+          st.open_per_route[route] >= static_cast<int>(r->max_concurrent_tasks)) {
+        continue;
+      }
+    }
+    PlannedCopy c;
+    c.path = path;
+    c.size = out.size;
+    c.src_node = src_node.name;
+    c.src_site = src_node.site;
+    c.dst_node = dst.name;
+    c.dst_site = dst.site;
+    out.copies.push_back(std::move(c));
+    st.open_per_dst[dst.name] += 1;
+    st.open_per_route[route] += 1;
+    st.planned_src[src_node.name] += 1;
+    st.planned_dst[dst.name] += 1;
+    if (request_budget > 0) --request_budget;
+  }
+  return out;
+}
+
+std::string Summarize(const std::vector<FileFailure>& failures, std::uint64_t total) {
+  std::string s = fmt::format("{} of {} files failed", failures.size(), total);
+  std::size_t shown = 0;
+  for (const FileFailure& f : failures) {
+    if (shown == 5) {
+      s += "; ...";
+      break;
+    }
+    s += fmt::format("{} {}: {}", shown == 0 ? ":" : ";", f.path, f.error);
+    ++shown;
+  }
+  if (s.size() > catalog::kMaxLabelBytes) s.resize(catalog::kMaxLabelBytes);
+  return s;
+}
+
+}  // namespace
+
+int ParseParallelism(std::string_view owner) {
+  std::size_t at = owner.rfind(" j=");
+  if (at == std::string_view::npos) return 0;
+  std::string_view digits = owner.substr(at + 3);
+  int value = 0;
+  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec != std::errc() || ptr != digits.data() + digits.size() || value < 0) return 0;
+  return value;
+}
+
+std::string WithParallelism(std::string_view owner, int parallel) {
+  if (parallel <= 0) return std::string(owner);
+  return fmt::format("{} j={}", owner, parallel);
+}
+
+absl::Status Validate(const PlannerOptions& options) {
+  if (options.catalog == nullptr) return absl::InvalidArgumentError("planner needs a catalog");
+  if (options.max_open_tasks_per_node < 1) {
+    return absl::InvalidArgumentError("max_open_tasks_per_node must be >= 1");
+  }
+  if (options.max_attempts < 1 || options.max_attempts > 1000) {
+    return absl::InvalidArgumentError("max_attempts must be 1..1000");
+  }
+  if (options.heartbeat_timeout.count() <= 0 || options.interval.count() <= 0) {
+    return absl::InvalidArgumentError("planner timeouts must be positive");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Planner>> Planner::Create(PlannerOptions options) {
+  if (absl::Status s = Validate(options); !s.ok()) return s;
+  return std::unique_ptr<Planner>(new Planner(std::move(options)));
+}
+
+Planner::Planner(PlannerOptions options)
+    : options_(std::move(options)),
+      log_(options_.logger ? options_.logger : spdlog::default_logger()) {}
+
+Planner::~Planner() { Stop(); }
+
+std::int64_t Planner::Now() const {
+  return options_.clock ? options_.clock() : catalog::SystemNowNs();
+}
+
+absl::StatusOr<Planner::FileList> Planner::Expand(const catalog::RequestSpec& spec) {
+  FileList out;
+  std::set<std::string> seen;
+  auto add = [&](std::string path) {
+    if (seen.insert(path).second) out.files.push_back(std::move(path));
+  };
+  for (const std::string& raw : spec.paths) {
+    absl::StatusOr<std::vector<std::string>> parts = catalog::SplitPath(raw);
+    if (!parts.ok()) {
+      out.failures.push_back({raw, std::string(parts.status().message())});
+      continue;
+    }
+    std::string path = catalog::JoinPath(*parts);
+    absl::StatusOr<catalog::Attributes> st = options_.catalog->Stat(path);
+    if (!st.ok()) {
+      if (!absl::IsNotFound(st.status())) return st.status();
+      out.failures.push_back({path, "no such file or directory"});
+      continue;
+    }
+    if (st->type == catalog::FileType::kFile) {
+      add(path);
+      continue;
+    }
+    if (!spec.recursive) {
+      out.failures.push_back({path, "is a directory (use -r)"});
+      continue;
+    }
+    std::vector<std::string> stack{path};
+    while (!stack.empty()) {
+      std::string dir = std::move(stack.back());
+      stack.pop_back();
+      catalog::ListOptions list;
+      list.limit = 10000;
+      while (true) {
+        absl::StatusOr<std::vector<catalog::DirEntry>> entries =
+            options_.catalog->List(dir, list);
+        if (!entries.ok()) {
+          if (absl::IsNotFound(entries.status())) break;  // removed meanwhile
+          return entries.status();
+        }
+        for (const catalog::DirEntry& e : *entries) {
+          std::string child = dir == "/" ? "/" + e.name : dir + "/" + e.name;
+          if (e.attributes.type == catalog::FileType::kDirectory) {
+            stack.push_back(std::move(child));
+          } else {
+            add(std::move(child));
+          }
+        }
+        if (entries->size() < list.limit) break;
+        list.start_after = entries->back().name;
+      }
+      if (out.files.size() > catalog::kMaxBatchPaths) {
+        return absl::InvalidArgumentError(
+            fmt::format("{}: more than {} files", path, catalog::kMaxBatchPaths));
+      }
+    }
+  }
+  return out;
+}
+
+absl::Status Planner::Step() {
+  std::lock_guard<std::mutex> lock(step_mu_);
+  catalog::Catalog& cat = *options_.catalog;
+  StepState st;
+  st.liveness.now_ns = Now();
+  st.liveness.heartbeat_timeout = options_.heartbeat_timeout;
+  absl::StatusOr<std::vector<catalog::Node>> nodes = cat.ListNodes("");
+  if (!nodes.ok()) return nodes.status();
+  st.topology.nodes = std::move(*nodes);
+  absl::StatusOr<std::vector<catalog::Route>> routes = cat.ListRoutes();
+  if (!routes.ok()) return routes.status();
+  st.topology.routes = std::move(*routes);
+
+  std::vector<catalog::Request> active;
+  for (catalog::RequestState s : {catalog::RequestState::kQueued, catalog::RequestState::kRunning}) {
+    absl::StatusOr<std::vector<catalog::Request>> list = cat.ListRequests(false, s, 10000);
+    if (!list.ok()) return list.status();
+    active.insert(active.end(), list->begin(), list->end());
+  }
+  std::sort(active.begin(), active.end(), [](const catalog::Request& a, const catalog::Request& b) {
+    return a.spec.priority != b.spec.priority ? a.spec.priority > b.spec.priority : a.id < b.id;
+  });
+
+  // First all open tasks, so that limits see every request's load.
+  std::map<std::uint64_t, std::vector<Task>> tasks_of;
+  for (const catalog::Request& r : active) {
+    catalog::TaskFilter f;
+    f.request_id = r.id;
+    f.limit = catalog::kMaxBatchPaths * 4;
+    absl::StatusOr<std::vector<Task>> tasks = cat.ListTasks(f);
+    if (!tasks.ok()) return tasks.status();
+    for (const Task& t : *tasks) {
+      if (!IsOpen(t)) continue;
+      st.open_per_dst[t.spec.dst_node] += 1;
+      st.open_per_route[{SiteOf(st.topology, t.spec.src_node),
+                         SiteOf(st.topology, t.spec.dst_node)}] += 1;
+      st.planned_src[t.spec.src_node] += 1;
+    }
+    tasks_of[r.id] = std::move(*tasks);
+  }
+
+  std::set<std::uint64_t> live_ids;
+  absl::Status first_error = absl::OkStatus();
+  for (const catalog::Request& r : active) {
+    live_ids.insert(r.id);
+    auto it = expanded_.find(r.id);
+    if (it == expanded_.end()) {
+      absl::StatusOr<FileList> files = Expand(r.spec);
+      if (!files.ok()) {
+        if (absl::IsInvalidArgument(files.status())) {
+          catalog::RequestUpdate u;
+          u.id = r.id;
+          u.set_state = true;
+          u.state = catalog::RequestState::kFailed;
+          u.error = std::string(files.status().message());
+          (void)cat.UpdateRequest(u);  // ignored: retried next step if it did not stick
+          continue;
+        }
+        if (first_error.ok()) first_error = files.status();
+        continue;
+      }
+      it = expanded_.emplace(r.id, std::move(*files)).first;
+    }
+    const FileList& files = it->second;
+    std::map<std::string, std::vector<const Task*>> by_path;
+    int open_in_request = 0;
+    for (const Task& t : tasks_of[r.id]) {
+      by_path[t.spec.path].push_back(&t);
+      if (IsOpen(t)) ++open_in_request;
+    }
+    int parallel = ParseParallelism(r.spec.owner);
+    int budget = parallel > 0 ? std::max(0, parallel - open_in_request) : -1;
+
+    std::vector<FileFailure> failures = files.failures;
+    std::uint64_t done = 0, bytes_total = 0, bytes_done = 0;
+    std::vector<catalog::TaskSpec> specs;
+    bool incomplete_view = false;
+    for (const std::string& path : files.files) {
+      absl::StatusOr<FileOutcome> o =
+          PlanFile(cat, path, r.spec, by_path[path], st, options_, true, budget);
+      if (!o.ok()) {
+        if (first_error.ok()) first_error = o.status();
+        incomplete_view = true;
+        continue;
+      }
+      bytes_total += o->size;
+      if (o->status == FileStatus::kDone) {
+        ++done;
+        bytes_done += o->size;
+      } else if (o->status == FileStatus::kFailed) {
+        failures.push_back({path, o->error});
+      }
+      for (const PlannedCopy& c : o->copies) {
+        catalog::TaskSpec spec;
+        spec.request_id = r.id;
+        spec.path = c.path;
+        spec.src_node = c.src_node;
+        spec.dst_node = c.dst_node;
+        spec.priority = r.spec.priority;
+        spec.max_attempts = options_.max_attempts;
+        specs.push_back(std::move(spec));
+      }
+    }
+    if (!specs.empty()) {
+      absl::StatusOr<std::vector<Task>> made = cat.CreateTasks(specs);
+      if (!made.ok()) {
+        // One bad file (removed meanwhile) must not block the others: retry one by one.
+        for (const catalog::TaskSpec& spec : specs) {
+          absl::StatusOr<std::vector<Task>> one = cat.CreateTasks({spec});
+          if (!one.ok()) {
+            log_->warn("planner: cannot create task request={} path={} {}->{}: {}", r.id,
+                       spec.path, spec.src_node, spec.dst_node, one.status().ToString());
+          }
+        }
+      } else {
+        log_->debug("planner: request={} planned {} tasks", r.id, made->size());
+      }
+    }
+    if (incomplete_view) continue;
+    std::uint64_t total = files.files.size() + files.failures.size();
+    catalog::RequestUpdate u;
+    u.id = r.id;
+    u.set_counters = r.files_total != total || r.files_done != done ||
+                     r.files_failed != failures.size() || r.bytes_total != bytes_total ||
+                     r.bytes_done != bytes_done;
+    u.files_total = total;
+    u.files_done = done;
+    u.files_failed = failures.size();
+    u.bytes_total = bytes_total;
+    u.bytes_done = bytes_done;
+    catalog::RequestState want = catalog::RequestState::kRunning;
+    std::string error;
+    if (done + failures.size() == total) {
+      want = failures.empty() ? catalog::RequestState::kDone : catalog::RequestState::kFailed;
+      if (!failures.empty()) error = Summarize(failures, total);
+    }
+    u.set_state = want != r.state;
+    u.state = want;
+    u.error = error;
+    if (u.set_state || u.set_counters) {
+      absl::StatusOr<catalog::Request> updated = cat.UpdateRequest(u);
+      if (!updated.ok()) {
+        if (first_error.ok()) first_error = updated.status();
+      } else if (u.set_state && want != catalog::RequestState::kRunning) {
+        log_->info("planner: request={} {} files={}/{} failed={}{}", r.id,
+                   catalog::ToString(want), done, total, failures.size(),
+                   error.empty() ? "" : " error=" + error);
+      }
+    }
+  }
+  for (auto it = expanded_.begin(); it != expanded_.end();) {
+    it = live_ids.count(it->first) ? std::next(it) : expanded_.erase(it);
+  }
+  return first_error;
+}
+
+absl::StatusOr<PlanPreview> Planner::Preview(const catalog::RequestSpec& spec) {
+  StepState st;
+  st.liveness.now_ns = Now();
+  st.liveness.heartbeat_timeout = options_.heartbeat_timeout;
+  absl::StatusOr<std::vector<catalog::Node>> nodes = options_.catalog->ListNodes("");
+  if (!nodes.ok()) return nodes.status();
+  st.topology.nodes = std::move(*nodes);
+  absl::StatusOr<std::vector<catalog::Route>> routes = options_.catalog->ListRoutes();
+  if (!routes.ok()) return routes.status();
+  st.topology.routes = std::move(*routes);
+  absl::StatusOr<FileList> files = Expand(spec);
+  if (!files.ok()) return files.status();
+  PlanPreview out;
+  out.failures = files->failures;
+  int budget = -1;
+  for (const std::string& path : files->files) {
+    absl::StatusOr<FileOutcome> o =
+        PlanFile(*options_.catalog, path, spec, {}, st, options_, false, budget);
+    if (!o.ok()) return o.status();
+    if (o->status == FileStatus::kDone) out.satisfied.push_back(path);
+    if (o->status == FileStatus::kFailed) out.failures.push_back({path, o->error});
+    out.copies.insert(out.copies.end(), o->copies.begin(), o->copies.end());
+  }
+  return out;
+}
+
+void Planner::Start() {
+  if (thread_.joinable()) return;
+  stop_ = false;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Planner::Stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void Planner::Loop() {
+  std::uint64_t seq = 0;
+  bool have_seq = false;
+  while (!stop_) {
+    if (!have_seq) {
+      absl::StatusOr<std::uint64_t> last = options_.catalog->LastEventSeq();
+      if (last.ok()) {
+        seq = *last;
+        have_seq = true;
+      }
+    }
+    if (absl::Status s = Step(); !s.ok()) {
+      log_->warn("planner step: {}", s.ToString());
+    }
+    if (!have_seq) {
+      std::this_thread::sleep_for(std::min(options_.interval, std::chrono::milliseconds(500)));
+      continue;
+    }
+    // Wake on any change (task finished, request created, ...) or after `interval` (a
+    // node's heartbeat, which makes no event, may have made a placement possible).
+    absl::StatusOr<std::vector<catalog::Event>> events =
+        options_.catalog->ReadEvents(seq, 10000, options_.interval);
+    if (!events.ok()) {
+      log_->warn("planner: read events: {}", events.status().ToString());
+      have_seq = false;
+      std::this_thread::sleep_for(std::min(options_.interval, std::chrono::milliseconds(500)));
+      continue;
+    }
+    if (!events->empty()) seq = events->back().seq;
+  }
+}
+
+}  // namespace gfrep::replica

@@ -1,0 +1,138 @@
+#pragma once
+
+// Planner: turns replication requests into transfer tasks and follows them to the end.
+//
+// It reconciles instead of remembering: each Step() reads the active requests (queued or
+// running), their tasks and the files' replicas from the catalog, and for every file
+// compares the wanted number of complete current replicas (`copies`, counted in the
+// destination sites when `-D` was given) with what exists plus what is in flight. Missing
+// copies become new tasks: destinations from PlaceReplicas(), each with the best source
+// for that destination from SelectSource(). Because all state is in the catalog, a
+// restarted planner continues where the previous one stopped.
+//
+// Spreading and limits: tasks are created only while the destination node has fewer than
+// `max_open_tasks_per_node` open (queued or leased) tasks and the route (source site ->
+// destination site) has fewer than its `max_concurrent_tasks` (route table; 0 = no
+// limit). Busyness of planned tasks feeds back into placement and source choice, so the
+// files of one request spread over all node pairs that can carry them. Requests are
+// served in priority order (then oldest first).
+//
+// Retries are per task, in the catalog: the agent fails an attempt with FailTask and a
+// backoff delay (replica/retry.h); after max_attempts the task is kFailed with its last
+// error, and the planner marks the file failed with that reason (it does not re-plan a
+// failure of the same generation). A task that failed because the file changed generation
+// is ignored and the file is planned again. Files the request names that do not exist
+// (or directories without -r) fail at once. A request ends kDone when every file has its
+// copies, kFailed (with a summary of up to a few failed paths and reasons) when every
+// file has finished and some failed. Counters (files/bytes total/done/failed) are
+// updated whenever they change.
+//
+// `-j` (request parallelism) travels in RequestSpec::owner as a " j=N" suffix (the
+// catalog's RequestSpec has no field for it yet); see ParseParallelism().
+//
+// Threading: Step() is synchronous (blocking catalog calls). Start() runs Step() on an
+// own thread whenever catalog events arrive (long poll) or every `interval`; Stop() joins.
+
+#include <spdlog/logger.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "catalog/catalog.h"
+#include "replica/retry.h"
+#include "replica/selection.h"
+
+namespace gfrep::replica {
+
+struct PlannerOptions {
+  // The catalog to plan in. REQUIRES: non-null, outlives the planner.
+  catalog::Catalog* catalog = nullptr;
+  // Unix ns; null: catalog::SystemNowNs.
+  catalog::Clock clock;
+  // Nodes silent for longer are not used as sources or destinations.
+  std::chrono::milliseconds heartbeat_timeout{30000};
+  // Open tasks per destination node (keeps the agent's queue fed without planning
+  // thousands of files ahead).
+  int max_open_tasks_per_node = 8;
+  // Attempts per task (passed to TaskSpec::max_attempts).
+  std::uint32_t max_attempts = 5;
+  // Longest wait between two steps when nothing happens (Start()).
+  std::chrono::milliseconds interval{1000};
+  // Null: spdlog::default_logger().
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+absl::Status Validate(const PlannerOptions& options);
+
+// One copy the planner would make (dry run) or made.
+struct PlannedCopy {
+  std::string path;
+  std::uint64_t size = 0;
+  std::string src_node;
+  std::string src_site;
+  std::string dst_node;
+  std::string dst_site;
+};
+
+struct FileFailure {
+  std::string path;
+  std::string error;
+};
+
+// What Preview() reports for a request spec (gfrep -n).
+struct PlanPreview {
+  std::vector<PlannedCopy> copies;      // to be made
+  std::vector<std::string> satisfied;   // files that already have their copies
+  std::vector<FileFailure> failures;    // files that cannot be replicated
+};
+
+// " j=N" suffix of RequestSpec::owner; 0 when absent (no limit).
+int ParseParallelism(std::string_view owner);
+std::string WithParallelism(std::string_view owner, int parallel);
+
+class Planner {
+ public:
+  static absl::StatusOr<std::unique_ptr<Planner>> Create(PlannerOptions options);
+  ~Planner();
+
+  // One reconciliation pass over all active requests.
+  absl::Status Step();
+
+  // What planning `spec` now would do, without writing anything.
+  absl::StatusOr<PlanPreview> Preview(const catalog::RequestSpec& spec);
+
+  // Runs Step() on a background thread until Stop().
+  void Start();
+  void Stop();
+
+ private:
+  struct FileList {
+    std::vector<std::string> files;
+    std::vector<FileFailure> failures;
+  };
+  explicit Planner(PlannerOptions options);
+  std::int64_t Now() const;
+  absl::StatusOr<FileList> Expand(const catalog::RequestSpec& spec);
+  void Loop();
+
+  // Constant after construction.
+  PlannerOptions options_;
+  std::shared_ptr<spdlog::logger> log_;
+
+  // Used by Step() only (one caller at a time, guarded by step_mu_).
+  std::mutex step_mu_;
+  std::map<std::uint64_t, FileList> expanded_;  // request id -> files
+
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace gfrep::replica

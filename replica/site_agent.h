@@ -1,0 +1,134 @@
+#pragma once
+
+// SiteAgent is the catalog role of gfsited: it registers its node, sends heartbeats (free
+// space of the spool, 1-minute load, active transfers), claims the transfer tasks planned
+// for its node with a lease (renewed while copying), pulls each file from the source
+// node's agent with transfer::AsyncPull using the route's settings from the catalog,
+// verifies the copy against the catalog's checksum of the task's generation, moves it into
+// place and only then calls CompleteTask (the catalog makes the replica complete
+// durably). Any failure is recorded with FailTask and its reason; retryable ones
+// (replica/retry.h) come back after an exponential backoff, up to the task's attempts.
+//
+// Files on disk (see replica/spool.h): a copy is pulled into
+// "<spool>/.gfrep-staging/task-<id>" with its partial data and restart markers in
+// "<spool>/.gfrep-tmp/task-<id>/" (so a re-claimed task resumes where the previous attempt
+// stopped, also across agent restarts), checked, then renamed to "<spool>/<path>". At
+// Start(), staging and temporary files of tasks that are no longer open for this node are
+// removed.
+//
+// Catalog restarts: every loop treats kUnavailable as "try again shortly"; the gRPC
+// channel reconnects by itself; a heartbeat answered kNotFound re-registers the node.
+//
+// Threading: Start() launches a heartbeat thread, a lease-renewal thread, an event
+// watcher and `workers` copy threads; each copy runs its own io_context on its worker
+// thread. Stop() (any thread) cancels running copies (their tasks are failed as retryable
+// so another attempt resumes them) and joins everything.
+
+#include <spdlog/logger.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "catalog/catalog.h"
+#include "replica/retry.h"
+#include "transfer/options.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace gfrep::replica {
+
+struct SiteAgentOptions {
+  // REQUIRES: non-null, outlives the agent (usually a catalog::CatalogClient).
+  catalog::Catalog* catalog = nullptr;
+  std::string site;
+  std::string node;
+  // host:port other agents reach this node's transfer agent at.
+  std::string address;
+  // The transfer agent's spool directory.
+  std::filesystem::path spool;
+  // Create the site in the catalog if it does not exist yet.
+  bool create_site = true;
+  // Parallel copies.
+  int workers = 4;
+  // Lease per claim; renewed every lease/3 while copying.
+  std::chrono::milliseconds lease{15000};
+  std::chrono::milliseconds heartbeat_interval{2000};
+  // Claim attempts when idle and no event arrived (tasks whose backoff ended make none).
+  std::chrono::milliseconds poll_interval{1000};
+  RetryOptions retry;
+  // Engine settings for pulls (shared key, TLS, checksum, timeouts); route fields are the
+  // defaults that the catalog's route table overrides.
+  transfer::TransferOptions transfer;
+  // Null: spdlog::default_logger().
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+absl::Status Validate(const SiteAgentOptions& options);
+
+struct SiteAgentStats {
+  std::uint64_t tasks_done = 0;
+  std::uint64_t tasks_failed = 0;  // attempts that failed
+  std::uint64_t bytes_received = 0;
+};
+
+class SiteAgent {
+ public:
+  static absl::StatusOr<std::unique_ptr<SiteAgent>> Create(SiteAgentOptions options);
+  ~SiteAgent();
+
+  // Cleans abandoned temporary files, registers the node (retrying while the catalog is
+  // unreachable, until Stop()), and starts the threads. Returns the registration error if
+  // it is not a transient one (kInvalidArgument, kNotFound site when !create_site, ...).
+  absl::Status Start();
+  void Stop();
+
+  // The lease owner name this incarnation uses ("<node>/<pid>-<random>").
+  const std::string& owner() const { return owner_; }
+  int active_transfers() const { return active_.load(); }
+  SiteAgentStats stats() const;
+
+ private:
+  explicit SiteAgent(SiteAgentOptions options);
+  absl::Status Register();
+  void CleanTemporaryFiles();
+  void HeartbeatLoop();
+  void RenewLoop();
+  void WatchLoop();
+  void WorkerLoop();
+  void Execute(const catalog::Task& task);
+  absl::Status Copy(const catalog::Task& task, boost::asio::io_context& io,
+                    std::uint64_t& bytes_received);
+  catalog::Heartbeat MakeHeartbeat() const;
+  void SleepFor(std::chrono::milliseconds d);
+
+  // Constant after construction.
+  SiteAgentOptions options_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::string owner_;
+
+  std::atomic<bool> stop_{false};
+  std::atomic<int> active_{0};
+  std::vector<std::thread> threads_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;                      // guarded by mu_
+  std::uint64_t wake_generation_ = 0;                 // guarded by mu_
+  std::map<std::uint64_t, boost::asio::io_context*> running_;  // task -> io, guarded by mu_
+  std::map<std::uint64_t, bool> lease_lost_;          // guarded by mu_
+  SiteAgentStats stats_;                              // guarded by mu_
+};
+
+}  // namespace gfrep::replica
