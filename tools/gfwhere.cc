@@ -1,0 +1,55 @@
+// gfwhere [--json] PATH...: where the replicas of files are, and in which state.
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "catalog/client.h"
+#include "tools/internal/catalog_flags.h"
+#include "tools/internal/cli.h"
+
+int main(int argc, char** argv) {
+  using namespace gfrep;
+  constexpr const char* kProgram = "gfwhere";
+  CLI::App app{"gfwhere: show replica locations and states of files"};
+  tools::CommonFlags common;
+  tools::CatalogFlags cat;
+  bool json = false;
+  std::vector<std::string> paths;
+  tools::AddCommonFlags(app, common);
+  tools::AddCatalogFlags(app, cat);
+  app.add_flag("--json", json, "One JSON object per path: {path, generation, replicas:[...]}");
+  app.add_option("PATH", paths, "Files")->required();
+  CLI11_PARSE(app, argc, argv);
+  tools::MakeLogger(kProgram, common);
+  auto client = tools::ConnectCatalog(cat);
+  if (!client.ok()) return tools::Fail(kProgram, tools::ErrorText(client.status()));
+  int rc = 0;
+  for (const std::string& path : paths) {
+    absl::StatusOr<catalog::Location> loc = (*client)->Locate(path);
+    if (!loc.ok()) {
+      rc = tools::Fail(kProgram, tools::ErrorText(loc.status()));
+      continue;
+    }
+    if (loc->attributes.type == catalog::FileType::kDirectory) {
+      rc = tools::Fail(kProgram, path + ": is a directory (FAILED_PRECONDITION)");
+      continue;
+    }
+    if (json) {
+      nlohmann::json j = {{"path", path},
+                          {"generation", loc->attributes.generation},
+                          {"size", loc->attributes.size},
+                          {"replicas", nlohmann::json::array()}};
+      for (const catalog::Replica& r : loc->replicas) j["replicas"].push_back(tools::ToJson(r));
+      std::cout << j.dump() << "\n";
+      continue;
+    }
+    if (paths.size() > 1) std::cout << path << ":\n";
+    if (loc->replicas.empty()) std::cout << "  (no replicas)\n";
+    for (const catalog::Replica& r : loc->replicas) {
+      std::cout << fmt::format("  {:<20} {:<9} g{}{}\n", r.node, catalog::ToString(r.state),
+                               r.generation,
+                               r.generation == loc->attributes.generation ? "" : " (old)");
+    }
+  }
+  return rc;
+}

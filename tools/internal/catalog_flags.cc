@@ -1,0 +1,121 @@
+#include "tools/internal/catalog_flags.h"
+
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace gfrep::tools {
+
+void AddCatalogFlags(CLI::App& app, CatalogFlags& flags) {
+  app.add_option("--catalog", flags.catalog,
+                 "gfcatalogd address HOST:PORT (default: $GFREP_CATALOG)");
+  app.add_option("--tls-ca", flags.tls_ca,
+                 "PEM CA certificate for a TLS catalog (default: $GFREP_CATALOG_CA)");
+  app.add_option("--timeout", flags.timeout_s, "Seconds per catalog call")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+}
+
+absl::StatusOr<std::unique_ptr<catalog::CatalogClient>> ConnectCatalog(const CatalogFlags& flags) {
+  catalog::ClientOptions options;
+  options.address = flags.catalog;
+  if (options.address.empty()) {
+    if (const char* env = std::getenv("GFREP_CATALOG"); env != nullptr) options.address = env;
+  }
+  if (options.address.empty()) {
+    return absl::InvalidArgumentError("no catalog: pass --catalog HOST:PORT or set GFREP_CATALOG");
+  }
+  std::string ca = flags.tls_ca;
+  if (ca.empty()) {
+    if (const char* env = std::getenv("GFREP_CATALOG_CA"); env != nullptr) ca = env;
+  }
+  if (!ca.empty()) {
+    std::ifstream in(ca);
+    if (!in) return absl::InvalidArgumentError(fmt::format("cannot read CA file {}", ca));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    options.tls_root_pem = ss.str();
+  }
+  options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(flags.timeout_s * 1000));
+  return catalog::CatalogClient::Create(options);
+}
+
+std::string ErrorText(const absl::Status& status) {
+  std::string code = absl::StatusCodeToString(status.code());
+  for (char& c : code) {
+    c = c == ' ' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  std::string msg(status.message());
+  for (char& c : msg) {
+    if (c == '\n') c = ' ';
+  }
+  return fmt::format("{} ({})", msg, code);
+}
+
+std::string TypeName(catalog::FileType type) {
+  return type == catalog::FileType::kDirectory ? "directory" : "file";
+}
+
+std::string FormatTime(std::int64_t unix_ns) {
+  std::time_t t = static_cast<std::time_t>(unix_ns / 1'000'000'000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+nlohmann::json ToJson(const catalog::Attributes& a) {
+  return {{"inode", a.inode},       {"name", a.name},
+          {"type", TypeName(a.type)}, {"size", a.size},
+          {"mode", fmt::format("{:04o}", a.mode)}, {"owner", a.owner},
+          {"mtime", FormatTime(a.mtime_ns)}, {"mtime_ns", a.mtime_ns},
+          {"checksum_algo", a.checksum_algo}, {"checksum", a.checksum},
+          {"generation", a.generation}};
+}
+
+nlohmann::json ToJson(const catalog::Replica& r) {
+  return {{"node", r.node},
+          {"state", std::string(catalog::ToString(r.state))},
+          {"generation", r.generation},
+          {"size", r.size},
+          {"verified_ns", r.verified_ns},
+          {"updated_ns", r.updated_ns}};
+}
+
+nlohmann::json ToJson(const catalog::Site& s) {
+  nlohmann::json labels = nlohmann::json::object();
+  for (const auto& [k, v] : s.labels) labels[k] = v;
+  return {{"name", s.name}, {"labels", labels}};
+}
+
+nlohmann::json ToJson(const catalog::Node& n) {
+  return {{"name", n.name},
+          {"site", n.site},
+          {"address", n.address},
+          {"spool", n.spool},
+          {"capacity_bytes", n.capacity_bytes},
+          {"free_bytes", n.free_bytes},
+          {"load", n.load},
+          {"active_transfers", n.active_transfers},
+          {"last_heartbeat", FormatTime(n.last_heartbeat_ns)}};
+}
+
+nlohmann::json ToJson(const catalog::Route& r) {
+  return {{"src_site", r.src_site},
+          {"dst_site", r.dst_site},
+          {"streams", r.streams},
+          {"socket_buffer_bytes", r.socket_buffer_bytes},
+          {"stripe_unit_bytes", r.stripe_unit_bytes},
+          {"stream_rate_bps", r.stream_rate_bps},
+          {"route_rate_bps", r.route_rate_bps},
+          {"congestion_control", r.congestion_control},
+          {"max_concurrent_tasks", r.max_concurrent_tasks},
+          {"rtt_ms", r.rtt_ms},
+          {"bandwidth_bps", r.bandwidth_bps}};
+}
+
+}  // namespace gfrep::tools

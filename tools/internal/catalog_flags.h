@@ -1,0 +1,40 @@
+#pragma once
+
+// Flags and helpers shared by the catalog tools (gfmkdir, gfls, gfstat, gfwhere, gfrm, gfmv,
+// gfsite, gfnode, gfroute): --catalog / GFREP_CATALOG, --tls-ca / GFREP_CATALOG_CA,
+// one-line error text for a status, and JSON/text renderings of catalog records.
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "catalog/client.h"
+
+namespace gfrep::tools {
+
+struct CatalogFlags {
+  std::string catalog;  // host:port; default $GFREP_CATALOG
+  std::string tls_ca;   // PEM file of the CA; default $GFREP_CATALOG_CA; empty: plaintext
+  double timeout_s = 30;
+};
+
+void AddCatalogFlags(CLI::App& app, CatalogFlags& flags);
+
+// kInvalidArgument when no address is given (flag or environment) or the CA file is unreadable.
+absl::StatusOr<std::unique_ptr<catalog::CatalogClient>> ConnectCatalog(const CatalogFlags& flags);
+
+// "message (NOT_FOUND)": what the tools print after "<program>: ".
+std::string ErrorText(const absl::Status& status);
+
+std::string TypeName(catalog::FileType type);
+std::string FormatTime(std::int64_t unix_ns);
+nlohmann::json ToJson(const catalog::Attributes& a);
+nlohmann::json ToJson(const catalog::Replica& r);
+nlohmann::json ToJson(const catalog::Site& s);
+nlohmann::json ToJson(const catalog::Node& n);
+nlohmann::json ToJson(const catalog::Route& r);
+
+}  // namespace gfrep::tools
