@@ -274,9 +274,13 @@ absl::StatusOr<TransferStats> Pull(const Endpoint& agent, std::string_view remot
                                    const std::filesystem::path& local,
                                    const TransferOptions& options) {
   std::filesystem::path abs = std::filesystem::absolute(local);
-  return RunBlocking<absl::StatusOr<TransferStats>>([&] {
-    return AsyncPull(agent, std::string(remote_path), abs, abs.parent_path() / ".gfrep-tmp", options);
+  std::filesystem::path tmp = abs.parent_path() / ".gfrep-tmp";
+  absl::StatusOr<TransferStats> r = RunBlocking<absl::StatusOr<TransferStats>>([&] {
+    return AsyncPull(agent, std::string(remote_path), abs, tmp, options);
   });
+  std::error_code ec;
+  std::filesystem::remove(tmp, ec);  // only succeeds when empty (no other partial copies)
+  return r;
 }
 
 absl::StatusOr<TransferStats> ThirdParty(const Endpoint& src, std::string_view src_path,

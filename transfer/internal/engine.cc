@@ -870,7 +870,8 @@ asio::awaitable<void> FinalFlush(std::shared_ptr<ReceiverState> st, DestinationF
   co_await WaitFlush(st);
   std::vector<ByteRange> ranges = std::move(st->pending);
   st->pending.clear();
-  absl::Status s = co_await OffThread<absl::Status>([&dst, ranges] { return FlushRanges(dst, ranges); });
+  std::function<absl::Status()> job = [&dst, &ranges] { return FlushRanges(dst, ranges); };
+  absl::Status s = co_await OffThread(job);
   (void)s;  // ignored: best effort while already failing
 }
 
@@ -997,11 +998,12 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
           if (absl::Status f = co_await WaitFlush(st); !f.ok()) {
             s = f;
           } else {
-            absl::StatusOr<std::string> got = co_await OffThread<absl::StatusOr<std::string>>(
+            std::function<absl::StatusOr<std::string>()> verify =
                 [&dst, file_alg]() -> absl::StatusOr<std::string> {
-                  if (::fdatasync(dst.fd) != 0) return ErrnoStatus(errno, "sync partial file");
-                  return ComputeFdChecksum(dst.fd, dst.size, file_alg);
-                });
+              if (::fdatasync(dst.fd) != 0) return ErrnoStatus(errno, "sync partial file");
+              return ComputeFdChecksum(dst.fd, dst.size, file_alg);
+            };
+            absl::StatusOr<std::string> got = co_await OffThread(verify);
             if (!got.ok()) {
               s = got.status();
             } else if (*got != expected) {
@@ -1011,7 +1013,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
               s = absl::DataLossError(fmt::format(
                   "end-to-end checksum mismatch: sender {} receiver {}; partial file discarded", expected, *got));
             } else {
-              absl::Status r = co_await OffThread<absl::Status>([&dst]() -> absl::Status {
+              std::function<absl::Status()> commit = [&dst]() -> absl::Status {
                 std::error_code ec;
                 std::filesystem::create_directories(dst.final_path.parent_path(), ec);
                 if (::rename(dst.part_path.c_str(), dst.final_path.c_str()) != 0) {
@@ -1024,9 +1026,9 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
                 }
                 dst.journal.Close();
                 std::filesystem::remove(dst.journal_path, ec);
-                std::filesystem::remove(dst.part_path.parent_path(), ec);  // only if empty
                 return absl::OkStatus();
-              });
+              };
+              absl::Status r = co_await OffThread(commit);
               if (!r.ok()) {
                 s = r;
               } else {

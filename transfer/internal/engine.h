@@ -56,11 +56,12 @@ std::string HmacHex(std::string_view key, std::string_view message);
 bool ConstantTimeEqual(std::string_view a, std::string_view b);
 
 // Runs fn() on BlockingPool() and resumes on the caller's executor with its result.
-template <class T, class F>
-asio::awaitable<T> OffThread(F fn) {
+// `fn` is taken by reference and must be a named object: GCC 12 mis-destroys closures
+// with non-trivial captures that are created inside a co_await expression.
+template <class T>
+asio::awaitable<T> OffThread(const std::function<T()>& fn) {
   co_return co_await asio::co_spawn(
-      BlockingPool(), [fn = std::move(fn)]() mutable -> asio::awaitable<T> { co_return fn(); },
-      asio::use_awaitable);
+      BlockingPool(), [&fn]() -> asio::awaitable<T> { co_return fn(); }, asio::use_awaitable);
 }
 
 // One TCP connection, optionally wrapped in TLS, speaking frames.

@@ -1,0 +1,53 @@
+#include "transfer/internal/path.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tests/support/temp_dir.h"
+
+namespace gfrep::transfer::internal {
+namespace {
+
+class PathTest : public ::testing::Test {
+ protected:
+  PathTest() : dir_("path"), spool_(std::filesystem::canonical(dir_.path()) / "spool") {
+    std::filesystem::create_directories(spool_ / "sub");
+    std::filesystem::create_directories(dir_.path() / "outside");
+  }
+  gfrep::testing::TempDir dir_;
+  std::filesystem::path spool_;
+};
+
+TEST_F(PathTest, AcceptsPlainRelativePaths) {
+  absl::StatusOr<std::filesystem::path> p = ResolveSpoolPath(spool_, "sub/file.dat");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(*p, spool_ / "sub" / "file.dat");
+  EXPECT_TRUE(ResolveSpoolPath(spool_, "new/dir/file").ok());
+}
+
+TEST_F(PathTest, RefusesEscapesAndOddComponents) {
+  for (const char* bad : {"../x", "sub/../../x", "a/./b", ".", "..", "/etc/passwd", "", "a//b",
+                          "a/", ".gfrep-tmp/x"}) {
+    absl::StatusOr<std::filesystem::path> p = ResolveSpoolPath(spool_, bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(p.status())) << "'" << bad << "': " << p.status();
+  }
+  EXPECT_FALSE(ResolveSpoolPath(spool_, std::string("a\0b", 3)).ok());
+  EXPECT_FALSE(ResolveSpoolPath(spool_, std::string(5000, 'a')).ok());
+}
+
+TEST_F(PathTest, RefusesSymlinkLeavingTheSpool) {
+  std::filesystem::create_directory_symlink(dir_.path() / "outside", spool_ / "link");
+  absl::StatusOr<std::filesystem::path> p = ResolveSpoolPath(spool_, "link/secret");
+  EXPECT_TRUE(absl::IsPermissionDenied(p.status())) << p.status();
+  std::filesystem::create_symlink("/etc/passwd", spool_ / "pw");
+  EXPECT_TRUE(absl::IsPermissionDenied(ResolveSpoolPath(spool_, "pw").status()));
+}
+
+TEST_F(PathTest, AllowsSymlinkStayingInside) {
+  std::filesystem::create_directory_symlink(spool_ / "sub", spool_ / "alias");
+  EXPECT_TRUE(ResolveSpoolPath(spool_, "alias/f").ok());
+}
+
+}  // namespace
+}  // namespace gfrep::transfer::internal
