@@ -1,0 +1,434 @@
+#include "replica/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+
+#include "tests/support/temp_dir.h"
+
+namespace gfrep::replica {
+namespace {
+
+using catalog::RequestState;
+using catalog::Task;
+using catalog::TaskState;
+
+constexpr std::int64_t kSecond = 1'000'000'000;
+
+class PlannerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    catalog::CatalogOptions o;
+    o.path = dir_.Sub("db");
+    o.sync = false;
+    o.clock = [this] { return now_.load(); };
+    auto c = catalog::OpenRocksCatalog(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cat_ = std::move(*c);
+    for (const char* s : {"A", "B", "C"}) {
+      catalog::Site site;
+      site.name = s;
+      ASSERT_TRUE(cat_->PutSite(site).ok());
+    }
+    AddNode("a1", "A");
+    AddNode("a2", "A");
+    AddNode("b1", "B");
+    AddNode("b2", "B");
+    AddNode("c1", "C");
+    catalog::MkdirOptions m;
+    m.parents = true;
+    ASSERT_TRUE(cat_->Mkdir("/d/sub", m).ok());
+  }
+
+  void AddNode(const std::string& name, const std::string& site) {
+    catalog::Node n;
+    n.name = name;
+    n.site = site;
+    n.address = "127.0.0.1:9";
+    n.spool = "/nonexistent";
+    n.free_bytes = 1ull << 40;
+    n.capacity_bytes = 1ull << 40;
+    ASSERT_TRUE(cat_->RegisterNode(n).ok());
+  }
+
+  void Heartbeat(const std::vector<std::string>& nodes) {
+    for (const auto& n : nodes) {
+      catalog::Heartbeat hb;
+      hb.node = n;
+      hb.free_bytes = 1ull << 40;
+      ASSERT_TRUE(cat_->SendHeartbeat(hb).ok());
+    }
+  }
+
+  void Commit(const std::string& path, std::uint64_t size, const std::string& node,
+              const std::string& sum = "00aa") {
+    catalog::FileContent c;
+    c.size = size;
+    c.checksum_algo = "xxh3-128";
+    c.checksum = sum;
+    ASSERT_TRUE(cat_->CommitFile(path, c, node, std::nullopt).ok());
+  }
+
+  std::unique_ptr<Planner> MakePlanner(int window = 8) {
+    PlannerOptions o;
+    o.catalog = cat_.get();
+    o.clock = [this] { return now_.load(); };
+    o.heartbeat_timeout = std::chrono::seconds(30);
+    o.max_open_tasks_per_node = window;
+    o.max_attempts = 3;
+    auto p = Planner::Create(o);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return std::move(*p);
+  }
+
+  std::uint64_t Request(catalog::RequestSpec spec) {
+    auto r = cat_->CreateRequest(spec);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r->id;
+  }
+
+  std::vector<Task> Tasks(std::uint64_t request, bool open_only = true) {
+    catalog::TaskFilter f;
+    f.request_id = request;
+    auto t = cat_->ListTasks(f);
+    EXPECT_TRUE(t.ok());
+    std::vector<Task> out;
+    for (const Task& x : *t) {
+      if (!open_only || x.state == TaskState::kQueued || x.state == TaskState::kLeased) {
+        out.push_back(x);
+      }
+    }
+    return out;
+  }
+
+  // Plays the agents: every claimable task completes.
+  int CompleteAll() {
+    int n = 0;
+    for (const char* node : {"a1", "a2", "b1", "b2", "c1"}) {
+      while (true) {
+        auto t = cat_->ClaimTask(node, "test", std::chrono::seconds(10));
+        if (!t.ok()) break;
+        EXPECT_TRUE(cat_->CompleteTask(t->id, "test").ok());
+        ++n;
+      }
+    }
+    return n;
+  }
+
+  catalog::Request Get(std::uint64_t id) {
+    auto r = cat_->GetRequest(id);
+    EXPECT_TRUE(r.ok());
+    return *r;
+  }
+
+  gfrep::testing::TempDir dir_{"planner"};
+  std::atomic<std::int64_t> now_{1000 * kSecond};
+  std::unique_ptr<catalog::Catalog> cat_;
+};
+
+TEST_F(PlannerTest, ReplicatesADirectoryRecursivelyToThreeCopiesOnThreeSites) {
+  Commit("/d/f1", 100, "a1");
+  Commit("/d/sub/f2", 200, "a1");
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d"};
+  spec.copies = 3;
+  spec.recursive = true;
+  std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  std::vector<Task> tasks = Tasks(id);
+  ASSERT_EQ(tasks.size(), 4u);  // two new copies per file
+  for (const Task& t : tasks) {
+    EXPECT_EQ(t.spec.src_node, "a1");
+    EXPECT_NE(t.spec.dst_node.substr(0, 1), "a") << "third copy must spread over sites";
+  }
+  catalog::Request r = Get(id);
+  EXPECT_EQ(r.state, RequestState::kRunning);
+  EXPECT_EQ(r.files_total, 2u);
+  EXPECT_EQ(r.bytes_total, 300u);
+
+  EXPECT_EQ(CompleteAll(), 4);
+  ASSERT_TRUE(planner->Step().ok());
+  r = Get(id);
+  EXPECT_EQ(r.state, RequestState::kDone) << r.error;
+  EXPECT_EQ(r.files_done, 2u);
+  EXPECT_EQ(r.bytes_done, 300u);
+  auto loc = cat_->Locate("/d/sub/f2");
+  ASSERT_TRUE(loc.ok());
+  EXPECT_EQ(CurrentReplicas(*loc).size(), 3u);
+}
+
+TEST_F(PlannerTest, MissingPathsAndDirectoriesWithoutRecursionFailClearly) {
+  Commit("/d/f1", 10, "a1");
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/nope", "/d"};
+  spec.copies = 2;
+  std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  catalog::Request r = Get(id);
+  EXPECT_EQ(r.state, RequestState::kFailed);
+  EXPECT_EQ(r.files_failed, 2u);
+  EXPECT_NE(r.error.find("/nope: no such file or directory"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("/d: is a directory (use -r)"), std::string::npos) << r.error;
+  EXPECT_TRUE(Tasks(id, false).empty());
+}
+
+TEST_F(PlannerTest, AFileWithEnoughCopiesIsDoneWithoutTasks) {
+  Commit("/d/f1", 10, "a1");
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d/f1"};
+  spec.copies = 1;
+  std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  EXPECT_EQ(Get(id).state, RequestState::kDone);
+  EXPECT_TRUE(Tasks(id, false).empty());
+}
+
+TEST_F(PlannerTest, DestinationSitesConstrainWhereCopiesGoAndHowTheyAreCounted) {
+  Commit("/d/f1", 10, "a1");
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d/f1"};
+  spec.copies = 2;
+  spec.dst_sites = {"B"};
+  std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  std::vector<Task> tasks = Tasks(id);
+  ASSERT_EQ(tasks.size(), 2u);  // the replica at A does not count towards B's two
+  std::set<std::string> dsts{tasks[0].spec.dst_node, tasks[1].spec.dst_node};
+  EXPECT_EQ(dsts, (std::set<std::string>{"b1", "b2"}));
+}
+
+TEST_F(PlannerTest, MoreCopiesThanEligibleNodesFailsTheFile) {
+  Commit("/d/f1", 10, "a1");
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d/f1"};
+  spec.copies = 3;
+  spec.dst_sites = {"C"};
+  std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  catalog::Request r = Get(id);
+  EXPECT_EQ(r.state, RequestState::kFailed);
+  EXPECT_NE(r.error.find("not enough live destination nodes"), std::string::npos) << r.error;
+}
+
+TEST_F(PlannerTest, SpreadsFilesOverNodePairsWithinThePerNodeWindow) {
+  for (int i = 0; i < 8; ++i) {
+    Commit("/d/f" + std::to_string(i), 10, i % 2 ? "a1" : "a2");
+  }
+  auto planner = MakePlanner(/*window=*/2);
+  catalog::RequestSpec spec;
+  spec.paths = {"/d"};
+  spec.recursive = true;
+  spec.dst_sites = {"B"};
+  spec.copies = 1;
+  std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  std::vector<Task> tasks = Tasks(id);
+  ASSERT_EQ(tasks.size(), 4u);  // 2 open per destination node, b1 and b2
+  std::map<std::string, int> per_src, per_dst;
+  for (const Task& t : tasks) {
+    per_src[t.spec.src_node] += 1;
+    per_dst[t.spec.dst_node] += 1;
+  }
+  // Both sources send and both destinations receive at once: several host pairs run.
+  EXPECT_EQ(per_dst["b1"], 2);
+  EXPECT_EQ(per_dst["b2"], 2);
+  EXPECT_EQ(per_src["a1"], 2);
+  EXPECT_EQ(per_src["a2"], 2);
+
+  // As tasks finish, the window lets the rest through, until all are done.
+  for (int round = 0; round < 5 && Get(id).state != RequestState::kDone; ++round) {
+    CompleteAll();
+    ASSERT_TRUE(planner->Step().ok());
+  }
+  EXPECT_EQ(Get(id).state, RequestState::kDone);
+  EXPECT_EQ(Get(id).files_done, 8u);
+}
+
+TEST_F(PlannerTest, RespectsPerRouteConcurrencyLimits) {
+  for (int i = 0; i < 4; ++i) Commit("/d/f" + std::to_string(i), 10, "a1");
+  catalog::Route route;
+  route.src_site = "A";
+  route.dst_site = "B";
+  route.max_concurrent_tasks = 1;
+  ASSERT_TRUE(cat_->PutRoute(route).ok());
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d"};
+  spec.recursive = true;
+  spec.copies = 1;
+  spec.dst_sites = {"B"};
+  std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  EXPECT_EQ(Tasks(id).size(), 1u);
+  ASSERT_TRUE(planner->Step().ok());
+  EXPECT_EQ(Tasks(id).size(), 1u);
+}
+
+TEST_F(PlannerTest, ParallelismLimitsOpenTasksOfOneRequest) {
+  for (int i = 0; i < 6; ++i) Commit("/d/f" + std::to_string(i), 10, "a1");
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d"};
+  spec.recursive = true;
+  spec.copies = 2;
+  spec.owner = WithParallelism("alice", 3);
+  EXPECT_EQ(ParseParallelism(spec.owner), 3);
+  std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  EXPECT_EQ(Tasks(id).size(), 3u);
+}
+
+TEST_F(PlannerTest, HigherPriorityRequestsGetTheWindowFirst) {
+  for (int i = 0; i < 4; ++i) Commit("/d/f" + std::to_string(i), 10, "a1");
+  Commit("/d/sub/urgent", 10, "a1");
+  auto planner = MakePlanner(/*window=*/1);
+  catalog::RequestSpec low;
+  low.paths = {"/d"};
+  low.recursive = true;
+  low.copies = 1;
+  low.dst_sites = {"C"};
+  std::uint64_t low_id = Request(low);
+  catalog::RequestSpec high;
+  high.paths = {"/d/sub/urgent"};
+  high.dst_sites = {"C"};
+  high.priority = 10;
+  std::uint64_t high_id = Request(high);
+  ASSERT_TRUE(planner->Step().ok());
+  EXPECT_EQ(Tasks(high_id).size(), 1u);
+  EXPECT_EQ(Tasks(low_id).size(), 0u);
+}
+
+TEST_F(PlannerTest, PermanentTaskFailureFailsTheFileWithTheRecordedReason) {
+  Commit("/d/f1", 10, "a1");
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d/f1"};
+  spec.dst_sites = {"C"};
+  spec.copies = 1;
+  std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    auto t = cat_->ClaimTask("c1", "agent", std::chrono::seconds(10));
+    ASSERT_TRUE(t.ok()) << "attempt " << attempt << ": " << t.status();
+    ASSERT_TRUE(cat_->FailTask(t->id, "agent", "UNAVAILABLE: connect a1: refused", true,
+                               std::chrono::milliseconds(0))
+                    .ok());
+    ASSERT_TRUE(planner->Step().ok());
+  }
+  catalog::Request r = Get(id);
+  EXPECT_EQ(r.state, RequestState::kFailed);
+  EXPECT_NE(r.error.find("after 3 attempts: UNAVAILABLE: connect a1: refused"), std::string::npos)
+      << r.error;
+  EXPECT_TRUE(Tasks(id).empty());
+}
+
+TEST_F(PlannerTest, DownNodesAreNotDestinationsAndADownOnlySourceIsStillTried) {
+  Commit("/d/f1", 10, "a1");
+  auto planner = MakePlanner();
+  now_ += 60 * kSecond;  // everyone silent for a minute...
+  Heartbeat({"b1", "b2"});  // ...except site B
+  catalog::RequestSpec spec;
+  spec.paths = {"/d/f1"};
+  spec.copies = 2;
+  std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  std::vector<Task> tasks = Tasks(id);
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0].spec.src_node, "a1");  // the only holder, though down
+  EXPECT_EQ(tasks[0].spec.dst_node.substr(0, 1), "b");
+}
+
+TEST_F(PlannerTest, RewrittenFileMakesReplicasStaleAndANewRequestRefreshesThem) {
+  Commit("/d/f1", 10, "a1");
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d/f1"};
+  spec.copies = 3;
+  std::uint64_t first = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  CompleteAll();
+  ASSERT_TRUE(planner->Step().ok());
+  ASSERT_EQ(Get(first).state, RequestState::kDone);
+
+  Commit("/d/f1", 20, "a1", "00bb");  // rewritten at A
+  auto loc = cat_->Locate("/d/f1");
+  ASSERT_TRUE(loc.ok());
+  int stale = 0;
+  for (const auto& r : loc->replicas) stale += r.state == catalog::ReplicaState::kStale;
+  EXPECT_EQ(stale, 2);
+  EXPECT_EQ(CurrentReplicas(*loc).size(), 1u);
+
+  std::uint64_t second = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  EXPECT_EQ(Tasks(second).size(), 2u);
+  CompleteAll();
+  ASSERT_TRUE(planner->Step().ok());
+  EXPECT_EQ(Get(second).state, RequestState::kDone);
+  loc = cat_->Locate("/d/f1");
+  EXPECT_EQ(CurrentReplicas(*loc).size(), 3u);
+}
+
+TEST_F(PlannerTest, AFileRewrittenDuringACopyIsPlannedAgain) {
+  Commit("/d/f1", 10, "a1");
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d/f1"};
+  spec.copies = 1;
+  spec.dst_sites = {"C"};
+  std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  auto t = cat_->ClaimTask("c1", "agent", std::chrono::seconds(10));
+  ASSERT_TRUE(t.ok());
+  Commit("/d/f1", 30, "a1", "00cc");
+  EXPECT_TRUE(absl::IsAborted(cat_->CompleteTask(t->id, "agent").status()));
+  ASSERT_TRUE(planner->Step().ok());
+  std::vector<Task> open = Tasks(id);
+  ASSERT_EQ(open.size(), 1u);
+  EXPECT_EQ(open[0].generation, 2u);
+  EXPECT_EQ(Get(id).state, RequestState::kRunning);
+}
+
+TEST_F(PlannerTest, PreviewPlansWithoutWriting) {
+  Commit("/d/f1", 10, "a1");
+  Commit("/d/f2", 10, "a1");
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d/f1", "/d/f2", "/missing"};
+  spec.copies = 2;
+  auto preview = planner->Preview(spec);
+  ASSERT_TRUE(preview.ok()) << preview.status();
+  EXPECT_EQ(preview->copies.size(), 2u);
+  ASSERT_EQ(preview->failures.size(), 1u);
+  EXPECT_EQ(preview->failures[0].path, "/missing");
+  catalog::TaskFilter f;
+  EXPECT_TRUE(cat_->ListTasks(f)->empty());
+}
+
+TEST_F(PlannerTest, ARestartedPlannerContinuesFromTheCatalog) {
+  for (int i = 0; i < 3; ++i) Commit("/d/f" + std::to_string(i), 10, "a1");
+  catalog::RequestSpec spec;
+  spec.paths = {"/d"};
+  spec.recursive = true;
+  spec.copies = 2;
+  std::uint64_t id = Request(spec);
+  {
+    auto planner = MakePlanner();
+    ASSERT_TRUE(planner->Step().ok());
+  }
+  EXPECT_EQ(Tasks(id).size(), 3u);
+  auto planner = MakePlanner();
+  ASSERT_TRUE(planner->Step().ok());
+  EXPECT_EQ(Tasks(id).size(), 3u) << "no duplicate tasks after a restart";
+  CompleteAll();
+  ASSERT_TRUE(planner->Step().ok());
+  EXPECT_EQ(Get(id).state, RequestState::kDone);
+}
+
+}  // namespace
+}  // namespace gfrep::replica

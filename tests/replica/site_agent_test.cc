@@ -1,0 +1,368 @@
+#include "replica/site_agent.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <thread>
+
+#include "replica/planner.h"
+#include "replica/reader.h"
+#include "tests/support/temp_dir.h"
+#include "transfer/agent.h"
+#include "transfer/checksum.h"
+
+namespace gfrep::replica {
+namespace {
+
+namespace fs = std::filesystem;
+using catalog::RequestState;
+
+const std::string kKey(32, 'k');
+
+// One storage node: a transfer agent (data) and a site agent (catalog role).
+struct TestNode {
+  std::string name;
+  std::string site;
+  fs::path spool;
+  std::unique_ptr<transfer::AgentServer> server;
+  std::thread server_thread;
+  std::string address;
+  std::unique_ptr<SiteAgent> agent;
+
+  void StopAll() {
+    if (agent) agent->Stop();
+    agent.reset();
+    if (server) server->Stop();
+    if (server_thread.joinable()) server_thread.join();
+    server.reset();
+  }
+  ~TestNode() { StopAll(); }
+};
+
+class SiteAgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    catalog::CatalogOptions o;
+    o.path = dir_.Sub("db");
+    o.sync = false;
+    auto c = catalog::OpenRocksCatalog(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cat_ = std::move(*c);
+  }
+
+  void TearDown() override {
+    if (planner_) planner_->Stop();
+    nodes_.clear();
+  }
+
+  SiteAgentOptions AgentOptions(TestNode& n) {
+    SiteAgentOptions a;
+    a.catalog = cat_.get();
+    a.site = n.site;
+    a.node = n.name;
+    a.address = n.address;
+    a.spool = n.spool;
+    a.workers = 2;
+    a.lease = std::chrono::milliseconds(1500);
+    a.heartbeat_interval = std::chrono::milliseconds(200);
+    a.poll_interval = std::chrono::milliseconds(100);
+    a.retry.initial = std::chrono::milliseconds(50);
+    a.retry.max = std::chrono::milliseconds(200);
+    a.transfer.shared_key = kKey;
+    a.transfer.io_timeout = std::chrono::milliseconds(5000);
+    return a;
+  }
+
+  TestNode& StartNode(const std::string& name, const std::string& site, bool with_agent = true) {
+    auto n = std::make_unique<TestNode>();
+    n->name = name;
+    n->site = site;
+    n->spool = dir_.path() / ("spool-" + name);
+    transfer::AgentOptions ao;
+    ao.listen = "127.0.0.1:0";
+    ao.spool = n->spool;
+    ao.shared_key = kKey;
+    auto server = transfer::AgentServer::Create(ao);
+    EXPECT_TRUE(server.ok()) << server.status();
+    n->server = std::move(*server);
+    auto ep = n->server->Start();
+    EXPECT_TRUE(ep.ok()) << ep.status();
+    n->address = ep->ToString();
+    n->server_thread = std::thread([s = n->server.get()] { s->Run(); });
+    if (with_agent) StartAgent(*n);
+    TestNode& ref = *n;
+    nodes_[name] = std::move(n);
+    return ref;
+  }
+
+  void StartAgent(TestNode& n) {
+    auto agent = SiteAgent::Create(AgentOptions(n));
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    n.agent = std::move(*agent);
+    ASSERT_TRUE(n.agent->Start().ok());
+  }
+
+  void StartPlanner() {
+    PlannerOptions p;
+    p.catalog = cat_.get();
+    p.max_attempts = 3;
+    p.interval = std::chrono::milliseconds(200);
+    auto planner = Planner::Create(p);
+    ASSERT_TRUE(planner.ok());
+    planner_ = std::move(*planner);
+    planner_->Start();
+  }
+
+  // What gfreg does, minus the upload: the bytes are written into the node's spool.
+  void Store(const std::string& node, const std::string& path, std::uint64_t size,
+             std::uint64_t seed, const std::string& claimed_bytes_seed = "") {
+    TestNode& n = *nodes_.at(node);
+    fs::path file = n.spool / path.substr(1);
+    fs::create_directories(file.parent_path());
+    gfrep::testing::WriteRandomFile(file, size, seed);
+    fs::path sum_of = file;
+    if (!claimed_bytes_seed.empty()) {
+      sum_of = dir_.path() / "other";
+      gfrep::testing::WriteRandomFile(sum_of, size, std::stoull(claimed_bytes_seed));
+    }
+    auto sum = transfer::ComputeFileChecksum(sum_of, transfer::ChecksumAlgorithm::kXxh3_128);
+    ASSERT_TRUE(sum.ok());
+    catalog::MkdirOptions m;
+    m.parents = true;
+    std::string parent = path.substr(0, path.rfind('/'));
+    if (!parent.empty()) {
+      ASSERT_TRUE(cat_->Mkdir(parent, m).ok());
+    }
+    catalog::FileContent c;
+    c.size = size;
+    c.checksum_algo = "xxh3-128";
+    c.checksum = sum->substr(sum->find(':') + 1);
+    ASSERT_TRUE(cat_->CommitFile(path, c, node, std::nullopt).ok());
+  }
+
+  catalog::Request Replicate(catalog::RequestSpec spec,
+                             std::chrono::seconds timeout = std::chrono::seconds(60)) {
+    auto r = cat_->CreateRequest(spec);
+    EXPECT_TRUE(r.ok()) << r.status();
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::uint64_t seq = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto now = cat_->GetRequest(r->id);
+      EXPECT_TRUE(now.ok());
+      if (now->state == RequestState::kDone || now->state == RequestState::kFailed) return *now;
+      auto events = cat_->ReadEvents(seq, 1000, std::chrono::milliseconds(500));
+      if (events.ok() && !events->empty()) seq = events->back().seq;
+    }
+    ADD_FAILURE() << "request " << r->id << " did not finish";
+    return *cat_->GetRequest(r->id);
+  }
+
+  std::string Bytes(const std::string& node, const std::string& path) {
+    return gfrep::testing::ReadFile(nodes_.at(node)->spool / path.substr(1));
+  }
+
+  std::string ReadAll(FileReader& r) {
+    std::string out;
+    char buf[65536];
+    while (true) {
+      auto n = r.Read(buf, sizeof buf);
+      EXPECT_TRUE(n.ok());
+      if (!n.ok() || *n == 0) break;
+      out.append(buf, *n);
+    }
+    return out;
+  }
+
+  ReaderOptions ReadAs(const std::string& site, const std::string& node) {
+    ReaderOptions o;
+    o.identity = {site, node};
+    o.transfer.shared_key = kKey;
+    o.tmp_dir = dir_.path();
+    return o;
+  }
+
+  gfrep::testing::TempDir dir_{"siteagent"};
+  std::unique_ptr<catalog::Catalog> cat_;
+  std::map<std::string, std::unique_ptr<TestNode>> nodes_;
+  std::unique_ptr<Planner> planner_;
+};
+
+TEST_F(SiteAgentTest, ReplicatesFilesToEverySiteWithMatchingBytes) {
+  StartNode("a1", "A");
+  StartNode("b1", "B");
+  StartNode("c1", "C");
+  const std::vector<std::uint64_t> sizes = {0, 1, 4099, 1 << 20, 5 << 20};
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    Store("a1", "/exp/f" + std::to_string(i), sizes[i], 100 + i);
+  }
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/exp"};
+  spec.recursive = true;
+  spec.copies = 3;
+  catalog::Request r = Replicate(spec);
+  ASSERT_EQ(r.state, RequestState::kDone) << r.error;
+  EXPECT_EQ(r.files_done, sizes.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    std::string path = "/exp/f" + std::to_string(i);
+    std::string want = Bytes("a1", path);
+    ASSERT_EQ(want.size(), sizes[i]);
+    EXPECT_EQ(Bytes("b1", path), want) << path;
+    EXPECT_EQ(Bytes("c1", path), want) << path;
+    auto loc = cat_->Locate(path);
+    ASSERT_TRUE(loc.ok());
+    EXPECT_EQ(CurrentReplicas(*loc).size(), 3u) << path;
+  }
+  // Nothing is left behind in the work directories.
+  for (const char* n : {"b1", "c1"}) {
+    fs::path staging = nodes_.at(n)->spool / ".gfrep-staging";
+    EXPECT_TRUE(!fs::exists(staging) || fs::is_empty(staging)) << n;
+  }
+}
+
+TEST_F(SiteAgentTest, ReaderUsesTheLocalReplicaOrFetchesTheBestRemoteOne) {
+  StartNode("a1", "A");
+  StartNode("c1", "C");
+  Store("a1", "/r/data", 300000, 7);
+  std::string want = Bytes("a1", "/r/data");
+
+  auto local = Open(*cat_, "/r/data", ReadAs("A", "a1"));
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_TRUE((*local)->local());
+  EXPECT_EQ(ReadAll(**local), want);
+
+  auto remote = Open(*cat_, "/r/data", ReadAs("C", "c1"));
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  EXPECT_FALSE((*remote)->local());
+  EXPECT_EQ((*remote)->source_node(), "a1");
+  EXPECT_EQ(ReadAll(**remote), want);
+
+  auto outside = Open(*cat_, "/r/data", ReadAs("", ""));
+  ASSERT_TRUE(outside.ok()) << outside.status();
+  std::string part(10, '\0');
+  auto n = (*outside)->ReadAt(1000, part.data(), part.size());
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(part, want.substr(1000, 10));
+
+  EXPECT_TRUE(absl::IsNotFound(Open(*cat_, "/r/missing", ReadAs("A", "a1")).status()));
+}
+
+TEST_F(SiteAgentTest, RewriteMakesReplicasStaleReadersNeverSeeOldBytesAndGfrepRefreshes) {
+  StartNode("a1", "A");
+  StartNode("b1", "B");
+  Store("a1", "/w/f", 200000, 1);
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/w/f"};
+  spec.copies = 2;
+  ASSERT_EQ(Replicate(spec).state, RequestState::kDone);
+  std::string old_bytes = Bytes("b1", "/w/f");
+
+  Store("a1", "/w/f", 150000, 2);  // rewritten at site A
+  std::string new_bytes = Bytes("a1", "/w/f");
+  ASSERT_NE(old_bytes, new_bytes);
+  auto loc = cat_->Locate("/w/f");
+  ASSERT_TRUE(loc.ok());
+  for (const auto& rep : loc->replicas) {
+    if (rep.node == "b1") {
+      EXPECT_EQ(rep.state, catalog::ReplicaState::kStale);
+    }
+  }
+  auto reader = Open(*cat_, "/w/f", ReadAs("B", "b1"));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_FALSE((*reader)->local()) << "a stale local replica must not be read";
+  EXPECT_EQ(ReadAll(**reader), new_bytes);
+
+  ASSERT_EQ(Replicate(spec).state, RequestState::kDone);
+  EXPECT_EQ(Bytes("b1", "/w/f"), new_bytes);
+  reader = Open(*cat_, "/w/f", ReadAs("B", "b1"));
+  ASSERT_TRUE(reader.ok());
+  EXPECT_TRUE((*reader)->local());
+  EXPECT_EQ(ReadAll(**reader), new_bytes);
+}
+
+TEST_F(SiteAgentTest, BytesThatDoNotMatchTheCatalogNeverBecomeACompleteReplica) {
+  StartNode("a1", "A");
+  StartNode("b1", "B");
+  Store("a1", "/bad/f", 70000, 1, /*claimed_bytes_seed=*/"2");
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/bad/f"};
+  spec.copies = 2;
+  catalog::Request r = Replicate(spec);
+  EXPECT_EQ(r.state, RequestState::kFailed);
+  EXPECT_NE(r.error.find("does not match the catalog"), std::string::npos) << r.error;
+  auto loc = cat_->Locate("/bad/f");
+  ASSERT_TRUE(loc.ok());
+  for (const auto& rep : loc->replicas) EXPECT_NE(rep.node, "b1");
+  EXPECT_FALSE(fs::exists(nodes_.at("b1")->spool / "bad/f"));
+}
+
+TEST_F(SiteAgentTest, AFileWhoseOnlySourceIsDownFailsClearlyAfterItsRetries) {
+  StartNode("a1", "A");
+  StartNode("b1", "B");
+  Store("a1", "/down/f", 1000, 1);
+  nodes_.at("a1")->server->Stop();  // the data agent dies; its node still looks alive
+  nodes_.at("a1")->server_thread.join();
+  nodes_.at("a1")->server.reset();
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/down/f"};
+  spec.copies = 2;
+  catalog::Request r = Replicate(spec);
+  EXPECT_EQ(r.state, RequestState::kFailed);
+  EXPECT_NE(r.error.find("failed after 3 attempts"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("a1"), std::string::npos) << r.error;
+}
+
+TEST_F(SiteAgentTest, ALeaseOfADeadAgentExpiresAndTheTaskIsRetaken) {
+  StartNode("a1", "A");
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  Store("a1", "/lease/f", 50000, 3);
+  // Register b1 by hand and leave a claimed task behind, as an agent killed mid-copy does.
+  catalog::Site site;
+  site.name = "B";
+  ASSERT_TRUE(cat_->PutSite(site).ok());
+  catalog::Node node;
+  node.name = "b1";
+  node.site = "B";
+  node.address = b1.address;
+  node.spool = b1.spool.string();
+  node.free_bytes = 1ull << 40;
+  ASSERT_TRUE(cat_->RegisterNode(node).ok());
+  catalog::RequestSpec spec;
+  spec.paths = {"/lease/f"};
+  spec.copies = 2;
+  auto req = cat_->CreateRequest(spec);
+  ASSERT_TRUE(req.ok());
+  catalog::TaskSpec ts;
+  ts.request_id = req->id;
+  ts.path = "/lease/f";
+  ts.src_node = "a1";
+  ts.dst_node = "b1";
+  ASSERT_TRUE(cat_->CreateTasks({ts}).ok());
+  auto ghost = cat_->ClaimTask("b1", "b1/ghost", std::chrono::milliseconds(300));
+  ASSERT_TRUE(ghost.ok());
+  // An abandoned staging file of a task that no longer exists is cleaned at start.
+  fs::create_directories(b1.spool / ".gfrep-staging");
+  gfrep::testing::WriteRandomFile(b1.spool / ".gfrep-staging" / "task-999999", 10, 1);
+
+  StartAgent(b1);
+  EXPECT_FALSE(fs::exists(b1.spool / ".gfrep-staging" / "task-999999"));
+  StartPlanner();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  absl::StatusOr<catalog::Task> t = cat_->GetTask(ghost->id);
+  while (std::chrono::steady_clock::now() < deadline) {
+    t = cat_->GetTask(ghost->id);
+    ASSERT_TRUE(t.ok());
+    if (t->state == catalog::TaskState::kDone) break;
+    (void)cat_->ReadEvents(0, 0, std::chrono::milliseconds(0));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling a state that makes no event (lease expiry)
+  }
+  ASSERT_EQ(t->state, catalog::TaskState::kDone) << t->last_error;
+  EXPECT_EQ(t->attempts, 2u);
+  EXPECT_EQ(Bytes("b1", "/lease/f"), Bytes("a1", "/lease/f"));
+}
+
+}  // namespace
+}  // namespace gfrep::replica
