@@ -138,6 +138,14 @@ class RocksCatalog final : public Catalog {
                                                 std::chrono::milliseconds wait) override;
   absl::StatusOr<std::uint64_t> LastEventSeq() override;
 
+  absl::StatusOr<std::string> Property(std::string_view name) {
+    std::string value;
+    if (!db_->GetProperty(Sl(name), &value)) {
+      return absl::NotFoundError(fmt::format("no RocksDB property {}", name));
+    }
+    return value;
+  }
+
  private:
   rocksdb::ColumnFamilyHandle* cf(Cf c) const { return cfs_[c]; }
   std::int64_t Now() const { return options_.clock(); }
@@ -1392,6 +1400,12 @@ absl::StatusOr<std::uint64_t> RocksCatalog::LastEventSeq() {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> GetDbProperty(Catalog& catalog, std::string_view property) {
+  auto* rocks = dynamic_cast<RocksCatalog*>(&catalog);
+  if (rocks == nullptr) return absl::InvalidArgumentError("not a RocksDB catalog");
+  return rocks->Property(property);
+}
 
 absl::StatusOr<std::unique_ptr<Catalog>> OpenRocks(const CatalogOptions& options) {
   if (options.path.empty()) return absl::InvalidArgumentError("catalog path is empty");

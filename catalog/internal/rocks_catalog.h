@@ -33,3 +33,12 @@ namespace gfrep::catalog::internal {
 absl::StatusOr<std::unique_ptr<Catalog>> OpenRocks(const CatalogOptions& options);
 
 }  // namespace gfrep::catalog::internal
+
+namespace gfrep::catalog::internal {
+
+// A RocksDB property of a catalog opened by OpenRocksCatalog (e.g. "rocksdb.stats", whose
+// "Cumulative WAL: N writes, M syncs" line shows group commit at work). kInvalidArgument
+// for another Catalog implementation, kNotFound for an unknown property. Benchmarks only.
+absl::StatusOr<std::string> GetDbProperty(Catalog& catalog, std::string_view property);
+
+}  // namespace gfrep::catalog::internal

@@ -1,0 +1,251 @@
+// The AMGA experiment on the gfrep catalog (issue 4), over gRPC on loopback.
+//
+//   build-*/bin/catalog_amga_bench [--max-dirs 10000] [--entries 100] [--samples 300]
+//
+// 1. Grows a tree to 1, 100, 1K, 10K (... --max-dirs) directories of --entries files each,
+//    plus 10 directories of 1,000 entries, and after each size times `ls` (List over gRPC)
+//    of randomly chosen directories: p50/p99. In the same process and run, a baseline keyed
+//    by full path that finds children by scanning and matching a pattern (AMGA 2.4) gets the
+//    same tree and the same lookups.
+// 2. creates/s, stats/s, lists/s with 1, 8 and 64 concurrent clients (own channels) against
+//    a durable catalog (every create WAL-synced), and RocksDB's WAL writes-per-sync count,
+//    which shows group commit.
+// Prints markdown tables. Not a ctest: run by hand, see tests/bench/RESULTS.md.
+#include <rocksdb/db.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "catalog/catalog.h"
+#include "catalog/catalog_service.h"
+#include "catalog/client.h"
+#include "catalog/internal/rocks_catalog.h"
+#include "tests/support/temp_dir.h"
+
+namespace {
+
+using namespace gfrep::catalog;
+using SteadyClock = std::chrono::steady_clock;
+
+double Ms(SteadyClock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+struct Percentiles {
+  double p50 = 0, p99 = 0;
+};
+
+Percentiles Summarise(std::vector<double> v) {
+  if (v.empty()) return {};
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)]};
+}
+
+void Check(const absl::Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+// AMGA 2.4's layout: one table keyed by full path; a listing scans it and matches
+// "^<dir>/[^/]+$" against every key.
+class PathKeyedBaseline {
+ public:
+  explicit PathKeyedBaseline(const std::string& path) {
+    rocksdb::Options o;
+    o.create_if_missing = true;
+    rocksdb::DB* db = nullptr;
+    rocksdb::Status s = rocksdb::DB::Open(o, path, &db);
+    if (!s.ok()) {
+      std::fprintf(stderr, "baseline open: %s\n", s.ToString().c_str());
+      std::exit(1);
+    }
+    db_.reset(db);
+  }
+  void Add(const std::string& path, const std::string& attrs) {
+    rocksdb::WriteOptions wo;
+    wo.disableWAL = true;  // bulk load; durability is not what this baseline measures
+    (void)db_->Put(wo, path, attrs);  // ignored: a failed put only shortens a listing
+  }
+  std::size_t List(const std::string& dir) {
+    std::regex child("^" + dir + "/[^/]+$");
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    std::size_t n = 0;
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      std::string key = it->key().ToString();
+      // A cheap prefix test first, as a database would with LIKE 'dir/%', then the pattern.
+      if (key.compare(0, dir.size() + 1, dir + "/") == 0 && std::regex_match(key, child)) ++n;
+    }
+    return n;
+  }
+
+ private:
+  std::unique_ptr<rocksdb::DB> db_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"catalog_amga_bench: AMGA-style ls scaling and catalog throughput"};
+  int max_dirs = 10000, entries = 100, samples = 300, big_dirs = 10, big_entries = 1000;
+  int baseline_samples = 20;
+  double seconds = 3;
+  std::string sizes_text;
+  app.add_option("--max-dirs", max_dirs, "Largest tree, directories")->capture_default_str();
+  app.add_option("--entries", entries, "Entries per directory")->capture_default_str();
+  app.add_option("--samples", samples, "ls samples per size")->capture_default_str();
+  app.add_option("--baseline-samples", baseline_samples, "ls samples of the baseline per size")
+      ->capture_default_str();
+  app.add_option("--seconds", seconds, "Duration of each throughput run")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  gfrep::testing::TempDir dir("catalog-bench");
+  CatalogOptions bulk;
+  bulk.path = dir.Sub("tree");
+  bulk.sync = false;  // tree building only; the throughput part below syncs every write
+  absl::StatusOr<std::unique_ptr<Catalog>> tree = OpenRocksCatalog(bulk);
+  Check(tree.status(), "open tree catalog");
+  ServerOptions so;
+  absl::StatusOr<std::unique_ptr<CatalogServer>> server = CatalogServer::Start(**tree, so);
+  Check(server.status(), "start server");
+  ClientOptions co;
+  co.address = (*server)->address();
+  absl::StatusOr<std::unique_ptr<CatalogClient>> client = CatalogClient::Create(co);
+  Check(client.status(), "client");
+  PathKeyedBaseline baseline(dir.Sub("baseline"));
+
+  std::mt19937_64 rng(2026);
+  Check((*tree)->Mkdir("/t", {}).status(), "mkdir /t");
+  Check((*tree)->Mkdir("/big", {}).status(), "mkdir /big");
+  FileContent content;
+  content.size = 4096;
+  content.checksum_algo = "xxh3-128";
+  content.checksum = std::string(32, 'a');
+  auto add_dir = [&](const std::string& d, int n) {
+    Check((*tree)->Mkdir(d, {}).status(), "mkdir");
+    baseline.Add(d, "d");
+    for (int i = 0; i < n; ++i) {
+      std::string f = fmt::format("{}/file{:05}", d, i);
+      Check((*tree)->CreateFile(f, content).status(), "create");
+      baseline.Add(f, std::string(64, 'x'));
+    }
+  };
+  for (int b = 0; b < big_dirs; ++b) add_dir(fmt::format("/big/b{:02}", b), big_entries);
+
+  std::printf("## ls latency over gRPC (ms), %d entries/dir; baseline = path-keyed scan\n\n",
+              entries);
+  std::printf("| directories | entries total | ls p50 | ls p99 | ls 1000-entry p50 | "
+              "ls 1000-entry p99 | baseline ls p50 | baseline ls p99 | build s |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::fflush(stdout);
+  int built = 0;
+  for (int size = 1; size <= max_dirs; size *= (size == 1 ? 100 : 10)) {
+    auto t0 = SteadyClock::now();
+    for (; built < size; ++built) add_dir(fmt::format("/t/d{:07}", built), entries);
+    double build_s = Ms(SteadyClock::now() - t0) / 1000;
+    Check(absl::OkStatus(), "");
+    std::vector<double> ls, ls_big, base;
+    for (int s = 0; s < samples; ++s) {
+      std::string d = fmt::format("/t/d{:07}", rng() % built);
+      auto a = SteadyClock::now();
+      absl::StatusOr<std::vector<DirEntry>> l = (*client)->List(d, {});
+      ls.push_back(Ms(SteadyClock::now() - a));
+      Check(l.status(), "ls");
+      if (static_cast<int>(l->size()) != entries) Check(absl::InternalError("short ls"), "ls");
+      std::string b = fmt::format("/big/b{:02}", rng() % big_dirs);
+      a = SteadyClock::now();
+      l = (*client)->List(b, {});
+      ls_big.push_back(Ms(SteadyClock::now() - a));
+      Check(l.status(), "ls big");
+    }
+    for (int s = 0; s < baseline_samples; ++s) {
+      std::string d = fmt::format("/t/d{:07}", rng() % built);
+      auto a = SteadyClock::now();
+      std::size_t n = baseline.List(d);
+      base.push_back(Ms(SteadyClock::now() - a));
+      if (static_cast<int>(n) != entries) Check(absl::InternalError("baseline short"), "baseline");
+    }
+    Percentiles p = Summarise(ls), pb = Summarise(ls_big), pbase = Summarise(base);
+    std::printf("| %d | %lld | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.1f |\n", size,
+                static_cast<long long>(size) * entries + big_dirs * big_entries, p.p50, p.p99,
+                pb.p50, pb.p99, pbase.p50, pbase.p99, build_s);
+    std::fflush(stdout);
+  }
+  (*server)->Shutdown();
+
+  // Throughput against a durable catalog.
+  CatalogOptions durable;
+  durable.path = dir.Sub("durable");
+  absl::StatusOr<std::unique_ptr<Catalog>> store = OpenRocksCatalog(durable);
+  Check(store.status(), "open durable catalog");
+  absl::StatusOr<std::unique_ptr<CatalogServer>> server2 = CatalogServer::Start(**store, so);
+  Check(server2.status(), "start server 2");
+  co.address = (*server2)->address();
+  std::printf("\n## Throughput over gRPC, durable catalog (sync=true), ops/s\n\n");
+  std::printf("| clients | creates/s | stats/s | lists/s (100 entries) | WAL writes per sync "
+              "(creates) |\n|---:|---:|---:|---:|---:|\n");
+  Check((*store)->Mkdir("/c", {}).status(), "mkdir /c");
+  Check((*store)->Mkdir("/l", {}).status(), "mkdir /l");
+  for (int i = 0; i < 100; ++i) {
+    Check((*store)->CreateFile(fmt::format("/l/f{:03}", i), content).status(), "create");
+  }
+  auto wal = [&]() -> std::pair<double, double> {
+    absl::StatusOr<std::string> stats = gfrep::catalog::internal::GetDbProperty(**store, "rocksdb.stats");
+    if (!stats.ok()) return {0, 0};
+    std::smatch m;
+    std::regex re(R"(Cumulative WAL: ([0-9.]+)([KMG]?) writes, ([0-9.]+)([KMG]?) syncs)");
+    if (!std::regex_search(*stats, m, re)) return {0, 0};
+    auto scale = [](const std::string& s) {
+      return s == "K" ? 1e3 : s == "M" ? 1e6 : s == "G" ? 1e9 : 1.0;
+    };
+    return {std::stod(m[1]) * scale(m[2]), std::stod(m[3]) * scale(m[4])};
+  };
+  for (int clients : {1, 8, 64}) {
+    std::vector<std::unique_ptr<CatalogClient>> cs;
+    for (int c = 0; c < clients; ++c) {
+      absl::StatusOr<std::unique_ptr<CatalogClient>> cl = CatalogClient::Create(co);
+      Check(cl.status(), "client");
+      cs.push_back(std::move(*cl));
+    }
+    auto run = [&](auto op) {
+      std::atomic<long> ops{0};
+      std::atomic<bool> stop{false};
+      std::vector<std::thread> threads;
+      auto start = SteadyClock::now();
+      for (int c = 0; c < clients; ++c) {
+        threads.emplace_back([&, c] {
+          long k = 0;
+          while (!stop.load(std::memory_order_relaxed)) {
+            op(*cs[c], c, k++);
+            ops.fetch_add(1, std::memory_order_relaxed);
+          }
+        });
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+      stop = true;
+      for (auto& t : threads) t.join();
+      return ops.load() / (Ms(SteadyClock::now() - start) / 1000);
+    };
+    auto [w0, s0] = wal();
+    double creates = run([&](CatalogClient& c, int id, long k) {
+      Check(c.CreateFile(fmt::format("/c/n{}-{}-{}", clients, id, k), content).status(), "create");
+    });
+    auto [w1, s1] = wal();
+    double stats = run([&](CatalogClient& c, int, long k) {
+      Check(c.Stat(fmt::format("/l/f{:03}", k % 100)).status(), "stat");
+    });
+    double lists = run([&](CatalogClient& c, int, long) { Check(c.List("/l", {}).status(), "list"); });
+    double per_sync = s1 > s0 ? (w1 - w0) / (s1 - s0) : 0;
+    std::printf("| %d | %.0f | %.0f | %.0f | %.1f |\n", clients, creates, stats, lists, per_sync);
+    std::fflush(stdout);
+  }
+  (*server2)->Shutdown();
+  return 0;
+}
