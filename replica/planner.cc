@@ -30,6 +30,7 @@ struct StepState {
   std::map<RouteKey, int> open_per_route;
   BusyMap planned_src;
   BusyMap planned_dst;
+  std::map<std::string, std::set<std::string>> planned_for_path;  // this step's new copies
 };
 
 enum class FileStatus { kDone, kFailed, kPending };
@@ -95,12 +96,20 @@ absl::StatusOr<FileOutcome> PlanFile(catalog::Catalog& catalog, const std::strin
       // Whatever its generation, the node is busy with this file: never plan a second copy
       // onto it meanwhile.
       holders.insert(t->spec.dst_node);
+      std::string site = SiteOf(st.topology, t->spec.dst_node);
       if (t->generation == generation) {
-        ++inflight;
-        per_site[SiteOf(st.topology, t->spec.dst_node)] += 1;
+        per_site[site] += 1;
+        if (eligible_site(site)) ++inflight;
       }
     } else if (t->state == TaskState::kFailed && t->generation == generation) {
       if (failed == nullptr || t->id > failed->id) failed = t;
+    }
+  }
+  for (const std::string& node : st.planned_for_path[path]) {
+    if (holders.insert(node).second) {
+      std::string site = SiteOf(st.topology, node);
+      per_site[site] += 1;
+      if (eligible_site(site)) ++inflight;
     }
   }
   const int copies = static_cast<int>(std::max<std::uint32_t>(spec.copies, 1));
@@ -142,11 +151,18 @@ absl::StatusOr<FileOutcome> PlanFile(catalog::Catalog& catalog, const std::strin
   }
   std::vector<catalog::Node> dsts =
       window ? PlaceReplicas(place, st.topology, st.liveness) : std::move(possible);
+  // -S: copy only from replicas at the source site.
+  catalog::Location from = *loc;
+  if (!spec.src_site.empty()) {
+    std::erase_if(from.replicas, [&](const catalog::Replica& r) {
+      return SiteOf(st.topology, r.node) != spec.src_site;
+    });
+  }
   for (const catalog::Node& dst : dsts) {
     if (window && request_budget == 0) break;
     Reader reader{dst.site, dst.name};
     absl::StatusOr<SourceChoice> src =
-        SelectSource(*loc, reader, st.topology, st.liveness, st.planned_src);
+        SelectSource(from, reader, st.topology, st.liveness, st.planned_src);
     catalog::Node src_node;
     if (src.ok()) {
       src_node = src->node;
@@ -154,7 +170,7 @@ absl::StatusOr<FileOutcome> PlanFile(catalog::Catalog& catalog, const std::strin
       // Every holder is down. Plan from one anyway: the agent's attempts fail with the
       // connection error, back off, and the file fails clearly after its retries (a node
       // that comes back meanwhile serves it).
-      std::vector<catalog::Replica> current = CurrentReplicas(*loc);
+      std::vector<catalog::Replica> current = CurrentReplicas(from);
       const catalog::Node* n = st.topology.FindNode(current.front().node);
       if (n == nullptr) {
         out.status = FileStatus::kFailed;
@@ -165,6 +181,7 @@ absl::StatusOr<FileOutcome> PlanFile(catalog::Catalog& catalog, const std::strin
     } else {
       out.status = FileStatus::kFailed;
       out.error = std::string(src.status().message());
+      if (!spec.src_site.empty()) out.error += fmt::format(" at source site {}", spec.src_site);
       return out;
     }
     RouteKey route{src_node.site, dst.site};
@@ -187,6 +204,7 @@ absl::StatusOr<FileOutcome> PlanFile(catalog::Catalog& catalog, const std::strin
     st.open_per_route[route] += 1;
     st.planned_src[src_node.name] += 1;
     st.planned_dst[dst.name] += 1;
+    st.planned_for_path[path].insert(dst.name);
     if (request_budget > 0) --request_budget;
   }
   return out;
@@ -354,6 +372,13 @@ absl::Status Planner::Step() {
     tasks_of[r.id] = std::move(*tasks);
   }
 
+  std::map<std::string, std::vector<const Task*>> open_by_path;
+  for (const auto& [id, tasks] : tasks_of) {
+    for (const Task& t : tasks) {
+      if (IsOpen(t)) open_by_path[t.spec.path].push_back(&t);
+    }
+  }
+
   std::set<std::uint64_t> live_ids;
   absl::Status first_error = absl::OkStatus();
   for (const catalog::Request& r : active) {
@@ -377,11 +402,16 @@ absl::Status Planner::Step() {
       it = expanded_.emplace(r.id, std::move(*files)).first;
     }
     const FileList& files = it->second;
-    std::map<std::string, std::vector<const Task*>> by_path;
+    // Open tasks of every request count for a file (copies are a property of the file, and
+    // two requests must not copy it to the same node twice); failures only of this one.
+    std::map<std::string, std::vector<const Task*>> by_path = open_by_path;
     int open_in_request = 0;
     for (const Task& t : tasks_of[r.id]) {
-      by_path[t.spec.path].push_back(&t);
-      if (IsOpen(t)) ++open_in_request;
+      if (IsOpen(t)) {
+        ++open_in_request;
+      } else {
+        by_path[t.spec.path].push_back(&t);
+      }
     }
     int parallel = ParseParallelism(r.spec.owner);
     int budget = parallel > 0 ? std::max(0, parallel - open_in_request) : -1;

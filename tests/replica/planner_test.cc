@@ -394,6 +394,53 @@ TEST_F(PlannerTest, AFileRewrittenDuringACopyIsPlannedAgain) {
   EXPECT_EQ(Get(id).state, RequestState::kRunning);
 }
 
+TEST_F(PlannerTest, SourceSiteRestrictsWhereCopiesComeFrom) {
+  Commit("/d/f1", 10, "a1");
+  auto planner = MakePlanner();
+  catalog::RequestSpec first;
+  first.paths = {"/d/f1"};
+  first.dst_sites = {"B"};
+  std::uint64_t id = Request(first);
+  ASSERT_TRUE(planner->Step().ok());
+  CompleteAll();
+  ASSERT_TRUE(planner->Step().ok());
+  ASSERT_EQ(Get(id).state, RequestState::kDone);
+
+  catalog::RequestSpec spec;
+  spec.paths = {"/d/f1"};
+  spec.src_site = "B";
+  spec.dst_sites = {"C"};
+  id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  std::vector<Task> tasks = Tasks(id);
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0].spec.src_node.substr(0, 1), "b");
+
+  spec.src_site = "C";  // holds nothing
+  spec.dst_sites = {"B"};
+  spec.copies = 2;
+  id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  EXPECT_NE(Get(id).error.find("at source site C"), std::string::npos) << Get(id).error << " state " << catalog::ToString(Get(id).state);
+}
+
+TEST_F(PlannerTest, TwoRequestsForOneFileDoNotCopyItTwice) {
+  Commit("/d/f1", 10, "a1");
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d/f1"};
+  spec.copies = 2;
+  std::uint64_t one = Request(spec);
+  std::uint64_t two = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  ASSERT_TRUE(planner->Step().ok());
+  EXPECT_EQ(Tasks(one).size() + Tasks(two).size(), 1u);
+  CompleteAll();
+  ASSERT_TRUE(planner->Step().ok());
+  EXPECT_EQ(Get(one).state, RequestState::kDone);
+  EXPECT_EQ(Get(two).state, RequestState::kDone);
+}
+
 TEST_F(PlannerTest, PreviewPlansWithoutWriting) {
   Commit("/d/f1", 10, "a1");
   Commit("/d/f2", 10, "a1");
