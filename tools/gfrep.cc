@@ -1,0 +1,295 @@
+// gfrep [-N COPIES] [-S SRCSITE] [-D DSTSITE[,...]] [-r] [-j PARALLEL] [-n] [--json]
+//       [--detach] PATH...
+// Gfarm's replicate command: make sure each file has COPIES complete replicas (in the
+// destination sites when -D is given; -D without -N means one copy per named site),
+// recursively with -r. Creates a replication request in the catalog, which the planner in
+// gfcatalogd turns into transfer tasks for the site agents, then follows it: a live
+// progress line on a terminal, a summary at the end, the failed files listed and a
+// non-zero exit status when any failed. --detach prints the request id and returns.
+// Exit: 0 all done, 1 some files failed (or the request was cancelled), 2 usage/catalog
+// errors, 3 timeout.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "catalog/client.h"
+#include "replica/planner.h"
+#include "tools/internal/catalog_flags.h"
+#include "tools/internal/cli.h"
+
+namespace {
+
+using namespace gfrep;
+
+struct RouteTotals {
+  std::uint64_t bytes = 0;
+  std::uint64_t files = 0;
+};
+
+struct FailedFile {
+  std::string path;
+  std::string error;
+};
+
+struct Snapshot {
+  catalog::Request request;
+  std::map<std::string, RouteTotals> routes;  // "SRC->DST" of finished copies
+  std::vector<FailedFile> failed;
+  std::uint64_t copies_open = 0;
+};
+
+absl::StatusOr<Snapshot> Take(catalog::Catalog& c, std::uint64_t id,
+                              const std::map<std::string, std::string>& site_of) {
+  Snapshot s;
+  absl::StatusOr<catalog::Request> r = c.GetRequest(id);
+  if (!r.ok()) return r.status();
+  s.request = *r;
+  catalog::TaskFilter f;
+  f.request_id = id;
+  f.limit = catalog::kMaxBatchPaths * 4;
+  absl::StatusOr<std::vector<catalog::Task>> tasks = c.ListTasks(f);
+  if (!tasks.ok()) return tasks.status();
+  std::map<std::string, std::string> last_error;
+  for (const catalog::Task& t : *tasks) {
+    auto site = [&](const std::string& node) {
+      auto it = site_of.find(node);
+      return it == site_of.end() ? node : it->second;
+    };
+    if (t.state == catalog::TaskState::kDone) {
+      RouteTotals& rt = s.routes[fmt::format("{}->{}", site(t.spec.src_node), site(t.spec.dst_node))];
+      rt.bytes += t.size;
+      rt.files += 1;
+    } else if (t.state == catalog::TaskState::kFailed) {
+      last_error[t.spec.path] = fmt::format("{} -> {}: {} (after {} attempts)", t.spec.src_node,
+                                            t.spec.dst_node, t.last_error, t.attempts);
+    } else if (t.state == catalog::TaskState::kQueued || t.state == catalog::TaskState::kLeased) {
+      s.copies_open += 1;
+    }
+  }
+  for (auto& [path, error] : last_error) s.failed.push_back({path, error});
+  return s;
+}
+
+std::string Human(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+double Mbps(std::uint64_t bytes, double seconds) {
+  return seconds > 0 ? static_cast<double>(bytes) * 8 / seconds / 1e6 : 0;
+}
+
+bool Finished(catalog::RequestState s) {
+  return s == catalog::RequestState::kDone || s == catalog::RequestState::kFailed ||
+         s == catalog::RequestState::kCancelled;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  constexpr const char* kProgram = "gfrep";
+  CLI::App app{"gfrep: replicate files between sites (Gfarm's gfrep)"};
+  tools::CommonFlags common;
+  tools::CatalogFlags cat;
+  int copies = 0;
+  std::string src_site;
+  std::vector<std::string> dst_sites;
+  bool recursive = false, dry_run = false, json = false, detach = false;
+  int parallel = 0;
+  int priority = 0;
+  double timeout_s = 0;
+  std::vector<std::string> paths;
+  tools::AddCommonFlags(app, common);
+  tools::AddCatalogFlags(app, cat);
+  app.add_option("-N,--copies", copies,
+                 "Complete replicas wanted per file (default: one per -D site, else 2)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("-S,--source-site", src_site, "Copy only from replicas at this site");
+  app.add_option("-D,--destination-sites", dst_sites, "Destination sites (comma-separated)")
+      ->delimiter(',');
+  app.add_flag("-r,--recursive", recursive, "Replicate directories recursively");
+  app.add_option("-j,--parallel", parallel, "At most this many copies of this request at once")
+      ->check(CLI::Range(1, 10000));
+  app.add_flag("-n,--dry-run", dry_run, "Show what would be copied; change nothing");
+  app.add_flag("--json", json, "Print the result as one JSON object (for scripts)");
+  app.add_flag("--detach", detach, "Print the request id and return without waiting");
+  app.add_option("--priority", priority, "Higher runs first")->capture_default_str();
+  app.add_option("--timeout", timeout_s, "Give up waiting after this many seconds (0: never)");
+  app.add_option("PATH", paths, "Files or directories (with -r)")->required();
+  CLI11_PARSE(app, argc, argv);
+  auto log = tools::MakeLogger(kProgram, common);
+
+  catalog::RequestSpec spec;
+  spec.paths = paths;
+  spec.copies = copies > 0 ? copies : (dst_sites.empty() ? 2 : static_cast<int>(dst_sites.size()));
+  spec.src_site = src_site;
+  spec.dst_sites = dst_sites;
+  spec.recursive = recursive;
+  spec.priority = priority;
+  const char* user = std::getenv("USER");
+  spec.owner = replica::WithParallelism(user == nullptr ? "gfrep" : user, parallel);
+
+  auto client = tools::ConnectCatalog(cat);
+  if (!client.ok()) return tools::Fail(kProgram, tools::ErrorText(client.status()), 2);
+  catalog::CatalogClient& c = **client;
+
+  if (dry_run) {
+    replica::PlannerOptions po;
+    po.catalog = &c;
+    po.logger = log;
+    auto planner = replica::Planner::Create(po);
+    if (!planner.ok()) return tools::Fail(kProgram, tools::ErrorText(planner.status()), 2);
+    absl::StatusOr<replica::PlanPreview> preview = (*planner)->Preview(spec);
+    if (!preview.ok()) return tools::Fail(kProgram, tools::ErrorText(preview.status()), 2);
+    if (json) {
+      nlohmann::json j = {{"dry_run", true},
+                          {"copies", nlohmann::json::array()},
+                          {"satisfied", preview->satisfied},
+                          {"failed", nlohmann::json::array()}};
+      for (const auto& p : preview->copies) {
+        j["copies"].push_back({{"path", p.path}, {"size", p.size}, {"src_node", p.src_node},
+                               {"src_site", p.src_site}, {"dst_node", p.dst_node},
+                               {"dst_site", p.dst_site}});
+      }
+      for (const auto& f : preview->failures) {
+        j["failed"].push_back({{"path", f.path}, {"error", f.error}});
+      }
+      std::cout << j.dump() << "\n";
+    } else {
+      std::uint64_t bytes = 0;
+      for (const auto& p : preview->copies) {
+        std::cout << fmt::format("copy {} {} -> {} ({}), {}\n", p.path, p.src_node, p.dst_node,
+                                 p.dst_site, Human(p.size));
+        bytes += p.size;
+      }
+      for (const auto& s : preview->satisfied) std::cout << fmt::format("ok   {}\n", s);
+      for (const auto& f : preview->failures) {
+        std::cout << fmt::format("FAIL {}: {}\n", f.path, f.error);
+      }
+      std::cout << fmt::format("dry run: {} copies ({}), {} files already satisfied, {} failing\n",
+                               preview->copies.size(), Human(bytes), preview->satisfied.size(),
+                               preview->failures.size());
+    }
+    return preview->failures.empty() ? 0 : 1;
+  }
+
+  absl::StatusOr<catalog::Request> created = c.CreateRequest(spec);
+  if (!created.ok()) return tools::Fail(kProgram, tools::ErrorText(created.status()), 2);
+  const std::uint64_t id = created->id;
+  if (detach) {
+    if (json) {
+      std::cout << nlohmann::json({{"request_id", id}}).dump() << "\n";
+    } else {
+      std::cout << id << "\n";
+    }
+    return 0;
+  }
+
+  std::map<std::string, std::string> site_of;
+  if (absl::StatusOr<std::vector<catalog::Node>> nodes = c.ListNodes(""); nodes.ok()) {
+    for (const catalog::Node& n : *nodes) site_of[n.name] = n.site;
+  }
+  const bool tty = !json && ::isatty(STDERR_FILENO);
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  std::uint64_t seq = 0;
+  if (absl::StatusOr<std::uint64_t> last = c.LastEventSeq(); last.ok()) seq = *last;
+  Snapshot snap;
+  snap.request = *created;
+  bool timed_out = false;
+  int transient = 0;
+  while (true) {
+    absl::StatusOr<Snapshot> s = Take(c, id, site_of);
+    if (!s.ok()) {
+      // The catalog may be restarting: keep following for a while.
+      if (++transient > 60) return tools::Fail(kProgram, tools::ErrorText(s.status()), 2);
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      continue;
+    }
+    transient = 0;
+    snap = std::move(*s);
+    if (tty) {
+      std::string routes;
+      for (const auto& [route, t] : snap.routes) {
+        routes += fmt::format("  {} {:.0f} Mbit/s", route, Mbps(t.bytes, elapsed()));
+      }
+      std::cerr << fmt::format("\r\033[Krequest {}: files {}/{} failed {}  {} / {}  {} copies running{}",
+                               id, snap.request.files_done, snap.request.files_total,
+                               snap.request.files_failed, Human(snap.request.bytes_done),
+                               Human(snap.request.bytes_total), snap.copies_open, routes)
+                << std::flush;
+    }
+    if (Finished(snap.request.state)) break;
+    if (timeout_s > 0 && elapsed() > timeout_s) {
+      timed_out = true;
+      break;
+    }
+    // Wake on the next catalog change (or after a second, to refresh the rates).
+    absl::StatusOr<std::vector<catalog::Event>> events =
+        c.ReadEvents(seq, 10000, std::chrono::milliseconds(1000));
+    if (events.ok() && !events->empty()) seq = events->back().seq;
+  }
+  if (tty) std::cerr << "\n";
+  const double secs = elapsed();
+  std::uint64_t moved = 0;
+  for (const auto& [route, t] : snap.routes) moved += t.bytes;
+  const catalog::Request& r = snap.request;
+  if (json) {
+    nlohmann::json j = {{"request_id", id},
+                        {"state", timed_out ? "timeout" : std::string(catalog::ToString(r.state))},
+                        {"files_total", r.files_total},
+                        {"files_done", r.files_done},
+                        {"files_failed", r.files_failed},
+                        {"bytes_total", r.bytes_total},
+                        {"bytes_done", r.bytes_done},
+                        {"bytes_copied", moved},
+                        {"seconds", secs},
+                        {"error", r.error},
+                        {"routes", nlohmann::json::array()},
+                        {"failed", nlohmann::json::array()}};
+    for (const auto& [route, t] : snap.routes) {
+      j["routes"].push_back({{"route", route}, {"files", t.files}, {"bytes", t.bytes},
+                             {"mbit_s", Mbps(t.bytes, secs)}});
+    }
+    for (const FailedFile& f : snap.failed) {
+      j["failed"].push_back({{"path", f.path}, {"error", f.error}});
+    }
+    std::cout << j.dump() << "\n";
+  } else {
+    std::cout << fmt::format("request {} {}: {} of {} files have their copies, {} failed; "
+                             "copied {} in {:.1f} s ({:.0f} Mbit/s)\n",
+                             id, timed_out ? "timed out" : catalog::ToString(r.state),
+                             r.files_done, r.files_total, r.files_failed, Human(moved), secs,
+                             Mbps(moved, secs));
+    for (const auto& [route, t] : snap.routes) {
+      std::cout << fmt::format("  route {}: {} files, {}\n", route, t.files, Human(t.bytes));
+    }
+  }
+  if (timed_out) {
+    return tools::Fail(kProgram, fmt::format("request {} still running after {:.0f} s", id, timeout_s), 3);
+  }
+  if (r.state == catalog::RequestState::kDone) return 0;
+  if (!json) {
+    for (const FailedFile& f : snap.failed) {
+      std::cerr << fmt::format("gfrep: failed: {}: {}\n", f.path, f.error);
+    }
+  }
+  return tools::Fail(kProgram, r.state == catalog::RequestState::kCancelled
+                                   ? fmt::format("request {} was cancelled", id)
+                                   : fmt::format("request {} failed: {}", id, r.error));
+}
