@@ -11,6 +11,7 @@
 
 #include "catalog/catalog.h"
 #include "catalog/catalog_service.h"
+#include "replica/planner.h"
 #include "tools/internal/cli.h"
 
 namespace {
@@ -46,6 +47,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--unsafe-no-sync", no_sync,
                "Acknowledge writes before the WAL is synced (benchmarks only: loses data on crash)");
+  bool no_planner = false;
+  app.add_flag("--no-planner", no_planner,
+               "Do not run the replica planner (requests stay queued)");
   CLI11_PARSE(app, argc, argv);
   auto log = tools::MakeLogger(kProgram, common);
 
@@ -81,9 +85,22 @@ int main(int argc, char** argv) {
   log->info("serving db={} listen={} tls={} sync={}", db, (*server)->address(),
             !tls_cert.empty(), !no_sync);
 
+  // The replica planner turns replication requests into transfer tasks (replica/planner.h).
+  std::unique_ptr<replica::Planner> planner;
+  if (!no_planner) {
+    replica::PlannerOptions planner_options;
+    planner_options.catalog = store->get();
+    planner_options.logger = log;
+    absl::StatusOr<std::unique_ptr<replica::Planner>> p = replica::Planner::Create(planner_options);
+    if (!p.ok()) return tools::Fail(kProgram, p.status().ToString());
+    planner = std::move(*p);
+    planner->Start();
+  }
+
   int sig = 0;
   sigwait(&signals, &sig);
   log->info("signal {}: shutting down", sig);
+  if (planner) planner->Stop();
   (*server)->Shutdown();
   server->reset();
   store->reset();
