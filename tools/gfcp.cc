@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   std::string block_checksum = "xxh3-64", key_file, tls_ca, tls_cert, tls_key;
   bool tls = false, json = false;
   double timeout = 30;
+  std::string journal_interval = "256M";
   std::int64_t corrupt_offset = -1;
   int corrupt_times = 1;
   std::string src, dst;
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
   app.add_option("--block-checksum", block_checksum, "per-block checksum: xxh3-64, crc32c");
   app.add_option("--key-file", key_file, "shared key file (default ~/.gfrep/shared_key)");
   app.add_option("--timeout", timeout, "seconds without progress before giving up");
+  app.add_option("--journal-interval", journal_interval, "when receiving: make restart markers durable every SIZE bytes");
   app.add_flag("--json", json, "print a JSON summary on stdout");
   app.add_option("--test-corrupt-offset", corrupt_offset, "")->group("");
   app.add_option("--test-corrupt-times", corrupt_times, "")->group("");
@@ -75,7 +77,8 @@ int main(int argc, char** argv) {
 
   gfrep::transfer::TransferOptions o;
   o.route.streams = streams;
-  for (auto [text, out] : {std::pair{&buffer, &o.route.socket_buffer}, std::pair{&stripe, &o.route.stripe_unit}}) {
+  for (auto [text, out] : {std::pair{&buffer, &o.route.socket_buffer}, std::pair{&stripe, &o.route.stripe_unit},
+                           std::pair{&journal_interval, &o.journal_interval}}) {
     absl::StatusOr<std::uint64_t> v = gfrep::tools::ParseSize(*text);
     if (!v.ok()) return gfrep::tools::Fail("gfcp", Msg(v.status()));
     *out = *v;

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   std::string tls_cert, tls_key, tls_ca;
   bool require_tls = false;
   std::string buffer = "0";
+  std::string journal_interval = "256M";
   std::int64_t corrupt_offset = -1;
   int corrupt_times = 1;
   app.add_option("--listen", listen, "address to listen on (HOST:PORT; port 0 picks one)");
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   app.add_option("--tls-ca", tls_ca, "PEM CA: verifies agents we pull from, and client certificates");
   app.add_flag("--require-tls", require_tls, "refuse sessions without TLS");
   app.add_option("--buffer", buffer, "socket buffer for accepted data connections (e.g. 4M; 0 = kernel autotuning)");
+  app.add_option("--journal-interval", journal_interval, "make restart markers durable every SIZE received bytes");
   app.add_option("--test-corrupt-offset", corrupt_offset, "")->group("");
   app.add_option("--test-corrupt-times", corrupt_times, "")->group("");
   CLI11_PARSE(app, argc, argv);
@@ -43,6 +45,8 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<std::uint64_t> buf = gfrep::tools::ParseSize(buffer);
   if (!buf.ok()) return gfrep::tools::Fail("gfsited", Msg(buf.status()));
+  absl::StatusOr<std::uint64_t> jint = gfrep::tools::ParseSize(journal_interval);
+  if (!jint.ok()) return gfrep::tools::Fail("gfsited", Msg(jint.status()));
   std::filesystem::path key_path = key_file.empty() ? gfrep::transfer::DefaultKeyPath() : std::filesystem::path(key_file);
   absl::StatusOr<std::string> key = gfrep::transfer::LoadOrCreateSharedKey(key_path);
   if (!key.ok()) return gfrep::tools::Fail("gfsited", Msg(key.status()));
@@ -54,6 +58,7 @@ int main(int argc, char** argv) {
   options.tls = {tls_cert, tls_key, tls_ca};
   options.require_tls = require_tls;
   options.defaults.route.socket_buffer = *buf;
+  options.defaults.journal_interval = std::max<std::uint64_t>(*jint, 1);
   options.defaults.test_corrupt_offset = corrupt_offset;
   options.defaults.test_corrupt_times = corrupt_times;
   options.logger = log;

@@ -180,7 +180,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> ThirdPartyAsync(Endpoint src, std
   internal::StartWatchdog(co_await asio::this_coro::executor, dog);
   struct Guard {
     std::shared_ptr<internal::Watchdog> d;
-    ~Guard() { d->done = true; }
+    ~Guard() { d->Finish(); }
   } guard{dog};
   for (;;) {
     absl::StatusOr<Json> m = co_await ctrl->conn->ReadControl();

@@ -332,6 +332,7 @@ void StartWatchdog(const asio::any_io_executor& ex, std::shared_ptr<Watchdog> do
       ex,
       [dog]() -> asio::awaitable<void> {
         asio::steady_timer timer(co_await asio::this_coro::executor);
+        dog->timer = &timer;
         auto tick = std::min<std::chrono::milliseconds>(dog->timeout / 4, std::chrono::milliseconds(500));
         std::uint64_t last = ~0ull;
         auto last_change = SteadyTime::now();
@@ -349,6 +350,7 @@ void StartWatchdog(const asio::any_io_executor& ex, std::shared_ptr<Watchdog> do
             break;
           }
         }
+        dog->timer = nullptr;
       },
       asio::detached);  // a watchdog has no result; it only closes connections
 }
@@ -709,7 +711,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
   StartWatchdog(ex, dog);
   struct DogGuard {
     std::shared_ptr<Watchdog> d;
-    ~DogGuard() { d->done = true; }
+    ~DogGuard() { d->Finish(); }
   } guard{dog};
 
   ProgressReporter progress(o, src.size, resumed_bytes, static_cast<int>(data.size()));
@@ -953,7 +955,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
   StartWatchdog(ex, dog);
   struct DogGuard {
     std::shared_ptr<Watchdog> d;
-    ~DogGuard() { d->done = true; }
+    ~DogGuard() { d->Finish(); }
   } guard{dog};
   ProgressReporter progress(o, dst.size, dst.resumed_bytes, static_cast<int>(data.size()));
   int round = 0;

@@ -107,6 +107,12 @@ struct Watchdog {
   bool done = false;
   bool paused = false;
   bool fired = false;
+  asio::steady_timer* timer = nullptr;  // set while the watchdog runs
+  // Ends the watchdog now (it would otherwise notice at its next tick).
+  void Finish() {
+    done = true;
+    if (timer != nullptr) timer->cancel();
+  }
 };
 void StartWatchdog(const asio::any_io_executor& ex, std::shared_ptr<Watchdog> dog);
 
