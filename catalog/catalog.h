@@ -52,6 +52,12 @@ struct FileContent {
   std::string owner;
 };
 
+// One file of a CreateFiles batch.
+struct NewFile {
+  std::string path;
+  FileContent content;
+};
+
 struct ListOptions {
   std::string start_after;    // resume a listing after this name ("": from the start)
   std::size_t limit = 100000;  // at most this many entries
@@ -82,7 +88,16 @@ class Catalog {
       std::string_view path, const FileContent& content, std::string_view writer_node,
       std::optional<std::uint64_t> expected_generation) = 0;
 
+  // Creates many file entries in one atomic write: all or none (kAlreadyExists names the
+  // first taken path; the same path twice in one batch is kInvalidArgument). At most
+  // kMaxBatchPaths. For bulk registration; one RPC instead of one per file.
+  // The default implementation (for fakes) calls CreateFile in a loop and is not atomic.
+  virtual absl::StatusOr<std::vector<Attributes>> CreateFiles(const std::vector<NewFile>& files);
+
   virtual absl::StatusOr<Attributes> Stat(std::string_view path) = 0;
+  // Stat of many paths in one call, one result per path (in order). At most kMaxBatchPaths.
+  virtual absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> StatMany(
+      const std::vector<std::string>& paths);
   // The entry of an inode (its path is rebuilt with PathOf). kNotFound if gone.
   virtual absl::StatusOr<Attributes> StatInode(InodeId inode) = 0;
   virtual absl::StatusOr<std::string> PathOf(InodeId inode) = 0;

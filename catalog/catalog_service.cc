@@ -167,6 +167,42 @@ class Service final : public v1::Catalog::CallbackService {
     });
   }
 
+  grpc::ServerUnaryReactor* CreateFiles(grpc::CallbackServerContext* c,
+                                        const v1::CreateFilesRequest* req,
+                                        v1::AttributesList* resp) override {
+    return Offload(c, [this, req, resp] {
+      std::vector<NewFile> files;
+      files.reserve(static_cast<std::size_t>(req->files_size()));
+      for (const v1::CreateFileRequest& f : req->files()) {
+        NewFile n{f.path(), FromProto(f.content())};
+        if (n.content.mode == 0) n.content.mode = 0644;
+        files.push_back(std::move(n));
+      }
+      return FillList<Attributes, v1::Attributes>(catalog_.CreateFiles(files),
+                                                  [resp] { return resp->add_attributes(); });
+    });
+  }
+
+  grpc::ServerUnaryReactor* StatMany(grpc::CallbackServerContext* c,
+                                     const v1::StatManyRequest* req,
+                                     v1::StatManyResponse* resp) override {
+    return Offload(c, [this, req, resp] {
+      std::vector<std::string> paths(req->paths().begin(), req->paths().end());
+      absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> results = catalog_.StatMany(paths);
+      if (!results.ok()) return results.status();
+      for (const absl::StatusOr<Attributes>& r : *results) {
+        v1::StatResult* out = resp->add_results();
+        out->set_code(static_cast<int>(r.status().code()));
+        if (r.ok()) {
+          ToProto(*r, out->mutable_attributes());
+        } else {
+          out->set_message(std::string(r.status().message()));
+        }
+      }
+      return absl::OkStatus();
+    });
+  }
+
   grpc::ServerUnaryReactor* Stat(grpc::CallbackServerContext* c, const v1::PathRequest* req,
                                  v1::Attributes* resp) override {
     return Inline(c, [&] { return Fill(catalog_.Stat(req->path()), resp); });

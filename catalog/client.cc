@@ -159,6 +159,51 @@ absl::StatusOr<Attributes> CatalogClient::CommitFile(
   return FromProto(resp);
 }
 
+absl::StatusOr<std::vector<Attributes>> CatalogClient::CreateFiles(
+    const std::vector<NewFile>& files) {
+  v1::CreateFilesRequest req;
+  for (const NewFile& f : files) {
+    v1::CreateFileRequest* out = req.add_files();
+    out->set_path(f.path);
+    ToProto(f.content, out->mutable_content());
+  }
+  v1::AttributesList resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::CreateFiles, req, &resp); !s.ok()) {
+    return s;
+  }
+  std::vector<Attributes> out;
+  out.reserve(static_cast<std::size_t>(resp.attributes_size()));
+  for (const v1::Attributes& a : resp.attributes()) {
+    absl::StatusOr<Attributes> x = FromProto(a);
+    if (!x.ok()) return x.status();
+    out.push_back(std::move(*x));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> CatalogClient::StatMany(
+    const std::vector<std::string>& paths) {
+  v1::StatManyRequest req;
+  for (const std::string& p : paths) req.add_paths(p);
+  v1::StatManyResponse resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::StatMany, req, &resp); !s.ok()) return s;
+  if (resp.results_size() != static_cast<int>(paths.size())) {
+    return absl::InternalError("StatMany: result count does not match the paths");
+  }
+  std::vector<absl::StatusOr<Attributes>> out;
+  out.reserve(paths.size());
+  for (const v1::StatResult& r : resp.results()) {
+    if (r.code() == 0) {
+      out.push_back(FromProto(r.attributes()));
+    } else if (r.code() < 0 || r.code() > 16) {
+      out.push_back(absl::InternalError("StatMany: bad status code"));
+    } else {
+      out.push_back(absl::Status(static_cast<absl::StatusCode>(r.code()), r.message()));
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<Attributes> CatalogClient::Stat(std::string_view path) {
   v1::PathRequest req;
   req.set_path(std::string(path));

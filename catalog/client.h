@@ -63,7 +63,10 @@ class CatalogClient final : public Catalog {
   absl::StatusOr<Attributes> CommitFile(std::string_view path, const FileContent& content,
                                         std::string_view writer_node,
                                         std::optional<std::uint64_t> expected_generation) override;
+  absl::StatusOr<std::vector<Attributes>> CreateFiles(const std::vector<NewFile>& files) override;
   absl::StatusOr<Attributes> Stat(std::string_view path) override;
+  absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> StatMany(
+      const std::vector<std::string>& paths) override;
   absl::StatusOr<Attributes> StatInode(InodeId inode) override;
   absl::StatusOr<std::string> PathOf(InodeId inode) override;
   absl::StatusOr<std::vector<DirEntry>> List(std::string_view path,

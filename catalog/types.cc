@@ -133,6 +133,27 @@ std::string JoinPath(const std::vector<std::string>& components) {
   return out;
 }
 
+absl::StatusOr<std::vector<Attributes>> Catalog::CreateFiles(const std::vector<NewFile>& files) {
+  std::vector<Attributes> out;
+  for (const NewFile& f : files) {
+    absl::StatusOr<Attributes> a = CreateFile(f.path, f.content);
+    if (!a.ok()) return a.status();
+    out.push_back(std::move(*a));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> Catalog::StatMany(
+    const std::vector<std::string>& paths) {
+  if (paths.size() > kMaxBatchPaths) {
+    return absl::InvalidArgumentError(fmt::format("more than {} paths", kMaxBatchPaths));
+  }
+  std::vector<absl::StatusOr<Attributes>> out;
+  out.reserve(paths.size());
+  for (const std::string& p : paths) out.push_back(Stat(p));
+  return out;
+}
+
 std::int64_t SystemNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())

@@ -23,9 +23,14 @@ int main(int argc, char** argv) {
   tools::MakeLogger(kProgram, common);
   auto client = tools::ConnectCatalog(cat);
   if (!client.ok()) return tools::Fail(kProgram, tools::ErrorText(client.status()));
+  // One round trip for all the paths.
+  absl::StatusOr<std::vector<absl::StatusOr<catalog::Attributes>>> results =
+      (*client)->StatMany(paths);
+  if (!results.ok()) return tools::Fail(kProgram, tools::ErrorText(results.status()));
   int rc = 0;
-  for (const std::string& path : paths) {
-    absl::StatusOr<catalog::Attributes> a = (*client)->Stat(path);
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    const std::string& path = paths[i];
+    const absl::StatusOr<catalog::Attributes>& a = (*results)[i];
     if (!a.ok()) {
       rc = tools::Fail(kProgram, tools::ErrorText(a.status()));
       continue;

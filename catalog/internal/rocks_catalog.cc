@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -88,6 +89,7 @@ class RocksCatalog final : public Catalog {
   absl::StatusOr<Attributes> CommitFile(std::string_view path, const FileContent& content,
                                         std::string_view writer_node,
                                         std::optional<std::uint64_t> expected_generation) override;
+  absl::StatusOr<std::vector<Attributes>> CreateFiles(const std::vector<NewFile>& files) override;
   absl::StatusOr<Attributes> Stat(std::string_view path) override;
   absl::StatusOr<Attributes> StatInode(InodeId inode) override;
   absl::StatusOr<std::string> PathOf(InodeId inode) override;
@@ -421,6 +423,89 @@ absl::StatusOr<Attributes> RocksCatalog::CreateFile(std::string_view path,
     return absl::AlreadyExistsError(fmt::format("{}: already exists", path));
   }
   return a;
+}
+
+absl::StatusOr<std::vector<Attributes>> RocksCatalog::CreateFiles(
+    const std::vector<NewFile>& files) {
+  if (files.size() > kMaxBatchPaths) {
+    return absl::InvalidArgumentError(fmt::format("more than {} files", kMaxBatchPaths));
+  }
+  std::vector<std::vector<std::string>> parts;
+  parts.reserve(files.size());
+  for (const NewFile& f : files) {
+    absl::StatusOr<std::vector<std::string>> p = SplitPath(f.path);
+    if (!p.ok()) return p.status();
+    if (p->empty()) return absl::AlreadyExistsError("/: already exists");
+    for (auto [what, v] : {std::pair<std::string_view, std::string_view>{"owner", f.content.owner},
+                           {"checksum algorithm", f.content.checksum_algo},
+                           {"checksum", f.content.checksum}}) {
+      if (absl::Status s = ValidateLabel(what, v); !s.ok()) return s;
+    }
+    parts.push_back(std::move(*p));
+  }
+  absl::ReaderMutexLock tree(&tree_mu_);
+  // Parents, resolved once per distinct directory.
+  std::map<std::vector<std::string>, Attributes> parents;
+  std::vector<const Attributes*> parent_of(files.size());
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    std::vector<std::string> dir(parts[i].begin(), parts[i].end() - 1);
+    auto it = parents.find(dir);
+    if (it == parents.end()) {
+      absl::StatusOr<Attributes> p = Resolve(dir, dir.size());
+      if (!p.ok()) return p.status();
+      if (p->type != FileType::kDirectory) {
+        return absl::FailedPreconditionError(fmt::format("{}: not a directory", JoinPath(dir)));
+      }
+      it = parents.emplace(std::move(dir), std::move(*p)).first;
+    }
+    parent_of[i] = &it->second;
+  }
+  // Name locks in a fixed (address) order, each once, so batches cannot deadlock.
+  std::set<absl::Mutex*> locks;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    locks.insert(&NameLock(parent_of[i]->inode, parts[i].back()));
+  }
+  for (absl::Mutex* m : locks) m->Lock();
+  struct Unlock {
+    std::set<absl::Mutex*>& locks;
+    ~Unlock() {
+      for (auto it = locks.rbegin(); it != locks.rend(); ++it) (*it)->Unlock();
+    }
+  } unlock{locks};
+  std::set<std::pair<InodeId, std::string_view>> seen;
+  rocksdb::WriteBatch batch;
+  std::vector<Attributes> out;
+  out.reserve(files.size());
+  std::int64_t now = Now();
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const std::string& name = parts[i].back();
+    InodeId parent = parent_of[i]->inode;
+    if (!seen.emplace(parent, name).second) {
+      return absl::InvalidArgumentError(fmt::format("{}: twice in one batch", files[i].path));
+    }
+    std::string ignored;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf(kDentries), DentryKey(parent, name), &ignored);
+    if (s.ok()) return absl::AlreadyExistsError(fmt::format("{}: already exists", files[i].path));
+    if (!s.IsNotFound()) return FromRocks(s, "create files");
+    absl::StatusOr<InodeId> id = AllocateInode();
+    if (!id.ok()) return id.status();
+    Attributes a;
+    a.inode = *id;
+    a.parent = parent;
+    a.name = name;
+    a.type = FileType::kFile;
+    a.mode = files[i].content.mode;
+    a.owner = files[i].content.owner;
+    a.mtime_ns = now;
+    a.size = files[i].content.size;
+    a.checksum_algo = files[i].content.checksum_algo;
+    a.checksum = files[i].content.checksum;
+    batch.Put(cf(kDentries), DentryKey(parent, name), EncodeAttributes(a));
+    batch.Put(cf(kInodes), U64Key(a.inode), EncodeInodeRef(parent, name));
+    out.push_back(std::move(a));
+  }
+  if (absl::Status s = Write(&batch, "create files"); !s.ok()) return s;
+  return out;
 }
 
 absl::StatusOr<Attributes> RocksCatalog::CommitFile(

@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
   CLI::App app{"catalog_amga_bench: AMGA-style ls scaling and catalog throughput"};
   int max_dirs = 10000, entries = 100, samples = 300, big_dirs = 10, big_entries = 1000;
   int baseline_samples = 20;
+  int batch = 100;
   double seconds = 3;
   std::string sizes_text;
   app.add_option("--max-dirs", max_dirs, "Largest tree, directories")->capture_default_str();
@@ -103,6 +104,7 @@ int main(int argc, char** argv) {
   app.add_option("--samples", samples, "ls samples per size")->capture_default_str();
   app.add_option("--baseline-samples", baseline_samples, "ls samples of the baseline per size")
       ->capture_default_str();
+  app.add_option("--batch", batch, "Paths per CreateFiles/StatMany call")->capture_default_str();
   app.add_option("--seconds", seconds, "Duration of each throughput run")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -190,7 +192,8 @@ int main(int argc, char** argv) {
   co.address = (*server2)->address();
   std::printf("\n## Throughput over gRPC, durable catalog (sync=true), ops/s\n\n");
   std::printf("| clients | creates/s | stats/s | lists/s (100 entries) | WAL writes per sync "
-              "(creates) |\n|---:|---:|---:|---:|---:|\n");
+              "(creates) | creates/s, %d per CreateFiles | stats/s, %d per StatMany |\n"
+              "|---:|---:|---:|---:|---:|---:|---:|\n", batch, batch);
   Check((*store)->Mkdir("/c", {}).status(), "mkdir /c");
   Check((*store)->Mkdir("/l", {}).status(), "mkdir /l");
   for (int i = 0; i < 100; ++i) {
@@ -243,7 +246,20 @@ int main(int argc, char** argv) {
     });
     double lists = run([&](CatalogClient& c, int, long) { Check(c.List("/l", {}).status(), "list"); });
     double per_sync = s1 > s0 ? (w1 - w0) / (s1 - s0) : 0;
-    std::printf("| %d | %.0f | %.0f | %.0f | %.1f |\n", clients, creates, stats, lists, per_sync);
+    double batched_creates = batch * run([&](CatalogClient& c, int id, long k) {
+      std::vector<NewFile> files;
+      for (int i = 0; i < batch; ++i) {
+        files.push_back({fmt::format("/c/b{}-{}-{}-{}", clients, id, k, i), content});
+      }
+      Check(c.CreateFiles(files).status(), "create files");
+    });
+    std::vector<std::string> stat_paths;
+    for (int i = 0; i < batch; ++i) stat_paths.push_back(fmt::format("/l/f{:03}", i % 100));
+    double batched_stats = batch * run([&](CatalogClient& c, int, long) {
+      Check(c.StatMany(stat_paths).status(), "stat many");
+    });
+    std::printf("| %d | %.0f | %.0f | %.0f | %.1f | %.0f | %.0f |\n", clients, creates, stats,
+                lists, per_sync, batched_creates, batched_stats);
     std::fflush(stdout);
   }
   (*server2)->Shutdown();

@@ -104,6 +104,31 @@ TEST_F(CatalogClientTest, NamespaceCallsMapAttributesAndCodes) {
   EXPECT_EQ(client_->Stat("/a").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(CatalogClientTest, BatchedCreateAndStat) {
+  ASSERT_TRUE(client_->Mkdir("/d", {}).ok());
+  std::vector<NewFile> files;
+  for (int i = 0; i < 3; ++i) {
+    NewFile f;
+    f.path = "/d/f" + std::to_string(i);
+    f.content.size = static_cast<std::uint64_t>(i);
+    f.content.checksum = "c" + std::to_string(i);
+    files.push_back(f);
+  }
+  absl::StatusOr<std::vector<Attributes>> made = client_->CreateFiles(files);
+  ASSERT_TRUE(made.ok()) << made.status();
+  ASSERT_EQ(made->size(), 3u);
+  EXPECT_EQ((*made)[2].checksum, "c2");
+  EXPECT_EQ((*made)[2].mode, 0644u);
+  EXPECT_EQ(client_->CreateFiles(files).status().code(), absl::StatusCode::kAlreadyExists);
+  absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> st =
+      client_->StatMany({"/d/f1", "/d/none", "/d"});
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_EQ(st->size(), 3u);
+  EXPECT_EQ((*st)[0]->size, 1u);
+  EXPECT_EQ((*st)[1].status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*st)[2]->type, FileType::kDirectory);
+}
+
 TEST_F(CatalogClientTest, CommitFileAndReplicaCalls) {
   Topology();
   absl::StatusOr<Location> loc = client_->Locate("/f");

@@ -142,6 +142,33 @@ TEST_F(RocksCatalogTest, ListsChildrenInNameOrderWithAttributes) {
   EXPECT_EQ(catalog_->List("/d/file", {}).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(RocksCatalogTest, CreateFilesIsAllOrNothing) {
+  ASSERT_TRUE(catalog_->Mkdir("/a", {}).ok());
+  ASSERT_TRUE(catalog_->Mkdir("/b", {}).ok());
+  std::vector<NewFile> files;
+  for (int i = 0; i < 50; ++i) files.push_back({fmt::format("/{}/f{}", i % 2 ? "a" : "b", i), Content(i)});
+  absl::StatusOr<std::vector<Attributes>> made = catalog_->CreateFiles(files);
+  ASSERT_TRUE(made.ok()) << made.status();
+  ASSERT_EQ(made->size(), 50u);
+  EXPECT_EQ((*made)[7].size, 7u);
+  EXPECT_EQ(*catalog_->PathOf((*made)[7].inode), "/a/f7");
+  // One taken name, one missing parent, one duplicate: each refuses the whole batch.
+  std::vector<NewFile> taken = {{"/a/new1", Content(1)}, {"/a/f1", Content(1)}};
+  EXPECT_EQ(catalog_->CreateFiles(taken).status().code(), absl::StatusCode::kAlreadyExists);
+  std::vector<NewFile> orphan = {{"/a/new2", Content(1)}, {"/zz/f", Content(1)}};
+  EXPECT_EQ(catalog_->CreateFiles(orphan).status().code(), absl::StatusCode::kNotFound);
+  std::vector<NewFile> twice = {{"/a/new3", Content(1)}, {"/a//new3", Content(1)}};
+  EXPECT_EQ(catalog_->CreateFiles(twice).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(catalog_->List("/a", {})->size(), 25u);
+  absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> stats =
+      catalog_->StatMany({"/a/f1", "/nope", "/a/.."});
+  ASSERT_TRUE(stats.ok());
+  ASSERT_EQ(stats->size(), 3u);
+  EXPECT_EQ((*stats)[0]->size, 1u);
+  EXPECT_EQ((*stats)[1].status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*stats)[2].status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(RocksCatalogTest, MkdirReportsTheRightCodes) {
   EXPECT_EQ(catalog_->Mkdir("/x/y", {}).status().code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(catalog_->Mkdir("/x/y/z", Parents()).ok());
