@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "catalog/client.h"
+#include "replica/site_agent.h"
 #include "tools/internal/cli.h"
 #include "transfer/agent.h"
 #include "transfer/auth.h"
@@ -40,6 +42,15 @@ int main(int argc, char** argv) {
   app.add_option("--journal-interval", journal_interval, "make restart markers durable every SIZE received bytes");
   app.add_option("--test-corrupt-offset", corrupt_offset, "")->group("");
   app.add_option("--test-corrupt-times", corrupt_times, "")->group("");
+  // Catalog role (replica/site_agent.h): join a federation and execute its transfer tasks.
+  std::string site, node, catalog_address, advertise;
+  int lease_s = 15, workers = 4;
+  app.add_option("--site", site, "site this node belongs to (with --node and --catalog)");
+  app.add_option("--node", node, "name of this node in the catalog");
+  app.add_option("--catalog", catalog_address, "gfcatalogd HOST:PORT to join");
+  app.add_option("--advertise", advertise, "HOST:PORT other agents reach us at (default: the bound address)");
+  app.add_option("--workers", workers, "parallel replica copies")->check(CLI::Range(1, 256));
+  app.add_option("--lease", lease_s, "task lease, seconds (renewed while copying)")->check(CLI::Range(1, 3600));
   CLI11_PARSE(app, argc, argv);
   auto log = gfrep::tools::MakeLogger("gfsited", common);
 
@@ -74,6 +85,9 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  gfrep::transfer::TransferOptions pull_defaults = options.defaults;
+  pull_defaults.shared_key = *key;
+  pull_defaults.tls_options = options.tls;
   auto server = gfrep::transfer::AgentServer::Create(std::move(options));
   if (!server.ok()) return gfrep::tools::Fail("gfsited", Msg(server.status()));
   absl::StatusOr<gfrep::transfer::Endpoint> bound = (*server)->Start();
@@ -82,6 +96,34 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   log->info("serving spool={} key_file={}", spool, key_path.string());
 
+  std::unique_ptr<gfrep::catalog::CatalogClient> catalog_client;
+  std::unique_ptr<gfrep::replica::SiteAgent> site_agent;
+  if (!site.empty() || !node.empty() || !catalog_address.empty()) {
+    if (site.empty() || node.empty() || catalog_address.empty()) {
+      return gfrep::tools::Fail("gfsited", "--site, --node and --catalog go together");
+    }
+    gfrep::catalog::ClientOptions co;
+    co.address = catalog_address;
+    co.timeout = std::chrono::seconds(10);
+    auto client = gfrep::catalog::CatalogClient::Create(co);
+    if (!client.ok()) return gfrep::tools::Fail("gfsited", Msg(client.status()));
+    catalog_client = std::move(*client);
+    gfrep::replica::SiteAgentOptions so;
+    so.catalog = catalog_client.get();
+    so.site = site;
+    so.node = node;
+    so.address = advertise.empty() ? bound->ToString() : advertise;
+    so.spool = spool;
+    so.workers = workers;
+    so.lease = std::chrono::seconds(lease_s);
+    so.transfer = pull_defaults;
+    so.logger = log;
+    auto agent = gfrep::replica::SiteAgent::Create(so);
+    if (!agent.ok()) return gfrep::tools::Fail("gfsited", Msg(agent.status()));
+    site_agent = std::move(*agent);
+    if (absl::Status s = site_agent->Start(); !s.ok()) return gfrep::tools::Fail("gfsited", Msg(s));
+  }
+
   std::thread waiter([&set, s = server->get(), log] {
     int sig = 0;
     sigwait(&set, &sig);
@@ -89,6 +131,7 @@ int main(int argc, char** argv) {
     s->Stop();
   });
   (*server)->Run();
+  if (site_agent) site_agent->Stop();
   if (waiter.joinable()) {
     // Run() only returns after Stop(), i.e. after the waiter fired.
     waiter.join();
