@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "Print the result as one JSON object (for scripts)");
   app.add_flag("--detach", detach, "Print the request id and return without waiting");
   app.add_option("--priority", priority, "Higher runs first")->capture_default_str();
-  app.add_option("--timeout", timeout_s, "Give up waiting after this many seconds (0: never)");
+  app.add_option("--wait-timeout", timeout_s, "Give up waiting after this many seconds (0: never)");
   app.add_option("PATH", paths, "Files or directories (with -r)")->required();
   CLI11_PARSE(app, argc, argv);
   auto log = tools::MakeLogger(kProgram, common);

@@ -1,0 +1,252 @@
+// Multi-site replication with real processes on loopback: gfcatalogd (embedded RocksDB,
+// running the planner) and three gfsited site agents (sites A, B, C), driven by gfreg,
+// gfrep, gfwhere and gfexport exactly as a user would.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "catalog/client.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+#include "transfer/auth.h"
+
+namespace gfrep {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::BinPath;
+using testing::RunCommand;
+using testing::RunResult;
+using testing::Subprocess;
+
+const std::map<std::string, std::string> kSiteOf = {{"a1", "A"}, {"b1", "B"}, {"c1", "C"}};
+
+class ReplicationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(transfer::LoadOrCreateSharedKey(key_).ok());
+    auto cat = Subprocess::Start({BinPath("gfcatalogd"), "--db", dir_.Sub("db"), "--listen",
+                                  "127.0.0.1:0", "--log-level", "info"});
+    ASSERT_TRUE(cat.ok()) << cat.status();
+    catalogd_ = std::move(*cat);
+    auto addr = catalogd_.WaitForListen(std::chrono::seconds(30));
+    ASSERT_TRUE(addr.ok()) << addr.status();
+    catalog_ = *addr;
+    catalog::ClientOptions co;
+    co.address = catalog_;
+    co.timeout = std::chrono::seconds(10);
+    auto client = catalog::CatalogClient::Create(co);
+    ASSERT_TRUE(client.ok());
+    client_ = std::move(*client);
+    for (const auto& [node, site] : kSiteOf) StartAgent(node);
+    WaitForNodes(3);
+  }
+
+  fs::path Spool(const std::string& node) { return dir_.path() / ("spool-" + node); }
+
+  void StartAgent(const std::string& node) {
+    auto p = Subprocess::Start(
+        {BinPath("gfsited"), "--listen", "127.0.0.1:0", "--spool", Spool(node).string(),
+         "--site", kSiteOf.at(node), "--node", node, "--catalog", catalog_, "--key-file", key_,
+         "--lease", "3", "--log-level", "info"});
+    ASSERT_TRUE(p.ok()) << p.status();
+    auto addr = p->WaitForListen(std::chrono::seconds(30));
+    ASSERT_TRUE(addr.ok()) << addr.status();
+    agents_[node] = std::move(*p);
+  }
+
+  void WaitForNodes(std::size_t n) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    std::uint64_t seq = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto nodes = client_->ListNodes("");
+      if (nodes.ok() && nodes->size() >= n) return;
+      auto ev = client_->ReadEvents(seq, 100, std::chrono::milliseconds(500));
+      if (ev.ok() && !ev->empty()) seq = ev->back().seq;
+    }
+    FAIL() << "nodes did not register";
+  }
+
+  RunResult Tool(std::vector<std::string> argv, std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    argv[0] = BinPath(argv[0]);
+    testing::SubprocessOptions o;
+    o.env = {{"GFREP_CATALOG", catalog_}};
+    argv.push_back("--key-file");
+    argv.push_back(key_);
+    if (fs::path(argv[0]).filename() == "gfrep" || fs::path(argv[0]).filename() == "gfwhere") {
+      argv.pop_back();
+      argv.pop_back();
+    }
+    return RunCommand(argv, o, timeout);
+  }
+
+  // Writes a local file and stores it at `node` with gfreg.
+  std::string Store(const std::string& path, std::uint64_t size, std::uint64_t seed,
+                    const std::string& node = "a1") {
+    fs::path local = dir_.path() / ("local-" + std::to_string(seed));
+    testing::WriteRandomFile(local, size, seed);
+    RunResult r = Tool({"gfreg", local.string(), path, "--node", node});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return testing::ReadFile(local);
+  }
+
+  std::string Replica(const std::string& node, const std::string& path) {
+    return testing::ReadFile(Spool(node) / path.substr(1));
+  }
+
+  nlohmann::json Where(const std::string& path) {
+    RunResult r = Tool({"gfwhere", "--json", path});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out, nullptr, false);
+  }
+
+  std::map<std::string, std::string> States(const std::string& path) {
+    std::map<std::string, std::string> out;
+    nlohmann::json j = Where(path);
+    if (!j.is_object()) return out;
+    for (const auto& r : j["replicas"]) {
+      out[r.value("node", "")] = r.value("state", "");
+    }
+    return out;
+  }
+
+  catalog::Request WaitRequest(std::uint64_t id, std::chrono::seconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::uint64_t seq = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto r = client_->GetRequest(id);
+      if (r.ok() && (r->state == catalog::RequestState::kDone ||
+                     r->state == catalog::RequestState::kFailed)) {
+        return *r;
+      }
+      auto ev = client_->ReadEvents(seq, 1000, std::chrono::milliseconds(500));
+      if (ev.ok() && !ev->empty()) seq = ev->back().seq;
+    }
+    ADD_FAILURE() << "request " << id << " did not finish";
+    return {};
+  }
+
+  testing::TempDir dir_{"replication"};
+  std::string key_ = dir_.Sub("shared_key");
+  Subprocess catalogd_;
+  std::string catalog_;
+  std::unique_ptr<catalog::CatalogClient> client_;
+  std::map<std::string, Subprocess> agents_;
+};
+
+// 20 files of mixed sizes, 0 bytes to 64 MiB (the issue says 256 MiB; scaled down to keep
+// the suite fast on a shared 2-core machine: the code path is the same past a few stripes).
+TEST_F(ReplicationTest, TwentyMixedFilesGetThreeCompleteReplicasWithMatchingBytes) {
+  const std::vector<std::uint64_t> sizes = {
+      0,         1,         511,       4096,       4097,       65536,     100000,
+      1 << 20,   (1 << 20) + 1, 2 << 20, (3 << 20) + 5, 4 << 20, 5 << 20, 7 << 20,
+      8 << 20,   10 << 20,  16 << 20,  24 << 20,  32 << 20,   64 << 20};
+  ASSERT_EQ(sizes.size(), 20u);
+  std::map<std::string, std::string> want;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    std::string path = (i % 2 ? "/data/odd/f" : "/data/f") + std::to_string(i);
+    want[path] = Store(path, sizes[i], 1000 + i);
+  }
+  RunResult r = Tool({"gfrep", "-N", "3", "-r", "--json", "/data"}, std::chrono::seconds(150));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["state"], "done");
+  EXPECT_EQ(j["files_done"], 20);
+  EXPECT_EQ(j["files_failed"], 0);
+  for (const auto& [path, bytes] : want) {
+    EXPECT_EQ(Replica("b1", path), bytes) << path;
+    EXPECT_EQ(Replica("c1", path), bytes) << path;
+    auto states = States(path);
+    EXPECT_EQ(states, (std::map<std::string, std::string>{
+                          {"a1", "complete"}, {"b1", "complete"}, {"c1", "complete"}}))
+        << path;
+  }
+}
+
+TEST_F(ReplicationTest, KilledDestinationAgentRestartsAndTheRequestFinishesWithRightBytes) {
+  std::map<std::string, std::string> want;
+  for (int i = 0; i < 8; ++i) {
+    std::string path = "/k/f" + std::to_string(i);
+    want[path] = Store(path, 12 << 20, 2000 + i);
+  }
+  std::uint64_t seq = *client_->LastEventSeq();
+  RunResult detach = Tool({"gfrep", "-N", "3", "-r", "--detach", "/k"});
+  ASSERT_EQ(detach.exit_code, 0) << detach.err;
+  std::uint64_t id = std::stoull(detach.out);
+  // Kill b1 as soon as it holds a lease (mid-copy), with SIGKILL.
+  bool leased = false;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!leased && std::chrono::steady_clock::now() < deadline) {
+    auto ev = client_->ReadEvents(seq, 1000, std::chrono::milliseconds(500));
+    ASSERT_TRUE(ev.ok());
+    for (const auto& e : *ev) {
+      leased = leased || (e.kind == catalog::EventKind::kTask && e.node == "b1" &&
+                          e.state == "leased");
+      seq = e.seq;
+    }
+  }
+  ASSERT_TRUE(leased);
+  agents_["b1"].Kill();
+  StartAgent("b1");
+  catalog::Request r = WaitRequest(id, std::chrono::seconds(120));
+  ASSERT_EQ(r.state, catalog::RequestState::kDone) << r.error;
+  for (const auto& [path, bytes] : want) {
+    auto states = States(path);
+    for (const auto& [node, state] : states) {
+      if (state == "complete") {
+        EXPECT_EQ(Replica(node, path), bytes) << node << path;
+      }
+    }
+    EXPECT_EQ(states.size(), 3u) << path;
+    EXPECT_EQ(Replica("b1", path), bytes) << path;
+  }
+}
+
+TEST_F(ReplicationTest, RewriteMakesOtherReplicasStaleNeverServedAndGfrepRefreshesThem) {
+  Store("/w/file", 3 << 20, 1);
+  RunResult r = Tool({"gfrep", "-N", "3", "/w/file"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string new_bytes = Store("/w/file", (2 << 20) + 7, 2);  // rewritten at site A
+  auto states = States("/w/file");
+  EXPECT_EQ(states["a1"], "complete");
+  EXPECT_EQ(states["b1"], "stale");
+  EXPECT_EQ(states["c1"], "stale");
+  RunResult exp = Tool({"gfexport", "--site", "B", "--node", "b1", "/w/file"});
+  ASSERT_EQ(exp.exit_code, 0) << exp.err;
+  EXPECT_TRUE(exp.out == new_bytes) << "gfexport at B served " << exp.out.size() << " bytes";
+
+  r = Tool({"gfrep", "-N", "3", "/w/file"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  states = States("/w/file");
+  EXPECT_EQ(states["b1"], "complete");
+  EXPECT_EQ(states["c1"], "complete");
+  EXPECT_TRUE(Replica("b1", "/w/file") == new_bytes);
+  exp = Tool({"gfexport", "--site", "C", "--node", "c1", "/w/file"});
+  ASSERT_EQ(exp.exit_code, 0) << exp.err;
+  EXPECT_TRUE(exp.out == new_bytes);
+}
+
+TEST_F(ReplicationTest, AFileWhoseOnlySourceIsDownFailsClearlyAfterItsRetries) {
+  Store("/solo/f", 100000, 3);
+  agents_["a1"].Kill();
+  RunResult r = Tool({"gfrep", "-N", "2", "/solo/f"}, std::chrono::seconds(150));
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("failed: /solo/f: a1 -> "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("after 5 attempts"), std::string::npos) << r.err;
+}
+
+TEST_F(ReplicationTest, ARequestForAMissingPathFailsClearly) {
+  RunResult r = Tool({"gfrep", "-N", "2", "/does/not/exist"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("/does/not/exist: no such file or directory"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace gfrep
