@@ -1,0 +1,250 @@
+// gfsited and gfcp as real processes over loopback: copies, third-party copies, resume
+// after kill -9 of either side, disk full, authentication and CLI errors.
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+
+namespace gfrep {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::BinPath;
+using testing::RunCommand;
+using testing::RunResult;
+using testing::Subprocess;
+using testing::TempDir;
+using namespace std::chrono_literals;
+
+class TransferIntegrationTest : public ::testing::Test {
+ protected:
+  TransferIntegrationTest() : dir_("xfer-it") { key_ = dir_.Sub("shared_key"); }
+
+  // Starts gfsited on `spool`; returns "127.0.0.1:PORT".
+  std::string StartAgent(Subprocess& agent, const std::string& spool,
+                         std::vector<std::string> extra = {}, const std::string& key = "") {
+    std::vector<std::string> argv{BinPath("gfsited"), "--listen", "127.0.0.1:0", "--spool", spool,
+                                  "--key-file", key.empty() ? key_ : key, "--journal-interval", "1M",
+                                  "--log-level", "info"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    absl::StatusOr<Subprocess> p = Subprocess::Start(argv);
+    EXPECT_TRUE(p.ok()) << p.status();
+    agent = std::move(*p);
+    absl::StatusOr<std::string> addr = agent.WaitForListen(10s);
+    EXPECT_TRUE(addr.ok()) << addr.status();
+    return addr.ok() ? *addr : "";
+  }
+
+  std::vector<std::string> Gfcp(std::vector<std::string> args, const std::string& key = "") {
+    std::vector<std::string> argv{BinPath("gfcp"), "--key-file", key.empty() ? key_ : key, "--timeout", "10"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+
+  static nlohmann::json Json(const RunResult& r) {
+    nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << r.out << r.err;
+    return j;
+  }
+
+  // Waits (bounded) until some journal under `tmp_dir` records at least one range.
+  static bool WaitForJournalRecords(const fs::path& tmp_dir, std::chrono::seconds limit) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(tmp_dir, ec)) {
+        // Header is 16 bytes + JSON (< 200); each record 24 bytes.
+        if (e.path().extension() == ".journal" && e.file_size(ec) > 300) return true;
+      }
+      std::this_thread::sleep_for(20ms);  // polling a file: there is no event to wait on
+    }
+    return false;
+  }
+
+  TempDir dir_;
+  std::string key_;
+};
+
+TEST_F(TransferIntegrationTest, LocalToAgentThirdPartyAndBackAreByteIdentical) {
+  Subprocess a, b;
+  std::string pa = StartAgent(a, dir_.Sub("a"));
+  std::string pb = StartAgent(b, dir_.Sub("b"));
+  testing::WriteRandomFile(dir_.path() / "src.dat", (24 << 20) + 12345, 1);
+  RunResult push = RunCommand(Gfcp({"-p", "4", "--stripe", "1M", "--json", dir_.Sub("src.dat"),
+                                    "gf://" + pa + "/run/src.dat"}));
+  ASSERT_EQ(push.exit_code, 0) << push.err;
+  nlohmann::json j = Json(push);
+  EXPECT_EQ(j["bytes"], (24 << 20) + 12345);
+  EXPECT_EQ(j["streams"], 4);
+  EXPECT_EQ(j["resumed_bytes"], 0);
+  EXPECT_GT(j["mbit_per_s"].get<double>(), 0);
+  EXPECT_TRUE(j["checksum"].get<std::string>().starts_with("xxh3-128:"));
+  EXPECT_GT(j["seconds"].get<double>(), 0);
+
+  RunResult third = RunCommand(Gfcp({"-p", "8", "--json", "gf://" + pa + "/run/src.dat", "gf://" + pb + "/copy.dat"}));
+  ASSERT_EQ(third.exit_code, 0) << third.err;
+  EXPECT_EQ(Json(third)["checksum"], j["checksum"]);
+  EXPECT_EQ(Json(third)["streams"], 8);
+
+  RunResult pull = RunCommand(Gfcp({"-p", "3", "--checksum", "sha256", "--json", "gf://" + pb + "/copy.dat", dir_.Sub("back.dat")}));
+  ASSERT_EQ(pull.exit_code, 0) << pull.err;
+  EXPECT_TRUE(Json(pull)["checksum"].get<std::string>().starts_with("sha256:"));
+  std::string original = testing::ReadFile(dir_.path() / "src.dat");
+  EXPECT_EQ(testing::ReadFile(dir_.path() / "a" / "run" / "src.dat"), original);
+  EXPECT_EQ(testing::ReadFile(dir_.path() / "b" / "copy.dat"), original);
+  EXPECT_EQ(testing::ReadFile(dir_.path() / "back.dat"), original);
+  EXPECT_FALSE(fs::exists(dir_.path() / ".gfrep-tmp"));
+}
+
+TEST_F(TransferIntegrationTest, ResumesAfterReceiverAgentKilled) {
+  Subprocess a;
+  std::string pa = StartAgent(a, dir_.Sub("a"));
+  testing::WriteRandomFile(dir_.path() / "src.dat", 48 << 20, 2);
+  // Slow the copy (route cap) so the kill lands mid-transfer.
+  absl::StatusOr<Subprocess> cp = Subprocess::Start(Gfcp({"-p", "4", "--stripe", "256K", "--route-rate", "100M",
+                                                          dir_.Sub("src.dat"), "gf://" + pa + "/f.dat"}));
+  ASSERT_TRUE(cp.ok());
+  ASSERT_TRUE(WaitForJournalRecords(dir_.path() / "a" / ".gfrep-tmp", 20s));
+  a.Kill();
+  RunResult failed = cp->Wait(20s);
+  EXPECT_NE(failed.exit_code, 0);
+  EXPECT_NE(failed.err.find("gfcp: "), std::string::npos) << failed.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "a" / "f.dat"));  // nothing partial under the final name
+
+  Subprocess a2;
+  std::string pa2 = StartAgent(a2, dir_.Sub("a"));
+  RunResult again = RunCommand(Gfcp({"-p", "4", "--json", dir_.Sub("src.dat"), "gf://" + pa2 + "/f.dat"}));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  nlohmann::json j = Json(again);
+  EXPECT_GT(j["resumed_bytes"].get<std::uint64_t>(), 0u);
+  EXPECT_LT(j["bytes_transferred"].get<std::uint64_t>(), 48u << 20);
+  EXPECT_EQ(testing::ReadFile(dir_.path() / "a" / "f.dat"), testing::ReadFile(dir_.path() / "src.dat"));
+}
+
+TEST_F(TransferIntegrationTest, ResumesAfterReceivingClientKilled) {
+  Subprocess a;
+  std::string pa = StartAgent(a, dir_.Sub("a"));
+  testing::WriteRandomFile(dir_.path() / "a" / "f.dat", 48 << 20, 3);
+  fs::create_directories(dir_.path() / "local");
+  absl::StatusOr<Subprocess> cp = Subprocess::Start(Gfcp({"-p", "2", "--stripe", "256K", "--route-rate", "100M",
+                                                          "--journal-interval", "1M", "gf://" + pa + "/f.dat",
+                                                          dir_.Sub("local/f.dat")}));
+  ASSERT_TRUE(cp.ok());
+  ASSERT_TRUE(WaitForJournalRecords(dir_.path() / "local" / ".gfrep-tmp", 20s));
+  cp->Kill();
+  EXPECT_FALSE(fs::exists(dir_.path() / "local" / "f.dat"));
+  RunResult again = RunCommand(Gfcp({"-p", "2", "--json", "gf://" + pa + "/f.dat", dir_.Sub("local/f.dat")}));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_GT(Json(again)["resumed_bytes"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(testing::ReadFile(dir_.path() / "local" / "f.dat"), testing::ReadFile(dir_.path() / "a" / "f.dat"));
+}
+
+TEST_F(TransferIntegrationTest, ResumesAfterSendingAgentKilledInThirdPartyCopy) {
+  Subprocess a, b;
+  std::string pa = StartAgent(a, dir_.Sub("a"));
+  std::string pb = StartAgent(b, dir_.Sub("b"));
+  testing::WriteRandomFile(dir_.path() / "a" / "f.dat", 48 << 20, 4);
+  absl::StatusOr<Subprocess> cp = Subprocess::Start(Gfcp({"-p", "4", "--stripe", "256K", "--route-rate", "100M",
+                                                          "gf://" + pa + "/f.dat", "gf://" + pb + "/f.dat"}));
+  ASSERT_TRUE(cp.ok());
+  ASSERT_TRUE(WaitForJournalRecords(dir_.path() / "b" / ".gfrep-tmp", 20s));
+  a.Kill();
+  RunResult failed = cp->Wait(20s);
+  EXPECT_NE(failed.exit_code, 0);
+  EXPECT_NE(failed.err.find("rerun to resume"), std::string::npos) << failed.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "b" / "f.dat"));
+  Subprocess a2;
+  std::string pa2 = StartAgent(a2, dir_.Sub("a"));
+  RunResult again = RunCommand(Gfcp({"-p", "4", "--json", "gf://" + pa2 + "/f.dat", "gf://" + pb + "/f.dat"}));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_GT(Json(again)["resumed_bytes"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(testing::ReadFile(dir_.path() / "b" / "f.dat"), testing::ReadFile(dir_.path() / "a" / "f.dat"));
+}
+
+TEST_F(TransferIntegrationTest, FlippedByteOnTheSendingAgentIsDetectedAndResent) {
+  Subprocess a, b;
+  std::string pa = StartAgent(a, dir_.Sub("a"), {"--test-corrupt-offset", "5000000", "--test-corrupt-times", "1"});
+  std::string pb = StartAgent(b, dir_.Sub("b"));
+  testing::WriteRandomFile(dir_.path() / "a" / "f.dat", 12 << 20, 5);
+  RunResult r = RunCommand(Gfcp({"-p", "4", "--json", "gf://" + pa + "/f.dat", "gf://" + pb + "/f.dat"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Json(r)["resend_rounds"], 1);
+  EXPECT_EQ(testing::ReadFile(dir_.path() / "b" / "f.dat"), testing::ReadFile(dir_.path() / "a" / "f.dat"));
+  EXPECT_NE(b.Stderr().find("failed its xxh3-64 checksum"), std::string::npos);
+}
+
+TEST_F(TransferIntegrationTest, DiskFullOnReceiverFailsClearlyAndLeavesNothing) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+  fs::path mnt = dir_.path() / "small";
+  fs::create_directories(mnt);
+  if (::mount("gfrep-test-tmpfs", mnt.c_str(), "tmpfs", 0, "size=4m") != 0) {
+    GTEST_SKIP() << "cannot mount tmpfs: " << std::strerror(errno);
+  }
+  struct Unmount {
+    fs::path p;
+    ~Unmount() { ::umount2(p.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  Subprocess a;
+  std::string pa = StartAgent(a, (mnt / "spool").string());
+  testing::WriteRandomFile(dir_.path() / "big.dat", 8 << 20, 6);
+  RunResult r = RunCommand(Gfcp({dir_.Sub("big.dat"), "gf://" + pa + "/big.dat"}));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("disk full"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(mnt / "spool" / "big.dat"));
+  // A file that fits still goes through afterwards.
+  testing::WriteRandomFile(dir_.path() / "small.dat", 1 << 20, 7);
+  RunResult ok = RunCommand(Gfcp({dir_.Sub("small.dat"), "gf://" + pa + "/small.dat"}));
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+TEST_F(TransferIntegrationTest, WrongKeyIsRefusedOnBothSides) {
+  Subprocess a;
+  std::string pa = StartAgent(a, dir_.Sub("a"));
+  testing::WriteRandomFile(dir_.path() / "src.dat", 1000, 8);
+  std::string other = dir_.Sub("other_key");
+  RunResult r = RunCommand(Gfcp({dir_.Sub("src.dat"), "gf://" + pa + "/x"}, other));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("authentication failed"), std::string::npos) << r.err;
+  // The key file was created on first use, private to its owner.
+  struct stat st {};
+  ASSERT_EQ(::stat(other.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // The agent says so too (its log is on stderr; poll it, bounded).
+  bool logged = false;
+  for (int i = 0; i < 250 && !logged; ++i) {
+    logged = a.Stderr().find("refused unauthenticated peer") != std::string::npos;
+    if (!logged) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(logged) << a.Stderr();
+  EXPECT_FALSE(fs::exists(dir_.path() / "a" / "x"));
+}
+
+TEST_F(TransferIntegrationTest, CommandLineErrorsAreOneLineAndNonZero) {
+  RunResult both_local = RunCommand(Gfcp({"a", "b"}));
+  EXPECT_NE(both_local.exit_code, 0);
+  EXPECT_NE(both_local.err.find("gf://"), std::string::npos) << both_local.err;
+  RunResult bad_stripe = RunCommand(Gfcp({"--stripe", "1", "x", "gf://127.0.0.1:1/x"}));
+  EXPECT_NE(bad_stripe.exit_code, 0);
+  EXPECT_NE(bad_stripe.err.find("stripe unit"), std::string::npos) << bad_stripe.err;
+  RunResult refused = RunCommand(Gfcp({"gf://127.0.0.1:1/x", dir_.Sub("x")}));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("connect"), std::string::npos) << refused.err;
+  RunResult version = RunCommand({BinPath("gfcp"), "--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  RunResult help = RunCommand({BinPath("gfsited"), "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("--spool"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gfrep
