@@ -88,6 +88,8 @@ def iperf(node, server_addr, streams=1, seconds=10, window=None, cc="cubic", omi
             "-P", str(streams), "-C", cc, *extra]
     if window:
         argv += ["-w", window]
+    # Generous: with many streams on a full drop-tail queue, a lost SYN or control message
+    # costs RTO backoff (seconds each) before and after the timed part.
     r = subprocess.run(in_ns(node, argv), capture_output=True, text=True, timeout=seconds + 60)
     j = json.loads(r.stdout) if r.stdout.strip() else {}
     if "error" in j or r.returncode != 0:
