@@ -51,17 +51,23 @@ absl::StatusOr<std::string> LoadOrCreateSharedKey(const std::filesystem::path& p
     std::string hex;
     for (unsigned char b : key) hex += fmt::format("{:02x}", b);
     hex += '\n';
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    // Write a private temporary file, then link() it into place: link fails if another
+    // process created the key first (we then use theirs), and nobody ever reads a
+    // half-written key.
+    std::filesystem::path tmp = path;
+    tmp += fmt::format(".tmp.{}", ::getpid());
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
-      if (errno != EEXIST) {
-        return absl::InternalError(fmt::format("create key file {}: {}", path.string(), std::strerror(errno)));
-      }
-      // Another process created it first: use theirs.
-    } else {
-      bool ok = ::write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size());
-      ok = ::fsync(fd) == 0 && ok;
-      ::close(fd);
-      if (!ok) return absl::InternalError(fmt::format("write key file {}", path.string()));
+      return absl::InternalError(fmt::format("create key file {}: {}", tmp.string(), std::strerror(errno)));
+    }
+    bool ok = ::write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size());
+    ok = ::fsync(fd) == 0 && ok;
+    ::close(fd);
+    int link_errno = ok && ::link(tmp.c_str(), path.c_str()) != 0 ? errno : 0;
+    ::unlink(tmp.c_str());
+    if (!ok) return absl::InternalError(fmt::format("write key file {}", tmp.string()));
+    if (link_errno != 0 && link_errno != EEXIST) {
+      return absl::InternalError(fmt::format("create key file {}: {}", path.string(), std::strerror(link_errno)));
     }
     if (::stat(path.c_str(), &st) != 0) {
       return absl::InternalError(fmt::format("key file {}: {}", path.string(), std::strerror(errno)));
