@@ -29,14 +29,16 @@ using testing::Subprocess;
 constexpr char kTopology[] = R"(topology gfrep-vt
 site vta nodes=2
 site vtb nodes=2
-route clean vta vtb rtt=40ms rate=300M
+route clean vta vtb rtt=40ms rate=150M
 route lossy vta vtb rtt=10ms rate=300M loss=0.01
 pin vta-n2 lossy
 pin vtb-n2 lossy
 )";
 constexpr double kCleanRttMs = 40;
 constexpr double kLossyRttMs = 10;
-constexpr double kRateBps = 300e6;
+// Modest, so that CPU contention from tests running in parallel on 2 cores cannot make
+// the endpoints (rather than the emulated bottleneck) the limit.
+constexpr double kRateBps = 150e6;
 constexpr double kLoss = 0.01;
 constexpr char kClientA[] = "gfrep-vta-n1";
 constexpr char kServerA[] = "gfrep-vtb-n1";
@@ -154,7 +156,7 @@ TEST_F(TestbedValidationTest, SingleStreamWithSmallWindowIsWindowLimited) {
 TEST_F(TestbedValidationTest, ManyStreamsWithLargeWindowsApproachTheBottleneck) {
   StartIperfServer(kServerA);
   const double bps =
-      ReceivedBps(Iperf(kClientA, kAddrA, {"-t", "4", "-O", "1", "-P", "8", "-w", "4M"}));
+      ReceivedBps(Iperf(kClientA, kAddrA, {"-t", "5", "-O", "1", "-P", "8", "-w", "4M"}));
   EXPECT_GT(bps, 0.85 * kRateBps);
   EXPECT_LT(bps, 1.02 * kRateBps);  // the emulator enforces the rate
 }
