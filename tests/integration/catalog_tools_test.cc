@@ -1,8 +1,12 @@
 // Integration: a real gfcatalogd on 127.0.0.1:0 and the catalog tools as child processes.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdlib>
 #include <sstream>
 
 #include "catalog/client.h"
@@ -17,6 +21,8 @@ using testing::BinPath;
 using testing::RunCommand;
 using testing::RunResult;
 using testing::Subprocess;
+
+int Lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
 class CatalogToolsTest : public ::testing::Test {
  protected:
@@ -44,9 +50,6 @@ class CatalogToolsTest : public ::testing::Test {
     return std::move(*c);
   }
 
-  static int Lines(const std::string& s) {
-    return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
-  }
 
   testing::TempDir dir_{"catalog-tools"};
   Subprocess daemon_;
@@ -182,6 +185,45 @@ TEST_F(CatalogToolsTest, MissingOrUnreachableCatalogIsAClearError) {
   r = RunCommand({BinPath("gfls"), "--catalog", "127.0.0.1:1", "--timeout", "3", "/"}, none, 30s);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+}
+
+// Subprocess execs a path, so look openssl up in $PATH here.
+std::string FindInPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+  for (std::string d; std::getline(dirs, d, ':');) {
+    std::string candidate = d + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return name;
+}
+
+TEST(CatalogTlsTest, ToolsReachATlsCatalogWithTheRightCaOnly) {
+  testing::TempDir dir("catalog-tls");
+  testing::SubprocessOptions none;
+  RunResult gen = RunCommand(
+      {FindInPath("openssl"), "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+       "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout",
+       dir.Sub("key.pem"), "-out", dir.Sub("cert.pem")},
+      none, 60s);
+  if (gen.exit_code != 0) GTEST_SKIP() << "openssl cannot make a test certificate: " << gen.err;
+  absl::StatusOr<Subprocess> d = Subprocess::Start(
+      {BinPath("gfcatalogd"), "--db", dir.Sub("db"), "--listen", "127.0.0.1:0", "--tls-cert",
+       dir.Sub("cert.pem"), "--tls-key", dir.Sub("key.pem")});
+  ASSERT_TRUE(d.ok()) << d.status();
+  absl::StatusOr<std::string> addr = d->WaitForListen(30s);
+  ASSERT_TRUE(addr.ok()) << addr.status();
+  RunResult r = RunCommand({BinPath("gfmkdir"), "--catalog", *addr, "--tls-ca",
+                            dir.Sub("cert.pem"), "/secure"},
+                           none, 60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = RunCommand({BinPath("gfls"), "--catalog", *addr, "--tls-ca", dir.Sub("cert.pem"), "/"},
+                 none, 60s);
+  EXPECT_EQ(r.out, "secure\n") << r.err;
+  // Plaintext against the TLS port fails with one line and a non-zero exit.
+  r = RunCommand({BinPath("gfls"), "--catalog", *addr, "--timeout", "3", "/"}, none, 60s);
+  EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(Lines(r.err), 1) << r.err;
 }
 
