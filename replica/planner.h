@@ -61,7 +61,7 @@ struct PlannerOptions {
   std::chrono::milliseconds heartbeat_timeout{30000};
   // Open tasks per destination node (keeps the agent's queue fed without planning
   // thousands of files ahead).
-  int max_open_tasks_per_node = 8;
+  int max_open_tasks_per_node = 16;
   // Attempts per task (passed to TaskSpec::max_attempts).
   std::uint32_t max_attempts = 5;
   // Longest wait between two steps when nothing happens (Start()).

@@ -340,6 +340,10 @@ void SiteAgent::Execute(const catalog::Task& task) {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.tasks_failed += 1;
   }
+  if (absl::IsUnavailable(result) || absl::IsDeadlineExceeded(result)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    node_cache_.erase(task.spec.src_node);  // it may have restarted at another address
+  }
   bool retryable = IsRetryable(result);
   std::chrono::milliseconds delay = BackoffDelay(options_.retry, task.attempts);
   std::string reason = fmt::format("{} (from {})", result.ToString(), task.spec.src_node);
@@ -351,6 +355,49 @@ void SiteAgent::Execute(const catalog::Task& task) {
     if (failed.ok() || !Transient(failed.status())) break;
     SleepFor(std::chrono::milliseconds(200));
   }
+}
+
+namespace {
+constexpr std::chrono::seconds kLookupTtl(10);
+}  // namespace
+
+absl::StatusOr<catalog::Node> SiteAgent::LookupNode(const std::string& name) {
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = node_cache_.find(name); it != node_cache_.end() && now - it->second.second < kLookupTtl) {
+      return it->second.first;
+    }
+  }
+  absl::StatusOr<catalog::Node> n = options_.catalog->GetNode(name);
+  if (!n.ok()) return n.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  node_cache_[name] = {*n, now};
+  return n;
+}
+
+absl::StatusOr<catalog::Route> SiteAgent::LookupRoute(const std::string& src_site) {
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = route_cache_.find(src_site);
+        it != route_cache_.end() && now - it->second.second < kLookupTtl) {
+      return it->second.first;
+    }
+  }
+  catalog::Route route;
+  if (absl::StatusOr<catalog::Route> r = options_.catalog->GetRoute(src_site, options_.site);
+      r.ok()) {
+    route = *r;
+  } else if (absl::IsNotFound(r.status())) {
+    route.src_site = src_site;
+    route.dst_site = options_.site;
+  } else {
+    return r.status();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  route_cache_[src_site] = {route, now};
+  return route;
 }
 
 absl::Status SiteAgent::Copy(const catalog::Task& task, asio::io_context& io,
@@ -371,27 +418,20 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, asio::io_context& io,
   if (expected.empty()) {
     return absl::FailedPreconditionError("the catalog has no checksum for this file");
   }
-  absl::StatusOr<catalog::Node> src = cat.GetNode(task.spec.src_node);
+  absl::StatusOr<catalog::Node> src = LookupNode(task.spec.src_node);
   if (!src.ok()) return src.status();
   absl::StatusOr<transfer::Endpoint> endpoint = transfer::ParseEndpoint(src->address);
   if (!endpoint.ok()) {
     return absl::FailedPreconditionError(
         fmt::format("source node {} has a bad address '{}'", src->name, src->address));
   }
-  catalog::Route route;
-  if (absl::StatusOr<catalog::Route> r = cat.GetRoute(src->site, options_.site); r.ok()) {
-    route = *r;
-  } else if (absl::IsNotFound(r.status())) {
-    route.src_site = src->site;
-    route.dst_site = options_.site;
-  } else {
-    return r.status();
-  }
+  absl::StatusOr<catalog::Route> route = LookupRoute(src->site);
+  if (!route.ok()) return route.status();
   absl::StatusOr<std::string> rel = SpoolRelativePath(task.spec.path);
   if (!rel.ok()) return absl::FailedPreconditionError(std::string(rel.status().message()));
 
   transfer::TransferOptions topts = options_.transfer;
-  topts.route = ToRouteOptions(route, topts.route);
+  topts.route = ToRouteOptions(*route, topts.route);
   if (!topts.logger) topts.logger = log_;
   std::string task_name = fmt::format("task-{}", task.id);
   fs::path staging = options_.spool / kStagingDir / task_name;

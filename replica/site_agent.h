@@ -112,6 +112,10 @@ class SiteAgent {
   absl::Status Copy(const catalog::Task& task, boost::asio::io_context& io,
                     std::uint64_t& bytes_received);
   catalog::Heartbeat MakeHeartbeat() const;
+  // Source node and route lookups, cached for `kLookupTtl` (each is a catalog round trip,
+  // i.e. one WAN RTT per small file otherwise). A failed copy drops the node's entry.
+  absl::StatusOr<catalog::Node> LookupNode(const std::string& name);
+  absl::StatusOr<catalog::Route> LookupRoute(const std::string& src_site);
   void SleepFor(std::chrono::milliseconds d);
 
   // Constant after construction.
@@ -129,6 +133,9 @@ class SiteAgent {
   std::map<std::uint64_t, boost::asio::io_context*> running_;  // task -> io, guarded by mu_
   std::map<std::uint64_t, bool> lease_lost_;          // guarded by mu_
   SiteAgentStats stats_;                              // guarded by mu_
+  using Stamp = std::chrono::steady_clock::time_point;
+  std::map<std::string, std::pair<catalog::Node, Stamp>> node_cache_;    // guarded by mu_
+  std::map<std::string, std::pair<catalog::Route, Stamp>> route_cache_;  // guarded by mu_
 };
 
 }  // namespace gfrep::replica

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Multi-site replication over an emulated long fat network (root; see RESULTS.md
+# "Multi-site replication"). Two sites a, b of two nodes each, one 1 Gbit/s 200 ms route
+# (tests/bench/replication_lfn.topo). Measures, in the same run:
+#   - iperf3's best on the route (8 streams, 32 MiB buffers, cubic, 10 s, first 2 s omitted),
+#   - gfrep -D b of LARGE_N files of LARGE_MIB MiB stored at a-n1/a-n2,
+#   - gfrep -D b of SMALL_N files of SMALL_MIB MiB,
+# and prints one markdown table row per workload (aggregate Mbit/s and ratio to iperf3).
+#   sudo GFREP_BIN=build/bin LARGE_N=4 LARGE_MIB=1024 SMALL_N=1000 tests/bench/replication_lfn.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${GFREP_BIN:-build/bin}
+LARGE_N=${LARGE_N:-4}
+LARGE_MIB=${LARGE_MIB:-1024}
+SMALL_N=${SMALL_N:-1000}
+SMALL_MIB=${SMALL_MIB:-4}
+TOPO=tests/bench/replication_lfn.topo
+NODES=(a-n1 a-n2 b-n1 b-n2)
+[[ $(id -u) == 0 ]] || { echo "replication_lfn: needs root (network namespaces)" >&2; exit 2; }
+
+WORK=$(mktemp -d /dev/shm/gfrep-replbench.XXXXXX)
+PIDS=()
+TOPO_UP=0
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if ((${#PIDS[@]})); then
+    kill -TERM "${PIDS[@]}" 2>/dev/null || true
+    sleep 1
+    kill -KILL "${PIDS[@]}" 2>/dev/null || true
+    wait "${PIDS[@]}" 2>/dev/null || true
+  fi
+  ((TOPO_UP)) && "$BIN/gftopo" down "$TOPO" >/dev/null 2>&1
+  rm -rf "$WORK"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ns() { local n=$1; shift; ip netns exec "gfrep-$n" "$@"; }
+start() {
+  local name=$1 node=$2; shift 2
+  ip netns exec "gfrep-$node" "$@" >"$WORK/$name.out" 2>"$WORK/$name.log" &
+  PIDS+=($!)
+  for _ in $(seq 300); do
+    if grep -q '^listening on ' "$WORK/$name.out" 2>/dev/null; then
+      LISTEN=$(sed -n 's/^listening on //p' "$WORK/$name.out" | head -1)
+      return 0
+    fi
+    sleep 0.1
+  done
+  cat "$WORK/$name.log" >&2
+  return 1
+}
+
+TOPO_UP=1
+"$BIN/gftopo" up "$TOPO" >&2
+declare -A ADDR
+for n in "${NODES[@]}"; do ADDR[$n]=$("$BIN/gftopo" addr "$TOPO" "$n"); done
+start catalog a-n1 "$BIN/gfcatalogd" --db "$WORK/db" --listen "${ADDR[a-n1]}:0"
+export GFREP_CATALOG=$LISTEN
+KEY=$WORK/key
+for n in "${NODES[@]}"; do
+  start "agent-$n" "$n" "$BIN/gfsited" --listen "${ADDR[$n]}:0" --spool "$WORK/spool-$n" \
+    --site "${n%-n*}" --node "$n" --catalog "$GFREP_CATALOG" --key-file "$KEY" --buffer 32M \
+    --workers "${WORKERS:-16}"
+done
+for _ in $(seq 100); do
+  [[ $(ns a-n1 "$BIN/gfnode" list | wc -l) -ge 4 ]] && break
+  sleep 0.2
+done
+ns a-n1 "$BIN/gfroute" set a b --streams 8 --socket-buffer 32M --cc cubic
+
+# iperf3's best on the route, same run.
+ns b-n1 iperf3 -s -1 -B "${ADDR[b-n1]}" >/dev/null 2>&1 &
+PIDS+=($!)
+sleep 0.5
+IPERF=$(ns a-n1 iperf3 -c "${ADDR[b-n1]}" -P 8 -w 32M -C cubic -t 10 -O 2 -J |
+  python3 -c 'import json,sys; print(round(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))')
+echo "iperf3 best: $IPERF Mbit/s" >&2
+
+run() {  # run LABEL N MIB
+  local label=$1 n=$2 mib=$3
+  mkdir -p "$WORK/src-$label"
+  for i in $(seq 1 "$n"); do
+    local f="$WORK/src-$label/f$i" node=a-n$((i % 2 + 1))
+    head -c "$((mib * 1048576))" /dev/urandom >"$f"
+    ns "$node" "$BIN/gfreg" "$f" "/$label/f$i" --node "$node" --key-file "$KEY" >/dev/null
+    rm -f "$f"
+  done
+  local out
+  out=$(ns a-n1 "$BIN/gfrep" -D b -r --json "/$label")
+  python3 - "$label" "$n" "$mib" "$IPERF" "$out" <<'PY'
+import json, sys
+label, n, mib, iperf, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), json.loads(sys.argv[5])
+mbps = out["bytes_copied"] * 8 / out["seconds"] / 1e6
+print(f"| {label} | {n} x {mib} MiB | {out['state']} | {out['seconds']:.1f} | {mbps:.0f} | {iperf:.0f} | {mbps / iperf:.2f} |")
+PY
+}
+echo "| workload | files | state | seconds | gfrep Mbit/s | iperf3 Mbit/s | ratio |"
+echo "|---|---|---|---:|---:|---:|---:|"
+run large "$LARGE_N" "$LARGE_MIB"
+run small "$SMALL_N" "$SMALL_MIB"
