@@ -10,6 +10,7 @@
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -805,16 +806,19 @@ absl::StatusOr<std::unique_ptr<DestinationFile>> OpenDestination(
   if (!d->journal.resumed()) flags |= O_TRUNC;
   d->fd = ::open(d->part_path.c_str(), flags, 0644);
   if (d->fd < 0) return ErrnoStatus(errno, fmt::format("open {}", d->part_path.string()));
-  if (size > 0) {
-    int e = ::posix_fallocate(d->fd, 0, static_cast<off_t>(size));
-    if (e == ENOSPC || e == EDQUOT) {
-      ::ftruncate(d->fd, 0);
-      return absl::ResourceExhaustedError(
-          fmt::format("disk full: no room for {} bytes in {}", size, tmp_dir.string()));
+  // Check room up front for a clear error (a later ENOSPC on write is reported the same
+  // way). No fallocate: on tmpfs it would zero every page once more before we write it.
+  std::uint64_t need = size - (d->journal.resumed() ? d->journal.ranges().Bytes() : 0);
+  struct statvfs vfs {};
+  if (::fstatvfs(d->fd, &vfs) == 0) {
+    std::uint64_t avail = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    if (avail < need) {
+      return absl::ResourceExhaustedError(fmt::format(
+          "disk full: {} bytes needed, {} available in {}", need, avail, tmp_dir.string()));
     }
-    if (e != 0 && ::ftruncate(d->fd, static_cast<off_t>(size)) != 0) {
-      return ErrnoStatus(errno, fmt::format("size {}", d->part_path.string()));
-    }
+  }
+  if (::ftruncate(d->fd, static_cast<off_t>(size)) != 0) {
+    return ErrnoStatus(errno, fmt::format("size {}", d->part_path.string()));
   }
   if (d->journal.resumed()) {
     d->received = d->journal.ranges();

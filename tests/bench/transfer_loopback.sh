@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Loopback benchmark of the transfer engine, in one run:
+#   gfcp third-party copy between two gfsited agents (SIZE_GIB, default 4 GiB, page-cached
+#   source on disk, destination spool on /dev/shm so no disk writeback is timed) with
+#   1/4/8/16 streams; iperf3 -P N (same N, memory to memory); GridFTP (globus-gridftp-server
+#   anonymous on 127.0.0.1, globus-url-copy -p N, same source and a /dev/shm destination);
+#   gfcp --tls against `openssl speed -evp aes-256-gcm`.
+# Prints a Markdown table: MB/s, CPU seconds per GB (all cores, from /proc/stat: sender +
+# receiver + everything else running, so run it on a quiet machine), and the ratios.
+#   tests/bench/transfer_loopback.sh            (GFREP_BIN=dir to skip tools/build)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SIZE_GIB=${SIZE_GIB:-4}
+STREAMS_LIST=${STREAMS_LIST:-"1 4 8 16"}
+BIN=${GFREP_BIN:-$(tools/build)/bin}
+WORK=$(mktemp -d /tmp/gfrep-bench.XXXXXX)
+SHM=$(mktemp -d /dev/shm/gfrep-bench.XXXXXX)
+chmod 755 "$WORK" "$SHM"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$WORK" "$SHM"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "# generating ${SIZE_GIB} GiB source and caching it" >&2
+mkdir -p "$WORK/a" "$SHM/b" "$SHM/g"
+chmod 755 "$WORK/a"
+head -c "$((SIZE_GIB * 1024 * 1024 * 1024))" /dev/urandom >"$WORK/a/big.dat"
+chmod 644 "$WORK/a/big.dat"
+cat "$WORK/a/big.dat" >/dev/null
+
+# TLS material: a throwaway CA and an agent certificate for 127.0.0.1.
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=gfrep-bench-ca \
+  -keyout "$WORK/ca.key" -out "$WORK/ca.pem" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout "$WORK/agent.key" \
+  -out "$WORK/agent.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\n' >"$WORK/san.ext"
+openssl x509 -req -in "$WORK/agent.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" -CAcreateserial \
+  -days 2 -extfile "$WORK/san.ext" -out "$WORK/agent.pem" 2>/dev/null
+
+start() {  # start NAME ARGS... ; the daemon prints "listening on HOST:PORT"
+  local name=$1; shift
+  "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+  PIDS+=($!)
+  echo $! >"$WORK/$name.pid"
+  for _ in $(seq 1 200); do
+    grep -q 'listening on' "$WORK/$name.out" 2>/dev/null && break
+    sleep 0.05
+  done
+}
+TLS_ARGS=(--tls-cert "$WORK/agent.pem" --tls-key "$WORK/agent.key" --tls-ca "$WORK/ca.pem")
+start a "$BIN/gfsited" --listen 127.0.0.1:0 --spool "$WORK/a" --key-file "$WORK/key" "${TLS_ARGS[@]}"
+start b "$BIN/gfsited" --listen 127.0.0.1:0 --spool "$SHM/b" --key-file "$WORK/key" "${TLS_ARGS[@]}"
+IPERF_PORT=$((20000 + RANDOM % 20000))
+iperf3 -s -p "$IPERF_PORT" >"$WORK/iperf.log" 2>&1 &
+PIDS+=($!)
+GFTP_PORT=$((40000 + RANDOM % 20000))
+globus-gridftp-server -aa -anonymous-user nobody -p "$GFTP_PORT" -control-interface 127.0.0.1 \
+  -data-interface 127.0.0.1 >"$WORK/gridftp.log" 2>&1 &
+PIDS+=($!)
+sleep 1
+
+python3 - "$BIN" "$WORK" "$SHM" "$IPERF_PORT" "$GFTP_PORT" "$STREAMS_LIST" <<'PY'
+import json, os, re, subprocess, sys, time
+bin_dir, work, shm, iperf_port, gftp_port, streams_list = sys.argv[1:7]
+streams = [int(s) for s in streams_list.split()]
+tck = os.sysconf("SC_CLK_TCK")
+size = os.path.getsize(f"{work}/a/big.dat")
+a = open(f"{work}/a.out").read().split()[-1]
+b = open(f"{work}/b.out").read().split()[-1]
+pids = [int(open(f"{work}/{n}.pid").read()) for n in ("a", "b")]
+
+def busy():
+    f = open("/proc/stat").readline().split()
+    return sum(int(x) for x in (f[1], f[2], f[3], f[6], f[7])) / tck  # user nice system irq softirq
+
+def proc_cpu(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / tck
+
+def timed(cmd):
+    c0, t0 = busy(), time.monotonic()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    t, c = time.monotonic() - t0, busy() - c0
+    if r.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{r.stderr}")
+    return t, c, r.stdout
+
+def gfcp(n, tls=False):
+    key = ["--key-file", f"{work}/key"]
+    extra = ["--tls", "--tls-ca", f"{work}/ca.pem"] if tls else []
+    p0 = sum(proc_cpu(p) for p in pids)
+    t, c, out = timed([f"{bin_dir}/gfcp", *key, *extra, "-p", str(n), "--json",
+                       f"gf://{a}/big.dat", f"gf://{b}/big.dat"])
+    agents = sum(proc_cpu(p) for p in pids) - p0
+    j = json.loads(out)
+    os.remove(f"{shm}/b/big.dat")
+    return size / t / 1e6, c / (size / 1e9), agents / (size / 1e9), j["seconds"]
+
+def iperf(n):
+    t, c, out = timed(["iperf3", "-c", "127.0.0.1", "-p", iperf_port, "-P", str(n), "-t", "4", "-J"])
+    s = json.loads(out)["end"]["sum_received"]
+    return s["bytes"] / s["seconds"] / 1e6, c / (s["bytes"] / 1e9)
+
+def gridftp(n):
+    dst = f"{shm}/g/big.dat"
+    t, c, _ = timed(["globus-url-copy", "-p", str(n), "-fast",
+                     f"ftp://127.0.0.1:{gftp_port}{work}/a/big.dat", f"file://{dst}"])
+    assert os.path.getsize(dst) == size
+    os.remove(dst)
+    return size / t / 1e6, c / (size / 1e9)
+
+rows = []
+for n in streams:
+    g = gfcp(n); i = iperf(n); f = gridftp(n)
+    rows.append((n, g, i, f))
+    print(f"# streams={n} gfcp={g[0]:.0f} MB/s iperf3={i[0]:.0f} gridftp={f[0]:.0f}", file=sys.stderr)
+
+speed = subprocess.run(["openssl", "speed", "-evp", "aes-256-gcm", "-seconds", "2", "-bytes", "16384"],
+                       capture_output=True, text=True).stdout
+m = re.search(r"(?im)^aes-256-gcm\s+([\d.]+)k", speed)
+aes = float(m.group(1)) * 1000 / 1e6 if m else float("nan")
+tls = [(n, gfcp(n, tls=True)) for n in (4, 8)]
+
+print(f"File: {size/2**30:.0f} GiB, page-cached source on disk, destinations on /dev/shm.")
+print()
+print("| streams | gfcp MB/s | iperf3 MB/s | GridFTP MB/s | gfcp/iperf3 | gfcp/GridFTP | CPU s/GB gfcp | CPU s/GB iperf3 | CPU s/GB GridFTP | gfsited A+B CPU s/GB |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for n, g, i, f in rows:
+    print(f"| {n} | {g[0]:.0f} | {i[0]:.0f} | {f[0]:.0f} | {g[0]/i[0]:.2f} | {g[0]/f[0]:.2f} | {g[1]:.2f} | {i[1]:.2f} | {f[1]:.2f} | {g[2]:.2f} |")
+print()
+print(f"TLS (TLS 1.3, AES-256-GCM): openssl speed -evp aes-256-gcm (16 KiB blocks, one core) = {aes:.0f} MB/s")
+for n, g in tls:
+    print(f"- gfcp --tls -p {n}: {g[0]:.0f} MB/s = {g[0]/aes:.2f}x AES-GCM speed, CPU {g[1]:.2f} s/GB")
+PY
