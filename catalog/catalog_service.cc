@@ -106,6 +106,7 @@ class Service final : public v1::Catalog::CallbackService {
       : catalog_(catalog),
         options_(options),
         pool_(static_cast<std::size_t>(options.worker_threads)),
+        poll_pool_(static_cast<std::size_t>(options.worker_threads)),
         watch_pool_(static_cast<std::size_t>(options.watch_threads)) {}
 
   void Stop() {
@@ -113,6 +114,7 @@ class Service final : public v1::Catalog::CallbackService {
   }
   void Join() {
     pool_.join();
+    poll_pool_.join();
     watch_pool_.join();
   }
 
@@ -120,8 +122,13 @@ class Service final : public v1::Catalog::CallbackService {
   // Runs fn (returning absl::Status) on the worker pool and finishes the call with it.
   template <typename Fn>
   grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* context, Fn fn) {
+    return OffloadTo(pool_, context, std::move(fn));
+  }
+  template <typename Fn>
+  grpc::ServerUnaryReactor* OffloadTo(boost::asio::thread_pool& pool,
+                                      grpc::CallbackServerContext* context, Fn fn) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    boost::asio::post(pool_, [reactor, fn = std::move(fn)]() mutable {
+    boost::asio::post(pool, [reactor, fn = std::move(fn)]() mutable {
       reactor->Finish(ToGrpc(fn()));
     });
     return reactor;
@@ -493,9 +500,13 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* ReadEvents(grpc::CallbackServerContext* c,
                                        const v1::ReadEventsRequest* req,
                                        v1::EventList* resp) override {
-    return Offload(c, [this, req, resp] {
-      std::chrono::milliseconds wait =
-          std::min(std::chrono::milliseconds(req->wait_ms()), options_.max_event_wait);
+    // A long poll sleeps for up to max_event_wait: on the worker pool, a few dozen
+    // pollers (one per site agent) would hold every worker and stall all mutations.
+    const bool long_poll = req->wait_ms() != 0;
+    return OffloadTo(long_poll ? poll_pool_ : pool_, c, [this, req, resp] {
+      std::chrono::milliseconds wait = std::chrono::milliseconds(
+          std::min<std::uint64_t>(req->wait_ms(),
+                                  static_cast<std::uint64_t>(options_.max_event_wait.count())));
       return FillList<Event, v1::Event>(
           catalog_.ReadEvents(req->after_seq(), Limit(req->max(), kMaxEventBatch), wait),
           [resp] { return resp->add_events(); });
@@ -519,6 +530,7 @@ class Service final : public v1::Catalog::CallbackService {
   Catalog& catalog_;
   ServerOptions options_;
   boost::asio::thread_pool pool_;
+  boost::asio::thread_pool poll_pool_;  // ReadEvents long polls
   boost::asio::thread_pool watch_pool_;
   std::atomic<bool> stopping_{false};
 };

@@ -6,8 +6,9 @@
 //
 // Threads: gRPC's callback threads only parse, convert and hand over. Everything that
 // touches the disk (every mutation waits for a WAL fsync; scans) runs on a worker pool
-// (options.worker_threads); short point lookups (Stat, Get*) run inline. Watch streams
-// poll the event log on a separate small pool so that they never starve unary calls.
+// (options.worker_threads); short point lookups (Stat, Get*) run inline. ReadEvents long
+// polls wait on a pool of their own (as many threads as workers), and Watch streams poll
+// the event log on a separate small pool, so that neither starves the other unary calls.
 //
 // Thread safety: Start/Shutdown from one thread; the catalog must outlive the server.
 

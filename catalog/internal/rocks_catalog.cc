@@ -50,6 +50,19 @@ constexpr std::uint64_t kInodeBlock = 1u << 16;
 constexpr std::size_t kNameLockStripes = 512;
 constexpr std::uint32_t kMaxCopies = 64;
 constexpr std::size_t kMaxLabels = 64;
+// Longest lease or retry delay: keeps now + delay (in ns) far from int64 overflow.
+constexpr std::chrono::milliseconds kMaxDelay = std::chrono::hours(24 * 7);
+
+absl::Status ValidateDelay(std::string_view what, std::chrono::milliseconds d, bool zero_ok) {
+  if (d.count() < 0 || (!zero_ok && d.count() == 0)) {
+    return absl::InvalidArgumentError(fmt::format("{} must be positive", what));
+  }
+  if (d > kMaxDelay) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} must be at most {} ms", what, kMaxDelay.count()));
+  }
+  return absl::OkStatus();
+}
 
 std::string_view View(const rocksdb::Slice& s) { return {s.data(), s.size()}; }
 rocksdb::Slice Sl(std::string_view s) { return {s.data(), s.size()}; }
@@ -60,6 +73,15 @@ absl::Status ValidateLabel(std::string_view what, std::string_view v) {
   }
   if (v.find('\0') != std::string_view::npos) {
     return absl::InvalidArgumentError(fmt::format("{} contains a NUL byte", what));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateContent(const FileContent& content) {
+  for (auto [what, v] : {std::pair<std::string_view, std::string_view>{"owner", content.owner},
+                         {"checksum algorithm", content.checksum_algo},
+                         {"checksum", content.checksum}}) {
+    if (absl::Status s = ValidateLabel(what, v); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -212,6 +234,9 @@ class RocksCatalog final : public Catalog {
   void DeleteReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode, std::string_view node)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   void PutTaskLocked(rocksdb::WriteBatch& batch, const Task& t)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // Deletes the replica (inode, node) if it is kPending (an attempt's placeholder).
+  void DropPendingReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode, std::string_view node)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   absl::StatusOr<Task> LeasedTask(std::uint64_t id, std::string_view owner)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
@@ -407,11 +432,7 @@ absl::StatusOr<Attributes> RocksCatalog::CreateFile(std::string_view path,
   absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
   if (!parts.ok()) return parts.status();
   if (parts->empty()) return absl::AlreadyExistsError("/: already exists");
-  for (auto [what, v] : {std::pair<std::string_view, std::string_view>{"owner", content.owner},
-                         {"checksum algorithm", content.checksum_algo},
-                         {"checksum", content.checksum}}) {
-    if (absl::Status s = ValidateLabel(what, v); !s.ok()) return s;
-  }
+  if (absl::Status s = ValidateContent(content); !s.ok()) return s;
   absl::ReaderMutexLock tree(&tree_mu_);
   absl::StatusOr<Attributes> parent = Resolve(*parts, parts->size() - 1);
   if (!parent.ok()) return parent.status();
@@ -436,11 +457,7 @@ absl::StatusOr<std::vector<Attributes>> RocksCatalog::CreateFiles(
     absl::StatusOr<std::vector<std::string>> p = SplitPath(f.path);
     if (!p.ok()) return p.status();
     if (p->empty()) return absl::AlreadyExistsError("/: already exists");
-    for (auto [what, v] : {std::pair<std::string_view, std::string_view>{"owner", f.content.owner},
-                           {"checksum algorithm", f.content.checksum_algo},
-                           {"checksum", f.content.checksum}}) {
-      if (absl::Status s = ValidateLabel(what, v); !s.ok()) return s;
-    }
+    if (absl::Status s = ValidateContent(f.content); !s.ok()) return s;
     parts.push_back(std::move(*p));
   }
   absl::ReaderMutexLock tree(&tree_mu_);
@@ -514,11 +531,7 @@ absl::StatusOr<Attributes> RocksCatalog::CommitFile(
   absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
   if (!parts.ok()) return parts.status();
   if (parts->empty()) return absl::FailedPreconditionError("/: is a directory");
-  for (auto [what, v] : {std::pair<std::string_view, std::string_view>{"owner", content.owner},
-                         {"checksum algorithm", content.checksum_algo},
-                         {"checksum", content.checksum}}) {
-    if (absl::Status s = ValidateLabel(what, v); !s.ok()) return s;
-  }
+  if (absl::Status s = ValidateContent(content); !s.ok()) return s;
   if (!writer_node.empty()) {
     if (absl::Status s = ValidateName(writer_node); !s.ok()) return s;
   }
@@ -814,6 +827,14 @@ void RocksCatalog::DeleteReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode
   batch.Delete(cf(kReplicas), ReplicaKey(inode, node));
   batch.Delete(cf(kNodeReplicas), NodeReplicaKey(node, inode));
   AddEvent(batch, EventKind::kReplica, inode, node, "removed", "");
+}
+
+void RocksCatalog::DropPendingReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode,
+                                            std::string_view node) {
+  absl::StatusOr<std::string> rv = Get(kReplicas, ReplicaKey(inode, node), "replica");
+  if (!rv.ok()) return;
+  absl::StatusOr<Replica> r = DecodeReplica(*rv);
+  if (r.ok() && r->state == ReplicaState::kPending) DeleteReplicaLocked(batch, inode, node);
 }
 
 absl::Status RocksCatalog::PutReplica(const Replica& replica) {
@@ -1252,7 +1273,7 @@ absl::StatusOr<Task> RocksCatalog::ClaimTask(std::string_view node, std::string_
   if (absl::Status s = ValidateName(node); !s.ok()) return s;
   if (owner.empty()) return absl::InvalidArgumentError("empty lease owner");
   if (absl::Status s = ValidateLabel("owner", owner); !s.ok()) return s;
-  if (lease.count() <= 0) return absl::InvalidArgumentError("lease must be positive");
+  if (absl::Status s = ValidateDelay("lease", lease, false); !s.ok()) return s;
   absl::MutexLock work(&work_mu_);
   std::int64_t now = Now();
   std::vector<std::uint64_t> ids;
@@ -1274,13 +1295,7 @@ absl::StatusOr<Task> RocksCatalog::ClaimTask(std::string_view node, std::string_
       t->last_error = fmt::format("lease of {} expired", t->lease_owner);
       t->lease_owner.clear();
       t->updated_ns = now;
-      absl::StatusOr<std::string> rv = Get(kReplicas, ReplicaKey(t->inode, node), "replica");
-      if (rv.ok()) {
-        absl::StatusOr<Replica> r = DecodeReplica(*rv);
-        if (r.ok() && r->state == ReplicaState::kPending) {
-          DeleteReplicaLocked(batch, t->inode, node);
-        }
-      }
+      DropPendingReplicaLocked(batch, t->inode, node);
       t->state = t->attempts >= t->spec.max_attempts ? TaskState::kFailed : TaskState::kQueued;
       t->next_attempt_ns = now;
       PutTaskLocked(batch, *t);
@@ -1339,7 +1354,7 @@ absl::StatusOr<Task> RocksCatalog::LeasedTask(std::uint64_t id, std::string_view
 
 absl::StatusOr<Task> RocksCatalog::RenewLease(std::uint64_t id, std::string_view owner,
                                               std::chrono::milliseconds lease) {
-  if (lease.count() <= 0) return absl::InvalidArgumentError("lease must be positive");
+  if (absl::Status s = ValidateDelay("lease", lease, false); !s.ok()) return s;
   absl::MutexLock work(&work_mu_);
   absl::StatusOr<Task> t = LeasedTask(id, owner);
   if (!t.ok()) return t.status();
@@ -1394,6 +1409,7 @@ absl::StatusOr<Task> RocksCatalog::CompleteTask(std::uint64_t id, std::string_vi
 absl::StatusOr<Task> RocksCatalog::FailTask(std::uint64_t id, std::string_view owner,
                                             std::string_view error, bool retryable,
                                             std::chrono::milliseconds retry_after) {
+  if (absl::Status s = ValidateDelay("retry delay", retry_after, true); !s.ok()) return s;
   absl::MutexLock work(&work_mu_);
   absl::StatusOr<Task> t = LeasedTask(id, owner);
   if (!t.ok()) return t.status();
@@ -1409,13 +1425,7 @@ absl::StatusOr<Task> RocksCatalog::FailTask(std::uint64_t id, std::string_view o
     t->state = TaskState::kFailed;
   }
   rocksdb::WriteBatch batch;
-  absl::StatusOr<std::string> rv = Get(kReplicas, ReplicaKey(t->inode, t->spec.dst_node), "replica");
-  if (rv.ok()) {
-    absl::StatusOr<Replica> r = DecodeReplica(*rv);
-    if (r.ok() && r->state == ReplicaState::kPending) {
-      DeleteReplicaLocked(batch, t->inode, t->spec.dst_node);
-    }
-  }
+  DropPendingReplicaLocked(batch, t->inode, t->spec.dst_node);
   PutTaskLocked(batch, *t);
   if (absl::Status s = Write(&batch, "fail task"); !s.ok()) return s;
   return t;
@@ -1434,6 +1444,11 @@ absl::Status RocksCatalog::CancelRequest(std::uint64_t id) {
   rocksdb::WriteBatch batch;
   for (Task& t : *tasks) {
     if (t.state != TaskState::kQueued && t.state != TaskState::kLeased) continue;
+    if (t.state == TaskState::kLeased) {
+      // The owner loses its lease and cannot complete or fail the task any more, so the
+      // pending replica its claim made is dropped here (as FailTask would).
+      DropPendingReplicaLocked(batch, t.inode, t.spec.dst_node);
+    }
     t.state = TaskState::kCancelled;
     t.lease_owner.clear();
     t.updated_ns = now;

@@ -7,6 +7,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <thread>
 
 #include "catalog/catalog_service.h"
@@ -285,6 +286,39 @@ TEST_F(CatalogClientTest, ReadEventsAndWatchFollowTheLog) {
   absl::Status s = client_->Watch(*client_->LastEventSeq(), [](const Event&) { return true; }, &idle);
   canceller.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+}
+
+TEST_F(CatalogClientTest, LongPollsDoNotStallMutations) {
+  // As many long polls as the server has workers (4), as site agents make: mutations
+  // must still be served while they wait.
+  absl::StatusOr<std::uint64_t> last = client_->LastEventSeq();
+  ASSERT_TRUE(last.ok());
+  std::vector<std::thread> pollers;
+  std::atomic<int> woken{0};
+  for (int i = 0; i < 4; ++i) {
+    pollers.emplace_back([&] {
+      absl::StatusOr<std::vector<Event>> e = client_->ReadEvents(*last, 10, 20s);
+      if (e.ok() && !e->empty()) ++woken;
+    });
+  }
+  // Give the polls time to reach the server; either order is correct after the fix, and
+  // before it a queued mutation simply waits out its deadline.
+  std::this_thread::sleep_for(500ms);
+  ClientOptions co;
+  co.address = server_->address();
+  co.timeout = 3s;
+  absl::StatusOr<std::unique_ptr<CatalogClient>> quick = CatalogClient::Create(co);
+  ASSERT_TRUE(quick.ok());
+  absl::Status put = (*quick)->PutSite({"a", {}});
+  Node n;
+  n.name = "a1";
+  n.site = "a";
+  n.address = "127.0.0.1:7001";
+  absl::Status reg = (*quick)->RegisterNode(n);  // an event: wakes the polls
+  for (std::thread& t : pollers) t.join();
+  EXPECT_TRUE(put.ok()) << put;
+  EXPECT_TRUE(reg.ok()) << reg;
+  EXPECT_EQ(woken.load(), 4);
 }
 
 TEST_F(CatalogClientTest, UnreachableCatalogIsUnavailable) {

@@ -532,5 +532,53 @@ TEST_F(RocksCatalogTest, ConcurrentRenamesAndRemovesKeepTheTreeConsistent) {
   EXPECT_GT(cycles_refused.load(), 0);
 }
 
+TEST_F(RocksCatalogTest, CancellingALeasedTaskDropsItsPendingReplica) {
+  MakeTopologyAndFile();
+  absl::StatusOr<Request> req = catalog_->CreateRequest(Req("/f", 2));
+  ASSERT_TRUE(req.ok());
+  TaskSpec spec;
+  spec.request_id = req->id;
+  spec.path = "/f";
+  spec.src_node = "a1";
+  spec.dst_node = "b1";
+  ASSERT_TRUE(catalog_->CreateTasks({spec}).ok());
+  absl::StatusOr<Task> c = catalog_->ClaimTask("b1", "agent", 10s);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(catalog_->Locate("/f")->replicas.size(), 2u);  // a1 complete, b1 pending
+  ASSERT_TRUE(catalog_->CancelRequest(req->id).ok());
+  // The agent's lease is gone, so it can neither complete nor fail the task: nobody else
+  // would ever drop the pending replica, and it would count as a copy in flight forever.
+  EXPECT_EQ(catalog_->CompleteTask(c->id, "agent").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<Location> where = catalog_->Locate("/f");
+  ASSERT_TRUE(where.ok());
+  for (const Replica& r : where->replicas) {
+    EXPECT_NE(r.state, ReplicaState::kPending) << r.node;
+  }
+  EXPECT_EQ(where->replicas.size(), 1u);
+}
+
+TEST_F(RocksCatalogTest, HugeLeasesAndRetryDelaysAreRefused) {
+  MakeTopologyAndFile();
+  ASSERT_TRUE(OneTask().ok());
+  // 10^16 ms overflows a nanosecond deadline: the lease would be born expired (or worse).
+  const std::chrono::milliseconds huge(10'000'000'000'000'000);
+  EXPECT_EQ(catalog_->ClaimTask("b1", "agent", huge).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<Task> c = catalog_->ClaimTask("b1", "agent", 10s);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(catalog_->RenewLease(c->id, "agent", huge).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(catalog_->FailTask(c->id, "agent", "x", true, huge).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(catalog_->FailTask(c->id, "agent", "x", true, -1s).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // The lease is untouched by the refused calls.
+  absl::StatusOr<Task> t = catalog_->GetTask(c->id);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->state, TaskState::kLeased);
+  EXPECT_EQ(t->lease_expiry_ns, now_.load() + 10'000'000'000);
+}
+
 }  // namespace
 }  // namespace gfrep::catalog
