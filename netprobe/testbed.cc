@@ -33,6 +33,11 @@ struct Output {
 absl::StatusOr<Output> Spawn(const std::vector<std::string>& argv) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return absl::InternalError("pipe2 failed");
+  // Built before fork: the child of a threaded process may only make async-signal-safe
+  // calls (no allocation) until exec.
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(pipe_fds[0]);
@@ -44,9 +49,6 @@ absl::StatusOr<Output> Spawn(const std::vector<std::string>& argv) {
     ::dup2(pipe_fds[1], 2);
     const int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, 0);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
     ::execvp(args[0], args.data());
     ::_exit(127);
   }

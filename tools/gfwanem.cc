@@ -3,6 +3,8 @@
 //   gfwanem --ns-a gfrep-jp-rt --ns-b gfrep-us-rt --delay 100ms --rate 1G --loss 1e-5
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -111,6 +113,15 @@ int main(int argc, char** argv) {
   }
   auto emulator = gfrep::netprobe::WanEmulator::Create(options);
   if (!emulator.ok()) return Fail(kProgram, emulator.status().ToString());
+  // Block the signals Run() takes through its signalfd before the pid file says we exist:
+  // a SIGUSR1 (gftopo stats) or SIGTERM arriving before Run() would otherwise take the
+  // default action and kill us without a stats report. They stay pending until Run().
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);
+  ::pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   if (flags.daemon) {
     int ready[2];
