@@ -229,6 +229,37 @@ TEST_F(TransferIntegrationTest, WrongKeyIsRefusedOnBothSides) {
   EXPECT_FALSE(fs::exists(dir_.path() / "a" / "x"));
 }
 
+TEST_F(TransferIntegrationTest, TlsCopiesAndNeverFallsBackToClearText) {
+  // A throwaway CA and an agent certificate for 127.0.0.1 (openssl CLI).
+  std::string d = dir_.path().string();
+  std::string script =
+      "set -e; cd " + d + "; "
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=ca -keyout ca.key -out ca.pem; "
+      "openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout agent.key -out agent.csr; "
+      "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext; "
+      "openssl x509 -req -in agent.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 "
+      "-extfile san.ext -out agent.pem";
+  RunResult certs = RunCommand({"/bin/sh", "-c", script});
+  ASSERT_EQ(certs.exit_code, 0) << certs.err;
+  Subprocess a;
+  std::string pa = StartAgent(a, dir_.Sub("a"), {"--tls-cert", d + "/agent.pem", "--tls-key", d + "/agent.key",
+                                                  "--tls-ca", d + "/ca.pem", "--require-tls"});
+  testing::WriteRandomFile(dir_.path() / "src.dat", 5 << 20, 11);
+  RunResult tls = RunCommand(Gfcp({"--tls", "--tls-ca", d + "/ca.pem", "-p", "3", "--json", dir_.Sub("src.dat"),
+                                   "gf://" + pa + "/t.dat"}));
+  ASSERT_EQ(tls.exit_code, 0) << tls.err;
+  EXPECT_EQ(testing::ReadFile(dir_.path() / "a" / "t.dat"), testing::ReadFile(dir_.path() / "src.dat"));
+  // Clear text to an agent that requires TLS is refused, with the reason.
+  RunResult clear = RunCommand(Gfcp({dir_.Sub("src.dat"), "gf://" + pa + "/c.dat"}));
+  EXPECT_NE(clear.exit_code, 0);
+  EXPECT_NE(clear.err.find("requires TLS"), std::string::npos) << clear.err;
+  // TLS without a CA to verify the agent is refused before connecting.
+  RunResult no_ca = RunCommand(Gfcp({"--tls", dir_.Sub("src.dat"), "gf://" + pa + "/c.dat"}));
+  EXPECT_NE(no_ca.exit_code, 0);
+  EXPECT_NE(no_ca.err.find("CA"), std::string::npos) << no_ca.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "a" / "c.dat"));
+}
+
 TEST_F(TransferIntegrationTest, CommandLineErrorsAreOneLineAndNonZero) {
   RunResult both_local = RunCommand(Gfcp({"a", "b"}));
   EXPECT_NE(both_local.exit_code, 0);
