@@ -17,6 +17,11 @@ namespace v1 = ::gfrep::catalog::v1;
 
 constexpr int kMaxMessageBytes = 64 << 20;
 
+// Validates a path before it goes into a protobuf string field: a name that is not UTF-8
+// cannot be sent at all (the server would fail to parse the request with an opaque
+// error), so it gets the same kInvalidArgument the catalog would give.
+absl::Status CheckPath(std::string_view path) { return SplitPath(path).status(); }
+
 }  // namespace
 
 void WatchHandle::Cancel() {
@@ -127,6 +132,7 @@ absl::Status CatalogClient::Watch(std::uint64_t after_seq,
 absl::StatusOr<Attributes> CatalogClient::Mkdir(std::string_view path,
                                                 const MkdirOptions& options) {
   v1::MkdirRequest req;
+  if (absl::Status s = CheckPath(path); !s.ok()) return s;
   req.set_path(std::string(path));
   req.set_parents(options.parents);
   req.set_mode(options.mode);
@@ -139,6 +145,7 @@ absl::StatusOr<Attributes> CatalogClient::Mkdir(std::string_view path,
 absl::StatusOr<Attributes> CatalogClient::CreateFile(std::string_view path,
                                                      const FileContent& content) {
   v1::CreateFileRequest req;
+  if (absl::Status s = CheckPath(path); !s.ok()) return s;
   req.set_path(std::string(path));
   ToProto(content, req.mutable_content());
   v1::Attributes resp;
@@ -150,6 +157,7 @@ absl::StatusOr<Attributes> CatalogClient::CommitFile(
     std::string_view path, const FileContent& content, std::string_view writer_node,
     std::optional<std::uint64_t> expected_generation) {
   v1::CommitFileRequest req;
+  if (absl::Status s = CheckPath(path); !s.ok()) return s;
   req.set_path(std::string(path));
   ToProto(content, req.mutable_content());
   req.set_writer_node(std::string(writer_node));
@@ -163,6 +171,7 @@ absl::StatusOr<std::vector<Attributes>> CatalogClient::CreateFiles(
     const std::vector<NewFile>& files) {
   v1::CreateFilesRequest req;
   for (const NewFile& f : files) {
+    if (absl::Status s = CheckPath(f.path); !s.ok()) return s;
     v1::CreateFileRequest* out = req.add_files();
     out->set_path(f.path);
     ToProto(f.content, out->mutable_content());
@@ -184,7 +193,13 @@ absl::StatusOr<std::vector<Attributes>> CatalogClient::CreateFiles(
 absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> CatalogClient::StatMany(
     const std::vector<std::string>& paths) {
   v1::StatManyRequest req;
-  for (const std::string& p : paths) req.add_paths(p);
+  // A path the wire cannot carry is sent as "" and its result replaced below, so that it
+  // does not fail the other paths.
+  std::vector<absl::Status> local(paths.size());
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    local[i] = CheckPath(paths[i]);
+    req.add_paths(local[i].ok() ? paths[i] : std::string());
+  }
   v1::StatManyResponse resp;
   if (absl::Status s = impl_->Call(&v1::Catalog::Stub::StatMany, req, &resp); !s.ok()) return s;
   if (resp.results_size() != static_cast<int>(paths.size())) {
@@ -193,7 +208,9 @@ absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> CatalogClient::StatMany(
   std::vector<absl::StatusOr<Attributes>> out;
   out.reserve(paths.size());
   for (const v1::StatResult& r : resp.results()) {
-    if (r.code() == 0) {
+    if (!local[out.size()].ok()) {
+      out.push_back(local[out.size()]);
+    } else if (r.code() == 0) {
       out.push_back(FromProto(r.attributes()));
     } else if (r.code() < 0 || r.code() > 16) {
       out.push_back(absl::InternalError("StatMany: bad status code"));
@@ -206,6 +223,7 @@ absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> CatalogClient::StatMany(
 
 absl::StatusOr<Attributes> CatalogClient::Stat(std::string_view path) {
   v1::PathRequest req;
+  if (absl::Status s = CheckPath(path); !s.ok()) return s;
   req.set_path(std::string(path));
   v1::Attributes resp;
   if (absl::Status s = impl_->Call(&v1::Catalog::Stub::Stat, req, &resp); !s.ok()) return s;
@@ -231,6 +249,7 @@ absl::StatusOr<std::string> CatalogClient::PathOf(InodeId inode) {
 absl::StatusOr<std::vector<DirEntry>> CatalogClient::List(std::string_view path,
                                                           const ListOptions& options) {
   v1::ListRequest req;
+  if (absl::Status s = CheckPath(path); !s.ok()) return s;
   req.set_path(std::string(path));
   req.set_start_after(options.start_after);
   req.set_limit(options.limit);
@@ -248,6 +267,7 @@ absl::StatusOr<std::vector<DirEntry>> CatalogClient::List(std::string_view path,
 
 absl::Status CatalogClient::Remove(std::string_view path, bool recursive) {
   v1::RemoveRequest req;
+  if (absl::Status s = CheckPath(path); !s.ok()) return s;
   req.set_path(std::string(path));
   req.set_recursive(recursive);
   v1::Empty resp;
@@ -256,6 +276,8 @@ absl::Status CatalogClient::Remove(std::string_view path, bool recursive) {
 
 absl::Status CatalogClient::Rename(std::string_view from, std::string_view to) {
   v1::RenameRequest req;
+  if (absl::Status s = CheckPath(from); !s.ok()) return s;
+  if (absl::Status s = CheckPath(to); !s.ok()) return s;
   req.set_from(std::string(from));
   req.set_to(std::string(to));
   v1::Empty resp;
@@ -264,6 +286,7 @@ absl::Status CatalogClient::Rename(std::string_view from, std::string_view to) {
 
 absl::StatusOr<Location> CatalogClient::Locate(std::string_view path) {
   v1::PathRequest req;
+  if (absl::Status s = CheckPath(path); !s.ok()) return s;
   req.set_path(std::string(path));
   v1::Location resp;
   if (absl::Status s = impl_->Call(&v1::Catalog::Stub::Locate, req, &resp); !s.ok()) return s;

@@ -233,8 +233,17 @@ struct Event {
 };
 
 // Checks one path component: non-empty, not "." or "..", no '/', no NUL, at most 255
-// bytes. kInvalidArgument naming the problem otherwise.
+// bytes, valid UTF-8 (names travel in protobuf string fields, which must be UTF-8).
+// kInvalidArgument naming the problem otherwise.
 absl::Status ValidateName(std::string_view name);
+
+// True if `text` is well-formed UTF-8 (no overlong forms, surrogates or code points
+// above U+10FFFF), as protobuf requires of string fields.
+bool IsValidUtf8(std::string_view text);
+
+// The longest prefix of `text` of at most `max_bytes` that does not end inside a UTF-8
+// sequence (so truncating valid UTF-8 keeps it valid).
+std::string_view TruncateUtf8(std::string_view text, std::size_t max_bytes);
 
 // Splits an absolute path into validated components ("/" gives none). Repeated and
 // trailing slashes are accepted ("/a//b/" is /a/b). kInvalidArgument for relative paths,

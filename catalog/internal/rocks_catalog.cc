@@ -74,6 +74,7 @@ absl::Status ValidateLabel(std::string_view what, std::string_view v) {
   if (v.find('\0') != std::string_view::npos) {
     return absl::InvalidArgumentError(fmt::format("{} contains a NUL byte", what));
   }
+  if (!IsValidUtf8(v)) return absl::InvalidArgumentError(fmt::format("{} is not valid UTF-8", what));
   return absl::OkStatus();
 }
 
@@ -806,7 +807,7 @@ void RocksCatalog::AddEvent(rocksdb::WriteBatch& batch, EventKind kind, std::uin
   e.id = id;
   e.node = std::string(node);
   e.state = std::string(state);
-  e.detail = std::string(detail.substr(0, kMaxPathBytes));
+  e.detail = std::string(TruncateUtf8(detail, kMaxPathBytes));
   batch.Put(cf(kEvents), U64Key(e.seq), EncodeEvent(e));
   if (e.seq % 1024 == 0 && e.seq > options_.event_retention) {
     batch.DeleteRange(cf(kEvents), U64Key(0), U64Key(e.seq - options_.event_retention));
@@ -1414,7 +1415,14 @@ absl::StatusOr<Task> RocksCatalog::FailTask(std::uint64_t id, std::string_view o
   absl::StatusOr<Task> t = LeasedTask(id, owner);
   if (!t.ok()) return t.status();
   std::int64_t now = Now();
-  t->last_error = std::string(error.substr(0, kMaxLabelBytes));
+  t->last_error = std::string(TruncateUtf8(error, kMaxLabelBytes));
+  if (!IsValidUtf8(t->last_error)) {
+    // An agent's error text (e.g. a file name in another encoding) must not make the
+    // task unreadable over gRPC: keep the ASCII, mark the rest.
+    for (char& c : t->last_error) {
+      if (static_cast<unsigned char>(c) >= 0x80) c = '?';
+    }
+  }
   t->lease_owner.clear();
   t->updated_ns = now;
   if (retryable && t->attempts < t->spec.max_attempts) {

@@ -288,6 +288,42 @@ TEST_F(CatalogClientTest, ReadEventsAndWatchFollowTheLog) {
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
 }
 
+TEST_F(CatalogClientTest, NonUtf8PathsAndLongErrorsStayReadable) {
+  Topology();
+  // A Latin-1 name cannot travel in a protobuf string: a clear INVALID_ARGUMENT, not the
+  // opaque error of a request the server cannot parse.
+  const std::string latin1 = "/caf\xe9";
+  absl::StatusOr<Attributes> m = client_->Mkdir(latin1, MkdirOptions());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << m.status();
+  EXPECT_NE(std::string(m.status().message()).find("UTF-8"), std::string::npos) << m.status();
+  EXPECT_EQ(local_->Mkdir(latin1, MkdirOptions()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> many =
+      client_->StatMany({"/f", latin1, "/nope"});
+  ASSERT_TRUE(many.ok()) << many.status();
+  ASSERT_EQ(many->size(), 3u);
+  EXPECT_TRUE((*many)[0].ok());
+  EXPECT_EQ((*many)[1].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*many)[2].status().code(), absl::StatusCode::kNotFound);
+  // An error text cut at its byte limit inside a multi-byte character used to leave
+  // invalid UTF-8 in the task, and then every read of that task failed.
+  TaskSpec ts;
+  ts.path = "/f";
+  ts.src_node = "a1";
+  ts.dst_node = "b1";
+  ASSERT_TRUE(client_->CreateTasks({ts}).ok());
+  absl::StatusOr<Task> claimed = client_->ClaimTask("b1", "agent", 30s);
+  ASSERT_TRUE(claimed.ok()) << claimed.status();
+  std::string error = std::string(kMaxLabelBytes - 1, 'x') + "\xc3\xa9";  // ends in é
+  absl::StatusOr<Task> failed = client_->FailTask(claimed->id, "agent", error, true, 0ms);
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_EQ(failed->last_error, std::string(kMaxLabelBytes - 1, 'x'));
+  absl::StatusOr<Task> read = client_->GetTask(claimed->id);
+  ASSERT_TRUE(read.ok()) << read.status();
+  absl::StatusOr<std::vector<Event>> events = client_->ReadEvents(0, 1000, 0ms);
+  EXPECT_TRUE(events.ok()) << events.status();
+}
+
 TEST_F(CatalogClientTest, LongPollsDoNotStallMutations) {
   // As many long polls as the server has workers (4), as site agents make: mutations
   // must still be served while they wait.

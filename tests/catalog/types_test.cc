@@ -22,6 +22,29 @@ TEST(ValidateNameTest, RejectsEachForbiddenForm) {
   }
 }
 
+TEST(ValidateNameTest, RequiresUtf8AsProtobufDoes) {
+  EXPECT_TRUE(ValidateName("caf\xc3\xa9").ok());                  // é
+  EXPECT_TRUE(ValidateName("\xf0\x9f\x93\x81").ok());             // U+1F4C1
+  for (std::string bad : {std::string("caf\xe9"),                   // Latin-1
+                          std::string("\xc0\xaf"),                  // overlong '/'
+                          std::string("\xed\xa0\x80"),              // surrogate
+                          std::string("\xf4\x90\x80\x80"),          // above U+10FFFF
+                          std::string("a\xe2\x82")}) {              // cut sequence
+    absl::Status s = ValidateName(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(std::string(s.message()).find("UTF-8"), std::string::npos) << s;
+  }
+}
+
+TEST(TruncateUtf8Test, NeverCutsASequence) {
+  const std::string text = "ab\xc3\xa9\xe2\x82\xac";  // a b é €
+  EXPECT_EQ(TruncateUtf8(text, 100), text);
+  EXPECT_EQ(TruncateUtf8(text, 4), "ab\xc3\xa9");
+  EXPECT_EQ(TruncateUtf8(text, 3), "ab");
+  EXPECT_EQ(TruncateUtf8(text, 6), "ab\xc3\xa9");
+  for (std::size_t n = 0; n <= text.size(); ++n) EXPECT_TRUE(IsValidUtf8(TruncateUtf8(text, n)));
+}
+
 TEST(SplitPathTest, NormalisesSlashes) {
   absl::StatusOr<std::vector<std::string>> p = SplitPath("/a//b/");
   ASSERT_TRUE(p.ok());

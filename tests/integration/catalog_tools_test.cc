@@ -111,6 +111,21 @@ TEST_F(CatalogToolsTest, BadNamesAndMissingPathsFailWithOneLineEach) {
   EXPECT_NE(r.err.find("NOT_FOUND"), std::string::npos);
 }
 
+TEST_F(CatalogToolsTest, NamesThatAreNotUtf8FailClearlyAndDoNotHideOthers) {
+  // Protobuf strings must be UTF-8: a Latin-1 name used to reach the server as an
+  // unparsable request and come back as " (UNIMPLEMENTED)".
+  const std::string latin1 = "/caf\xe9";
+  RunResult r = Run("gfmkdir", {latin1, "/ok"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("UTF-8"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("INVALID_ARGUMENT"), std::string::npos) << r.err;
+  r = Run("gfstat", {"/ok", latin1});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("File: /ok"), std::string::npos) << r.out;  // still shown
+  EXPECT_NE(r.err.find("INVALID_ARGUMENT"), std::string::npos) << r.err;
+}
+
 TEST_F(CatalogToolsTest, RmAndMvKeepTheTreeSane) {
   ASSERT_EQ(Run("gfmkdir", {"-p", "/a/b/c", "/x"}).exit_code, 0);
   RunResult r = Run("gfmv", {"/a", "/a/b/c/a"});
