@@ -8,6 +8,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <random>
 #include <set>
@@ -24,6 +25,8 @@ namespace fs = std::filesystem;
 
 constexpr std::string_view kStagingDir = ".gfrep-staging";
 constexpr std::string_view kTmpDir = ".gfrep-tmp";
+constexpr std::string_view kIndexDir = ".gfrep-index";
+constexpr std::size_t kSweepPage = 1000;
 
 bool Transient(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsInternal(s);
@@ -58,7 +61,8 @@ absl::Status Validate(const SiteAgentOptions& o) {
   if (o.spool.empty()) return absl::InvalidArgumentError("site agent needs a spool directory");
   if (o.workers < 1 || o.workers > 256) return absl::InvalidArgumentError("workers must be 1..256");
   if (o.lease.count() < 300) return absl::InvalidArgumentError("lease must be >= 300 ms");
-  if (o.heartbeat_interval.count() <= 0 || o.poll_interval.count() <= 0) {
+  if (o.heartbeat_interval.count() <= 0 || o.poll_interval.count() <= 0 ||
+      o.sweep_interval.count() <= 0) {
     return absl::InvalidArgumentError("intervals must be positive");
   }
   if (absl::Status s = Validate(o.retry); !s.ok()) return s;
@@ -168,6 +172,7 @@ absl::Status SiteAgent::Start() {
     absl::Status s = Register();
     if (s.ok()) break;
     if (!Transient(s)) return s;
+    if (stop_) return absl::CancelledError("stopped before registration");
     log_->warn("register node {}: {} (retrying)", options_.node, s.ToString());
     SleepFor(std::chrono::milliseconds(500));
     if (stop_) return absl::CancelledError("stopped before registration");
@@ -175,24 +180,31 @@ absl::Status SiteAgent::Start() {
   log_->info("registered node={} site={} address={} owner={}", options_.node, options_.site,
              options_.address, owner_);
   CleanTemporaryFiles();
+  // Under mu_ so that a concurrent Stop() either sees every thread or none.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_) return absl::CancelledError("stopped before the agent started");
   threads_.emplace_back([this] { HeartbeatLoop(); });
   threads_.emplace_back([this] { RenewLoop(); });
   threads_.emplace_back([this] { WatchLoop(); });
+  threads_.emplace_back([this] { SweepLoop(); });
   for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this] { WorkerLoop(); });
   return absl::OkStatus();
 }
 
 void SiteAgent::Stop() {
+  // Concurrent callers (a signal thread and main) wait for the first one to finish.
+  std::lock_guard<std::mutex> stopping(stop_mu_);
+  std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
     for (auto& [id, io] : running_) io->stop();
+    threads.swap(threads_);
   }
   wake_.notify_all();
-  for (std::thread& t : threads_) {
+  for (std::thread& t : threads) {
     if (t.joinable()) t.join();
   }
-  threads_.clear();
 }
 
 void SiteAgent::SleepFor(std::chrono::milliseconds d) {
@@ -254,11 +266,21 @@ void SiteAgent::WatchLoop() {
       continue;
     }
     bool ours = false;
+    bool deleting = false;
     for (const catalog::Event& e : *events) {
       ours = ours || (e.kind == catalog::EventKind::kTask && e.node == options_.node &&
                       e.state == catalog::ToString(catalog::TaskState::kQueued));
+      deleting = deleting || (e.kind == catalog::EventKind::kReplica && e.node == options_.node &&
+                              e.state == catalog::ToString(catalog::ReplicaState::kDeleting));
     }
     if (!events->empty()) seq = events->back().seq;
+    if (deleting) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        sweep_wanted_ = true;
+      }
+      wake_.notify_all();
+    }
     if (ours) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -289,6 +311,106 @@ void SiteAgent::WorkerLoop() {
     wake_.wait_for(lock, options_.poll_interval,
                    [&] { return stop_.load() || wake_generation_ != seen; });
   }
+}
+
+void SiteAgent::SweepLoop() {
+  while (!stop_) {
+    if (absl::Status s = Sweep(); !s.ok()) log_->warn("sweep: {}", s.ToString());
+    std::unique_lock<std::mutex> lock(mu_);
+    wake_.wait_for(lock, options_.sweep_interval,
+                   [&] { return stop_.load() || sweep_wanted_; });
+    sweep_wanted_ = false;
+  }
+}
+
+fs::path SiteAgent::IndexPath(catalog::InodeId inode) const {
+  return options_.spool / kIndexDir / std::to_string(inode);
+}
+
+absl::Status SiteAgent::WriteIndex(catalog::InodeId inode, const std::string& relative_path) {
+  fs::path path = IndexPath(inode);
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  if (ec) {
+    return absl::InternalError(
+        fmt::format("create {}: {}", path.parent_path().string(), ec.message()));
+  }
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << relative_path;
+    out.close();
+    if (!out) return absl::InternalError(fmt::format("write {}", tmp.string()));
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(fmt::format("rename {}: {}", tmp.string(), ec.message()));
+  return absl::OkStatus();
+}
+
+absl::Status SiteAgent::Sweep() {
+  catalog::Catalog& cat = *options_.catalog;
+  catalog::InodeId after = 0;
+  while (!stop_) {
+    absl::StatusOr<std::vector<catalog::Replica>> page =
+        cat.ListNodeReplicas(options_.node, after, kSweepPage);
+    if (!page.ok()) return page.status();
+    for (const catalog::Replica& r : *page) {
+      if (stop_) return absl::OkStatus();
+      after = r.inode;
+      fs::path index = IndexPath(r.inode);
+      std::error_code ec;
+      if (r.state != catalog::ReplicaState::kDeleting) {
+        if (fs::exists(index, ec)) continue;
+        absl::StatusOr<std::string> path = cat.PathOf(r.inode);
+        if (!path.ok()) continue;  // removed meanwhile: the next pass sees it deleting
+        absl::StatusOr<std::string> rel = SpoolRelativePath(*path);
+        if (!rel.ok()) continue;
+        if (absl::Status s = WriteIndex(r.inode, *rel); !s.ok()) return s;
+        continue;
+      }
+      // Deleting: unlink the bytes (only inside the spool), then forget the replica.
+      std::string rel;
+      {
+        std::ifstream in(index, std::ios::binary);
+        if (in) std::getline(in, rel, '\0');
+      }
+      if (rel.empty()) {
+        log_->warn("inode={} deleting: its spool path is unknown (never indexed); bytes left",
+                   r.inode);
+      } else if (absl::StatusOr<fs::path> file = ReplicaPath(options_.spool, "/" + rel);
+                 !file.ok()) {
+        log_->warn("inode={} deleting: bad index entry {}: {}", r.inode, index.string(),
+                   file.status().ToString());
+      } else {
+        // The path may already hold a newer file's replica (removed, stored again and
+        // copied here before this pass): then the bytes are not ours to unlink. spool_mu_
+        // keeps a copy from being moved into place between this check and the unlink.
+        std::lock_guard<std::mutex> spool_lock(spool_mu_);
+        absl::StatusOr<catalog::Location> now = cat.Locate("/" + rel);
+        if (!now.ok() && !absl::IsNotFound(now.status())) return now.status();
+        bool reused = false;
+        if (now.ok()) {
+          for (const catalog::Replica& o : now->replicas) {
+            reused = reused || (o.node == options_.node && o.inode != r.inode &&
+                                o.state != catalog::ReplicaState::kDeleting);
+          }
+        }
+        if (!reused && !fs::remove(*file, ec) && ec) {
+          log_->warn("inode={} unlink {}: {}", r.inode, file->string(), ec.message());
+          continue;  // retried on the next pass
+        }
+      }
+      absl::Status s = cat.RemoveReplica(r.inode, options_.node);
+      if (!s.ok() && !absl::IsNotFound(s)) return s;
+      fs::remove(index, ec);
+      log_->info("inode={} replica deleted path={}", r.inode, rel);
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.replicas_deleted += 1;
+    }
+    if (page->size() < kSweepPage) break;
+  }
+  return absl::OkStatus();
 }
 
 void SiteAgent::Execute(const catalog::Task& task) {
@@ -477,10 +599,20 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, asio::io_context& io,
   }
   fs::create_directories(final_path.parent_path(), ec);
   if (ec) return absl::InternalError(fmt::format("create {}: {}", final_path.parent_path().string(), ec.message()));
+  // Indexed before the rename so that a later removal can always find the bytes.
+  if (absl::Status s = WriteIndex(task.inode, *rel); !s.ok()) return s;
+  std::unique_lock<std::mutex> spool_lock(spool_mu_);
   fs::rename(staging, final_path, ec);
+  spool_lock.unlock();
   if (ec) {
     return absl::InternalError(
         fmt::format("rename {} -> {}: {}", staging.string(), final_path.string(), ec.message()));
+  }
+  // The rename and any directories made for it must survive a crash before the catalog
+  // calls the replica complete.
+  if (absl::Status s = SyncDirectoryChain(options_.spool, final_path.parent_path()); !s.ok()) {
+    return absl::InternalError(fmt::format("make {} durable: {}", final_path.string(),
+                                           std::string(s.message())));
   }
   fs::remove_all(tmp, ec);  // ignored: only leftovers of a finished copy
   return absl::OkStatus();

@@ -16,6 +16,16 @@
 // Start(), staging and temporary files of tasks that are no longer open for this node are
 // removed.
 //
+// Deletion: a removed file's inode has no path in the catalog any more, so the agent keeps
+// a spool index "<spool>/.gfrep-index/<inode>" holding the replica's spool-relative path.
+// It is written when a copy is moved into place and, by the sweep, for every other replica
+// of the node that is not indexed yet (PathOf, e.g. files stored by gfreg). The sweep (every
+// `sweep_interval`, and at once when the catalog marks one of the node's replicas deleting)
+// pages through ListNodeReplicas, and for each replica in state kDeleting unlinks the
+// indexed spool file (a missing one is fine), calls RemoveReplica and drops the index entry.
+// A deleting replica without an index entry (removed before any sweep saw it) has unknown
+// bytes: its record is removed and a warning logged.
+//
 // Catalog restarts: every loop treats kUnavailable as "try again shortly"; the gRPC
 // channel reconnects by itself; a heartbeat answered kNotFound re-registers the node.
 //
@@ -68,6 +78,8 @@ struct SiteAgentOptions {
   std::chrono::milliseconds heartbeat_interval{2000};
   // Claim attempts when idle and no event arrived (tasks whose backoff ended make none).
   std::chrono::milliseconds poll_interval{1000};
+  // Deletion sweep / indexing period (also woken by "deleting" replica events).
+  std::chrono::milliseconds sweep_interval{10000};
   RetryOptions retry;
   // Engine settings for pulls (shared key, TLS, checksum, timeouts); route fields are the
   // defaults that the catalog's route table overrides.
@@ -82,6 +94,7 @@ struct SiteAgentStats {
   std::uint64_t tasks_done = 0;
   std::uint64_t tasks_failed = 0;  // attempts that failed
   std::uint64_t bytes_received = 0;
+  std::uint64_t replicas_deleted = 0;  // unlinked (or already gone) and removed from the catalog
 };
 
 class SiteAgent {
@@ -91,8 +104,11 @@ class SiteAgent {
 
   // Cleans abandoned temporary files, registers the node (retrying while the catalog is
   // unreachable, until Stop()), and starts the threads. Returns the registration error if
-  // it is not a transient one (kInvalidArgument, kNotFound site when !create_site, ...).
+  // it is not a transient one (kInvalidArgument, kNotFound site when !create_site, ...),
+  // kCancelled if Stop() was called meanwhile.
   absl::Status Start();
+  // Thread-safe, also while another thread is in Start() (which then returns kCancelled
+  // within one catalog call); returns once every agent thread has ended.
   void Stop();
 
   // The lease owner name this incarnation uses ("<node>/<pid>-<random>").
@@ -108,6 +124,11 @@ class SiteAgent {
   void RenewLoop();
   void WatchLoop();
   void WorkerLoop();
+  void SweepLoop();
+  // One pass over the node's replicas: index new ones, delete those in state kDeleting.
+  absl::Status Sweep();
+  std::filesystem::path IndexPath(catalog::InodeId inode) const;
+  absl::Status WriteIndex(catalog::InodeId inode, const std::string& relative_path);
   void Execute(const catalog::Task& task);
   absl::Status Copy(const catalog::Task& task, boost::asio::io_context& io,
                     std::uint64_t& bytes_received);
@@ -123,6 +144,7 @@ class SiteAgent {
   std::shared_ptr<spdlog::logger> log_;
   std::string owner_;
 
+  std::mutex stop_mu_;  // serialises Stop()
   std::atomic<bool> stop_{false};
   std::atomic<int> active_{0};
   std::vector<std::thread> threads_;
@@ -130,6 +152,10 @@ class SiteAgent {
   mutable std::mutex mu_;
   std::condition_variable wake_;                      // guarded by mu_
   std::uint64_t wake_generation_ = 0;                 // guarded by mu_
+  bool sweep_wanted_ = false;                         // guarded by mu_
+  // Serialises moving copies into place with the sweep's "is this path reused?" check
+  // and unlink. Never held with mu_.
+  std::mutex spool_mu_;
   std::map<std::uint64_t, boost::asio::io_context*> running_;  // task -> io, guarded by mu_
   std::map<std::uint64_t, bool> lease_lost_;          // guarded by mu_
   SiteAgentStats stats_;                              // guarded by mu_

@@ -1,6 +1,11 @@
 #include "replica/spool.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 namespace gfrep::replica {
 
@@ -25,6 +30,44 @@ absl::StatusOr<std::filesystem::path> ReplicaPath(const std::filesystem::path& s
   absl::StatusOr<std::string> rel = SpoolRelativePath(catalog_path);
   if (!rel.ok()) return rel.status();
   return spool / *rel;
+}
+
+namespace {
+
+absl::Status SyncDirectory(const std::filesystem::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    std::string msg = fmt::format("open directory {}: {}", dir.string(), std::strerror(err));
+    return err == ENOENT ? absl::NotFoundError(msg) : absl::InternalError(msg);
+  }
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) {
+    return absl::InternalError(fmt::format("fsync {}: {}", dir.string(), std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SyncDirectoryChain(const std::filesystem::path& spool,
+                                const std::filesystem::path& dir) {
+  std::filesystem::path root = spool.lexically_normal();
+  std::filesystem::path cur = dir.lexically_normal();
+  if (!root.empty() && !root.has_filename()) root = root.parent_path();  // "a/" -> "a"
+  if (!cur.empty() && !cur.has_filename()) cur = cur.parent_path();
+  std::filesystem::path rel = cur.lexically_relative(root);
+  if (root.empty() || rel.empty() || *rel.begin() == "..") {
+    return absl::InvalidArgumentError(
+        fmt::format("{} is not inside the spool {}", dir.string(), spool.string()));
+  }
+  while (true) {
+    if (absl::Status s = SyncDirectory(cur); !s.ok()) return s;
+    if (cur == root) return absl::OkStatus();
+    cur = cur.parent_path();
+  }
 }
 
 transfer::RouteOptions ToRouteOptions(const catalog::Route& route,

@@ -30,6 +30,13 @@ absl::StatusOr<std::filesystem::path> ReplicaPath(const std::filesystem::path& s
 transfer::RouteOptions ToRouteOptions(const catalog::Route& route,
                                       const transfer::RouteOptions& defaults);
 
+// Makes a rename into `dir` (and the creation of `dir` and its parents) durable: fsyncs
+// `dir` and each of its ancestors up to and including `spool`. kInvalidArgument if `dir` is
+// not `spool` or inside it (lexically), kNotFound if a directory is missing, the errno
+// error otherwise.
+absl::Status SyncDirectoryChain(const std::filesystem::path& spool,
+                                const std::filesystem::path& dir);
+
 // "algo:hex" as the transfer engine spells a checksum, from catalog attributes.
 std::string CatalogChecksum(const catalog::Attributes& attributes);
 

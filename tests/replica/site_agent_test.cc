@@ -66,6 +66,7 @@ class SiteAgentTest : public ::testing::Test {
     a.lease = std::chrono::milliseconds(1500);
     a.heartbeat_interval = std::chrono::milliseconds(200);
     a.poll_interval = std::chrono::milliseconds(100);
+    a.sweep_interval = std::chrono::milliseconds(200);
     a.retry.initial = std::chrono::milliseconds(50);
     a.retry.max = std::chrono::milliseconds(200);
     a.transfer.shared_key = kKey;
@@ -218,6 +219,49 @@ TEST_F(SiteAgentTest, ReplicatesFilesToEverySiteWithMatchingBytes) {
     fs::path staging = nodes_.at(n)->spool / ".gfrep-staging";
     EXPECT_TRUE(!fs::exists(staging) || fs::is_empty(staging)) << n;
   }
+}
+
+TEST_F(SiteAgentTest, RemovedFilesAreUnlinkedFromTheSpoolsAndTheirReplicasForgotten) {
+  StartNode("a1", "A");
+  StartNode("b1", "B");
+  StartNode("c1", "C");
+  Store("a1", "/del/f", 100000, 9);
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/del/f"};
+  spec.copies = 3;
+  ASSERT_EQ(Replicate(spec).state, RequestState::kDone);
+  for (const char* n : {"b1", "c1"}) {
+    ASSERT_TRUE(fs::exists(nodes_.at(n)->spool / "del/f")) << n;
+  }
+  auto seq = cat_->LastEventSeq();
+  ASSERT_TRUE(seq.ok());
+  ASSERT_TRUE(cat_->Remove("/del", /*recursive=*/true).ok());
+
+  auto records = [&](const std::string& node) {
+    auto r = cat_->ListNodeReplicas(node, 0, 100);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->size() : std::size_t{1};
+  };
+  auto done = [&] {
+    for (const char* n : {"b1", "c1"}) {
+      if (fs::exists(nodes_.at(n)->spool / "del/f")) return false;
+    }
+    for (const char* n : {"a1", "b1", "c1"}) {
+      if (records(n) != 0) return false;
+    }
+    return true;
+  };
+  // Each removal is a catalog event: wait on the event log, bounded.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::uint64_t at = *seq;
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    auto events = cat_->ReadEvents(at, 1000, std::chrono::milliseconds(500));
+    if (events.ok() && !events->empty()) at = events->back().seq;
+  }
+  ASSERT_TRUE(done()) << "replicas of a removed file were not deleted";
+  EXPECT_GE(nodes_.at("b1")->agent->stats().replicas_deleted, 1u);
+  EXPECT_GE(nodes_.at("c1")->agent->stats().replicas_deleted, 1u);
 }
 
 TEST_F(SiteAgentTest, ReaderUsesTheLocalReplicaOrFetchesTheBestRemoteOne) {

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
+#include "tests/support/temp_dir.h"
+
 namespace gfrep::replica {
 namespace {
 
@@ -47,6 +51,20 @@ TEST(SpoolTest, CatalogChecksumUsesTheEngineSpelling) {
   a.checksum_algo = "xxh3-128";
   a.checksum = "00ff";
   EXPECT_EQ(CatalogChecksum(a), "xxh3-128:00ff");
+}
+
+TEST(SpoolTest, SyncDirectoryChainSyncsInsideTheSpoolOnly) {
+  gfrep::testing::TempDir tmp;
+  std::filesystem::path spool = tmp.path() / "spool";
+  std::filesystem::create_directories(spool / "a" / "b");
+  EXPECT_TRUE(SyncDirectoryChain(spool, spool / "a" / "b").ok());
+  EXPECT_TRUE(SyncDirectoryChain(spool, spool).ok());
+  EXPECT_TRUE(SyncDirectoryChain(spool / "", spool / "a" / "").ok());
+  absl::Status missing = SyncDirectoryChain(spool, spool / "a" / "nope");
+  EXPECT_TRUE(absl::IsNotFound(missing)) << missing;
+  EXPECT_TRUE(absl::IsInvalidArgument(SyncDirectoryChain(spool, tmp.path())));
+  EXPECT_TRUE(absl::IsInvalidArgument(SyncDirectoryChain(spool, spool / ".." / "x")));
+  EXPECT_TRUE(absl::IsInvalidArgument(SyncDirectoryChain(spool, tmp.path() / "spool2")));
 }
 
 }  // namespace
