@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "tests/support/temp_dir.h"
@@ -25,7 +27,9 @@ class AgentTest : public ::testing::Test {
     o.shared_key = std::string(32, 'k');
     o.defaults.io_timeout = std::chrono::milliseconds(3000);
     o.on_file_committed = [this](const std::filesystem::path& p, const TransferStats&) {
+      std::lock_guard<std::mutex> lock(mu_);
       committed_.push_back(p);
+      committed_cv_.notify_all();
     };
     server_ = *AgentServer::Create(std::move(o));
     endpoint_ = *server_->Start();
@@ -57,6 +61,15 @@ class AgentTest : public ::testing::Test {
   Endpoint endpoint_;
   std::thread thread_;
   TransferOptions options_;
+  // The agent runs the hook after it answered "done", so the client may return first.
+  std::vector<std::filesystem::path> WaitCommitted(std::size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    committed_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return committed_.size() >= n; });
+    return committed_;
+  }
+
+  std::mutex mu_;
+  std::condition_variable committed_cv_;
   std::vector<std::filesystem::path> committed_;
 };
 
@@ -69,8 +82,9 @@ TEST_F(AgentTest, PushPullRoundTripAndCommitHook) {
   absl::StatusOr<TransferStats> pushed = Push(dir_.path() / "copy.dat", endpoint_, "d/back.dat", options_);
   ASSERT_TRUE(pushed.ok()) << pushed.status();
   EXPECT_EQ(pushed->checksum, pulled->checksum);
-  ASSERT_EQ(committed_.size(), 1u);
-  EXPECT_EQ(committed_[0].filename(), "back.dat");
+  std::vector<std::filesystem::path> committed = WaitCommitted(1);
+  ASSERT_EQ(committed.size(), 1u);
+  EXPECT_EQ(committed[0].filename(), "back.dat");
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / ".gfrep-tmp"));
 }
 

@@ -48,6 +48,20 @@ TEST(RangeSetTest, ContainsChecksWholeRange) {
   EXPECT_FALSE(s.Contains(30, 31));
 }
 
+TEST(RangeSetTest, ContiguousEndFollowsTheCoveringRange) {
+  RangeSet s;
+  s.Add(10, 20);
+  s.Add(30, 40);
+  EXPECT_EQ(s.ContiguousEnd(0), 0u);
+  EXPECT_EQ(s.ContiguousEnd(10), 20u);
+  EXPECT_EQ(s.ContiguousEnd(19), 20u);
+  EXPECT_EQ(s.ContiguousEnd(20), 20u);
+  EXPECT_EQ(s.ContiguousEnd(25), 25u);
+  EXPECT_EQ(s.ContiguousEnd(30), 40u);
+  EXPECT_EQ(s.ContiguousEnd(40), 40u);
+  EXPECT_EQ(RangeSet().ContiguousEnd(5), 5u);
+}
+
 TEST(RangeSetTest, MatchesABitmapUnderRandomAdds) {
   std::mt19937 rng(7);
   constexpr int kSize = 500;

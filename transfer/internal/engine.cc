@@ -633,7 +633,48 @@ struct SenderState {
   bool failed = false;
   std::uint64_t sent = 0;
   int corrupt_left = 0;
+  // When the whole file is sent in order (no resume), the end-to-end checksum is advanced
+  // in the same pass as the block checksums: `file_hasher` covers [0, hashed_upto).
+  std::unique_ptr<FileHasher> file_hasher;
+  std::uint64_t hashed_upto = 0;
+  XXH3_state_t* block_state = nullptr;
+  ~SenderState() {
+    if (block_state != nullptr) XXH3_freeState(block_state);
+  }
 };
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
+// Block checksum of [begin, end) of the source mapping; also feeds the file hasher when
+// the block is next in file order. Works in 256 KiB pieces so both hashes read each piece
+// while it is in cache, after faulting the block's pages in with one call.
+std::uint64_t HashBlock(SenderState& st, const SourceFile& src, BlockChecksumAlgorithm alg,
+                        const ByteRange& b) {
+  constexpr std::uint64_t kPiece = 256 * 1024;
+  constexpr std::uintptr_t kPage = 4096;
+  auto first = reinterpret_cast<std::uintptr_t>(src.map + b.begin) & ~(kPage - 1);
+  auto last = reinterpret_cast<std::uintptr_t>(src.map + b.end);
+  ::madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_READ);  // a hint only
+  FileHasher* file = st.file_hasher != nullptr && st.hashed_upto == b.begin ? st.file_hasher.get() : nullptr;
+  if (alg == BlockChecksumAlgorithm::kXxh3_64) {
+    if (st.block_state == nullptr) st.block_state = XXH3_createState();
+    XXH3_64bits_reset(st.block_state);
+  }
+  std::uint32_t crc = 0;
+  for (std::uint64_t p = b.begin; p < b.end; p += kPiece) {
+    auto n = static_cast<std::size_t>(std::min(kPiece, b.end - p));
+    if (alg == BlockChecksumAlgorithm::kXxh3_64) {
+      XXH3_64bits_update(st.block_state, src.map + p, n);
+    } else {
+      crc = Crc32c(crc, src.map + p, n);
+    }
+    if (file != nullptr) file->Update(src.map + p, n);
+  }
+  if (file != nullptr) st.hashed_upto = b.end;
+  return alg == BlockChecksumAlgorithm::kXxh3_64 ? XXH3_64bits_digest(st.block_state) : crc;
+}
 
 asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, SourceFile& src,
                                          const TransferOptions& o, BlockChecksumAlgorithm alg,
@@ -651,7 +692,7 @@ asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, SourceFile& s
         co_await timer.async_wait(kNoThrow);
       }
     }
-    FrameHeader h{FrameType::kData, len, b.begin, BlockChecksum(alg, src.map + b.begin, len)};
+    FrameHeader h{FrameType::kData, len, b.begin, HashBlock(st, src, alg, b)};
     absl::Status s;
     auto corrupt = static_cast<std::uint64_t>(o.test_corrupt_offset);
     if (o.test_corrupt_offset >= 0 && st.corrupt_left > 0 && b.begin <= corrupt && corrupt < b.end) {
@@ -699,9 +740,18 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
   auto start = SteadyTime::now();
   BlockChecksumAlgorithm alg = *ParseBlockChecksumAlgorithm(o.block_checksum);
   ChecksumAlgorithm file_alg = *ParseChecksumAlgorithm(o.checksum);
-  // The whole-file checksum is computed beside the sending, on another thread.
-  std::future<absl::StatusOr<std::string>> checksum = std::async(
-      std::launch::async, [fd = src.fd, size = src.size, file_alg] { return ComputeFdChecksum(fd, size, file_alg); });
+  SenderState st;
+  // The whole file in order: its checksum is computed in the block pass (HashBlock).
+  // Otherwise (resume) it is computed beside the sending, on another thread.
+  bool inline_sum = src.size > 0 && missing.size() == 1 && missing[0].begin == 0 && missing[0].end == src.size;
+  std::future<absl::StatusOr<std::string>> checksum;
+  if (inline_sum) {
+    st.file_hasher = std::make_unique<FileHasher>(file_alg);
+  } else {
+    checksum = std::async(std::launch::async, [fd = src.fd, size = src.size, file_alg] {
+      return ComputeFdChecksum(fd, size, file_alg);
+    });
+  }
   std::shared_ptr<TokenBucket> bucket;
   if (o.route.route_rate_bps > 0) {
     bucket = RouteBucket(o.route.route_name, static_cast<double>(o.route.route_rate_bps) / 8);
@@ -716,7 +766,6 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
   } guard{dog};
 
   ProgressReporter progress(o, src.size, resumed_bytes, static_cast<int>(data.size()));
-  SenderState st;
   st.corrupt_left = o.test_corrupt_times;
   int round = 0;
   std::optional<absl::StatusOr<std::string>> file_sum;
@@ -737,6 +786,15 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
       co_return co_await PeerReason(ctrl, s);
     }
     dog->paused = true;
+    if (!file_sum.has_value() && inline_sum) {
+      if (st.hashed_upto == src.size) {
+        file_sum = st.file_hasher->Finish();
+      } else {  // not reached when every block went out in order; computed the slow way then
+        checksum = std::async(std::launch::async, [fd = src.fd, size = src.size, file_alg] {
+          return ComputeFdChecksum(fd, size, file_alg);
+        });
+      }
+    }
     if (!file_sum.has_value()) {
       while (checksum.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
         asio::steady_timer t(ex, std::chrono::milliseconds(5));
@@ -840,7 +898,42 @@ struct ReceiverState {
   absl::Status flush_error;
   int bad_blocks = 0;
   asio::steady_timer flush_done;
+  // The end-to-end checksum advances over the received prefix of the file as blocks land:
+  // the block at the frontier is hashed from the receive buffer (one pass), blocks that
+  // arrived ahead of it (or were resumed) are read back once the frontier reaches them.
+  // Null after a damaged frontier block: the whole file is then read back at the end.
+  std::unique_ptr<FileHasher> file_hasher;  // covers [0, hashed_upto) of the partial file
+  std::uint64_t hashed_upto = 0;
+  bool frontier_claimed = false;  // a stream is hashing the block at hashed_upto inline
 };
+
+// Reads back and hashes received bytes from hashed_upto on, at most `limit` bytes.
+absl::Status CatchUpHash(ReceiverState& st, DestinationFile& dst, unsigned char* buf,
+                         std::size_t cap, std::uint64_t limit) {
+  if (st.file_hasher == nullptr || st.frontier_claimed) return absl::OkStatus();
+  std::uint64_t budget = limit;
+  for (;;) {
+    std::uint64_t end = std::min(dst.received.ContiguousEnd(st.hashed_upto), dst.size);
+    if (end <= st.hashed_upto || budget == 0) return absl::OkStatus();
+    end = std::min(end, st.hashed_upto + budget);
+    while (st.hashed_upto < end) {
+      auto n = static_cast<std::size_t>(std::min<std::uint64_t>(cap, end - st.hashed_upto));
+      std::size_t got = 0;
+      while (got < n) {
+        ssize_t r = ::pread(dst.fd, buf + got, n - got, static_cast<off_t>(st.hashed_upto + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+          return r < 0 ? ErrnoStatus(errno, fmt::format("read back {}", dst.part_path.string()))
+                       : absl::DataLossError(fmt::format("{} shrank", dst.part_path.string()));
+        }
+        got += static_cast<std::size_t>(r);
+      }
+      st.file_hasher->Update(buf, n);
+      st.hashed_upto += n;
+      budget -= n;
+    }
+  }
+}
 
 absl::Status FlushRanges(DestinationFile& dst, const std::vector<ByteRange>& ranges) {
   if (ranges.empty()) return absl::OkStatus();
@@ -905,6 +998,8 @@ asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverSta
                                                 h->offset, h->length, dst.size));
     }
     XXH3_64bits_reset(xxh);
+    bool inline_file = st->file_hasher != nullptr && !st->frontier_claimed && h->offset == st->hashed_upto;
+    if (inline_file) st->frontier_claimed = true;
     std::uint32_t crc = 0;
     std::uint64_t done = 0;
     while (done < h->length) {
@@ -915,6 +1010,7 @@ asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverSta
       } else {
         crc = Crc32c(crc, buf.get(), n);
       }
+      if (inline_file) st->file_hasher->Update(buf.get(), n);
       std::size_t w = 0;
       while (w < n) {
         ssize_t r = ::pwrite(dst.fd, buf.get() + w, n - w, static_cast<off_t>(h->offset + done + w));
@@ -925,13 +1021,22 @@ asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverSta
       done += n;
     }
     std::uint64_t sum = alg == BlockChecksumAlgorithm::kXxh3_64 ? XXH3_64bits_digest(xxh) : crc;
+    if (inline_file) st->frontier_claimed = false;
     if (sum != h->checksum) {
+      if (inline_file) st->file_hasher.reset();  // it saw damaged bytes: read back at the end
       ++st->bad_blocks;
       log->warn("block [{}, +{}) failed its {} checksum; it will be re-sent", h->offset, h->length,
                 BlockChecksumAlgorithmName(alg));
       continue;
     }
     dst.received.Add(h->offset, h->offset + h->length);
+    if (inline_file) st->hashed_upto = h->offset + h->length;
+    // Blocks that arrived ahead of the frontier, while they are recent (bounded per block
+    // so a long resumed prefix does not stall the streams; the rest is read at the end).
+    if (absl::Status c = CatchUpHash(*st, dst, buf.get(), kPiece, 4 * static_cast<std::uint64_t>(h->length));
+        !c.ok()) {
+      co_return c;
+    }
     st->pending.push_back({h->offset, h->offset + h->length});
     st->pending_bytes += h->length;
     st->received_now += h->length;
@@ -953,6 +1058,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
   BlockChecksumAlgorithm alg = *ParseBlockChecksumAlgorithm(o.block_checksum);
   ChecksumAlgorithm file_alg = *ParseChecksumAlgorithm(o.checksum);
   auto st = std::make_shared<ReceiverState>(ex);
+  if (dst.size > 0) st->file_hasher = std::make_unique<FileHasher>(file_alg);
   auto dog = std::make_shared<Watchdog>();
   dog->conns = data;
   dog->timeout = o.io_timeout;
@@ -1005,8 +1111,16 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
             s = f;
           } else {
             std::function<absl::StatusOr<std::string>()> verify =
-                [&dst, file_alg]() -> absl::StatusOr<std::string> {
+                [&dst, &st, file_alg]() -> absl::StatusOr<std::string> {
               if (::fdatasync(dst.fd) != 0) return ErrnoStatus(errno, "sync partial file");
+              if (st->file_hasher != nullptr) {
+                constexpr std::size_t kCap = 1 << 20;
+                std::unique_ptr<unsigned char, decltype(&std::free)> b(
+                    static_cast<unsigned char*>(std::aligned_alloc(4096, kCap)), &std::free);
+                absl::Status c = CatchUpHash(*st, dst, b.get(), kCap, dst.size);
+                if (!c.ok()) return c;
+                if (st->hashed_upto == dst.size) return st->file_hasher->Finish();
+              }
               return ComputeFdChecksum(dst.fd, dst.size, file_alg);
             };
             absl::StatusOr<std::string> got = co_await OffThread(verify);

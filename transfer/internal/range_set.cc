@@ -25,6 +25,13 @@ void RangeSet::Add(std::uint64_t begin, std::uint64_t end) {
   bytes_ += end - begin;
 }
 
+std::uint64_t RangeSet::ContiguousEnd(std::uint64_t from) const {
+  auto it = map_.upper_bound(from);
+  if (it == map_.begin()) return from;
+  --it;
+  return it->second > from ? it->second : from;
+}
+
 bool RangeSet::Contains(std::uint64_t begin, std::uint64_t end) const {
   if (begin >= end) return true;
   auto it = map_.upper_bound(begin);
