@@ -2,6 +2,9 @@
 // receives files into it, and performs third-party pulls from other agents.
 //   gfsited --listen 127.0.0.1:0 --spool /data/spool
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <thread>
@@ -121,15 +124,25 @@ int main(int argc, char** argv) {
     auto agent = gfrep::replica::SiteAgent::Create(so);
     if (!agent.ok()) return gfrep::tools::Fail("gfsited", Msg(agent.status()));
     site_agent = std::move(*agent);
-    if (absl::Status s = site_agent->Start(); !s.ok()) return gfrep::tools::Fail("gfsited", Msg(s));
   }
 
-  std::thread waiter([&set, s = server->get(), log] {
+  // Started before the site agent registers: registration retries while the catalog is
+  // unreachable, and a signal must stop that too.
+  std::thread waiter([&set, s = server->get(), agent = site_agent.get(), log] {
     int sig = 0;
     sigwait(&set, &sig);
     log->info("signal {}: stopping", sig);
     s->Stop();
+    if (agent) agent->Stop();
   });
+  if (site_agent) {
+    absl::Status s = site_agent->Start();
+    if (!s.ok() && !absl::IsCancelled(s)) {
+      ::kill(::getpid(), SIGTERM);  // wakes the waiter, which stops the server
+      waiter.join();
+      return gfrep::tools::Fail("gfsited", Msg(s));
+    }
+  }
   (*server)->Run();
   if (site_agent) site_agent->Stop();
   if (waiter.joinable()) {

@@ -248,5 +248,21 @@ TEST_F(ReplicationTest, ARequestForAMissingPathFailsClearly) {
   EXPECT_NE(r.err.find("/does/not/exist: no such file or directory"), std::string::npos) << r.err;
 }
 
+// A site agent whose catalog nobody answers keeps retrying its registration; SIGTERM
+// must still stop it promptly (it used to block signals until registered).
+TEST(ReplicationSiteAgentTest, GfsitedStopsPromptlyOnSigtermWhileTheCatalogIsUnreachable) {
+  testing::TempDir dir("gfsited-stop");
+  std::string key = dir.Sub("key");
+  ASSERT_TRUE(transfer::LoadOrCreateSharedKey(key).ok());
+  auto p = Subprocess::Start({BinPath("gfsited"), "--listen", "127.0.0.1:0", "--spool",
+                              dir.Sub("spool"), "--site", "A", "--node", "a1", "--catalog",
+                              "127.0.0.1:1", "--key-file", key, "--log-level", "info"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(p->WaitForListen(std::chrono::seconds(30)).ok());
+  p->Signal(SIGTERM);
+  RunResult r = p->Wait(std::chrono::seconds(10));  // SIGKILL past it: exit_code -1
+  EXPECT_EQ(r.exit_code, 0) << "signal " << r.signal << "\n" << r.err;
+}
+
 }  // namespace
 }  // namespace gfrep
