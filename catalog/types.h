@@ -143,6 +143,9 @@ struct RequestSpec {
   bool recursive = false;
   std::int32_t priority = 0;  // higher first
   std::string owner;          // who asked (user or policy name)
+  // At most this many files of the request are copied at once (gfrep -j); 0: no limit
+  // beyond the planner's per-node and per-route limits.
+  std::uint32_t parallel = 0;
 };
 
 struct Request {

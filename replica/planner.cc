@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <charconv>
 #include <set>
 #include <utility>
 
@@ -227,21 +226,6 @@ std::string Summarize(const std::vector<FileFailure>& failures, std::uint64_t to
 
 }  // namespace
 
-int ParseParallelism(std::string_view owner) {
-  std::size_t at = owner.rfind(" j=");
-  if (at == std::string_view::npos) return 0;
-  std::string_view digits = owner.substr(at + 3);
-  int value = 0;
-  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  if (ec != std::errc() || ptr != digits.data() + digits.size() || value < 0) return 0;
-  return value;
-}
-
-std::string WithParallelism(std::string_view owner, int parallel) {
-  if (parallel <= 0) return std::string(owner);
-  return fmt::format("{} j={}", owner, parallel);
-}
-
 absl::Status Validate(const PlannerOptions& options) {
   if (options.catalog == nullptr) return absl::InvalidArgumentError("planner needs a catalog");
   if (options.max_open_tasks_per_node < 1) {
@@ -413,7 +397,7 @@ absl::Status Planner::Step() {
         by_path[t.spec.path].push_back(&t);
       }
     }
-    int parallel = ParseParallelism(r.spec.owner);
+    int parallel = static_cast<int>(r.spec.parallel);
     int budget = parallel > 0 ? std::max(0, parallel - open_in_request) : -1;
 
     std::vector<FileFailure> failures = files.failures;

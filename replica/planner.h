@@ -27,8 +27,7 @@
 // file has finished and some failed. Counters (files/bytes total/done/failed) are
 // updated whenever they change.
 //
-// `-j` (request parallelism) travels in RequestSpec::owner as a " j=N" suffix (the
-// catalog's RequestSpec has no field for it yet); see ParseParallelism().
+// `-j` (RequestSpec::parallel) caps the open tasks of one request.
 //
 // Threading: Step() is synchronous (blocking catalog calls). Start() runs Step() on an
 // own thread whenever catalog events arrive (long poll) or every `interval`; Stop() joins.
@@ -93,10 +92,6 @@ struct PlanPreview {
   std::vector<std::string> satisfied;   // files that already have their copies
   std::vector<FileFailure> failures;    // files that cannot be replicated
 };
-
-// " j=N" suffix of RequestSpec::owner; 0 when absent (no limit).
-int ParseParallelism(std::string_view owner);
-std::string WithParallelism(std::string_view owner, int parallel);
 
 class Planner {
  public:

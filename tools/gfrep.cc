@@ -140,7 +140,8 @@ int main(int argc, char** argv) {
   spec.recursive = recursive;
   spec.priority = priority;
   const char* user = std::getenv("USER");
-  spec.owner = replica::WithParallelism(user == nullptr ? "gfrep" : user, parallel);
+  spec.owner = user == nullptr ? "gfrep" : user;
+  spec.parallel = static_cast<std::uint32_t>(parallel);
 
   auto client = tools::ConnectCatalog(cat);
   if (!client.ok()) return tools::Fail(kProgram, tools::ErrorText(client.status()), 2);

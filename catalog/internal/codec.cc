@@ -363,6 +363,7 @@ std::string EncodeRequest(const Request& x) {
   w.U64(x.spec.recursive ? 1 : 0);
   w.I64(x.spec.priority);
   w.Str(x.spec.owner);
+  w.U64(x.spec.parallel);
   w.U64(static_cast<std::uint8_t>(x.state));
   w.Str(x.error);
   w.U64(x.files_total);
@@ -389,6 +390,7 @@ absl::StatusOr<Request> DecodeRequest(std::string_view in) {
   x.spec.recursive = r.U64() != 0;
   x.spec.priority = static_cast<std::int32_t>(r.I64());
   x.spec.owner = r.Str();
+  x.spec.parallel = r.U32();
   x.state = EnumIn<RequestState>(r, 1, 5, ok);
   x.error = r.Str();
   x.files_total = r.U64();

@@ -158,6 +158,7 @@ void ToProto(const RequestSpec& in, v1::RequestSpec* out) {
   out->set_recursive(in.recursive);
   out->set_priority(in.priority);
   out->set_owner(in.owner);
+  out->set_parallel(in.parallel);
 }
 
 RequestSpec FromProto(const v1::RequestSpec& in) {
@@ -169,6 +170,7 @@ RequestSpec FromProto(const v1::RequestSpec& in) {
   s.recursive = in.recursive();
   s.priority = in.priority();
   s.owner = in.owner();
+  s.parallel = in.parallel();
   return s;
 }
 

@@ -49,6 +49,7 @@ constexpr char kInodeHwmKey[] = "inode_hwm";
 constexpr std::uint64_t kInodeBlock = 1u << 16;
 constexpr std::size_t kNameLockStripes = 512;
 constexpr std::uint32_t kMaxCopies = 64;
+constexpr std::uint32_t kMaxParallel = 100000;
 constexpr std::size_t kMaxLabels = 64;
 // Longest lease or retry delay: keeps now + delay (in ns) far from int64 overflow.
 constexpr std::chrono::milliseconds kMaxDelay = std::chrono::hours(24 * 7);
@@ -1071,6 +1072,9 @@ absl::StatusOr<Request> RocksCatalog::CreateRequest(const RequestSpec& spec) {
   }
   if (spec.copies < 1 || spec.copies > kMaxCopies) {
     return absl::InvalidArgumentError(fmt::format("copies must be 1..{}", kMaxCopies));
+  }
+  if (spec.parallel > kMaxParallel) {
+    return absl::InvalidArgumentError(fmt::format("parallel must be 0..{}", kMaxParallel));
   }
   if (!spec.src_site.empty()) {
     if (absl::Status s = ValidateName(spec.src_site); !s.ok()) return s;

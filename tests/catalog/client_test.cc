@@ -205,10 +205,16 @@ TEST_F(CatalogClientTest, RequestAndTaskCalls) {
   spec.copies = 2;
   spec.dst_sites = {"b"};
   spec.priority = 3;
+  spec.parallel = 7;
   absl::StatusOr<Request> req = client_->CreateRequest(spec);
   ASSERT_TRUE(req.ok()) << req.status();
   EXPECT_EQ(req->spec.dst_sites, std::vector<std::string>{"b"});
   EXPECT_EQ(client_->GetRequest(req->id)->spec.copies, 2u);
+  EXPECT_EQ(client_->GetRequest(req->id)->spec.parallel, 7u);
+  RequestSpec too_parallel = spec;
+  too_parallel.parallel = 1000000;
+  EXPECT_EQ(client_->CreateRequest(too_parallel).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(client_->ListRequests(false, RequestState::kQueued, 10)->size(), 1u);
   RequestUpdate u;
   u.id = req->id;

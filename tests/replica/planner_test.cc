@@ -277,8 +277,8 @@ TEST_F(PlannerTest, ParallelismLimitsOpenTasksOfOneRequest) {
   spec.paths = {"/d"};
   spec.recursive = true;
   spec.copies = 2;
-  spec.owner = WithParallelism("alice", 3);
-  EXPECT_EQ(ParseParallelism(spec.owner), 3);
+  spec.owner = "alice";
+  spec.parallel = 3;
   std::uint64_t id = Request(spec);
   ASSERT_TRUE(planner->Step().ok());
   EXPECT_EQ(Tasks(id).size(), 3u);

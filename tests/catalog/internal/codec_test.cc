@@ -96,9 +96,11 @@ TEST(CodecTest, EveryTruncationIsDataLoss) {
   r.id = 12;
   r.spec.paths = {"/a", "/b/c"};
   r.spec.dst_sites = {"x"};
+  r.spec.parallel = 8;
   r.error = "none";
   std::string enc = EncodeRequest(r);
   ASSERT_TRUE(DecodeRequest(enc).ok());
+  EXPECT_EQ(DecodeRequest(enc)->spec.parallel, 8u);
   for (std::size_t n = 0; n < enc.size(); ++n) {
     EXPECT_EQ(DecodeRequest(enc.substr(0, n)).status().code(), absl::StatusCode::kDataLoss)
         << "truncated to " << n;
