@@ -228,6 +228,9 @@ struct CatalogOptions {
   std::size_t block_cache_bytes = 256u << 20;
   // Null: SystemNowNs.
   Clock clock;
+  // Test-only fault seam: if set, called before every RocksDB write; a non-OK result is
+  // returned instead of writing (as a failed write would be). Null in production.
+  std::function<absl::Status(std::string_view what)> write_fault;
 };
 
 // Opens (creating if missing) a RocksDB-backed catalog at options.path.

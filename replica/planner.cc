@@ -19,6 +19,15 @@ bool IsOpen(const Task& t) {
   return t.state == TaskState::kQueued || t.state == TaskState::kLeased;
 }
 
+// True if request `id` is done/failed/cancelled now (the catalog then refuses new tasks
+// or state changes with kFailedPrecondition): a cancel that raced this step.
+bool Finished(catalog::Catalog& cat, std::uint64_t id) {
+  absl::StatusOr<catalog::Request> r = cat.GetRequest(id);
+  return r.ok() &&
+         (r->state == catalog::RequestState::kCancelled ||
+          r->state == catalog::RequestState::kDone || r->state == catalog::RequestState::kFailed);
+}
+
 using RouteKey = std::pair<std::string, std::string>;
 
 // Shared by all files planned in one step: what is open or planned where.
@@ -432,6 +441,13 @@ absl::Status Planner::Step() {
     }
     if (!specs.empty()) {
       absl::StatusOr<std::vector<Task>> made = cat.CreateTasks(specs);
+      if (!made.ok() && absl::IsFailedPrecondition(made.status()) && Finished(cat, r.id)) {
+        // Cancelled (or finished) since we listed it: the catalog refuses new tasks and
+        // state changes, so this request is skipped; it is not listed next step.
+        log_->info("planner: request={} ended meanwhile, skipped: {}", r.id,
+                   made.status().ToString());
+        continue;
+      }
       if (!made.ok()) {
         // One bad file (removed meanwhile) must not block the others: retry one by one.
         for (const catalog::TaskSpec& spec : specs) {
@@ -468,7 +484,11 @@ absl::Status Planner::Step() {
     u.error = error;
     if (u.set_state || u.set_counters) {
       absl::StatusOr<catalog::Request> updated = cat.UpdateRequest(u);
-      if (!updated.ok()) {
+      if (!updated.ok() && absl::IsFailedPrecondition(updated.status())) {
+        // Cancelled (or finished) since we listed it: a final state is not overwritten.
+        log_->info("planner: request={} ended meanwhile, skipped: {}", r.id,
+                   updated.status().ToString());
+      } else if (!updated.ok()) {
         if (first_error.ok()) first_error = updated.status();
       } else if (u.set_state && want != catalog::RequestState::kRunning) {
         log_->info("planner: request={} {} files={}/{} failed={}{}", r.id,

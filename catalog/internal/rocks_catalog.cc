@@ -177,7 +177,38 @@ class RocksCatalog final : public Catalog {
   std::int64_t Now() const { return options_.clock(); }
 
   absl::Status Write(rocksdb::WriteBatch* batch, std::string_view what) {
+    if (options_.write_fault) {
+      if (absl::Status s = options_.write_fault(what); !s.ok()) return s;
+    }
     return FromRocks(db_->Write(write_options_, batch), what);
+  }
+
+  // Holds work_mu_. Events numbered by AddEvent count only once their batch is written
+  // (WriteLocked); on release, seqs taken for a batch that failed or was never written
+  // (an error return) are given back, before any waiter can look, so a failed mutation
+  // leaves no gap and wakes no ReadEvents/Watch waiter.
+  class ABSL_SCOPED_LOCKABLE WorkLock {
+   public:
+    explicit WorkLock(RocksCatalog* c) ABSL_EXCLUSIVE_LOCK_FUNCTION(c->work_mu_) : c_(c) {
+      c_->work_mu_.Lock();
+    }
+    ~WorkLock() ABSL_UNLOCK_FUNCTION() {
+      c_->last_seq_ = c_->committed_seq_;
+      c_->work_mu_.Unlock();
+    }
+    WorkLock(const WorkLock&) = delete;
+    WorkLock& operator=(const WorkLock&) = delete;
+
+   private:
+    RocksCatalog* c_;
+  };
+
+  // Write for batches built under a WorkLock: commits the seqs its events took.
+  absl::Status WriteLocked(rocksdb::WriteBatch* batch, std::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) {
+    absl::Status s = Write(batch, what);
+    if (s.ok()) committed_seq_ = last_seq_;
+    return s;
   }
 
   // Reads one value. kNotFound (with `what` in the message) when absent.
@@ -260,6 +291,8 @@ class RocksCatalog final : public Catalog {
 
   absl::Mutex work_mu_;
   std::uint64_t last_seq_ ABSL_GUARDED_BY(work_mu_) = 0;
+  // Seq of the last event whose batch was written (== last_seq_ whenever work_mu_ is free).
+  std::uint64_t committed_seq_ ABSL_GUARDED_BY(work_mu_) = 0;
   std::uint64_t last_request_ ABSL_GUARDED_BY(work_mu_) = 0;
   std::uint64_t last_task_ ABSL_GUARDED_BY(work_mu_) = 0;
 };
@@ -306,6 +339,7 @@ absl::Status RocksCatalog::Init() {
   }
   absl::MutexLock l(&work_mu_);
   last_seq_ = *seq;
+  committed_seq_ = *seq;
   last_request_ = *req;
   last_task_ = *task;
   return absl::OkStatus();
@@ -574,7 +608,7 @@ absl::StatusOr<Attributes> RocksCatalog::CommitFile(
   if (!content.owner.empty()) a.owner = content.owner;
   a.mtime_ns = Now();
 
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   if (!writer_node.empty()) {
     if (absl::StatusOr<std::string> n = Get(kNodes, writer_node, fmt::format("node {}", writer_node));
         !n.ok()) {
@@ -603,7 +637,7 @@ absl::StatusOr<Attributes> RocksCatalog::CommitFile(
     w.verified_ns = a.mtime_ns;
     PutReplicaLocked(batch, w, path);
   }
-  if (absl::Status s = Write(&batch, "commit file"); !s.ok()) return s;
+  if (absl::Status s = WriteLocked(&batch, "commit file"); !s.ok()) return s;
   return a;
 }
 
@@ -717,11 +751,11 @@ absl::Status RocksCatalog::Remove(std::string_view path, bool recursive) {
   }
   // Replica events are numbered under work_mu_, held across the write so that the log
   // stays in commit order.
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   rocksdb::WriteBatch batch;
   std::size_t count = 0;
   if (absl::Status s = MarkSubtreeDeleted(batch, *a, count); !s.ok()) return s;
-  return Write(&batch, "remove");
+  return WriteLocked(&batch, "remove");
 }
 
 absl::Status RocksCatalog::Rename(std::string_view from, std::string_view to) {
@@ -841,7 +875,7 @@ void RocksCatalog::DropPendingReplicaLocked(rocksdb::WriteBatch& batch, InodeId 
 
 absl::Status RocksCatalog::PutReplica(const Replica& replica) {
   if (absl::Status s = ValidateName(replica.node); !s.ok()) return s;
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   absl::StatusOr<Attributes> a = StatInode(replica.inode);
   if (!a.ok()) return a.status();
   if (a->type != FileType::kFile) {
@@ -857,18 +891,18 @@ absl::Status RocksCatalog::PutReplica(const Replica& replica) {
   }
   rocksdb::WriteBatch batch;
   PutReplicaLocked(batch, replica, a->name);
-  return Write(&batch, "put replica");
+  return WriteLocked(&batch, "put replica");
 }
 
 absl::Status RocksCatalog::RemoveReplica(InodeId inode, std::string_view node) {
   if (absl::Status s = ValidateName(node); !s.ok()) return s;
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   absl::StatusOr<std::string> existing = Get(kReplicas, ReplicaKey(inode, node), "replica");
   if (absl::IsNotFound(existing.status())) return absl::OkStatus();
   if (!existing.ok()) return existing.status();
   rocksdb::WriteBatch batch;
   DeleteReplicaLocked(batch, inode, node);
-  return Write(&batch, "remove replica");
+  return WriteLocked(&batch, "remove replica");
 }
 
 absl::StatusOr<std::vector<Replica>> RocksCatalog::ListNodeReplicas(std::string_view node,
@@ -906,15 +940,15 @@ absl::Status RocksCatalog::PutSite(const Site& site) {
     }
     if (absl::Status s = ValidateLabel("label value", v); !s.ok()) return s;
   }
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   rocksdb::WriteBatch batch;
   batch.Put(cf(kSites), site.name, EncodeSite(site));
-  return Write(&batch, "put site");
+  return WriteLocked(&batch, "put site");
 }
 
 absl::Status RocksCatalog::RemoveSite(std::string_view name) {
   if (absl::Status s = ValidateName(name); !s.ok()) return s;
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   if (absl::StatusOr<std::string> v = Get(kSites, name, fmt::format("site {}", name)); !v.ok()) {
     return v.status();
   }
@@ -933,7 +967,7 @@ absl::Status RocksCatalog::RemoveSite(std::string_view name) {
       batch.Delete(cf(kRoutes), RouteKey(r.src_site, r.dst_site));
     }
   }
-  return Write(&batch, "remove site");
+  return WriteLocked(&batch, "remove site");
 }
 
 template <typename T>
@@ -969,7 +1003,7 @@ absl::Status RocksCatalog::RegisterNode(const Node& node) {
                          {"spool", node.spool}}) {
     if (absl::Status s = ValidateLabel(what, v); !s.ok()) return s;
   }
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   if (absl::StatusOr<std::string> v = Get(kSites, node.site, fmt::format("site {}", node.site));
       !v.ok()) {
     return v.status();
@@ -979,19 +1013,19 @@ absl::Status RocksCatalog::RegisterNode(const Node& node) {
   rocksdb::WriteBatch batch;
   batch.Put(cf(kNodes), n.name, EncodeNode(n));
   AddEvent(batch, EventKind::kNode, 0, n.name, "registered", n.address);
-  return Write(&batch, "register node");
+  return WriteLocked(&batch, "register node");
 }
 
 absl::Status RocksCatalog::RemoveNode(std::string_view name) {
   if (absl::Status s = ValidateName(name); !s.ok()) return s;
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   if (absl::StatusOr<std::string> v = Get(kNodes, name, fmt::format("node {}", name)); !v.ok()) {
     return v.status();
   }
   rocksdb::WriteBatch batch;
   batch.Delete(cf(kNodes), Sl(name));
   AddEvent(batch, EventKind::kNode, 0, name, "removed", "");
-  return Write(&batch, "remove node");
+  return WriteLocked(&batch, "remove node");
 }
 
 absl::StatusOr<Node> RocksCatalog::GetNode(std::string_view name) {
@@ -1009,7 +1043,7 @@ absl::StatusOr<std::vector<Node>> RocksCatalog::ListNodes(std::string_view site)
 
 absl::Status RocksCatalog::SendHeartbeat(const Heartbeat& hb) {
   if (absl::Status s = ValidateName(hb.node); !s.ok()) return s;
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   absl::StatusOr<Node> n = GetNode(hb.node);
   if (!n.ok()) return n.status();
   n->free_bytes = hb.free_bytes;
@@ -1018,7 +1052,7 @@ absl::Status RocksCatalog::SendHeartbeat(const Heartbeat& hb) {
   n->last_heartbeat_ns = Now();
   rocksdb::WriteBatch batch;
   batch.Put(cf(kNodes), n->name, EncodeNode(*n));
-  return Write(&batch, "heartbeat");
+  return WriteLocked(&batch, "heartbeat");
 }
 
 absl::Status RocksCatalog::PutRoute(const Route& route) {
@@ -1028,7 +1062,7 @@ absl::Status RocksCatalog::PutRoute(const Route& route) {
     return s;
   }
   if (route.streams > 4096) return absl::InvalidArgumentError("streams must be <= 4096");
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   for (const std::string& site : {route.src_site, route.dst_site}) {
     if (absl::StatusOr<std::string> v = Get(kSites, site, fmt::format("site {}", site)); !v.ok()) {
       return v.status();
@@ -1036,15 +1070,15 @@ absl::Status RocksCatalog::PutRoute(const Route& route) {
   }
   rocksdb::WriteBatch batch;
   batch.Put(cf(kRoutes), RouteKey(route.src_site, route.dst_site), EncodeRoute(route));
-  return Write(&batch, "put route");
+  return WriteLocked(&batch, "put route");
 }
 
 absl::Status RocksCatalog::RemoveRoute(std::string_view src, std::string_view dst) {
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   if (absl::StatusOr<Route> r = GetRoute(src, dst); !r.ok()) return r.status();
   rocksdb::WriteBatch batch;
   batch.Delete(cf(kRoutes), RouteKey(src, dst));
-  return Write(&batch, "remove route");
+  return WriteLocked(&batch, "remove route");
 }
 
 absl::StatusOr<Route> RocksCatalog::GetRoute(std::string_view src, std::string_view dst) {
@@ -1084,7 +1118,7 @@ absl::StatusOr<Request> RocksCatalog::CreateRequest(const RequestSpec& spec) {
     if (absl::Status s = ValidateName(d); !s.ok()) return s;
   }
   if (absl::Status s = ValidateLabel("owner", spec.owner); !s.ok()) return s;
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   Request r;
   r.id = last_request_ + 1;
   r.spec = spec;
@@ -1092,7 +1126,7 @@ absl::StatusOr<Request> RocksCatalog::CreateRequest(const RequestSpec& spec) {
   rocksdb::WriteBatch batch;
   batch.Put(cf(kRequests), U64Key(r.id), EncodeRequest(r));
   AddEvent(batch, EventKind::kRequest, r.id, "", ToString(r.state), "");
-  if (absl::Status s = Write(&batch, "create request"); !s.ok()) return s;
+  if (absl::Status s = WriteLocked(&batch, "create request"); !s.ok()) return s;
   last_request_ = r.id;
   return r;
 }
@@ -1117,14 +1151,24 @@ absl::StatusOr<std::vector<Request>> RocksCatalog::ListRequests(bool any_state,
   return out;
 }
 
+bool IsFinal(RequestState s) {
+  return s == RequestState::kDone || s == RequestState::kFailed || s == RequestState::kCancelled;
+}
+
 absl::StatusOr<Request> RocksCatalog::UpdateRequest(const RequestUpdate& u) {
   if (absl::Status s = ValidateLabel("error", u.error); !s.ok()) return s;
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   absl::StatusOr<Request> r = GetRequest(u.id);
   if (!r.ok()) return r.status();
   bool state_changed = false;
   if (u.set_state) {
     state_changed = r->state != u.state;
+    // done/failed/cancelled are final (the planner only plans queued/running requests and
+    // never reopens one): a planner that read the request before a cancel must not revive it.
+    if (state_changed && IsFinal(r->state)) {
+      return absl::FailedPreconditionError(fmt::format(
+          "request {} is {}: cannot set it to {}", r->id, ToString(r->state), ToString(u.state)));
+    }
     r->state = u.state;
     r->error = u.error;
   }
@@ -1142,7 +1186,7 @@ absl::StatusOr<Request> RocksCatalog::UpdateRequest(const RequestUpdate& u) {
     AddEvent(batch, EventKind::kRequest, r->id, "", ToString(r->state),
              fmt::format("files {}/{} failed {}", r->files_done, r->files_total, r->files_failed));
   }
-  if (absl::Status s = Write(&batch, "update request"); !s.ok()) return s;
+  if (absl::Status s = WriteLocked(&batch, "update request"); !s.ok()) return s;
   return r;
 }
 
@@ -1165,8 +1209,9 @@ absl::StatusOr<std::vector<Task>> RocksCatalog::CreateTasks(const std::vector<Ta
   }
   std::vector<Task> out;
   out.reserve(specs.size());
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   std::set<std::string> nodes_ok;
+  std::set<std::uint64_t> requests_ok;
   rocksdb::WriteBatch batch;
   std::uint64_t id = last_task_;
   std::int64_t now = Now();
@@ -1186,8 +1231,14 @@ absl::StatusOr<std::vector<Task>> RocksCatalog::CreateTasks(const std::vector<Ta
     if (spec.max_attempts < 1 || spec.max_attempts > 1000) {
       return absl::InvalidArgumentError("max_attempts must be 1..1000");
     }
-    if (spec.request_id != 0) {
-      if (absl::StatusOr<Request> r = GetRequest(spec.request_id); !r.ok()) return r.status();
+    if (spec.request_id != 0 && !requests_ok.count(spec.request_id)) {
+      absl::StatusOr<Request> r = GetRequest(spec.request_id);
+      if (!r.ok()) return r.status();
+      if (r->state == RequestState::kCancelled) {
+        return absl::FailedPreconditionError(
+            fmt::format("request {} is cancelled: no new tasks", spec.request_id));
+      }
+      requests_ok.insert(spec.request_id);
     }
     absl::StatusOr<Attributes> a = ResolvePath(spec.path);
     if (!a.ok()) return a.status();
@@ -1208,7 +1259,7 @@ absl::StatusOr<std::vector<Task>> RocksCatalog::CreateTasks(const std::vector<Ta
     }
     out.push_back(std::move(t));
   }
-  if (absl::Status s = Write(&batch, "create tasks"); !s.ok()) return s;
+  if (absl::Status s = WriteLocked(&batch, "create tasks"); !s.ok()) return s;
   last_task_ = id;
   return out;
 }
@@ -1279,7 +1330,7 @@ absl::StatusOr<Task> RocksCatalog::ClaimTask(std::string_view node, std::string_
   if (owner.empty()) return absl::InvalidArgumentError("empty lease owner");
   if (absl::Status s = ValidateLabel("owner", owner); !s.ok()) return s;
   if (absl::Status s = ValidateDelay("lease", lease, false); !s.ok()) return s;
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   std::int64_t now = Now();
   std::vector<std::uint64_t> ids;
   std::string prefix = NodePrefix(node);
@@ -1315,7 +1366,7 @@ absl::StatusOr<Task> RocksCatalog::ClaimTask(std::string_view node, std::string_
   auto it = std::min_element(ready.begin(), ready.end(), better);
   if (it == ready.end()) {
     if (batch.Count() > 0) {
-      if (absl::Status ws = Write(&batch, "expire leases"); !ws.ok()) return ws;
+      if (absl::Status ws = WriteLocked(&batch, "expire leases"); !ws.ok()) return ws;
     }
     return absl::NotFoundError(fmt::format("no claimable task for node {}", node));
   }
@@ -1342,7 +1393,7 @@ absl::StatusOr<Task> RocksCatalog::ClaimTask(std::string_view node, std::string_
     r.size = best->size;
     PutReplicaLocked(batch, r, best->spec.path);
   }
-  if (absl::Status ws = Write(&batch, "claim task"); !ws.ok()) return ws;
+  if (absl::Status ws = WriteLocked(&batch, "claim task"); !ws.ok()) return ws;
   return *best;
 }
 
@@ -1360,7 +1411,7 @@ absl::StatusOr<Task> RocksCatalog::LeasedTask(std::uint64_t id, std::string_view
 absl::StatusOr<Task> RocksCatalog::RenewLease(std::uint64_t id, std::string_view owner,
                                               std::chrono::milliseconds lease) {
   if (absl::Status s = ValidateDelay("lease", lease, false); !s.ok()) return s;
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   absl::StatusOr<Task> t = LeasedTask(id, owner);
   if (!t.ok()) return t.status();
   std::int64_t now = Now();
@@ -1369,12 +1420,12 @@ absl::StatusOr<Task> RocksCatalog::RenewLease(std::uint64_t id, std::string_view
   rocksdb::WriteBatch batch;
   // No event: renewals are frequent and change nothing a watcher acts on.
   batch.Put(cf(kTasks), U64Key(t->id), EncodeTask(*t));
-  if (absl::Status s = Write(&batch, "renew lease"); !s.ok()) return s;
+  if (absl::Status s = WriteLocked(&batch, "renew lease"); !s.ok()) return s;
   return t;
 }
 
 absl::StatusOr<Task> RocksCatalog::CompleteTask(std::uint64_t id, std::string_view owner) {
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   absl::StatusOr<Task> t = LeasedTask(id, owner);
   if (!t.ok()) return t.status();
   std::int64_t now = Now();
@@ -1406,7 +1457,7 @@ absl::StatusOr<Task> RocksCatalog::CompleteTask(std::uint64_t id, std::string_vi
   }
   PutReplicaLocked(batch, r, t->spec.path);
   PutTaskLocked(batch, *t);
-  if (absl::Status s = Write(&batch, "complete task"); !s.ok()) return s;
+  if (absl::Status s = WriteLocked(&batch, "complete task"); !s.ok()) return s;
   if (!result.ok()) return result;
   return t;
 }
@@ -1415,7 +1466,7 @@ absl::StatusOr<Task> RocksCatalog::FailTask(std::uint64_t id, std::string_view o
                                             std::string_view error, bool retryable,
                                             std::chrono::milliseconds retry_after) {
   if (absl::Status s = ValidateDelay("retry delay", retry_after, true); !s.ok()) return s;
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   absl::StatusOr<Task> t = LeasedTask(id, owner);
   if (!t.ok()) return t.status();
   std::int64_t now = Now();
@@ -1439,7 +1490,7 @@ absl::StatusOr<Task> RocksCatalog::FailTask(std::uint64_t id, std::string_view o
   rocksdb::WriteBatch batch;
   DropPendingReplicaLocked(batch, t->inode, t->spec.dst_node);
   PutTaskLocked(batch, *t);
-  if (absl::Status s = Write(&batch, "fail task"); !s.ok()) return s;
+  if (absl::Status s = WriteLocked(&batch, "fail task"); !s.ok()) return s;
   return t;
 }
 
@@ -1447,7 +1498,7 @@ absl::Status RocksCatalog::CancelRequest(std::uint64_t id) {
   TaskFilter f;
   f.request_id = id;
   f.limit = std::numeric_limits<std::size_t>::max();
-  absl::MutexLock work(&work_mu_);
+  WorkLock work(this);
   absl::StatusOr<Request> r = GetRequest(id);
   if (!r.ok()) return r.status();
   absl::StatusOr<std::vector<Task>> tasks = ListTasks(f);
@@ -1470,7 +1521,7 @@ absl::Status RocksCatalog::CancelRequest(std::uint64_t id) {
   r->updated_ns = now;
   batch.Put(cf(kRequests), U64Key(id), EncodeRequest(*r));
   AddEvent(batch, EventKind::kRequest, id, "", ToString(r->state), "");
-  return Write(&batch, "cancel request");
+  return WriteLocked(&batch, "cancel request");
 }
 
 absl::StatusOr<std::vector<Event>> RocksCatalog::ReadEvents(std::uint64_t after_seq,

@@ -78,6 +78,11 @@ class RocksCatalogTest : public ::testing::Test {
     CatalogOptions options;
     options.path = dir_.Sub("db");
     options.clock = [this] { return now_.load(); };
+    options.write_fault = [this](std::string_view what) {
+      return fail_next_write_.exchange(false)
+                 ? absl::UnavailableError(fmt::format("{}: injected write failure", what))
+                 : absl::OkStatus();
+    };
     absl::StatusOr<std::unique_ptr<Catalog>> c = OpenRocksCatalog(options);
     ASSERT_TRUE(c.ok()) << c.status();
     catalog_ = std::move(*c);
@@ -117,6 +122,7 @@ class RocksCatalogTest : public ::testing::Test {
 
   testing::TempDir dir_{"catalog"};
   std::atomic<std::int64_t> now_{1'000'000'000'000};
+  std::atomic<bool> fail_next_write_{false};
   std::unique_ptr<Catalog> catalog_;
 };
 
@@ -402,11 +408,15 @@ TEST_F(RocksCatalogTest, ClaimsHighestPriorityFirstAndCancelStopsTasks) {
   ASSERT_TRUE(catalog_->CancelRequest(req->id).ok());
   EXPECT_EQ(catalog_->GetRequest(req->id)->state, RequestState::kCancelled);
   EXPECT_EQ(catalog_->ClaimTask("b1", "x", 1s).status().code(), absl::StatusCode::kNotFound);
+  // A cancelled request takes no new tasks.
+  EXPECT_EQ(catalog_->CreateTasks({low}).status().code(), absl::StatusCode::kFailedPrecondition);
   // Tasks for a missing file or a directory are refused as a whole.
-  TaskSpec bad = low;
+  TaskSpec free = low;
+  free.request_id = 0;
+  TaskSpec bad = free;
   bad.path = "/nope";
-  EXPECT_EQ(catalog_->CreateTasks({low, bad}).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(catalog_->ListTasks(ByRequest(req->id))->size(), 2u);
+  EXPECT_EQ(catalog_->CreateTasks({free, bad}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(catalog_->ListTasks(TaskFilter{})->size(), 2u);
 }
 
 TEST_F(RocksCatalogTest, EventsArriveInOrderAndWakeWaiters) {
@@ -578,6 +588,103 @@ TEST_F(RocksCatalogTest, HugeLeasesAndRetryDelaysAreRefused) {
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->state, TaskState::kLeased);
   EXPECT_EQ(t->lease_expiry_ns, now_.load() + 10'000'000'000);
+}
+
+// A failed write must not leave phantom progress: no gap in seqs, and long polls keep
+// waiting instead of waking at once (which made every Watch/ReadEvents poller spin).
+TEST_F(RocksCatalogTest, AFailedWriteLeavesNoEventGapAndWaitersKeepWaiting) {
+  MakeTopologyAndFile();
+  ASSERT_TRUE(catalog_->CreateRequest(Req("/x")).ok());
+  std::uint64_t before = *catalog_->LastEventSeq();
+
+  // A batch refused half-built (its first task's event already numbered) takes no seq either.
+  TaskSpec good;
+  good.path = "/f";
+  good.src_node = "a1";
+  good.dst_node = "b1";
+  good.max_attempts = 3;
+  TaskSpec bad = good;
+  bad.path = "/missing";
+  EXPECT_EQ(catalog_->CreateTasks({good, bad}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(*catalog_->LastEventSeq(), before);
+
+  fail_next_write_ = true;
+  absl::StatusOr<Request> failed = catalog_->CreateRequest(Req("/y"));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(*catalog_->LastEventSeq(), before);
+
+  // Nothing new was committed: the long poll waits out its time (at least `wait`, a lower
+  // bound the wait guarantees, not a speed measurement) and returns empty.
+  auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::vector<Event>> none = catalog_->ReadEvents(before, 10, 300ms);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
+
+  // A waiter, then another failed write, then a good one: the waiter returns exactly the
+  // good one's event, numbered before + 1. (Before the fix it returned empty at once if it
+  // was already waiting at the failure, or an event with a skipped seq if not.)
+  absl::StatusOr<std::vector<Event>> got;
+  std::thread waiter([&] { got = catalog_->ReadEvents(before, 10, 60s); });
+  fail_next_write_ = true;
+  ASSERT_FALSE(catalog_->CreateRequest(Req("/w")).ok());
+  absl::StatusOr<Request> ok = catalog_->CreateRequest(Req("/z"));
+  waiter.join();
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ(got->front().seq, before + 1);
+  EXPECT_EQ(got->front().id, ok->id);
+  EXPECT_EQ(*catalog_->LastEventSeq(), before + 1);
+}
+
+// Final request states stay final: a planner that read a request before it was cancelled
+// (or before another planner finished it) can neither revive it nor add tasks to it.
+TEST_F(RocksCatalogTest, FinalRequestStatesAreNotOverwrittenAndCancelledTakeNoTasks) {
+  MakeTopologyAndFile();
+  absl::StatusOr<Request> req = catalog_->CreateRequest(Req("/f"));
+  ASSERT_TRUE(req.ok()) << req.status();
+  RequestUpdate u;
+  u.id = req->id;
+  u.set_state = true;
+  u.state = RequestState::kRunning;
+  ASSERT_TRUE(catalog_->UpdateRequest(u).ok());
+  ASSERT_TRUE(catalog_->CancelRequest(req->id).ok());
+
+  for (RequestState s : {RequestState::kRunning, RequestState::kDone, RequestState::kQueued}) {
+    u.state = s;
+    EXPECT_EQ(catalog_->UpdateRequest(u).status().code(), absl::StatusCode::kFailedPrecondition)
+        << ToString(s);
+  }
+  EXPECT_EQ(catalog_->GetRequest(req->id)->state, RequestState::kCancelled);
+  TaskSpec spec;
+  spec.request_id = req->id;
+  spec.path = "/f";
+  spec.src_node = "a1";
+  spec.dst_node = "b1";
+  spec.max_attempts = 3;
+  EXPECT_EQ(catalog_->CreateTasks({spec}).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(catalog_->ListTasks(ByRequest(req->id))->empty());
+  // Counters alone may still be recorded; they do not change the state.
+  RequestUpdate counters;
+  counters.id = req->id;
+  counters.set_counters = true;
+  counters.files_total = 1;
+  absl::StatusOr<Request> after = catalog_->UpdateRequest(counters);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->state, RequestState::kCancelled);
+
+  // done and failed are final too (the planner never reopens them).
+  absl::StatusOr<Request> other = catalog_->CreateRequest(Req("/f"));
+  ASSERT_TRUE(other.ok());
+  u.id = other->id;
+  u.state = RequestState::kDone;
+  ASSERT_TRUE(catalog_->UpdateRequest(u).ok());
+  u.state = RequestState::kRunning;
+  EXPECT_EQ(catalog_->UpdateRequest(u).status().code(), absl::StatusCode::kFailedPrecondition);
+  u.state = RequestState::kDone;
+  EXPECT_TRUE(catalog_->UpdateRequest(u).ok());  // same state: not a change
 }
 
 }  // namespace
