@@ -58,6 +58,10 @@ struct TransferStats {
   std::string checksum;          // "xxh3-128:<hex>" of the file now in place
   std::string congestion;        // TCP congestion control actually used (sender side)
   int resend_rounds = 0;         // rounds of re-sending damaged blocks
+  // Receiver side: bytes read back from the partial file for the end-to-end checksum (blocks
+  // that arrived ahead of its frontier and did not fit the receive pool, resumed bytes, or
+  // the whole file after a damaged frontier block). 0 when the receiver is the peer.
+  std::uint64_t checksum_read_back_bytes = 0;
 };
 
 // local file -> agent:remote_path.

@@ -34,6 +34,10 @@ absl::Status Validate(const TransferOptions& o) {
   if (o.max_resend_rounds < 0 || o.max_resend_rounds > 100) {
     return absl::InvalidArgumentError("max resend rounds must be 0..100");
   }
+  if (o.receive_pool_bytes > (16ull << 30)) {
+    return absl::InvalidArgumentError(
+        fmt::format("receive pool {} bytes is larger than 16 GiB", o.receive_pool_bytes));
+  }
   if (o.shared_key.empty()) {
     return absl::InvalidArgumentError("no shared key (load one with LoadOrCreateSharedKey)");
   }

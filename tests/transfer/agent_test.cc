@@ -2,6 +2,7 @@
 // authentication, session tokens (wrong, replayed), garbage and oversized frames.
 #include "transfer/agent.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
@@ -223,6 +224,64 @@ TEST_F(AgentTest, CrcBlockChecksumAndOtherFileChecksumsWork) {
     ASSERT_TRUE(s.ok()) << s.status();
     EXPECT_EQ(s->checksum, *ComputeFileChecksum(dir_.path() / "spool" / "f.dat", *ParseChecksumAlgorithm(alg)));
   }
+}
+
+// Blocks that arrive ahead of the end-to-end checksum's frontier are kept in receive buffers
+// and hashed from memory; a full pool falls back to reading them back from the partial file.
+TEST_F(AgentTest, ReceivePoolAndItsFallbackGiveTheRightChecksum) {
+  const std::filesystem::path src = dir_.path() / "spool" / "f.dat";
+  const std::string want = *ComputeFileChecksum(src, ChecksumAlgorithm::kXxh3_128);
+  options_.route.streams = 1;  // in order: nothing is ever read back
+  absl::StatusOr<TransferStats> one = Pull(endpoint_, "f.dat", dir_.path() / "one", options_);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->checksum, want);
+  EXPECT_EQ(one->checksum_read_back_bytes, 0u);
+  options_.route.streams = 4;
+  // Default pool (2 x streams blocks), one block, none: always the right checksum and file.
+  for (std::uint64_t pool : {options_.receive_pool_bytes, std::uint64_t{64} << 10, std::uint64_t{0}}) {
+    options_.receive_pool_bytes = pool;
+    const std::filesystem::path out = dir_.path() / fmt::format("pool{}", pool);
+    absl::StatusOr<TransferStats> s = Pull(endpoint_, "f.dat", out, options_);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->checksum, want) << "pool " << pool;
+    EXPECT_EQ(*ComputeFileChecksum(out, ChecksumAlgorithm::kXxh3_128), want) << "pool " << pool;
+    EXPECT_LE(s->checksum_read_back_bytes, s->bytes);
+    // With a pool, the first block ahead of the frontier always fits it, so less than the
+    // whole file is read back.
+    if (pool != 0) {
+      EXPECT_LT(s->checksum_read_back_bytes, s->bytes) << "pool " << pool;
+    }
+  }
+}
+
+// A damaged block is caught and re-sent whether it lands at the frontier, in the pool or past
+// a full pool (the agent's receiver here has a pool of one block).
+TEST_F(AgentTest, DamagedBlocksAreCaughtWithAPoolOfOneBlock) {
+  server_->Stop();
+  thread_.join();
+  AgentOptions o;
+  o.spool = dir_.path() / "spool";
+  o.shared_key = std::string(32, 'k');
+  o.defaults.io_timeout = std::chrono::milliseconds(3000);
+  o.defaults.receive_pool_bytes = 64 << 10;
+  server_ = *AgentServer::Create(std::move(o));
+  endpoint_ = *server_->Start();
+  thread_ = std::thread([this] { server_->Run(); });
+  testing::WriteRandomFile(dir_.path() / "src", 2 << 20, 11);
+  for (std::int64_t at : {std::int64_t{0}, std::int64_t{300000}, std::int64_t{1500000}}) {
+    options_.test_corrupt_offset = at;
+    options_.test_corrupt_times = 1;
+    const std::string name = fmt::format("flip{}", at);
+    absl::StatusOr<TransferStats> s = Push(dir_.path() / "src", endpoint_, name, options_);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->resend_rounds, 1) << at;
+    EXPECT_EQ(testing::ReadFile(dir_.path() / "spool" / name), testing::ReadFile(dir_.path() / "src")) << at;
+  }
+  options_.test_corrupt_offset = 1500000;
+  options_.test_corrupt_times = 1000;
+  absl::StatusOr<TransferStats> bad = Push(dir_.path() / "src", endpoint_, "never", options_);
+  EXPECT_TRUE(absl::IsDataLoss(bad.status())) << bad.status();
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "spool" / "never"));
 }
 
 }  // namespace

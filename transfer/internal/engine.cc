@@ -19,6 +19,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <map>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -905,6 +906,37 @@ struct ReceiverState {
   std::unique_ptr<FileHasher> file_hasher;  // covers [0, hashed_upto) of the partial file
   std::uint64_t hashed_upto = 0;
   bool frontier_claimed = false;  // a stream is hashing the block at hashed_upto inline
+  // Blocks that passed their block checksum ahead of the frontier, kept in their receive
+  // buffers (keyed by offset) until the frontier reaches them; at most pool_limit bytes.
+  // A block that does not fit is read back from the partial file instead.
+  struct PooledBlock {
+    std::unique_ptr<unsigned char[]> data;
+    std::uint64_t length = 0;
+  };
+  std::map<std::uint64_t, PooledBlock> pool;
+  std::uint64_t pool_limit = 0;
+  std::uint64_t pool_used = 0;  // bytes of the pooled blocks plus blocks being received into one
+  std::vector<std::unique_ptr<unsigned char[]>> spare;  // released stripe-unit buffers, reused
+  std::uint64_t spare_size = 0;                          // size of each spare buffer
+  std::uint64_t pooled_blocks = 0;                       // stats for tests/logs
+  std::uint64_t read_back_bytes = 0;
+
+  std::unique_ptr<unsigned char[]> TakeBuffer(std::uint64_t length) {
+    if (length == spare_size && !spare.empty()) {
+      auto b = std::move(spare.back());
+      spare.pop_back();
+      return b;
+    }
+    return std::make_unique_for_overwrite<unsigned char[]>(length);
+  }
+  void ReleaseBuffer(std::unique_ptr<unsigned char[]> b, std::uint64_t length) {
+    pool_used -= length;
+    if (length == spare_size && b != nullptr) spare.push_back(std::move(b));
+  }
+  void DropPool() {
+    for (auto& [off, blk] : pool) pool_used -= blk.length;
+    pool.clear();
+  }
 };
 
 // Reads back and hashes received bytes from hashed_upto on, at most `limit` bytes.
@@ -915,7 +947,20 @@ absl::Status CatchUpHash(ReceiverState& st, DestinationFile& dst, unsigned char*
   for (;;) {
     std::uint64_t end = std::min(dst.received.ContiguousEnd(st.hashed_upto), dst.size);
     if (end <= st.hashed_upto || budget == 0) return absl::OkStatus();
+    // A pooled block at the frontier is hashed from memory (free of the read-back budget).
+    if (auto it = st.pool.find(st.hashed_upto); it != st.pool.end()) {
+      std::uint64_t len = it->second.length;
+      st.file_hasher->Update(it->second.data.get(), static_cast<std::size_t>(len));
+      st.hashed_upto += len;
+      st.ReleaseBuffer(std::move(it->second.data), len);
+      st.pool.erase(it);
+      continue;
+    }
     end = std::min(end, st.hashed_upto + budget);
+    // Read back only up to the next pooled block.
+    if (auto next = st.pool.upper_bound(st.hashed_upto); next != st.pool.end()) {
+      end = std::min(end, next->first);
+    }
     while (st.hashed_upto < end) {
       auto n = static_cast<std::size_t>(std::min<std::uint64_t>(cap, end - st.hashed_upto));
       std::size_t got = 0;
@@ -930,6 +975,7 @@ absl::Status CatchUpHash(ReceiverState& st, DestinationFile& dst, unsigned char*
       }
       st.file_hasher->Update(buf, n);
       st.hashed_upto += n;
+      st.read_back_bytes += n;
       budget -= n;
     }
   }
@@ -1000,20 +1046,36 @@ asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverSta
     XXH3_64bits_reset(xxh);
     bool inline_file = st->file_hasher != nullptr && !st->frontier_claimed && h->offset == st->hashed_upto;
     if (inline_file) st->frontier_claimed = true;
+    // A block ahead of the frontier is received into a pool buffer when one fits.
+    std::unique_ptr<unsigned char[]> pooled;
+    if (!inline_file && st->file_hasher != nullptr && h->offset > st->hashed_upto &&
+        st->pool_used + h->length <= st->pool_limit && !st->pool.contains(h->offset)) {
+      pooled = st->TakeBuffer(h->length);
+      st->pool_used += h->length;
+    }
+    struct PoolGuard {  // gives the reservation back if the stream fails mid-block
+      ReceiverState* st;
+      std::unique_ptr<unsigned char[]>* b;
+      std::uint64_t length;
+      ~PoolGuard() {
+        if (*b != nullptr) st->ReleaseBuffer(std::move(*b), length);
+      }
+    } pool_guard{st.get(), &pooled, h->length};
     std::uint32_t crc = 0;
     std::uint64_t done = 0;
     while (done < h->length) {
       std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, h->length - done));
-      if (absl::Status s = co_await c.ReadExact(buf.get(), n); !s.ok()) co_return s;
+      unsigned char* piece = pooled != nullptr ? pooled.get() + done : buf.get();
+      if (absl::Status s = co_await c.ReadExact(piece, n); !s.ok()) co_return s;
       if (alg == BlockChecksumAlgorithm::kXxh3_64) {
-        XXH3_64bits_update(xxh, buf.get(), n);
+        XXH3_64bits_update(xxh, piece, n);
       } else {
-        crc = Crc32c(crc, buf.get(), n);
+        crc = Crc32c(crc, piece, n);
       }
-      if (inline_file) st->file_hasher->Update(buf.get(), n);
+      if (inline_file) st->file_hasher->Update(piece, n);
       std::size_t w = 0;
       while (w < n) {
-        ssize_t r = ::pwrite(dst.fd, buf.get() + w, n - w, static_cast<off_t>(h->offset + done + w));
+        ssize_t r = ::pwrite(dst.fd, piece + w, n - w, static_cast<off_t>(h->offset + done + w));
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) co_return ErrnoStatus(r < 0 ? errno : ENOSPC, fmt::format("write {}", dst.part_path.string()));
         w += static_cast<std::size_t>(r);
@@ -1023,7 +1085,10 @@ asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverSta
     std::uint64_t sum = alg == BlockChecksumAlgorithm::kXxh3_64 ? XXH3_64bits_digest(xxh) : crc;
     if (inline_file) st->frontier_claimed = false;
     if (sum != h->checksum) {
-      if (inline_file) st->file_hasher.reset();  // it saw damaged bytes: read back at the end
+      if (inline_file) {  // it saw damaged bytes: read back at the end
+        st->file_hasher.reset();
+        st->DropPool();
+      }
       ++st->bad_blocks;
       log->warn("block [{}, +{}) failed its {} checksum; it will be re-sent", h->offset, h->length,
                 BlockChecksumAlgorithmName(alg));
@@ -1031,6 +1096,10 @@ asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverSta
     }
     dst.received.Add(h->offset, h->offset + h->length);
     if (inline_file) st->hashed_upto = h->offset + h->length;
+    if (pooled != nullptr && st->file_hasher != nullptr && h->offset >= st->hashed_upto) {
+      st->pool[h->offset] = ReceiverState::PooledBlock{std::move(pooled), h->length};
+      ++st->pooled_blocks;
+    }  // else the guard releases it (the frontier passed it or the hasher was dropped)
     // Blocks that arrived ahead of the frontier, while they are recent (bounded per block
     // so a long resumed prefix does not stall the streams; the rest is read at the end).
     if (absl::Status c = CatchUpHash(*st, dst, buf.get(), kPiece, 4 * static_cast<std::uint64_t>(h->length));
@@ -1059,6 +1128,9 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
   ChecksumAlgorithm file_alg = *ParseChecksumAlgorithm(o.checksum);
   auto st = std::make_shared<ReceiverState>(ex);
   if (dst.size > 0) st->file_hasher = std::make_unique<FileHasher>(file_alg);
+  st->spare_size = o.route.stripe_unit;
+  st->pool_limit = std::min<std::uint64_t>(o.receive_pool_bytes,
+                                           2 * data.size() * o.route.stripe_unit);
   auto dog = std::make_shared<Watchdog>();
   dog->conns = data;
   dog->timeout = o.io_timeout;
@@ -1121,6 +1193,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
                 if (!c.ok()) return c;
                 if (st->hashed_upto == dst.size) return st->file_hasher->Finish();
               }
+              st->read_back_bytes += dst.size;
               return ComputeFdChecksum(dst.fd, dst.size, file_alg);
             };
             absl::StatusOr<std::string> got = co_await OffThread(verify);
@@ -1161,6 +1234,9 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
                 stats.checksum = *got;
                 stats.congestion = congestion;
                 stats.resend_rounds = round;
+                stats.checksum_read_back_bytes = st->read_back_bytes;
+                log->debug("end-to-end checksum: {} blocks hashed from the receive pool, {} bytes read back",
+                           st->pooled_blocks, st->read_back_bytes);
                 progress.SetDone(dst.size);
                 Json msg5 = {{"op", "done"}, {"checksum", *got},
                                                             {"bytes_transferred", st->received_now}};
