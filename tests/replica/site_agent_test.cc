@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -158,6 +159,29 @@ class SiteAgentTest : public ::testing::Test {
     return *cat_->GetRequest(r->id);
   }
 
+  // Follows the catalog's event log (bounded) until `done()` holds; returns done().
+  bool WaitForCatalog(const std::function<bool()>& done,
+                      std::chrono::seconds timeout = std::chrono::seconds(30)) {
+    auto seq = cat_->LastEventSeq();
+    std::uint64_t at = seq.ok() ? *seq : 0;
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      auto events = cat_->ReadEvents(at, 1000, std::chrono::milliseconds(500));
+      if (events.ok() && !events->empty()) at = events->back().seq;
+    }
+    return done();
+  }
+
+  // Whether the catalog still lists a replica of `inode` on `node`.
+  bool HoldsReplica(const std::string& node, catalog::InodeId inode) {
+    auto replicas = cat_->ListNodeReplicas(node, 0, 100);
+    if (!replicas.ok()) return true;
+    for (const catalog::Replica& x : *replicas) {
+      if (x.inode == inode) return true;
+    }
+    return false;
+  }
+
   std::string Bytes(const std::string& node, const std::string& path) {
     return gfrep::testing::ReadFile(nodes_.at(node)->spool / path.substr(1));
   }
@@ -234,8 +258,6 @@ TEST_F(SiteAgentTest, RemovedFilesAreUnlinkedFromTheSpoolsAndTheirReplicasForgot
   for (const char* n : {"b1", "c1"}) {
     ASSERT_TRUE(fs::exists(nodes_.at(n)->spool / "del/f")) << n;
   }
-  auto seq = cat_->LastEventSeq();
-  ASSERT_TRUE(seq.ok());
   ASSERT_TRUE(cat_->Remove("/del", /*recursive=*/true).ok());
 
   auto records = [&](const std::string& node) {
@@ -253,13 +275,7 @@ TEST_F(SiteAgentTest, RemovedFilesAreUnlinkedFromTheSpoolsAndTheirReplicasForgot
     return true;
   };
   // Each removal is a catalog event: wait on the event log, bounded.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  std::uint64_t at = *seq;
-  while (!done() && std::chrono::steady_clock::now() < deadline) {
-    auto events = cat_->ReadEvents(at, 1000, std::chrono::milliseconds(500));
-    if (events.ok() && !events->empty()) at = events->back().seq;
-  }
-  ASSERT_TRUE(done()) << "replicas of a removed file were not deleted";
+  ASSERT_TRUE(WaitForCatalog(done)) << "replicas of a removed file were not deleted";
 }
 
 TEST_F(SiteAgentTest, DeletionLeavesAPathReusedByANewerReplicaAlone) {
@@ -282,25 +298,7 @@ TEST_F(SiteAgentTest, DeletionLeavesAPathReusedByANewerReplicaAlone) {
   // a1's agent unlinks its copy of the removed file; let it finish first. Store() writes the
   // spool directly, outside the agent, so storing the new bytes before that unlink would race
   // it (see replica/README.md, "Known gaps": a re-store of a just-removed path).
-  auto holds_old = [&](const std::string& node) {
-    auto loc = cat_->ListNodeReplicas(node, 0, 100);
-    if (!loc.ok()) return true;
-    for (const catalog::Replica& x : *loc) {
-      if (x.inode == old_attrs->inode) return true;
-    }
-    return false;
-  };
-  {
-    auto seq = cat_->LastEventSeq();
-    ASSERT_TRUE(seq.ok());
-    std::uint64_t at = *seq;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (holds_old("a1") && std::chrono::steady_clock::now() < deadline) {
-      auto events = cat_->ReadEvents(at, 1000, std::chrono::milliseconds(500));
-      if (events.ok() && !events->empty()) at = events->back().seq;
-    }
-    ASSERT_FALSE(holds_old("a1"));
-  }
+  ASSERT_TRUE(WaitForCatalog([&] { return !HoldsReplica("a1", old_attrs->inode); }));
   Store("a1", "/re/f", 60000, 2);
   std::string fresh = Bytes("a1", "/re/f");
   gfrep::testing::WriteRandomFile(b1.spool / "re/f", 60000, 2);
@@ -316,23 +314,7 @@ TEST_F(SiteAgentTest, DeletionLeavesAPathReusedByANewerReplicaAlone) {
   ASSERT_TRUE(cat_->PutReplica(r).ok());
   StartAgent(b1);
 
-  auto old_gone = [&] {
-    auto loc = cat_->ListNodeReplicas("b1", 0, 100);
-    if (!loc.ok()) return false;
-    for (const catalog::Replica& x : *loc) {
-      if (x.inode == old_attrs->inode) return false;
-    }
-    return true;
-  };
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  auto seq = cat_->LastEventSeq();
-  ASSERT_TRUE(seq.ok());
-  std::uint64_t at = *seq;
-  while (!old_gone() && std::chrono::steady_clock::now() < deadline) {
-    auto events = cat_->ReadEvents(at, 1000, std::chrono::milliseconds(500));
-    if (events.ok() && !events->empty()) at = events->back().seq;
-  }
-  ASSERT_TRUE(old_gone());
+  ASSERT_TRUE(WaitForCatalog([&] { return !HoldsReplica("b1", old_attrs->inode); }));
   EXPECT_EQ(Bytes("b1", "/re/f"), fresh);
 }
 
