@@ -16,9 +16,26 @@
 //   kAlreadyExists      the name is taken
 //   kFailedPrecondition wrong type (not a directory, is a directory), directory not empty,
 //                       rename into own subtree, task not leased by this owner
-//   kAborted            the file changed generation meanwhile (restart the copy)
+//   kAborted            the file changed generation meanwhile (restart the copy), or a
+//                       generation to commit was not reserved or is no longer the newest
 //   kUnavailable        transport problem (client only): retry with backoff
 //   kDataLoss/kInternal storage trouble
+//
+// Generations and replica records. A file's generation is a small per-inode counter: 0
+// for an entry without content, then 1, 2, ... as writers commit. A writer reserves a
+// generation first (BeginWrite: the number is never handed out again for that inode),
+// stores the bytes under it and then commits exactly that generation (CommitFile); the
+// generation only ever grows. Every transition of a replica record is a compare-and-set
+// on (state, generation) inside the mutation's single write, so a task (or a lease, or a
+// cancel) of an older generation never changes a record written for a newer one:
+//   ClaimTask     a task older than the file, or than its node's record, is cancelled
+//                 as obsolete; the record is left alone.
+//   CompleteTask  pending at the task's generation -> complete (file still at it) or
+//                 stale (the file moved on: the bytes are a valid older version).
+//   FailTask, lease expiry, AbandonTask, CancelRequest
+//                 remove the record only if it is pending at the task's generation.
+//   CommitFile    the writer's record -> complete at the new generation (whatever it
+//                 was); every other complete record -> stale.
 //
 // Thread safety: all methods may be called concurrently from any thread.
 
@@ -50,6 +67,15 @@ struct FileContent {
   std::string checksum;
   std::uint32_t mode = 0644;
   std::string owner;
+  std::uint64_t generation = 0;  // CommitFile: the generation BeginWrite reserved; 0: a fresh one
+};
+
+// What BeginWrite hands a writer.
+struct WriteReservation {
+  Attributes attributes;  // the entry now (unchanged by the reservation)
+  // Reserved for this writer: greater than every generation committed or reserved before
+  // for this inode. Store the bytes under it, then CommitFile with content.generation = it.
+  std::uint64_t generation = 0;
 };
 
 // One file of a CreateFiles batch.
@@ -79,11 +105,22 @@ class Catalog {
   virtual absl::StatusOr<Attributes> CreateFile(std::string_view path,
                                                 const FileContent& content) = 0;
 
+  // Creates the file entry if missing (as CreateFile does, with content's mode and owner,
+  // generation 0, no replicas) and durably reserves a new generation for it (content's
+  // size and checksum are ignored). Readers see no change. kFailedPrecondition if the path
+  // is a directory, kNotFound if the parent is missing.
+  virtual absl::StatusOr<WriteReservation> BeginWrite(std::string_view path,
+                                                      const FileContent& content) = 0;
+
   // Records a new generation of a file (creating the entry if missing): sets size and
-  // checksum, increments the generation, makes `writer_node`'s replica complete at the new
-  // generation (if writer_node is non-empty) and marks every other replica stale, all in
-  // one atomic write. kFailedPrecondition if the path is a directory. `expected_generation`
-  // (if set) must equal the current one, else kAborted.
+  // checksum and the generation, makes `writer_node`'s replica complete at the new
+  // generation (whatever that record was, if writer_node is non-empty) and marks every
+  // other complete replica stale, all in one atomic write. The new generation is
+  // content.generation if non-zero: it must have been reserved for this inode by
+  // BeginWrite and be greater than the current one, else kAborted ("generation N was
+  // committed meanwhile" / "not reserved") and nothing changes. With 0 it is one more than
+  // every generation committed or reserved so far. kFailedPrecondition if the path is a
+  // directory. `expected_generation` (if set) must equal the current one, else kAborted.
   virtual absl::StatusOr<Attributes> CommitFile(
       std::string_view path, const FileContent& content, std::string_view writer_node,
       std::optional<std::uint64_t> expected_generation) = 0;
@@ -112,7 +149,8 @@ class Catalog {
   virtual absl::Status Remove(std::string_view path, bool recursive) = 0;
 
   // Renames `from` to `to` (which must not exist; its parent must). kFailedPrecondition
-  // when moving a directory into its own subtree, or the root.
+  // when moving a directory into its own subtree, or the root. Atomic with respect to every
+  // other method: StatInode and CompleteTask never see the inode without a name.
   virtual absl::Status Rename(std::string_view from, std::string_view to) = 0;
 
   // --- Replicas --------------------------------------------------------------------
@@ -176,8 +214,12 @@ class Catalog {
   // Leases the best claimable task whose destination is `node`: queued with
   // next_attempt_ns <= now, or leased with an expired lease (that attempt counts as
   // failed: "lease expired"). Highest priority first, then oldest. Increments attempts,
-  // sets lease_owner = owner, lease_expiry = now + lease, and puts a kPending replica
-  // on the destination node. kNotFound when nothing is claimable now.
+  // sets lease_owner = owner, lease_expiry = now + lease, and puts a kPending replica of
+  // the task's generation on the destination node (a complete one of that generation is
+  // kept). A claimable task older than the file's generation, or than the node's record,
+  // or whose file is gone, is obsolete: it ends kCancelled ("obsolete: file is at
+  // generation N"), its record is not touched, and the claim moves on to the next one.
+  // kNotFound when nothing is claimable now.
   virtual absl::StatusOr<Task> ClaimTask(std::string_view node, std::string_view owner,
                                          std::chrono::milliseconds lease) = 0;
 
@@ -185,18 +227,34 @@ class Catalog {
   virtual absl::StatusOr<Task> RenewLease(std::uint64_t id, std::string_view owner,
                                           std::chrono::milliseconds lease) = 0;
 
-  // Finishes a leased task: its destination replica becomes kComplete at the task's
-  // generation (verified_ns = now), the task kDone, in one write. kAborted if the file's
-  // generation changed since the task was made (the replica is marked stale, the task
-  // failed for good: the planner makes a new one). kFailedPrecondition if not the owner.
+  // Finishes a leased task: its destination replica, if pending at the task's generation,
+  // becomes kComplete (verified_ns = now) and the task kDone, in one write (a record
+  // already complete at that generation is kept). kAborted if the file's generation
+  // changed since the task was made: the task fails for good (the planner makes a new
+  // one) and the record, only if pending at the task's generation, becomes kStale; a
+  // record of another generation or state is never touched. kAborted too if the record is
+  // no longer this task's (removed or replaced meanwhile): the task is then kCancelled and
+  // planned again. kFailedPrecondition if not the owner.
   virtual absl::StatusOr<Task> CompleteTask(std::uint64_t id, std::string_view owner) = 0;
 
   // Records a failed attempt. If `retryable` and attempts < max_attempts the task goes
   // back to kQueued with next_attempt_ns = now + retry_after, else kFailed. The pending
-  // replica is dropped. kFailedPrecondition if not the owner.
+  // replica of the task's generation is dropped. kFailedPrecondition if not the owner.
   virtual absl::StatusOr<Task> FailTask(std::uint64_t id, std::string_view owner,
                                         std::string_view error, bool retryable,
                                         std::chrono::milliseconds retry_after) = 0;
+
+  // Expires every lease, of every node, whose expiry has passed (catalog clock): each
+  // counts as a failed attempt ("lease of X expired"): back to kQueued, claimable at once,
+  // or kFailed when out of attempts; its pending replica is dropped. ClaimTask does the
+  // same lazily for its node. Returns how many leases expired (0: nothing was written).
+  virtual absl::StatusOr<std::size_t> ExpireLeases() = 0;
+
+  // Ends an open (queued or leased) task without its owner, e.g. because its destination
+  // node is down: kCancelled with last_error = reason (not a failed attempt), the pending
+  // replica of a leased one dropped. A task already done, failed or cancelled is returned
+  // unchanged. kNotFound if there is no such task.
+  virtual absl::StatusOr<Task> AbandonTask(std::uint64_t id, std::string_view reason) = 0;
 
   // Cancels every non-terminal task of a request and marks the request kCancelled.
   virtual absl::Status CancelRequest(std::uint64_t id) = 0;

@@ -162,6 +162,21 @@ class Service final : public v1::Catalog::CallbackService {
     });
   }
 
+  grpc::ServerUnaryReactor* BeginWrite(grpc::CallbackServerContext* c,
+                                       const v1::CreateFileRequest* req,
+                                       v1::WriteReservation* resp) override {
+    return Offload(c, [this, req, resp] {
+      FileContent content = FromProto(req->content());
+      if (content.mode == 0) content.mode = 0644;
+      absl::StatusOr<WriteReservation> r = catalog_.BeginWrite(req->path(), content);
+      if (r.ok()) {
+        ToProto(r->attributes, resp->mutable_attributes());
+        resp->set_generation(r->generation);
+      }
+      return r.status();
+    });
+  }
+
   grpc::ServerUnaryReactor* CommitFile(grpc::CallbackServerContext* c,
                                        const v1::CommitFileRequest* req,
                                        v1::Attributes* resp) override {
@@ -494,6 +509,23 @@ class Service final : public v1::Catalog::CallbackService {
       return Fill(catalog_.FailTask(req->id(), req->owner(), req->error(), req->retryable(),
                                     std::chrono::milliseconds(req->retry_after_ms())),
                   resp);
+    });
+  }
+
+  grpc::ServerUnaryReactor* ExpireLeases(grpc::CallbackServerContext* c, const v1::Empty*,
+                                         v1::ExpireLeasesResponse* resp) override {
+    return Offload(c, [this, resp] {
+      absl::StatusOr<std::size_t> n = catalog_.ExpireLeases();
+      if (n.ok()) resp->set_expired(*n);
+      return n.status();
+    });
+  }
+
+  grpc::ServerUnaryReactor* AbandonTask(grpc::CallbackServerContext* c,
+                                        const v1::AbandonTaskRequest* req,
+                                        v1::Task* resp) override {
+    return Offload(c, [this, req, resp] {
+      return Fill(catalog_.AbandonTask(req->id(), req->reason()), resp);
     });
   }
 

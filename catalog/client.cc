@@ -153,6 +153,22 @@ absl::StatusOr<Attributes> CatalogClient::CreateFile(std::string_view path,
   return FromProto(resp);
 }
 
+absl::StatusOr<WriteReservation> CatalogClient::BeginWrite(std::string_view path,
+                                                           const FileContent& content) {
+  v1::CreateFileRequest req;
+  if (absl::Status s = CheckPath(path); !s.ok()) return s;
+  req.set_path(std::string(path));
+  ToProto(content, req.mutable_content());
+  v1::WriteReservation resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::BeginWrite, req, &resp); !s.ok()) return s;
+  absl::StatusOr<Attributes> a = FromProto(resp.attributes());
+  if (!a.ok()) return a.status();
+  WriteReservation out;
+  out.attributes = std::move(*a);
+  out.generation = resp.generation();
+  return out;
+}
+
 absl::StatusOr<Attributes> CatalogClient::CommitFile(
     std::string_view path, const FileContent& content, std::string_view writer_node,
     std::optional<std::uint64_t> expected_generation) {
@@ -582,6 +598,26 @@ absl::StatusOr<Task> CatalogClient::FailTask(std::uint64_t id, std::string_view 
   req.set_retry_after_ms(static_cast<std::uint64_t>(std::max<std::int64_t>(retry_after.count(), 0)));
   v1::Task resp;
   if (absl::Status s = impl_->Call(&v1::Catalog::Stub::FailTask, req, &resp); !s.ok()) return s;
+  return FromProto(resp);
+}
+
+absl::StatusOr<std::size_t> CatalogClient::ExpireLeases() {
+  v1::Empty req;
+  v1::ExpireLeasesResponse resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::ExpireLeases, req, &resp); !s.ok()) {
+    return s;
+  }
+  return static_cast<std::size_t>(resp.expired());
+}
+
+absl::StatusOr<Task> CatalogClient::AbandonTask(std::uint64_t id, std::string_view reason) {
+  v1::AbandonTaskRequest req;
+  req.set_id(id);
+  req.set_reason(std::string(reason));
+  v1::Task resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::AbandonTask, req, &resp); !s.ok()) {
+    return s;
+  }
   return FromProto(resp);
 }
 

@@ -60,6 +60,8 @@ class CatalogClient final : public Catalog {
   absl::StatusOr<Attributes> Mkdir(std::string_view path, const MkdirOptions& options) override;
   absl::StatusOr<Attributes> CreateFile(std::string_view path,
                                         const FileContent& content) override;
+  absl::StatusOr<WriteReservation> BeginWrite(std::string_view path,
+                                              const FileContent& content) override;
   absl::StatusOr<Attributes> CommitFile(std::string_view path, const FileContent& content,
                                         std::string_view writer_node,
                                         std::optional<std::uint64_t> expected_generation) override;
@@ -110,6 +112,8 @@ class CatalogClient final : public Catalog {
   absl::StatusOr<Task> CompleteTask(std::uint64_t id, std::string_view owner) override;
   absl::StatusOr<Task> FailTask(std::uint64_t id, std::string_view owner, std::string_view error,
                                 bool retryable, std::chrono::milliseconds retry_after) override;
+  absl::StatusOr<std::size_t> ExpireLeases() override;
+  absl::StatusOr<Task> AbandonTask(std::uint64_t id, std::string_view reason) override;
   absl::Status CancelRequest(std::uint64_t id) override;
 
   absl::StatusOr<std::vector<Event>> ReadEvents(std::uint64_t after_seq, std::size_t max,

@@ -327,6 +327,14 @@ absl::StatusOr<Planner::FileList> Planner::Expand(const catalog::RequestSpec& sp
 absl::Status Planner::Step() {
   std::lock_guard<std::mutex> lock(step_mu_);
   catalog::Catalog& cat = *options_.catalog;
+  absl::Status first_error = absl::OkStatus();
+  // A node that died never claims again, and only its own claims used to expire its
+  // leases: expire everyone's here.
+  if (absl::StatusOr<std::size_t> expired = cat.ExpireLeases(); !expired.ok()) {
+    first_error = expired.status();
+  } else if (*expired > 0) {
+    log_->info("planner: expired {} lease(s)", *expired);
+  }
   StepState st;
   st.liveness.now_ns = Now();
   st.liveness.heartbeat_timeout = options_.heartbeat_timeout;
@@ -355,8 +363,23 @@ absl::Status Planner::Step() {
     f.limit = catalog::kMaxBatchPaths * 4;
     absl::StatusOr<std::vector<Task>> tasks = cat.ListTasks(f);
     if (!tasks.ok()) return tasks.status();
-    for (const Task& t : *tasks) {
+    for (Task& t : *tasks) {
       if (!IsOpen(t)) continue;
+      // A dead destination never finishes its tasks: end them (not a failed attempt of the
+      // file), so that the file is planned again below, onto a live node.
+      const catalog::Node* dst = st.topology.FindNode(t.spec.dst_node);
+      if (dst == nullptr || !IsLive(*dst, st.liveness)) {
+        absl::StatusOr<Task> ended =
+            cat.AbandonTask(t.id, fmt::format("destination node {} is down", t.spec.dst_node));
+        if (!ended.ok()) {
+          if (first_error.ok()) first_error = ended.status();
+        } else {
+          log_->warn("planner: request={} task={} path={}: {} ({})", r.id, t.id, t.spec.path,
+                     ended->last_error, catalog::ToString(ended->state));
+          t = std::move(*ended);
+          if (!IsOpen(t)) continue;
+        }
+      }
       st.open_per_dst[t.spec.dst_node] += 1;
       st.open_per_route[{SiteOf(st.topology, t.spec.src_node),
                          SiteOf(st.topology, t.spec.dst_node)}] += 1;
@@ -373,7 +396,6 @@ absl::Status Planner::Step() {
   }
 
   std::set<std::uint64_t> live_ids;
-  absl::Status first_error = absl::OkStatus();
   for (const catalog::Request& r : active) {
     live_ids.insert(r.id);
     auto it = expanded_.find(r.id);

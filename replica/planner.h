@@ -29,6 +29,14 @@
 //
 // `-j` (RequestSpec::parallel) caps the open tasks of one request.
 //
+// Dead destinations: each step first expires every run-out lease in the catalog
+// (Catalog::ExpireLeases; a node that died would never claim again, and only its own
+// claims expired its leases), then abandons (Catalog::AbandonTask, "destination node X is
+// down") every open task whose destination is not live: unregistered, or silent for longer
+// than `heartbeat_timeout`, the same rule placement uses. An abandoned task is not a failed
+// attempt of the file; the file is planned again in the same step, onto a live node (of the
+// requested sites).
+//
 // Threading: Step() is synchronous (blocking catalog calls). Start() runs Step() on an
 // own thread whenever catalog events arrive (long poll) or every `interval`; Stop() joins.
 
@@ -56,7 +64,8 @@ struct PlannerOptions {
   catalog::Catalog* catalog = nullptr;
   // Unix ns; null: catalog::SystemNowNs.
   catalog::Clock clock;
-  // Nodes silent for longer are not used as sources or destinations.
+  // Nodes silent for longer are not used as sources or destinations, and their open tasks
+  // (as destination) are abandoned and planned elsewhere.
   std::chrono::milliseconds heartbeat_timeout{30000};
   // Open tasks per destination node (keeps the agent's queue fed without planning
   // thousands of files ahead).

@@ -50,6 +50,12 @@ int main(int argc, char** argv) {
   bool no_planner = false;
   app.add_flag("--no-planner", no_planner,
                "Do not run the replica planner (requests stay queued)");
+  int node_timeout_s = 30;
+  app.add_option("--node-timeout", node_timeout_s,
+                 "Planner: seconds without a heartbeat after which a node is down (no source or "
+                 "destination; its open tasks are planned elsewhere)")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   auto log = tools::MakeLogger(kProgram, common);
 
@@ -91,6 +97,7 @@ int main(int argc, char** argv) {
     replica::PlannerOptions planner_options;
     planner_options.catalog = store->get();
     planner_options.logger = log;
+    planner_options.heartbeat_timeout = std::chrono::seconds(node_timeout_s);
     absl::StatusOr<std::unique_ptr<replica::Planner>> p = replica::Planner::Create(planner_options);
     if (!p.ok()) return tools::Fail(kProgram, p.status().ToString());
     planner = std::move(*p);

@@ -169,6 +169,12 @@ std::string RequestTaskKey(std::uint64_t request, std::uint64_t task) {
   return k;
 }
 
+std::string ReservedGenerationKey(InodeId inode) {
+  std::string k = "reserved_generation";
+  PutBigEndian64(k, inode);
+  return k;
+}
+
 std::string PrefixSuccessor(std::string_view prefix) {
   std::string s(prefix);
   while (!s.empty()) {

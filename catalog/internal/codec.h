@@ -18,6 +18,10 @@
 //   node_tasks     dst_node \0 BE64(id)               -> ""           (open tasks only)
 //   request_tasks  BE64(request) BE64(task)           -> ""
 //   events         BE64(seq)                          -> Event
+//   default        "inode_hwm"                        -> BE64(next unused inode block end)
+//   default        "reserved_generation" BE64(inode)  -> BE64(highest generation reserved
+//                                                        by BeginWrite; absent: none above
+//                                                        the file's generation)
 //
 // Records are a version byte followed by fields in a fixed order (varints, length-prefixed
 // strings, doubles as 8 raw bytes). Decoders return kDataLoss on anything malformed.
@@ -46,6 +50,8 @@ std::string NodePrefix(std::string_view node);  // node \0
 std::string RouteKey(std::string_view src, std::string_view dst);
 std::string NodeTaskKey(std::string_view node, std::uint64_t task);
 std::string RequestTaskKey(std::uint64_t request, std::uint64_t task);
+// Key (in the default column family) of an inode's generation reservation mark.
+std::string ReservedGenerationKey(InodeId inode);
 
 // The smallest key greater than every key starting with `prefix` ("" if none exists).
 std::string PrefixSuccessor(std::string_view prefix);

@@ -309,6 +309,7 @@ void ToProto(const FileContent& in, v1::FileContent* out) {
   out->set_checksum(in.checksum);
   out->set_mode(in.mode);
   out->set_owner(in.owner);
+  out->set_generation(in.generation);
 }
 
 FileContent FromProto(const v1::FileContent& in) {
@@ -318,6 +319,7 @@ FileContent FromProto(const v1::FileContent& in) {
   c.checksum = in.checksum();
   c.mode = in.mode();
   c.owner = in.owner();
+  c.generation = in.generation();
   return c;
 }
 

@@ -4,6 +4,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
+#include <rocksdb/snapshot.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
@@ -11,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -79,6 +81,19 @@ absl::Status ValidateLabel(std::string_view what, std::string_view v) {
   return absl::OkStatus();
 }
 
+// An error text from outside (an agent, an operator) made storable: at most
+// kMaxLabelBytes, and valid UTF-8 so that the task stays readable over gRPC (a file name in
+// another encoding keeps its ASCII, the rest is marked).
+std::string ErrorText(std::string_view error) {
+  std::string out(TruncateUtf8(error, kMaxLabelBytes));
+  if (!IsValidUtf8(out)) {
+    for (char& c : out) {
+      if (static_cast<unsigned char>(c) >= 0x80) c = '?';
+    }
+  }
+  return out;
+}
+
 absl::Status ValidateContent(const FileContent& content) {
   for (auto [what, v] : {std::pair<std::string_view, std::string_view>{"owner", content.owner},
                          {"checksum algorithm", content.checksum_algo},
@@ -110,6 +125,8 @@ class RocksCatalog final : public Catalog {
   absl::StatusOr<Attributes> Mkdir(std::string_view path, const MkdirOptions& options) override;
   absl::StatusOr<Attributes> CreateFile(std::string_view path,
                                         const FileContent& content) override;
+  absl::StatusOr<WriteReservation> BeginWrite(std::string_view path,
+                                              const FileContent& content) override;
   absl::StatusOr<Attributes> CommitFile(std::string_view path, const FileContent& content,
                                         std::string_view writer_node,
                                         std::optional<std::uint64_t> expected_generation) override;
@@ -158,6 +175,8 @@ class RocksCatalog final : public Catalog {
   absl::StatusOr<Task> CompleteTask(std::uint64_t id, std::string_view owner) override;
   absl::StatusOr<Task> FailTask(std::uint64_t id, std::string_view owner, std::string_view error,
                                 bool retryable, std::chrono::milliseconds retry_after) override;
+  absl::StatusOr<std::size_t> ExpireLeases() override;
+  absl::StatusOr<Task> AbandonTask(std::uint64_t id, std::string_view reason) override;
   absl::Status CancelRequest(std::uint64_t id) override;
 
   absl::StatusOr<std::vector<Event>> ReadEvents(std::uint64_t after_seq, std::size_t max,
@@ -212,9 +231,10 @@ class RocksCatalog final : public Catalog {
   }
 
   // Reads one value. kNotFound (with `what` in the message) when absent.
-  absl::StatusOr<std::string> Get(Cf c, std::string_view key, std::string_view what) {
+  absl::StatusOr<std::string> Get(Cf c, std::string_view key, std::string_view what,
+                                  const rocksdb::ReadOptions& ro = rocksdb::ReadOptions()) {
     std::string value;
-    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf(c), Sl(key), &value);
+    rocksdb::Status s = db_->Get(ro, cf(c), Sl(key), &value);
     if (s.IsNotFound()) return absl::NotFoundError(fmt::format("{}: not found", what));
     if (!s.ok()) return FromRocks(s, what);
     return value;
@@ -236,8 +256,9 @@ class RocksCatalog final : public Catalog {
   }
 
   absl::StatusOr<Attributes> Root() { return GetDentry(0, ""); }
-  absl::StatusOr<Attributes> GetDentry(InodeId parent, std::string_view name) {
-    absl::StatusOr<std::string> v = Get(kDentries, DentryKey(parent, name), name);
+  absl::StatusOr<Attributes> GetDentry(InodeId parent, std::string_view name,
+                                       const rocksdb::ReadOptions& ro = rocksdb::ReadOptions()) {
+    absl::StatusOr<std::string> v = Get(kDentries, DentryKey(parent, name), name, ro);
     if (!v.ok()) return v.status();
     return DecodeAttributes(*v);
   }
@@ -268,9 +289,22 @@ class RocksCatalog final : public Catalog {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   void PutTaskLocked(rocksdb::WriteBatch& batch, const Task& t)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-  // Deletes the replica (inode, node) if it is kPending (an attempt's placeholder).
-  void DropPendingReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode, std::string_view node)
+  // Deletes the replica (inode, node) if it is kPending at `generation` (the placeholder
+  // of an attempt at that generation); any other record is left alone.
+  absl::Status DropPendingReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode,
+                                        std::string_view node, std::uint64_t generation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // The record (inode, node), or nullopt if there is none.
+  absl::StatusOr<std::optional<Replica>> FindReplica(InodeId inode, std::string_view node);
+  // The highest generation reserved for `inode` by BeginWrite (0: none recorded).
+  absl::StatusOr<std::uint64_t> ReservedGeneration(InodeId inode);
+  // A lease that ran out: a failed attempt, back to kQueued (or kFailed when out of
+  // attempts), its pending replica dropped.
+  absl::Status ExpireLeaseLocked(rocksdb::WriteBatch& batch, Task& t, std::int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // Why a claimable task can no longer do anything useful ("" if it can): its file is gone
+  // or at a newer generation, or the destination's record is newer.
+  absl::StatusOr<std::string> ObsoleteReason(const Task& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   absl::StatusOr<Task> LeasedTask(std::uint64_t id, std::string_view owner)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   absl::Status MarkSubtreeDeleted(rocksdb::WriteBatch& batch, const Attributes& a,
@@ -561,6 +595,63 @@ absl::StatusOr<std::vector<Attributes>> RocksCatalog::CreateFiles(
   return out;
 }
 
+absl::StatusOr<std::uint64_t> RocksCatalog::ReservedGeneration(InodeId inode) {
+  absl::StatusOr<std::string> v =
+      Get(kDefault, ReservedGenerationKey(inode), "reserved generation");
+  if (absl::IsNotFound(v.status())) return 0;
+  if (!v.ok()) return v.status();
+  return GetBigEndian64(*v);
+}
+
+absl::StatusOr<WriteReservation> RocksCatalog::BeginWrite(std::string_view path,
+                                                          const FileContent& content) {
+  absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
+  if (!parts.ok()) return parts.status();
+  if (parts->empty()) return absl::FailedPreconditionError("/: is a directory");
+  if (absl::Status s = ValidateContent(content); !s.ok()) return s;
+  absl::ReaderMutexLock tree(&tree_mu_);
+  absl::StatusOr<Attributes> parent = Resolve(*parts, parts->size() - 1);
+  if (!parent.ok()) return parent.status();
+  if (parent->type != FileType::kDirectory) {
+    return absl::FailedPreconditionError(fmt::format("{}: parent is not a directory", path));
+  }
+  const std::string& name = parts->back();
+  // The name lock orders this against CommitFile and creates of the same path.
+  absl::MutexLock name_lock(&NameLock(parent->inode, name));
+  absl::StatusOr<Attributes> existing = GetDentry(parent->inode, name);
+  rocksdb::WriteBatch batch;
+  WriteReservation out;
+  Attributes& a = out.attributes;
+  std::uint64_t reserved = 0;
+  if (existing.ok()) {
+    if (existing->type == FileType::kDirectory) {
+      return absl::FailedPreconditionError(fmt::format("{}: is a directory", path));
+    }
+    a = *existing;
+    absl::StatusOr<std::uint64_t> mark = ReservedGeneration(a.inode);
+    if (!mark.ok()) return mark.status();
+    reserved = *mark;
+  } else if (absl::IsNotFound(existing.status())) {
+    absl::StatusOr<InodeId> id = AllocateInode();
+    if (!id.ok()) return id.status();
+    a.inode = *id;
+    a.parent = parent->inode;
+    a.name = name;
+    a.type = FileType::kFile;
+    a.mode = content.mode;
+    a.owner = content.owner;
+    a.mtime_ns = Now();
+    batch.Put(cf(kDentries), DentryKey(a.parent, a.name), EncodeAttributes(a));
+    batch.Put(cf(kInodes), U64Key(a.inode), EncodeInodeRef(a.parent, a.name));
+  } else {
+    return existing.status();
+  }
+  out.generation = std::max(a.generation, reserved) + 1;
+  batch.Put(cf(kDefault), ReservedGenerationKey(a.inode), U64Key(out.generation));
+  if (absl::Status s = Write(&batch, "begin write"); !s.ok()) return s;
+  return out;
+}
+
 absl::StatusOr<Attributes> RocksCatalog::CommitFile(
     std::string_view path, const FileContent& content, std::string_view writer_node,
     std::optional<std::uint64_t> expected_generation) {
@@ -600,7 +691,28 @@ absl::StatusOr<Attributes> RocksCatalog::CommitFile(
     return absl::AbortedError(fmt::format("{}: generation is {}, expected {}", path,
                                           a.generation, *expected_generation));
   }
-  a.generation += 1;
+  std::uint64_t reserved = 0;
+  if (existing.ok()) {
+    absl::StatusOr<std::uint64_t> mark = ReservedGeneration(a.inode);
+    if (!mark.ok()) return mark.status();
+    reserved = *mark;
+  }
+  const std::uint64_t high = std::max(a.generation, reserved);
+  if (content.generation != 0) {
+    if (content.generation <= a.generation) {
+      return absl::AbortedError(
+          fmt::format("{}: generation {} was committed meanwhile (this write reserved {})", path,
+                      a.generation, content.generation));
+    }
+    if (content.generation > high) {
+      return absl::AbortedError(
+          fmt::format("{}: generation {} was not reserved (BeginWrite reserved up to {})", path,
+                      content.generation, high));
+    }
+    a.generation = content.generation;
+  } else {
+    a.generation = high + 1;
+  }
   a.size = content.size;
   a.checksum_algo = content.checksum_algo;
   a.checksum = content.checksum;
@@ -618,11 +730,17 @@ absl::StatusOr<Attributes> RocksCatalog::CommitFile(
   rocksdb::WriteBatch batch;
   batch.Put(cf(kDentries), DentryKey(a.parent, a.name), EncodeAttributes(a));
   batch.Put(cf(kInodes), U64Key(a.inode), EncodeInodeRef(a.parent, a.name));
+  if (reserved != 0 && a.generation >= reserved) {
+    // The generation itself is the mark now (generations only grow).
+    batch.Delete(cf(kDefault), ReservedGenerationKey(a.inode));
+  }
   absl::StatusOr<std::vector<Replica>> replicas = GetReplicas(a.inode);
   if (!replicas.ok()) return replicas.status();
   for (Replica r : *replicas) {
     if (r.node == writer_node) continue;
-    if (r.state == ReplicaState::kComplete || r.state == ReplicaState::kPending) {
+    // Pending records belong to copies in flight: CompleteTask turns them stale (their
+    // generation is older) and FailTask drops them, each checking its own generation.
+    if (r.state == ReplicaState::kComplete) {
       r.state = ReplicaState::kStale;
       PutReplicaLocked(batch, r, fmt::format("{} generation {}", path, a.generation));
     }
@@ -644,20 +762,28 @@ absl::StatusOr<Attributes> RocksCatalog::CommitFile(
 absl::StatusOr<Attributes> RocksCatalog::Stat(std::string_view path) { return ResolvePath(path); }
 
 absl::StatusOr<Attributes> RocksCatalog::StatInode(InodeId inode) {
-  absl::StatusOr<std::string> ref = Get(kInodes, U64Key(inode), fmt::format("inode {}", inode));
+  // Two reads of one snapshot: a rename committing between them must not make the inode
+  // look removed (its old name gone, the reverse record not yet read).
+  rocksdb::ManagedSnapshot snapshot(db_);
+  rocksdb::ReadOptions ro;
+  ro.snapshot = snapshot.snapshot();
+  absl::StatusOr<std::string> ref = Get(kInodes, U64Key(inode), fmt::format("inode {}", inode), ro);
   if (!ref.ok()) return ref.status();
   absl::StatusOr<std::pair<InodeId, std::string>> pn = DecodeInodeRef(*ref);
   if (!pn.ok()) return pn.status();
-  return GetDentry(pn->first, pn->second);
+  return GetDentry(pn->first, pn->second, ro);
 }
 
 absl::StatusOr<std::string> RocksCatalog::PathOf(InodeId inode) {
   std::vector<std::string> parts;
   InodeId cur = inode;
+  rocksdb::ManagedSnapshot snapshot(db_);  // one consistent chain while renames go on
+  rocksdb::ReadOptions ro;
+  ro.snapshot = snapshot.snapshot();
   // Bounded: a path has at most kMaxPathBytes/2 components.
   for (std::size_t depth = 0; cur != kRootInode; ++depth) {
     if (depth > kMaxPathBytes) return absl::DataLossError("inode chain too long (cycle?)");
-    absl::StatusOr<std::string> ref = Get(kInodes, U64Key(cur), fmt::format("inode {}", cur));
+    absl::StatusOr<std::string> ref = Get(kInodes, U64Key(cur), fmt::format("inode {}", cur), ro);
     if (!ref.ok()) return ref.status();
     absl::StatusOr<std::pair<InodeId, std::string>> pn = DecodeInodeRef(*ref);
     if (!pn.ok()) return pn.status();
@@ -703,6 +829,7 @@ absl::Status RocksCatalog::MarkSubtreeDeleted(rocksdb::WriteBatch& batch, const 
   batch.Delete(cf(kDentries), DentryKey(a.parent, a.name));
   batch.Delete(cf(kInodes), U64Key(a.inode));
   if (a.type == FileType::kFile) {
+    batch.Delete(cf(kDefault), ReservedGenerationKey(a.inode));
     absl::StatusOr<std::vector<Replica>> replicas = GetReplicas(a.inode);
     if (!replicas.ok()) return replicas.status();
     for (Replica r : *replicas) {
@@ -766,6 +893,9 @@ absl::Status RocksCatalog::Rename(std::string_view from, std::string_view to) {
   if (src->empty()) return absl::FailedPreconditionError("/: cannot rename the root");
   if (dst->empty()) return absl::AlreadyExistsError("/: already exists");
   absl::WriterMutexLock tree(&tree_mu_);
+  // Also the task/replica lock: CompleteTask and ClaimTask read a file's entry by inode
+  // under it and must see it either before or after the rename, never half-way.
+  WorkLock work(this);
   absl::StatusOr<Attributes> a = Resolve(*src, src->size());
   if (!a.ok()) return a.status();
   absl::StatusOr<Attributes> dparent = Resolve(*dst, dst->size() - 1);
@@ -798,7 +928,7 @@ absl::Status RocksCatalog::Rename(std::string_view from, std::string_view to) {
   batch.Delete(cf(kDentries), DentryKey(a->parent, a->name));
   batch.Put(cf(kDentries), DentryKey(moved.parent, moved.name), EncodeAttributes(moved));
   batch.Put(cf(kInodes), U64Key(moved.inode), EncodeInodeRef(moved.parent, moved.name));
-  return Write(&batch, "rename");
+  return WriteLocked(&batch, "rename");
 }
 
 absl::StatusOr<Location> RocksCatalog::Locate(std::string_view path) {
@@ -865,12 +995,25 @@ void RocksCatalog::DeleteReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode
   AddEvent(batch, EventKind::kReplica, inode, node, "removed", "");
 }
 
-void RocksCatalog::DropPendingReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode,
-                                            std::string_view node) {
-  absl::StatusOr<std::string> rv = Get(kReplicas, ReplicaKey(inode, node), "replica");
-  if (!rv.ok()) return;
-  absl::StatusOr<Replica> r = DecodeReplica(*rv);
-  if (r.ok() && r->state == ReplicaState::kPending) DeleteReplicaLocked(batch, inode, node);
+absl::StatusOr<std::optional<Replica>> RocksCatalog::FindReplica(InodeId inode,
+                                                                 std::string_view node) {
+  absl::StatusOr<std::string> v = Get(kReplicas, ReplicaKey(inode, node), "replica");
+  if (absl::IsNotFound(v.status())) return std::optional<Replica>();
+  if (!v.ok()) return v.status();
+  absl::StatusOr<Replica> r = DecodeReplica(*v);
+  if (!r.ok()) return r.status();
+  return std::optional<Replica>(std::move(*r));
+}
+
+absl::Status RocksCatalog::DropPendingReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode,
+                                                    std::string_view node,
+                                                    std::uint64_t generation) {
+  absl::StatusOr<std::optional<Replica>> r = FindReplica(inode, node);
+  if (!r.ok()) return r.status();
+  if (r->has_value() && (*r)->state == ReplicaState::kPending && (*r)->generation == generation) {
+    DeleteReplicaLocked(batch, inode, node);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RocksCatalog::PutReplica(const Replica& replica) {
@@ -1347,43 +1490,46 @@ absl::StatusOr<Task> RocksCatalog::ClaimTask(std::string_view node, std::string_
     absl::StatusOr<Task> t = GetTask(id);
     if (!t.ok()) return t.status();
     if (t->state == TaskState::kLeased && t->lease_expiry_ns <= now) {
-      // The owner died or lost contact: that attempt failed.
-      t->last_error = fmt::format("lease of {} expired", t->lease_owner);
-      t->lease_owner.clear();
-      t->updated_ns = now;
-      DropPendingReplicaLocked(batch, t->inode, node);
-      t->state = t->attempts >= t->spec.max_attempts ? TaskState::kFailed : TaskState::kQueued;
-      t->next_attempt_ns = now;
-      PutTaskLocked(batch, *t);
+      if (absl::Status es = ExpireLeaseLocked(batch, *t, now); !es.ok()) return es;
     }
     if (t->state == TaskState::kQueued && t->next_attempt_ns <= now) {
       ready.push_back(std::move(*t));
     }
   }
-  auto better = [](const Task& a, const Task& b) {
+  std::sort(ready.begin(), ready.end(), [](const Task& a, const Task& b) {
     return a.spec.priority != b.spec.priority ? a.spec.priority > b.spec.priority : a.id < b.id;
-  };
-  auto it = std::min_element(ready.begin(), ready.end(), better);
-  if (it == ready.end()) {
+  });
+  Task* best = nullptr;
+  for (Task& t : ready) {
+    absl::StatusOr<std::string> obsolete = ObsoleteReason(t);
+    if (!obsolete.ok()) return obsolete.status();
+    if (obsolete->empty()) {
+      best = &t;
+      break;
+    }
+    // Claiming it would put a pending record of an old generation over a newer one.
+    t.state = TaskState::kCancelled;
+    t.last_error = std::move(*obsolete);
+    t.updated_ns = now;
+    PutTaskLocked(batch, t);
+  }
+  if (best == nullptr) {
     if (batch.Count() > 0) {
       if (absl::Status ws = WriteLocked(&batch, "expire leases"); !ws.ok()) return ws;
     }
     return absl::NotFoundError(fmt::format("no claimable task for node {}", node));
   }
-  std::optional<Task> best = std::move(*it);
   best->state = TaskState::kLeased;
   best->attempts += 1;
   best->lease_owner = std::string(owner);
   best->lease_expiry_ns = now + std::chrono::duration_cast<std::chrono::nanoseconds>(lease).count();
   best->updated_ns = now;
   PutTaskLocked(batch, *best);
-  absl::StatusOr<std::string> rv = Get(kReplicas, ReplicaKey(best->inode, node), "replica");
-  bool keep_existing = false;
-  if (rv.ok()) {
-    absl::StatusOr<Replica> r = DecodeReplica(*rv);
-    keep_existing = r.ok() && r->state == ReplicaState::kComplete &&
-                    r->generation == best->generation;
-  }
+  absl::StatusOr<std::optional<Replica>> existing = FindReplica(best->inode, node);
+  if (!existing.ok()) return existing.status();
+  // ObsoleteReason made sure an existing record is not newer than the task.
+  bool keep_existing = existing->has_value() && (*existing)->state == ReplicaState::kComplete &&
+                       (*existing)->generation == best->generation;
   if (!keep_existing) {
     Replica r;
     r.inode = best->inode;
@@ -1395,6 +1541,87 @@ absl::StatusOr<Task> RocksCatalog::ClaimTask(std::string_view node, std::string_
   }
   if (absl::Status ws = WriteLocked(&batch, "claim task"); !ws.ok()) return ws;
   return *best;
+}
+
+absl::Status RocksCatalog::ExpireLeaseLocked(rocksdb::WriteBatch& batch, Task& t,
+                                             std::int64_t now) {
+  // The owner died or lost contact: that attempt failed.
+  if (absl::Status s = DropPendingReplicaLocked(batch, t.inode, t.spec.dst_node, t.generation);
+      !s.ok()) {
+    return s;
+  }
+  t.last_error = fmt::format("lease of {} expired", t.lease_owner);
+  t.lease_owner.clear();
+  t.updated_ns = now;
+  t.state = t.attempts >= t.spec.max_attempts ? TaskState::kFailed : TaskState::kQueued;
+  t.next_attempt_ns = now;
+  PutTaskLocked(batch, t);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> RocksCatalog::ObsoleteReason(const Task& t) {
+  absl::StatusOr<Attributes> a = StatInode(t.inode);
+  if (absl::IsNotFound(a.status())) return std::string("obsolete: file was removed");
+  if (!a.ok()) return a.status();
+  if (a->generation > t.generation) {
+    return fmt::format("obsolete: file is at generation {}", a->generation);
+  }
+  absl::StatusOr<std::optional<Replica>> r = FindReplica(t.inode, t.spec.dst_node);
+  if (!r.ok()) return r.status();
+  if (r->has_value() && (*r)->generation > t.generation) {
+    return fmt::format("obsolete: {} holds generation {}", t.spec.dst_node, (*r)->generation);
+  }
+  return std::string();
+}
+
+absl::StatusOr<std::size_t> RocksCatalog::ExpireLeases() {
+  WorkLock work(this);
+  std::int64_t now = Now();
+  std::vector<std::uint64_t> ids;
+  // node_tasks holds the open tasks of every node: the leased ones are among them.
+  absl::Status s = Scan(kNodeTasks, "", "", [&](std::string_view key, std::string_view) {
+    if (key.size() < 8) return true;
+    if (absl::StatusOr<std::uint64_t> id = GetBigEndian64(key, key.size() - 8); id.ok()) {
+      ids.push_back(*id);
+    }
+    return true;
+  });
+  if (!s.ok()) return s;
+  rocksdb::WriteBatch batch;
+  std::size_t expired = 0;
+  for (std::uint64_t id : ids) {
+    absl::StatusOr<Task> t = GetTask(id);
+    if (!t.ok()) return t.status();
+    if (t->state != TaskState::kLeased || t->lease_expiry_ns > now) continue;
+    if (absl::Status es = ExpireLeaseLocked(batch, *t, now); !es.ok()) return es;
+    ++expired;
+  }
+  if (expired > 0) {
+    if (absl::Status ws = WriteLocked(&batch, "expire leases"); !ws.ok()) return ws;
+  }
+  return expired;
+}
+
+absl::StatusOr<Task> RocksCatalog::AbandonTask(std::uint64_t id, std::string_view reason) {
+  WorkLock work(this);
+  absl::StatusOr<Task> t = GetTask(id);
+  if (!t.ok()) return t.status();
+  if (t->state != TaskState::kQueued && t->state != TaskState::kLeased) return t;
+  rocksdb::WriteBatch batch;
+  if (t->state == TaskState::kLeased) {
+    // Its owner can no longer complete or fail it, so nobody else would drop its record.
+    if (absl::Status s = DropPendingReplicaLocked(batch, t->inode, t->spec.dst_node, t->generation);
+        !s.ok()) {
+      return s;
+    }
+  }
+  t->state = TaskState::kCancelled;
+  t->last_error = ErrorText(reason);
+  t->lease_owner.clear();
+  t->updated_ns = Now();
+  PutTaskLocked(batch, *t);
+  if (absl::Status s = WriteLocked(&batch, "abandon task"); !s.ok()) return s;
+  return t;
 }
 
 absl::StatusOr<Task> RocksCatalog::LeasedTask(std::uint64_t id, std::string_view owner) {
@@ -1431,31 +1658,54 @@ absl::StatusOr<Task> RocksCatalog::CompleteTask(std::uint64_t id, std::string_vi
   std::int64_t now = Now();
   absl::StatusOr<Attributes> a = StatInode(t->inode);
   if (!a.ok() && !absl::IsNotFound(a.status())) return a.status();
+  absl::StatusOr<std::optional<Replica>> existing = FindReplica(t->inode, t->spec.dst_node);
+  if (!existing.ok()) return existing.status();
+  const std::optional<Replica>& rec = *existing;
+  // Only the record this task's claim made may change: pending at the task's generation.
+  const bool ours =
+      rec.has_value() && rec->state == ReplicaState::kPending && rec->generation == t->generation;
   rocksdb::WriteBatch batch;
   Replica r;
-  r.inode = t->inode;
-  r.node = t->spec.dst_node;
-  r.generation = t->generation;
-  r.size = t->size;
-  r.verified_ns = now;
+  if (rec.has_value()) r = *rec;
   t->lease_owner.clear();
   t->updated_ns = now;
   absl::Status result = absl::OkStatus();
   if (!a.ok()) {
-    r.state = ReplicaState::kDeleting;
+    if (ours) {
+      r.state = ReplicaState::kDeleting;
+      PutReplicaLocked(batch, r, t->spec.path);
+    }
     t->state = TaskState::kFailed;
     t->last_error = "file was removed during the copy";
-    result = absl::AbortedError(fmt::format("task {}: {}", id, t->last_error));
   } else if (a->generation != t->generation) {
-    r.state = ReplicaState::kStale;
+    if (ours) {
+      r.state = ReplicaState::kStale;  // valid bytes of an older generation
+      PutReplicaLocked(batch, r, t->spec.path);
+    }
     t->state = TaskState::kFailed;
     t->last_error = fmt::format("file changed to generation {} during the copy", a->generation);
-    result = absl::AbortedError(fmt::format("task {}: {}", id, t->last_error));
-  } else {
+  } else if (ours) {
     r.state = ReplicaState::kComplete;
+    r.size = t->size;
+    r.verified_ns = now;
+    PutReplicaLocked(batch, r, t->spec.path);
     t->state = TaskState::kDone;
+  } else if (rec.has_value() && rec->state == ReplicaState::kComplete &&
+             rec->generation == t->generation) {
+    t->state = TaskState::kDone;  // the claim kept a complete record of this generation
+  } else {
+    // Removed or replaced by someone else meanwhile: not this task's record to change.
+    // Cancelled, not failed, so that the planner copies the file again.
+    t->state = TaskState::kCancelled;
+    t->last_error =
+        rec.has_value()
+            ? fmt::format("replica record of {} changed during the copy (now {} generation {})",
+                          t->spec.dst_node, ToString(rec->state), rec->generation)
+            : fmt::format("replica record of {} was removed during the copy", t->spec.dst_node);
   }
-  PutReplicaLocked(batch, r, t->spec.path);
+  if (t->state != TaskState::kDone) {
+    result = absl::AbortedError(fmt::format("task {}: {}", id, t->last_error));
+  }
   PutTaskLocked(batch, *t);
   if (absl::Status s = WriteLocked(&batch, "complete task"); !s.ok()) return s;
   if (!result.ok()) return result;
@@ -1470,14 +1720,7 @@ absl::StatusOr<Task> RocksCatalog::FailTask(std::uint64_t id, std::string_view o
   absl::StatusOr<Task> t = LeasedTask(id, owner);
   if (!t.ok()) return t.status();
   std::int64_t now = Now();
-  t->last_error = std::string(TruncateUtf8(error, kMaxLabelBytes));
-  if (!IsValidUtf8(t->last_error)) {
-    // An agent's error text (e.g. a file name in another encoding) must not make the
-    // task unreadable over gRPC: keep the ASCII, mark the rest.
-    for (char& c : t->last_error) {
-      if (static_cast<unsigned char>(c) >= 0x80) c = '?';
-    }
-  }
+  t->last_error = ErrorText(error);
   t->lease_owner.clear();
   t->updated_ns = now;
   if (retryable && t->attempts < t->spec.max_attempts) {
@@ -1488,7 +1731,10 @@ absl::StatusOr<Task> RocksCatalog::FailTask(std::uint64_t id, std::string_view o
     t->state = TaskState::kFailed;
   }
   rocksdb::WriteBatch batch;
-  DropPendingReplicaLocked(batch, t->inode, t->spec.dst_node);
+  if (absl::Status s = DropPendingReplicaLocked(batch, t->inode, t->spec.dst_node, t->generation);
+      !s.ok()) {
+    return s;
+  }
   PutTaskLocked(batch, *t);
   if (absl::Status s = WriteLocked(&batch, "fail task"); !s.ok()) return s;
   return t;
@@ -1510,7 +1756,10 @@ absl::Status RocksCatalog::CancelRequest(std::uint64_t id) {
     if (t.state == TaskState::kLeased) {
       // The owner loses its lease and cannot complete or fail the task any more, so the
       // pending replica its claim made is dropped here (as FailTask would).
-      DropPendingReplicaLocked(batch, t.inode, t.spec.dst_node);
+      if (absl::Status s = DropPendingReplicaLocked(batch, t.inode, t.spec.dst_node, t.generation);
+          !s.ok()) {
+        return s;
+      }
     }
     t.state = TaskState::kCancelled;
     t.lease_owner.clear();

@@ -23,6 +23,7 @@ class CatalogClientTest : public ::testing::Test {
   void SetUp() override {
     CatalogOptions options;
     options.path = dir_.Sub("db");
+    options.clock = [this] { return SystemNowNs() + clock_offset_ns_.load(); };
     absl::StatusOr<std::unique_ptr<Catalog>> c = OpenRocksCatalog(options);
     ASSERT_TRUE(c.ok()) << c.status();
     local_ = std::move(*c);
@@ -65,6 +66,7 @@ class CatalogClientTest : public ::testing::Test {
     ASSERT_TRUE(f.ok()) << f.status();
   }
 
+  std::atomic<std::int64_t> clock_offset_ns_{0};  // moves the server's clock forward
   testing::TempDir dir_{"catalog-rpc"};
   std::unique_ptr<Catalog> local_;
   std::unique_ptr<CatalogServer> server_;
@@ -256,6 +258,57 @@ TEST_F(CatalogClientTest, RequestAndTaskCalls) {
   EXPECT_EQ(client_->ClaimTask("b1", "agent", 30s).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(client_->ClaimTask("b1", "agent", 0ms).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CatalogClientTest, BeginWriteAndCommitOfTheReservedGeneration) {
+  Topology();
+  FileContent c;
+  c.mode = 0600;
+  c.owner = "bob";
+  absl::StatusOr<WriteReservation> fresh = client_->BeginWrite("/new", c);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(fresh->generation, 1u);
+  EXPECT_EQ(fresh->attributes.generation, 0u);
+  EXPECT_EQ(fresh->attributes.mode, 0600u);
+  EXPECT_EQ(fresh->attributes.owner, "bob");
+  absl::StatusOr<WriteReservation> w = client_->BeginWrite("/f", {});
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->generation, 2u);
+  EXPECT_EQ(w->attributes.checksum, "00ff");
+  EXPECT_EQ(client_->BeginWrite("/", {}).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client_->BeginWrite("/no/such", {}).status().code(), absl::StatusCode::kNotFound);
+  FileContent v2;
+  v2.size = 5;
+  v2.checksum = "v2";
+  v2.generation = w->generation;
+  absl::StatusOr<Attributes> committed = client_->CommitFile("/f", v2, "b1", std::nullopt);
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  EXPECT_EQ(committed->generation, 2u);
+  EXPECT_EQ(client_->CommitFile("/f", v2, "b1", std::nullopt).status().code(),
+            absl::StatusCode::kAborted);
+}
+
+TEST_F(CatalogClientTest, ExpireLeasesAndAbandonTask) {
+  Topology();
+  TaskSpec ts;
+  ts.path = "/f";
+  ts.src_node = "a1";
+  ts.dst_node = "b1";
+  absl::StatusOr<std::vector<Task>> tasks = client_->CreateTasks({ts, ts});
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_TRUE(client_->ClaimTask("b1", "agent", 30s).ok());
+  EXPECT_EQ(*client_->ExpireLeases(), 0u);
+  clock_offset_ns_ += 31'000'000'000;
+  absl::StatusOr<std::size_t> expired = client_->ExpireLeases();
+  ASSERT_TRUE(expired.ok()) << expired.status();
+  EXPECT_EQ(*expired, 1u);
+  EXPECT_EQ(client_->GetTask((*tasks)[0].id)->state, TaskState::kQueued);
+  absl::StatusOr<Task> abandoned =
+      client_->AbandonTask((*tasks)[1].id, "destination node b1 is down");
+  ASSERT_TRUE(abandoned.ok()) << abandoned.status();
+  EXPECT_EQ(abandoned->state, TaskState::kCancelled);
+  EXPECT_EQ(abandoned->last_error, "destination node b1 is down");
+  EXPECT_EQ(client_->AbandonTask(12345, "x").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(CatalogClientTest, ReadEventsAndWatchFollowTheLog) {

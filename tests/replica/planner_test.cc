@@ -30,6 +30,10 @@ class InterposedCatalog : public Catalog {
                                         const FileContent& content) override {
     return inner_->CreateFile(path, content);
   }
+  absl::StatusOr<WriteReservation> BeginWrite(std::string_view path,
+                                              const FileContent& content) override {
+    return inner_->BeginWrite(path, content);
+  }
   absl::StatusOr<Attributes> CommitFile(std::string_view path, const FileContent& content,
                                         std::string_view writer_node,
                                         std::optional<std::uint64_t> expected_generation) override {
@@ -109,6 +113,10 @@ class InterposedCatalog : public Catalog {
   absl::StatusOr<Task> FailTask(std::uint64_t id, std::string_view owner, std::string_view error,
                                 bool retryable, std::chrono::milliseconds retry_after) override {
     return inner_->FailTask(id, owner, error, retryable, retry_after);
+  }
+  absl::StatusOr<std::size_t> ExpireLeases() override { return inner_->ExpireLeases(); }
+  absl::StatusOr<Task> AbandonTask(std::uint64_t id, std::string_view reason) override {
+    return inner_->AbandonTask(id, reason);
   }
   absl::Status CancelRequest(std::uint64_t id) override { return inner_->CancelRequest(id); }
   absl::StatusOr<std::vector<Event>> ReadEvents(std::uint64_t after_seq, std::size_t max,
@@ -459,6 +467,81 @@ TEST_F(PlannerTest, DownNodesAreNotDestinationsAndADownOnlySourceIsStillTried) {
   ASSERT_EQ(tasks.size(), 1u);
   EXPECT_EQ(tasks[0].spec.src_node, "a1");  // the only holder, though down
   EXPECT_EQ(tasks[0].spec.dst_node.substr(0, 1), "b");
+}
+
+// Review 3.4: a destination that dies while it holds a lease never claims again, so only
+// the planner can release its task. After the heartbeat timeout the task is abandoned (not
+// a failed attempt of the file) and the copy goes to another live node of the site asked for.
+TEST_F(PlannerTest, ATaskOfADeadDestinationIsAbandonedAndTheCopyGoesToAnotherLiveNode) {
+  Commit("/d/f1", 100, "a1");
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d/f1"};
+  spec.dst_sites = {"B"};
+  std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  std::vector<Task> tasks = Tasks(id);
+  ASSERT_EQ(tasks.size(), 1u);
+  const std::string dead = tasks[0].spec.dst_node;
+  const std::string other = dead == "b1" ? "b2" : "b1";
+  // The agent claims (a lease longer than the heartbeat timeout) and then dies.
+  auto leased = cat_->ClaimTask(dead, "agent-of-" + dead, std::chrono::seconds(120));
+  ASSERT_TRUE(leased.ok()) << leased.status();
+
+  now_ += 20 * kSecond;
+  Heartbeat({"a1", "a2", other, "c1"});
+  ASSERT_TRUE(planner->Step().ok());
+  tasks = Tasks(id);
+  ASSERT_EQ(tasks.size(), 1u) << "not down yet: the copy is still in flight";
+  EXPECT_EQ(tasks[0].spec.dst_node, dead);
+
+  now_ += 15 * kSecond;  // 35 s without a heartbeat from `dead`
+  Heartbeat({"a1", "a2", other, "c1"});
+  ASSERT_TRUE(planner->Step().ok());
+  auto abandoned = cat_->GetTask(leased->id);
+  ASSERT_TRUE(abandoned.ok());
+  EXPECT_EQ(abandoned->state, TaskState::kCancelled);
+  EXPECT_EQ(abandoned->last_error, "destination node " + dead + " is down");
+  tasks = Tasks(id);
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0].spec.dst_node, other);
+  EXPECT_EQ(Get(id).state, RequestState::kRunning);
+  auto loc = cat_->Locate("/d/f1");
+  ASSERT_TRUE(loc.ok());
+  for (const catalog::Replica& r : loc->replicas) {
+    EXPECT_NE(r.node, dead) << "the dead node's pending record is dropped";
+  }
+
+  auto claimed = cat_->ClaimTask(other, "agent-of-" + other, std::chrono::seconds(10));
+  ASSERT_TRUE(claimed.ok()) << claimed.status();
+  ASSERT_TRUE(cat_->CompleteTask(claimed->id, "agent-of-" + other).ok());
+  ASSERT_TRUE(planner->Step().ok());
+  catalog::Request r = Get(id);
+  EXPECT_EQ(r.state, RequestState::kDone) << r.error;
+  EXPECT_EQ(r.files_failed, 0u);
+  EXPECT_TRUE(Tasks(id).empty());
+}
+
+// Leases run out in the planner's step even when the node never claims again (the
+// catalog used to expire them only in that node's own ClaimTask).
+TEST_F(PlannerTest, EveryStepExpiresRunOutLeases) {
+  Commit("/d/f1", 100, "a1");
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d/f1"};
+  spec.dst_sites = {"C"};
+  std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  auto leased = cat_->ClaimTask("c1", "agent", std::chrono::seconds(15));
+  ASSERT_TRUE(leased.ok()) << leased.status();
+  now_ += 16 * kSecond;
+  Heartbeat({"a1", "a2", "b1", "b2", "c1"});
+  ASSERT_TRUE(planner->Step().ok());
+  auto t = cat_->GetTask(leased->id);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->state, TaskState::kQueued);
+  EXPECT_EQ(t->last_error, "lease of agent expired");
+  EXPECT_EQ(Tasks(id).size(), 1u);
 }
 
 TEST_F(PlannerTest, RewrittenFileMakesReplicasStaleAndANewRequestRefreshesThem) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <random>
@@ -114,6 +115,29 @@ class RocksCatalogTest : public ::testing::Test {
     spec.path = "/f";
     spec.src_node = "a1";
     spec.dst_node = "b1";
+    spec.max_attempts = 3;
+    absl::StatusOr<std::vector<Task>> tasks = catalog_->CreateTasks({spec});
+    if (!tasks.ok()) return tasks.status();
+    return tasks->front();
+  }
+
+  // The replica record of (path's inode, node); kNotFound if none.
+  absl::StatusOr<Replica> RecordOf(const std::string& path, const std::string& node) {
+    absl::StatusOr<Location> loc = catalog_->Locate(path);
+    if (!loc.ok()) return loc.status();
+    for (const Replica& r : loc->replicas) {
+      if (r.node == node) return r;
+    }
+    return absl::NotFoundError(node);
+  }
+
+  absl::StatusOr<Task> TaskTo(const std::string& path, const std::string& dst,
+                              std::int32_t priority = 0) {
+    TaskSpec spec;
+    spec.path = path;
+    spec.src_node = "a1";
+    spec.dst_node = dst;
+    spec.priority = priority;
     spec.max_attempts = 3;
     absl::StatusOr<std::vector<Task>> tasks = catalog_->CreateTasks({spec});
     if (!tasks.ok()) return tasks.status();
@@ -637,6 +661,350 @@ TEST_F(RocksCatalogTest, AFailedWriteLeavesNoEventGapAndWaitersKeepWaiting) {
   EXPECT_EQ(got->front().seq, before + 1);
   EXPECT_EQ(got->front().id, ok->id);
   EXPECT_EQ(*catalog_->LastEventSeq(), before + 1);
+}
+
+// Review 3.2.2: a task queued for generation G and claimed after gfreg committed G+1 at its
+// destination must not turn the node's complete G+1 record into a pending G one.
+TEST_F(RocksCatalogTest, AQueuedTaskOfAnOlderGenerationIsCancelledAtClaimAndTouchesNoRecord) {
+  MakeTopologyAndFile();
+  absl::StatusOr<Task> old = TaskTo("/f", "b1", 5);
+  ASSERT_TRUE(old.ok()) << old.status();
+  ASSERT_TRUE(catalog_->CommitFile("/g", Content(4, "g1"), "a1", std::nullopt).ok());
+  absl::StatusOr<Task> other = TaskTo("/g", "b1");
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_TRUE(catalog_->CommitFile("/f", Content(3, "c2"), "b1", std::nullopt).ok());
+
+  // The obsolete task comes first by priority; the claim cancels it and moves on.
+  absl::StatusOr<Task> claimed = catalog_->ClaimTask("b1", "agent", 10s);
+  ASSERT_TRUE(claimed.ok()) << claimed.status();
+  EXPECT_EQ(claimed->id, other->id);
+  absl::StatusOr<Task> cancelled = catalog_->GetTask(old->id);
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state, TaskState::kCancelled);
+  EXPECT_EQ(cancelled->last_error, "obsolete: file is at generation 2");
+  EXPECT_EQ(cancelled->attempts, 0u);
+  absl::StatusOr<Replica> b1 = RecordOf("/f", "b1");
+  ASSERT_TRUE(b1.ok()) << b1.status();
+  EXPECT_EQ(b1->state, ReplicaState::kComplete);
+  EXPECT_EQ(b1->generation, 2u);
+  EXPECT_EQ(catalog_->ClaimTask("b1", "agent", 10s).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(catalog_->ListTasks(OpenFor("b1"))->empty());
+}
+
+// Review 3.2.1: a leased copy of generation G that finishes after G+1 was committed at its
+// destination must not mark the node's G+1 record stale.
+TEST_F(RocksCatalogTest, CompletingAnOldGenerationAfterANewerCommitAtItsNodeKeepsTheNewRecord) {
+  MakeTopologyAndFile();
+  ASSERT_TRUE(OneTask().ok());
+  absl::StatusOr<Task> c = catalog_->ClaimTask("b1", "agent", 10s);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(catalog_->CommitFile("/f", Content(3, "c2"), "b1", std::nullopt).ok());
+  absl::StatusOr<Task> done = catalog_->CompleteTask(c->id, "agent");
+  EXPECT_EQ(done.status().code(), absl::StatusCode::kAborted) << done.status();
+  absl::StatusOr<Replica> b1 = RecordOf("/f", "b1");
+  ASSERT_TRUE(b1.ok()) << b1.status();
+  EXPECT_EQ(b1->state, ReplicaState::kComplete);
+  EXPECT_EQ(b1->generation, 2u);
+  EXPECT_EQ(catalog_->GetTask(c->id)->state, TaskState::kFailed);
+  // Failing it instead (or its lease running out) leaves the record alone too.
+  ASSERT_TRUE(catalog_->CommitFile("/f", Content(5, "c3"), "a1", std::nullopt).ok());
+  ASSERT_TRUE(OneTask().ok());
+  absl::StatusOr<Task> c3 = catalog_->ClaimTask("b1", "agent", 10s);
+  ASSERT_TRUE(c3.ok()) << c3.status();
+  ASSERT_TRUE(catalog_->CommitFile("/f", Content(6, "c4"), "b1", std::nullopt).ok());
+  ASSERT_TRUE(catalog_->FailTask(c3->id, "agent", "aborted", false, 0s).ok());
+  b1 = RecordOf("/f", "b1");
+  ASSERT_TRUE(b1.ok()) << b1.status();
+  EXPECT_EQ(b1->state, ReplicaState::kComplete);
+  EXPECT_EQ(b1->generation, 4u);
+}
+
+// An attempt that fails or whose lease runs out drops only its own pending record: not
+// the pending record of a newer generation's copy to the same node.
+TEST_F(RocksCatalogTest, FailingOrExpiringAnOldAttemptLeavesANewerGenerationsRecord) {
+  MakeTopologyAndFile();
+  ASSERT_TRUE(catalog_->CommitFile("/h", Content(4, "h1"), "a1", std::nullopt).ok());
+  for (const std::string path : {"/f", "/h"}) {
+    SCOPED_TRACE(path);
+    absl::StatusOr<Task> old = TaskTo(path, "b1");
+    ASSERT_TRUE(old.ok()) << old.status();
+    absl::StatusOr<Task> first = catalog_->ClaimTask("b1", "agent-1", 10s);
+    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_EQ(first->id, old->id);
+    ASSERT_TRUE(catalog_->CommitFile(path, Content(3, "v2"), "a1", std::nullopt).ok());
+    absl::StatusOr<Task> fresh = TaskTo(path, "b1");
+    ASSERT_TRUE(fresh.ok()) << fresh.status();
+    absl::StatusOr<Task> second = catalog_->ClaimTask("b1", "agent-2", 60s);
+    ASSERT_TRUE(second.ok()) << second.status();
+    ASSERT_EQ(second->id, fresh->id);
+    if (path == "/f") {
+      ASSERT_TRUE(catalog_->FailTask(old->id, "agent-1", "aborted", false, 0s).ok());
+    } else {
+      now_ += 11'000'000'000;  // agent-1's lease runs out; agent-2's does not
+      EXPECT_EQ(catalog_->ClaimTask("b1", "agent-3", 10s).status().code(),
+                absl::StatusCode::kNotFound);
+      EXPECT_NE(catalog_->GetTask(old->id)->state, TaskState::kLeased);
+    }
+    absl::StatusOr<Replica> b1 = RecordOf(path, "b1");
+    ASSERT_TRUE(b1.ok()) << b1.status();
+    EXPECT_EQ(b1->state, ReplicaState::kPending);
+    EXPECT_EQ(b1->generation, 2u);
+    ASSERT_TRUE(catalog_->CompleteTask(fresh->id, "agent-2").ok());
+    b1 = RecordOf(path, "b1");
+    ASSERT_TRUE(b1.ok()) << b1.status();
+    EXPECT_EQ(b1->state, ReplicaState::kComplete);
+    EXPECT_EQ(b1->generation, 2u);
+  }
+}
+
+// Review 3.1: StatInode (and CompleteTask, which uses it) must never see a file that is
+// being renamed as missing: CompleteTask would mark a live file's replica deleting.
+TEST_F(RocksCatalogTest, StatInodeNeverMissesAFileThatIsBeingRenamed) {
+  ASSERT_TRUE(catalog_->Mkdir("/x", {}).ok());
+  absl::StatusOr<Attributes> f = catalog_->CreateFile("/x/a", {});
+  ASSERT_TRUE(f.ok());
+  std::atomic<bool> done{false};
+  std::thread renamer([&] {
+    for (int i = 0; i < 1000; ++i) {
+      EXPECT_TRUE(catalog_->Rename(i % 2 ? "/x/b" : "/x/a", i % 2 ? "/x/a" : "/x/b").ok());
+    }
+    done = true;
+  });
+  int misses = 0, looks = 0;
+  while (!done) {
+    ++looks;
+    if (!catalog_->StatInode(f->inode).ok()) ++misses;
+  }
+  renamer.join();
+  EXPECT_EQ(misses, 0) << "of " << looks;
+}
+
+FileContent Reserved(std::uint64_t generation, std::uint64_t size, std::string checksum) {
+  FileContent c = Content(size, std::move(checksum));
+  c.generation = generation;
+  return c;
+}
+
+TEST_F(RocksCatalogTest, BeginWriteReservesDistinctIncreasingGenerationsThatReadersDoNotSee) {
+  MakeTopologyAndFile();
+  absl::StatusOr<WriteReservation> w2 = catalog_->BeginWrite("/f", {});
+  absl::StatusOr<WriteReservation> w3 = catalog_->BeginWrite("/f", {});
+  ASSERT_TRUE(w2.ok()) << w2.status();
+  ASSERT_TRUE(w3.ok()) << w3.status();
+  EXPECT_EQ(w2->generation, 2u);
+  EXPECT_EQ(w3->generation, 3u);
+  EXPECT_EQ(w3->attributes.generation, 1u);
+  EXPECT_EQ(w3->attributes.inode, catalog_->Stat("/f")->inode);
+  absl::StatusOr<Location> loc = catalog_->Locate("/f");
+  ASSERT_TRUE(loc.ok());
+  EXPECT_EQ(loc->attributes.generation, 1u);
+  EXPECT_EQ(loc->attributes.checksum, "c1");
+
+  // The later reservation commits first, exactly at its number.
+  absl::StatusOr<Attributes> c3 = catalog_->CommitFile("/f", Reserved(3, 30, "c3"), "b1", {});
+  ASSERT_TRUE(c3.ok()) << c3.status();
+  EXPECT_EQ(c3->generation, 3u);
+  absl::StatusOr<Replica> b1 = RecordOf("/f", "b1");
+  ASSERT_TRUE(b1.ok());
+  EXPECT_EQ(b1->state, ReplicaState::kComplete);
+  EXPECT_EQ(b1->generation, 3u);
+  // A fresh generation (0) skips every reserved one; unreserved numbers are refused.
+  absl::StatusOr<Attributes> c4 = catalog_->CommitFile("/f", Content(40, "c4"), "a1", {});
+  ASSERT_TRUE(c4.ok()) << c4.status();
+  EXPECT_EQ(c4->generation, 4u);
+  absl::StatusOr<Attributes> bad = catalog_->CommitFile("/f", Reserved(9, 9, "c9"), "a1", {});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(bad.status().message().find("generation 9 was not reserved"), std::string::npos)
+      << bad.status();
+  absl::StatusOr<WriteReservation> w5 = catalog_->BeginWrite("/f", {});
+  ASSERT_TRUE(w5.ok());
+  EXPECT_EQ(w5->generation, 5u);
+  // Reservations are durable.
+  Open();
+  absl::StatusOr<WriteReservation> w6 = catalog_->BeginWrite("/f", {});
+  ASSERT_TRUE(w6.ok()) << w6.status();
+  EXPECT_EQ(w6->generation, 6u);
+  absl::StatusOr<Attributes> c5 = catalog_->CommitFile("/f", Reserved(5, 50, "c5"), "a1", {});
+  ASSERT_TRUE(c5.ok()) << c5.status();
+  EXPECT_EQ(c5->generation, 5u);
+}
+
+TEST_F(RocksCatalogTest, CommittingAReservedGenerationOlderThanTheCommittedOneChangesNothing) {
+  MakeTopologyAndFile();
+  absl::StatusOr<WriteReservation> slow = catalog_->BeginWrite("/f", {});
+  absl::StatusOr<WriteReservation> fast = catalog_->BeginWrite("/f", {});
+  ASSERT_TRUE(slow.ok() && fast.ok());
+  ASSERT_TRUE(catalog_->CommitFile("/f", Reserved(fast->generation, 3, "fast"), "b1", {}).ok());
+  absl::StatusOr<Location> before = catalog_->Locate("/f");
+  ASSERT_TRUE(before.ok());
+  std::uint64_t seq = *catalog_->LastEventSeq();
+  absl::StatusOr<Attributes> late =
+      catalog_->CommitFile("/f", Reserved(slow->generation, 2, "slow"), "a1", {});
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(late.status().message().find("generation 3 was committed meanwhile"), std::string::npos)
+      << late.status();
+  absl::StatusOr<Location> after = catalog_->Locate("/f");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->attributes.generation, 3u);
+  EXPECT_EQ(after->attributes.checksum, "fast");
+  ASSERT_EQ(after->replicas.size(), before->replicas.size());
+  for (std::size_t i = 0; i < after->replicas.size(); ++i) {
+    EXPECT_EQ(after->replicas[i].node, before->replicas[i].node);
+    EXPECT_EQ(after->replicas[i].state, before->replicas[i].state);
+    EXPECT_EQ(after->replicas[i].generation, before->replicas[i].generation);
+  }
+  EXPECT_EQ(*catalog_->LastEventSeq(), seq);
+}
+
+TEST_F(RocksCatalogTest, BeginWriteOnANewPathCreatesAnEmptyEntry) {
+  FileContent c;
+  c.mode = 0600;
+  c.owner = "alice";
+  EXPECT_EQ(catalog_->BeginWrite("/d/x", c).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(catalog_->Mkdir("/d", {}).ok());
+  EXPECT_EQ(catalog_->BeginWrite("/d", c).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(catalog_->BeginWrite("/", c).status().code(), absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<WriteReservation> w = catalog_->BeginWrite("/d/x", c);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->generation, 1u);
+  EXPECT_EQ(w->attributes.generation, 0u);
+  absl::StatusOr<Location> loc = catalog_->Locate("/d/x");
+  ASSERT_TRUE(loc.ok()) << loc.status();
+  EXPECT_EQ(loc->attributes.inode, w->attributes.inode);
+  EXPECT_EQ(loc->attributes.type, FileType::kFile);
+  EXPECT_EQ(loc->attributes.generation, 0u);
+  EXPECT_EQ(loc->attributes.mode, 0600u);
+  EXPECT_EQ(loc->attributes.owner, "alice");
+  EXPECT_TRUE(loc->replicas.empty());
+  // A removed and re-created path is a new inode with generations of its own.
+  ASSERT_TRUE(catalog_->Remove("/d/x", false).ok());
+  absl::StatusOr<WriteReservation> again = catalog_->BeginWrite("/d/x", c);
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(again->attributes.inode, w->attributes.inode);
+  EXPECT_EQ(again->generation, 1u);
+  // The removed inode's reservation does not carry over.
+  EXPECT_EQ(catalog_->CommitFile("/d/x", Reserved(2, 1, "x"), "", {}).status().code(),
+            absl::StatusCode::kAborted);
+}
+
+TEST_F(RocksCatalogTest, ConcurrentWritersNeverGetTheSameGeneration) {
+  MakeTopologyAndFile();
+  std::vector<std::thread> threads;
+  std::vector<std::vector<std::uint64_t>> got(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < 25; ++k) {
+        if (k % 5 == 4) {
+          absl::StatusOr<Attributes> a = catalog_->CommitFile("/f", Content(1), "", {});
+          if (a.ok()) got[t].push_back(a->generation);
+        } else {
+          absl::StatusOr<WriteReservation> w = catalog_->BeginWrite("/f", {});
+          if (w.ok()) got[t].push_back(w->generation);
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<std::uint64_t> all;
+  for (const auto& g : got) {
+    EXPECT_EQ(g.size(), 25u);
+    EXPECT_TRUE(std::is_sorted(g.begin(), g.end()));
+    all.insert(g.begin(), g.end());
+  }
+  EXPECT_EQ(all.size(), 100u);
+  EXPECT_EQ(*all.begin(), 2u);
+  EXPECT_EQ(*all.rbegin(), 101u);
+}
+
+TEST_F(RocksCatalogTest, ExpireLeasesExpiresEveryNodesRunOutLeases) {
+  MakeTopologyAndFile();
+  ASSERT_TRUE(OneTask().ok());
+  absl::StatusOr<Task> t = catalog_->ClaimTask("b1", "agent", 10s);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(*catalog_->ExpireLeases(), 0u);
+  std::uint64_t seq = *catalog_->LastEventSeq();
+  now_ += 9'000'000'000;
+  EXPECT_EQ(*catalog_->ExpireLeases(), 0u);
+  EXPECT_EQ(*catalog_->LastEventSeq(), seq);  // nothing written
+  now_ += 2'000'000'000;
+  // b1 never claims again (its agent is dead): the expiry happens anyway.
+  EXPECT_EQ(*catalog_->ExpireLeases(), 1u);
+  absl::StatusOr<Task> after = catalog_->GetTask(t->id);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->state, TaskState::kQueued);
+  EXPECT_EQ(after->attempts, 1u);
+  EXPECT_EQ(after->last_error, "lease of agent expired");
+  EXPECT_TRUE(after->lease_owner.empty());
+  EXPECT_EQ(RecordOf("/f", "b1").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(*catalog_->ExpireLeases(), 0u);
+  EXPECT_EQ(catalog_->CompleteTask(t->id, "agent").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // The last attempt's expiry fails the task.
+  for (int attempt = 2; attempt <= 3; ++attempt) {
+    ASSERT_TRUE(catalog_->ClaimTask("b1", "agent", 10s).ok());
+    now_ += 11'000'000'000;
+    EXPECT_EQ(*catalog_->ExpireLeases(), 1u);
+  }
+  EXPECT_EQ(catalog_->GetTask(t->id)->state, TaskState::kFailed);
+}
+
+TEST_F(RocksCatalogTest, AbandonTaskCancelsOpenTasksWithoutCountingAnAttempt) {
+  MakeTopologyAndFile();
+  absl::StatusOr<Task> queued = OneTask();
+  ASSERT_TRUE(queued.ok());
+  absl::StatusOr<Task> gone = catalog_->AbandonTask(queued->id, "destination node b1 is down");
+  ASSERT_TRUE(gone.ok()) << gone.status();
+  EXPECT_EQ(gone->state, TaskState::kCancelled);
+  EXPECT_EQ(gone->last_error, "destination node b1 is down");
+  EXPECT_EQ(gone->attempts, 0u);
+
+  absl::StatusOr<Task> leased_task = OneTask();
+  ASSERT_TRUE(leased_task.ok());
+  absl::StatusOr<Task> leased = catalog_->ClaimTask("b1", "agent", 10s);
+  ASSERT_TRUE(leased.ok());
+  ASSERT_EQ(RecordOf("/f", "b1")->state, ReplicaState::kPending);
+  absl::StatusOr<Task> abandoned = catalog_->AbandonTask(leased->id, "destination node b1 is down");
+  ASSERT_TRUE(abandoned.ok()) << abandoned.status();
+  EXPECT_EQ(abandoned->state, TaskState::kCancelled);
+  EXPECT_EQ(abandoned->attempts, 1u);
+  EXPECT_TRUE(abandoned->lease_owner.empty());
+  EXPECT_EQ(RecordOf("/f", "b1").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(catalog_->CompleteTask(leased->id, "agent").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(catalog_->ListTasks(OpenFor("b1"))->empty());
+  // Final tasks come back unchanged.
+  absl::StatusOr<Task> again = catalog_->AbandonTask(leased->id, "other reason");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->last_error, "destination node b1 is down");
+  EXPECT_EQ(catalog_->AbandonTask(9999, "x").status().code(), absl::StatusCode::kNotFound);
+
+  // A leased copy of an old generation abandoned after its node got the new one keeps it.
+  ASSERT_TRUE(OneTask().ok());
+  absl::StatusOr<Task> old = catalog_->ClaimTask("b1", "agent", 10s);
+  ASSERT_TRUE(old.ok());
+  ASSERT_TRUE(catalog_->CommitFile("/f", Content(3, "c2"), "b1", std::nullopt).ok());
+  ASSERT_TRUE(catalog_->AbandonTask(old->id, "destination node b1 is down").ok());
+  absl::StatusOr<Replica> b1 = RecordOf("/f", "b1");
+  ASSERT_TRUE(b1.ok());
+  EXPECT_EQ(b1->state, ReplicaState::kComplete);
+  EXPECT_EQ(b1->generation, 2u);
+}
+
+TEST_F(RocksCatalogTest, ATaskForARemovedFileIsCancelledAtClaimAndLeavesTheDeletingRecord) {
+  MakeTopologyAndFile();
+  ASSERT_TRUE(
+      catalog_->PutReplica(Rep(catalog_->Stat("/f")->inode, "b1", ReplicaState::kComplete, 1))
+          .ok());
+  absl::StatusOr<Task> t = TaskTo("/f", "b1");
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(catalog_->Remove("/f", false).ok());
+  EXPECT_EQ(catalog_->ClaimTask("b1", "agent", 10s).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(catalog_->GetTask(t->id)->state, TaskState::kCancelled);
+  EXPECT_EQ(catalog_->GetTask(t->id)->last_error, "obsolete: file was removed");
+  absl::StatusOr<std::vector<Replica>> held = catalog_->ListNodeReplicas("b1", 0, 10);
+  ASSERT_TRUE(held.ok());
+  ASSERT_EQ(held->size(), 1u);
+  EXPECT_EQ(held->front().state, ReplicaState::kDeleting);
 }
 
 // Final request states stay final: a planner that read a request before it was cancelled

@@ -1,0 +1,127 @@
+#include "tests/support/federation.h"
+
+#include "transfer/auth.h"
+
+namespace gfrep::testing {
+
+namespace fs = std::filesystem;
+
+void FederationTest::StartFederation(const std::map<std::string, std::string>& site_of,
+                                     const FederationOptions& options) {
+  site_of_ = site_of;
+  options_ = options;
+  ASSERT_TRUE(transfer::LoadOrCreateSharedKey(key_).ok());
+  std::vector<std::string> argv = {BinPath("gfcatalogd"), "--db",        dir_.Sub("db"), "--listen",
+                                   "127.0.0.1:0",         "--log-level", "info"};
+  argv.insert(argv.end(), options.catalogd_flags.begin(), options.catalogd_flags.end());
+  auto cat = Subprocess::Start(argv);
+  ASSERT_TRUE(cat.ok()) << cat.status();
+  catalogd_ = std::move(*cat);
+  auto addr = catalogd_.WaitForListen(std::chrono::seconds(30));
+  ASSERT_TRUE(addr.ok()) << addr.status();
+  catalog_ = *addr;
+  catalog::ClientOptions co;
+  co.address = catalog_;
+  co.timeout = std::chrono::seconds(10);
+  auto client = catalog::CatalogClient::Create(co);
+  ASSERT_TRUE(client.ok());
+  client_ = std::move(*client);
+  for (const auto& [node, site] : site_of_) {
+    StartAgent(node);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  WaitForNodes(site_of_.size());
+}
+
+void FederationTest::StartAgent(const std::string& node) {
+  std::vector<std::string> argv = {
+      BinPath("gfsited"), "--listen",        "127.0.0.1:0", "--spool",     Spool(node).string(),
+      "--site",           site_of_.at(node), "--node",      node,          "--catalog",
+      catalog_,           "--key-file",      key_,          "--log-level", "info"};
+  argv.insert(argv.end(), options_.agent_flags.begin(), options_.agent_flags.end());
+  auto p = Subprocess::Start(argv);
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto addr = p->WaitForListen(std::chrono::seconds(30));
+  ASSERT_TRUE(addr.ok()) << addr.status();
+  agents_[node] = std::move(*p);
+}
+
+void FederationTest::WaitForNodes(std::size_t n) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::uint64_t seq = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto nodes = client_->ListNodes("");
+    if (nodes.ok() && nodes->size() >= n) return;
+    auto ev = client_->ReadEvents(seq, 100, std::chrono::milliseconds(500));
+    if (ev.ok() && !ev->empty()) seq = ev->back().seq;
+  }
+  FAIL() << "nodes did not register";
+}
+
+SubprocessOptions FederationTest::ToolOptions() const {
+  SubprocessOptions o;
+  o.env = {{"GFREP_CATALOG", catalog_}};
+  return o;
+}
+
+RunResult FederationTest::Tool(std::vector<std::string> argv, std::chrono::seconds timeout) {
+  argv[0] = BinPath(argv[0]);
+  std::string name = fs::path(argv[0]).filename();
+  // Only the tools that talk to site agents take the shared key; the others (gfrep, gfwhere,
+  // gfmv, ...) talk to the catalog only and refuse the flag.
+  if (name == "gfreg" || name == "gfexport" || name == "gfcp") {
+    argv.push_back("--key-file");
+    argv.push_back(key_);
+  }
+  return RunCommand(argv, ToolOptions(), timeout);
+}
+
+std::string FederationTest::Store(const std::string& path, std::uint64_t size, std::uint64_t seed,
+                                  const std::string& node) {
+  fs::path local = dir_.path() / ("local-" + std::to_string(seed));
+  WriteRandomFile(local, size, seed);
+  RunResult r = Tool({"gfreg", local.string(), path, "--node", node});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return ReadFile(local);
+}
+
+std::string FederationTest::Replica(const std::string& node, const std::string& path) {
+  auto a = client_->Stat(path);
+  if (!a.ok()) return "";
+  return ReadFile(Spool(node) / ".gfrep-data" / std::to_string(a->inode) /
+                  std::to_string(a->generation));
+}
+
+nlohmann::json FederationTest::Where(const std::string& path) {
+  RunResult r = Tool({"gfwhere", "--json", path});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return nlohmann::json::parse(r.out, nullptr, false);
+}
+
+std::map<std::string, std::string> FederationTest::States(const std::string& path) {
+  std::map<std::string, std::string> out;
+  nlohmann::json j = Where(path);
+  if (!j.is_object()) return out;
+  for (const auto& r : j["replicas"]) {
+    out[r.value("node", "")] = r.value("state", "");
+  }
+  return out;
+}
+
+catalog::Request FederationTest::WaitRequest(std::uint64_t id, std::chrono::seconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::uint64_t seq = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = client_->GetRequest(id);
+    if (r.ok() &&
+        (r->state == catalog::RequestState::kDone || r->state == catalog::RequestState::kFailed)) {
+      return *r;
+    }
+    auto ev = client_->ReadEvents(seq, 1000, std::chrono::milliseconds(500));
+    if (ev.ok() && !ev->empty()) seq = ev->back().seq;
+  }
+  ADD_FAILURE() << "request " << id << " did not finish";
+  return {};
+}
+
+}  // namespace gfrep::testing
