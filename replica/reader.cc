@@ -12,6 +12,7 @@
 #include "replica/spool.h"
 #include "transfer/checksum.h"
 #include "transfer/client.h"
+#include "transfer/spool_names.h"
 
 namespace gfrep::replica {
 namespace {
@@ -27,7 +28,7 @@ absl::Status Errno(std::string_view what, int err) {
 
 // Opens `file`, checks it is a regular file of `size` bytes.
 absl::StatusOr<int> OpenChecked(const fs::path& file, std::uint64_t size) {
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return Errno(fmt::format("open {}", file.string()), errno);
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
@@ -62,8 +63,6 @@ absl::StatusOr<std::size_t> FileReader::ReadAt(std::uint64_t offset, void* buffe
 
 absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std::string_view path,
                                                  const ReaderOptions& options) {
-  absl::StatusOr<std::string> rel = SpoolRelativePath(path);
-  if (!rel.ok()) return rel.status();
   absl::StatusOr<catalog::Location> loc = catalog.Locate(path);
   if (!loc.ok()) return loc.status();
   if (loc->attributes.type != catalog::FileType::kFile) {
@@ -75,6 +74,8 @@ absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std:
   std::unique_ptr<FileReader> reader(new FileReader());
   reader->size_ = loc->attributes.size;
   reader->generation_ = loc->attributes.generation;
+  const std::string rel =
+      transfer::ReplicaRelativePath(loc->attributes.inode, loc->attributes.generation);
 
   const std::vector<catalog::Replica> current = CurrentReplicas(*loc);
   if (!options.identity.node.empty()) {
@@ -82,7 +83,9 @@ absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std:
       if (r.node != options.identity.node) continue;
       absl::StatusOr<catalog::Node> self = catalog.GetNode(r.node);
       if (!self.ok()) break;
-      absl::StatusOr<int> fd = OpenChecked(fs::path(self->spool) / *rel, reader->size_);
+      absl::StatusOr<int> fd = OpenChecked(
+          ReplicaFile(self->spool, loc->attributes.inode, loc->attributes.generation),
+          reader->size_);
       if (!fd.ok()) break;  // fall back to a remote replica
       reader->fd_ = *fd;
       reader->local_ = true;
@@ -123,7 +126,7 @@ absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std:
     absl::StatusOr<transfer::TransferStats> stats;
     {
       // AsyncPull with explicit places: the partial file and journal stay in `work`.
-      stats = transfer::Pull(*ep, *rel, file, topts);
+      stats = transfer::Pull(*ep, rel, file, topts);
     }
     std::error_code ec;
     if (!stats.ok()) {

@@ -8,7 +8,9 @@
 // Open() asks the catalog at open time only (Locate, and the topology: node addresses,
 // spools, routes) and never again while reading:
 //   - if this node holds a complete replica of the current generation, the reader is a
-//     plain file descriptor on "<spool>/<path>" (no network, no copy);
+//     plain file descriptor on its identity file "<spool>/.gfrep-data/<inode>/<generation>"
+//     (replica/spool.h; no network, no copy), so a renamed file reads the same bytes and
+//     no other generation's bytes can ever be opened for it;
 //   - else the best remote replica (replica/selection.h, seen from the reader's site) is
 //     pulled with the transfer engine into a private temporary file under
 //     options.tmp_dir, verified against the catalog's checksum, unlinked while kept open,

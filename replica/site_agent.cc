@@ -5,17 +5,21 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <cstdlib>
-#include <fstream>
 #include <optional>
 #include <random>
 #include <set>
 
+#include "replica/internal/spool_keeper.h"
 #include "replica/spool.h"
 #include "transfer/checksum.h"
 #include "transfer/client.h"
+#include "transfer/spool_names.h"
 
 namespace gfrep::replica {
 namespace {
@@ -25,8 +29,6 @@ namespace fs = std::filesystem;
 
 constexpr std::string_view kStagingDir = ".gfrep-staging";
 constexpr std::string_view kTmpDir = ".gfrep-tmp";
-constexpr std::string_view kIndexDir = ".gfrep-index";
-constexpr std::size_t kSweepPage = 1000;
 
 bool Transient(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsInternal(s);
@@ -62,7 +64,8 @@ absl::Status Validate(const SiteAgentOptions& o) {
   if (o.workers < 1 || o.workers > 256) return absl::InvalidArgumentError("workers must be 1..256");
   if (o.lease.count() < 300) return absl::InvalidArgumentError("lease must be >= 300 ms");
   if (o.heartbeat_interval.count() <= 0 || o.poll_interval.count() <= 0 ||
-      o.sweep_interval.count() <= 0) {
+      o.sweep_interval.count() <= 0 || o.gc_interval.count() <= 0 ||
+      o.orphan_grace.count() < 0) {
     return absl::InvalidArgumentError("intervals must be positive");
   }
   if (absl::Status s = Validate(o.retry); !s.ok()) return s;
@@ -79,6 +82,32 @@ SiteAgent::SiteAgent(SiteAgentOptions options)
       log_(options_.logger ? options_.logger : spdlog::default_logger()) {
   std::random_device rd;
   owner_ = fmt::format("{}/{}-{:08x}", options_.node, ::getpid(), rd());
+  internal::SpoolKeeperOptions k;
+  k.catalog = options_.catalog;
+  k.node = options_.node;
+  k.spool = options_.spool;
+  k.orphan_grace = options_.orphan_grace;
+  k.stopping = [this] { return stop_.load(); };
+  k.logger = log_;
+  keeper_ = std::make_unique<internal::SpoolKeeper>(std::move(k));
+}
+
+// One claimed attempt of a task, owned by the worker thread that runs it.
+struct SiteAgent::Running {
+  std::uint64_t task_id = 0;
+  asio::io_context io;
+  asio::cancellation_signal cancel;  // used only on io's thread
+  bool cancelled = false;            // guarded by mu_
+  bool lease_lost = false;           // guarded by mu_
+};
+
+void SiteAgent::CancelLocked(Running& run) {
+  // Emitted on the copy's own thread: cancellation signals are not thread-safe. The copy
+  // ends at its next operation; the io_context keeps running until it has, so nothing the
+  // engine still does on its blocking pool outlives it. `cancelled` covers a request that
+  // comes before the copy has started (Copy checks it once the coroutine runs).
+  run.cancelled = true;
+  asio::post(run.io, [&run] { run.cancel.emit(asio::cancellation_type::terminal); });
 }
 
 SiteAgent::~SiteAgent() { Stop(); }
@@ -179,6 +208,14 @@ absl::Status SiteAgent::Start() {
   }
   log_->info("registered node={} site={} address={} owner={}", options_.node, options_.site,
              options_.address, owner_);
+  while (true) {
+    absl::Status s = keeper_->MigrateLegacyLayout();
+    if (s.ok()) break;
+    if (!Transient(s)) return s;
+    if (stop_) return absl::CancelledError("stopped during the spool migration");
+    log_->warn("spool migration: {} (retrying)", s.ToString());
+    SleepFor(std::chrono::milliseconds(500));
+  }
   CleanTemporaryFiles();
   // Under mu_ so that a concurrent Stop() either sees every thread or none.
   std::lock_guard<std::mutex> lock(mu_);
@@ -198,7 +235,7 @@ void SiteAgent::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
-    for (auto& [id, io] : running_) io->stop();
+    for (auto& [owner, run] : running_) CancelLocked(*run);
     threads.swap(threads_);
   }
   wake_.notify_all();
@@ -227,19 +264,22 @@ void SiteAgent::HeartbeatLoop() {
 void SiteAgent::RenewLoop() {
   while (!stop_) {
     SleepFor(options_.lease / 3);
-    std::vector<std::uint64_t> ids;
+    std::vector<std::pair<std::string, std::uint64_t>> claims;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [id, io] : running_) ids.push_back(id);
+      for (const auto& [owner, run] : running_) claims.emplace_back(owner, run->task_id);
     }
-    for (std::uint64_t id : ids) {
-      absl::StatusOr<catalog::Task> t = options_.catalog->RenewLease(id, owner_, options_.lease);
+    for (const auto& [owner, id] : claims) {
+      absl::StatusOr<catalog::Task> t = options_.catalog->RenewLease(id, owner, options_.lease);
       if (t.ok()) continue;
       if (absl::IsFailedPrecondition(t.status()) || absl::IsNotFound(t.status())) {
-        log_->warn("task={} lease lost: {}", id, t.status().ToString());
+        log_->warn("task={} owner={} lease lost: {}", id, owner, t.status().ToString());
         std::lock_guard<std::mutex> lock(mu_);
-        lease_lost_[id] = true;
-        if (auto it = running_.find(id); it != running_.end()) it->second->stop();
+        if (auto it = running_.find(owner); it != running_.end() && !it->second->lease_lost) {
+          it->second->lease_lost = true;
+          stats_.leases_lost += 1;
+          CancelLocked(*it->second);
+        }
       } else {
         log_->warn("task={} renew lease: {}", id, t.status().ToString());
       }
@@ -298,10 +338,11 @@ void SiteAgent::WorkerLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       seen = wake_generation_;
     }
+    std::string claim_owner = fmt::format("{}#{}", owner_, ++claims_);
     absl::StatusOr<catalog::Task> task =
-        options_.catalog->ClaimTask(options_.node, owner_, options_.lease);
+        options_.catalog->ClaimTask(options_.node, claim_owner, options_.lease);
     if (task.ok()) {
-      Execute(*task);
+      Execute(*task, claim_owner);
       continue;
     }
     if (!absl::IsNotFound(task.status())) {
@@ -314,8 +355,25 @@ void SiteAgent::WorkerLoop() {
 }
 
 void SiteAgent::SweepLoop() {
+  std::optional<std::chrono::steady_clock::time_point> last_gc;  // none yet: collect at once
   while (!stop_) {
-    if (absl::Status s = Sweep(); !s.ok()) log_->warn("sweep: {}", s.ToString());
+    absl::StatusOr<std::uint64_t> deleted = keeper_->SweepDeleting();
+    if (!deleted.ok()) {
+      log_->warn("sweep: {}", deleted.status().ToString());
+    } else if (*deleted > 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.replicas_deleted += *deleted;
+    }
+    if (!last_gc || std::chrono::steady_clock::now() - *last_gc >= options_.gc_interval) {
+      absl::StatusOr<std::uint64_t> removed = keeper_->CollectGarbage();
+      if (!removed.ok()) {
+        log_->warn("garbage collection: {}", removed.status().ToString());
+      } else {
+        last_gc = std::chrono::steady_clock::now();
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.garbage_files += *removed;
+      }
+    }
     std::unique_lock<std::mutex> lock(mu_);
     wake_.wait_for(lock, options_.sweep_interval,
                    [&] { return stop_.load() || sweep_wanted_; });
@@ -323,117 +381,30 @@ void SiteAgent::SweepLoop() {
   }
 }
 
-fs::path SiteAgent::IndexPath(catalog::InodeId inode) const {
-  return options_.spool / kIndexDir / std::to_string(inode);
-}
-
-absl::Status SiteAgent::WriteIndex(catalog::InodeId inode, const std::string& relative_path) {
-  fs::path path = IndexPath(inode);
-  std::error_code ec;
-  fs::create_directories(path.parent_path(), ec);
-  if (ec) {
-    return absl::InternalError(
-        fmt::format("create {}: {}", path.parent_path().string(), ec.message()));
-  }
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << relative_path;
-    out.close();
-    if (!out) return absl::InternalError(fmt::format("write {}", tmp.string()));
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(fmt::format("rename {}: {}", tmp.string(), ec.message()));
-  return absl::OkStatus();
-}
-
-absl::Status SiteAgent::Sweep() {
-  catalog::Catalog& cat = *options_.catalog;
-  catalog::InodeId after = 0;
-  while (!stop_) {
-    absl::StatusOr<std::vector<catalog::Replica>> page =
-        cat.ListNodeReplicas(options_.node, after, kSweepPage);
-    if (!page.ok()) return page.status();
-    for (const catalog::Replica& r : *page) {
-      if (stop_) return absl::OkStatus();
-      after = r.inode;
-      fs::path index = IndexPath(r.inode);
-      std::error_code ec;
-      if (r.state != catalog::ReplicaState::kDeleting) {
-        if (fs::exists(index, ec)) continue;
-        absl::StatusOr<std::string> path = cat.PathOf(r.inode);
-        if (!path.ok()) continue;  // removed meanwhile: the next pass sees it deleting
-        absl::StatusOr<std::string> rel = SpoolRelativePath(*path);
-        if (!rel.ok()) continue;
-        if (absl::Status s = WriteIndex(r.inode, *rel); !s.ok()) return s;
-        continue;
-      }
-      // Deleting: unlink the bytes (only inside the spool), then forget the replica.
-      std::string rel;
-      {
-        std::ifstream in(index, std::ios::binary);
-        if (in) std::getline(in, rel, '\0');
-      }
-      if (rel.empty()) {
-        log_->warn("inode={} deleting: its spool path is unknown (never indexed); bytes left",
-                   r.inode);
-      } else if (absl::StatusOr<fs::path> file = ReplicaPath(options_.spool, "/" + rel);
-                 !file.ok()) {
-        log_->warn("inode={} deleting: bad index entry {}: {}", r.inode, index.string(),
-                   file.status().ToString());
-      } else {
-        // The path may already hold a newer file's replica (removed, stored again and
-        // copied here before this pass): then the bytes are not ours to unlink. spool_mu_
-        // keeps a copy from being moved into place between this check and the unlink.
-        std::lock_guard<std::mutex> spool_lock(spool_mu_);
-        absl::StatusOr<catalog::Location> now = cat.Locate("/" + rel);
-        if (!now.ok() && !absl::IsNotFound(now.status())) return now.status();
-        bool reused = false;
-        if (now.ok()) {
-          for (const catalog::Replica& o : now->replicas) {
-            reused = reused || (o.node == options_.node && o.inode != r.inode &&
-                                o.state != catalog::ReplicaState::kDeleting);
-          }
-        }
-        if (!reused && !fs::remove(*file, ec) && ec) {
-          log_->warn("inode={} unlink {}: {}", r.inode, file->string(), ec.message());
-          continue;  // retried on the next pass
-        }
-      }
-      absl::Status s = cat.RemoveReplica(r.inode, options_.node);
-      if (!s.ok() && !absl::IsNotFound(s)) return s;
-      fs::remove(index, ec);
-      log_->info("inode={} replica deleted path={}", r.inode, rel);
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.replicas_deleted += 1;
-    }
-    if (page->size() < kSweepPage) break;
-  }
-  return absl::OkStatus();
-}
-
-void SiteAgent::Execute(const catalog::Task& task) {
-  log_->info("task={} claimed path={} from={} attempt={}/{}", task.id, task.spec.path,
-             task.spec.src_node, task.attempts, task.spec.max_attempts);
+void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owner) {
+  log_->info("task={} claimed path={} from={} attempt={}/{} owner={}", task.id, task.spec.path,
+             task.spec.src_node, task.attempts, task.spec.max_attempts, claim_owner);
   ++active_;
-  asio::io_context io;
+  Running run;
+  run.task_id = task.id;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    running_[task.id] = &io;
-    if (stop_) io.stop();
+    running_[claim_owner] = &run;
+    if (stop_) CancelLocked(run);
   }
   std::uint64_t bytes = 0;
-  absl::Status result = Copy(task, io, bytes);
+  absl::Status result = Copy(task, run, bytes);
   bool lost;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    running_.erase(task.id);
-    lost = lease_lost_.erase(task.id) > 0;
+    running_.erase(claim_owner);
+    lost = run.lease_lost;
   }
   --active_;
   if (lost) {
-    log_->warn("task={} abandoned: lease lost ({})", task.id, result.ToString());
+    // Someone else holds the task now (or it was cancelled): any word from this attempt
+    // would be refused by the catalog anyway.
+    log_->warn("task={} attempt abandoned: lease lost ({})", task.id, result.ToString());
     return;
   }
   catalog::Catalog& cat = *options_.catalog;
@@ -442,7 +413,7 @@ void SiteAgent::Execute(const catalog::Task& task) {
     // transport errors until the lease would have run out.
     auto deadline = std::chrono::steady_clock::now() + options_.lease;
     while (true) {
-      absl::StatusOr<catalog::Task> done = cat.CompleteTask(task.id, owner_);
+      absl::StatusOr<catalog::Task> done = cat.CompleteTask(task.id, claim_owner);
       if (done.ok()) {
         log_->info("task={} done path={} bytes={}", task.id, task.spec.path, task.size);
         std::lock_guard<std::mutex> lock(mu_);
@@ -473,7 +444,7 @@ void SiteAgent::Execute(const catalog::Task& task) {
              reason, retryable ? fmt::format(" (retry in {} ms)", delay.count()) : "");
   for (int i = 0; i < 20; ++i) {
     absl::StatusOr<catalog::Task> failed =
-        cat.FailTask(task.id, owner_, reason, retryable, delay);
+        cat.FailTask(task.id, claim_owner, reason, retryable, delay);
     if (failed.ok() || !Transient(failed.status())) break;
     SleepFor(std::chrono::milliseconds(200));
   }
@@ -522,7 +493,7 @@ absl::StatusOr<catalog::Route> SiteAgent::LookupRoute(const std::string& src_sit
   return route;
 }
 
-absl::Status SiteAgent::Copy(const catalog::Task& task, asio::io_context& io,
+absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
                              std::uint64_t& bytes_received) {
   catalog::Catalog& cat = *options_.catalog;
   absl::StatusOr<catalog::Attributes> attrs = cat.StatInode(task.inode);
@@ -540,6 +511,19 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, asio::io_context& io,
   if (expected.empty()) {
     return absl::FailedPreconditionError("the catalog has no checksum for this file");
   }
+  fs::path final_path = ReplicaFile(options_.spool, task.inode, task.generation);
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(final_path, ec))) {
+    // An earlier attempt got as far as the rename (then the agent died or the catalog
+    // call failed): keep the bytes if they are right, else start over.
+    absl::Status v = VerifyFile(final_path, *attrs);
+    if (v.ok()) {
+      log_->info("task={} already in place: {}", task.id, final_path.string());
+      return SyncDirectoryChain(options_.spool, final_path.parent_path());
+    }
+    log_->warn("task={} {} (removed, copying again)", task.id, v.ToString());
+    fs::remove(final_path, ec);
+  }
   absl::StatusOr<catalog::Node> src = LookupNode(task.spec.src_node);
   if (!src.ok()) return src.status();
   absl::StatusOr<transfer::Endpoint> endpoint = transfer::ParseEndpoint(src->address);
@@ -549,8 +533,6 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, asio::io_context& io,
   }
   absl::StatusOr<catalog::Route> route = LookupRoute(src->site);
   if (!route.ok()) return route.status();
-  absl::StatusOr<std::string> rel = SpoolRelativePath(task.spec.path);
-  if (!rel.ok()) return absl::FailedPreconditionError(std::string(rel.status().message()));
 
   transfer::TransferOptions topts = options_.transfer;
   topts.route = ToRouteOptions(*route, topts.route);
@@ -558,23 +540,41 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, asio::io_context& io,
   std::string task_name = fmt::format("task-{}", task.id);
   fs::path staging = options_.spool / kStagingDir / task_name;
   fs::path tmp = options_.spool / kTmpDir / task_name;
-  fs::path final_path = options_.spool / *rel;
-  std::error_code ec;
   fs::create_directories(staging.parent_path(), ec);
   if (ec) return absl::InternalError(fmt::format("create {}: {}", staging.parent_path().string(), ec.message()));
 
   std::optional<absl::StatusOr<transfer::TransferStats>> result;
-  asio::co_spawn(io, transfer::AsyncPull(*endpoint, *rel, staging, tmp, topts),
-                 [&](std::exception_ptr e, absl::StatusOr<transfer::TransferStats> r) {
-                   if (e) {
-                     result = absl::InternalError("bug: exception escaped AsyncPull");
-                     return;
-                   }
-                   result = std::move(r);
-                 });
-  io.run();
-  if (!result) return absl::CancelledError("copy interrupted (agent stopping or lease lost)");
-  if (!result->ok()) return result->status();
+  asio::co_spawn(
+      run.io,
+      transfer::AsyncPull(*endpoint, transfer::ReplicaRelativePath(task.inode, task.generation),
+                          staging, tmp, topts),
+      asio::bind_cancellation_slot(
+          run.cancel.slot(),
+          [&](std::exception_ptr e, absl::StatusOr<transfer::TransferStats> r) {
+            if (e) {
+              result = absl::InternalError("bug: exception escaped AsyncPull");
+              return;
+            }
+            result = std::move(r);
+          }));
+  asio::post(run.io, [this, &run] {
+    bool cancelled;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled = run.cancelled;
+    }
+    if (cancelled) run.cancel.emit(asio::cancellation_type::terminal);
+  });
+  run.io.run();
+  if (!result) return absl::InternalError("bug: copy ended without a result");
+  if (!result->ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (run.cancelled) {
+      return absl::CancelledError(fmt::format("copy cancelled (agent stopping or lease lost): {}",
+                                              result->status().ToString()));
+    }
+    return result->status();
+  }
   const transfer::TransferStats& stats = **result;
   bytes_received = stats.bytes_transferred;
 
@@ -599,14 +599,16 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, asio::io_context& io,
   }
   fs::create_directories(final_path.parent_path(), ec);
   if (ec) return absl::InternalError(fmt::format("create {}: {}", final_path.parent_path().string(), ec.message()));
-  // Indexed before the rename so that a later removal can always find the bytes.
-  if (absl::Status s = WriteIndex(task.inode, *rel); !s.ok()) return s;
-  std::unique_lock<std::mutex> spool_lock(spool_mu_);
-  fs::rename(staging, final_path, ec);
-  spool_lock.unlock();
-  if (ec) {
-    return absl::InternalError(
-        fmt::format("rename {} -> {}: {}", staging.string(), final_path.string(), ec.message()));
+  // Never replaces: the name belongs to this (inode, generation) alone. If another attempt
+  // put it there meanwhile, keep whichever is right.
+  if (absl::Status s = RenameNoReplace(staging, final_path); !s.ok()) {
+    if (!absl::IsAlreadyExists(s)) return s;
+    if (absl::Status v = VerifyFile(final_path, *attrs); !v.ok()) {
+      fs::rename(staging, final_path, ec);
+      if (ec) return absl::InternalError(fmt::format("replace {}: {}", final_path.string(), ec.message()));
+    } else {
+      fs::remove(staging, ec);
+    }
   }
   // The rename and any directories made for it must survive a crash before the catalog
   // calls the replica complete.

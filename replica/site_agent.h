@@ -9,30 +9,41 @@
 // durably). Any failure is recorded with FailTask and its reason; retryable ones
 // (replica/retry.h) come back after an exponential backoff, up to the task's attempts.
 //
-// Files on disk (see replica/spool.h): a copy is pulled into
+// Files on disk (see replica/spool.h): replicas by identity, "<spool>/.gfrep-data/<inode>/
+// <generation>". A copy is pulled (from the source's file of the same name) into
 // "<spool>/.gfrep-staging/task-<id>" with its partial data and restart markers in
 // "<spool>/.gfrep-tmp/task-<id>/" (so a re-claimed task resumes where the previous attempt
-// stopped, also across agent restarts), checked, then renamed to "<spool>/<path>". At
-// Start(), staging and temporary files of tasks that are no longer open for this node are
-// removed.
+// stopped, also across agent restarts), checked against the catalog's checksum, renamed
+// to its identity name without replacing anything (a file already there is verified and
+// kept if it matches: an earlier attempt got that far), the directories fsynced, and only
+// then CompleteTask is called. The name is unique to (inode, generation), so a late copy
+// of an older generation can never overwrite newer bytes; the catalog's generation checks
+// in CompleteTask decide whether the copy becomes the node's replica. At Start(), staging
+// and temporary files of tasks that are no longer open for this node are removed, and a
+// spool of the old path-keyed layout is migrated (internal/spool_keeper.h).
 //
-// Deletion: a removed file's inode has no path in the catalog any more, so the agent keeps
-// a spool index "<spool>/.gfrep-index/<inode>" holding the replica's spool-relative path.
-// It is written when a copy is moved into place and, by the sweep, for every other replica
-// of the node that is not indexed yet (PathOf, e.g. files stored by gfreg). The sweep (every
-// `sweep_interval`, and at once when the catalog marks one of the node's replicas deleting)
-// pages through ListNodeReplicas, and for each replica in state kDeleting unlinks the
-// indexed spool file (a missing one is fine), calls RemoveReplica and drops the index entry.
-// A deleting replica without an index entry (removed before any sweep saw it) has unknown
-// bytes: its record is removed and a warning logged.
+// Leases: every claim has its own lease owner ("<agent owner>#<n>"), so when a lease runs
+// out (a catalog outage or a pause longer than the lease) and the task is claimed again,
+// even by another worker of this agent, the old attempt's renewal fails and it is
+// cancelled: one task, one live attempt. The engine's lock on the partial file makes a
+// second attempt wait its turn (it fails as retryable) rather than share the file.
+//
+// Deletion and garbage: the sweep (every `sweep_interval`, and at once when the catalog
+// marks one of the node's replicas deleting) unlinks the bytes of the node's kDeleting
+// replicas and calls RemoveReplica; every `gc_interval` it also removes files under
+// .gfrep-data that no replica record vouches for (superseded generations, uploads whose
+// commit failed, after `orphan_grace`).
 //
 // Catalog restarts: every loop treats kUnavailable as "try again shortly"; the gRPC
 // channel reconnects by itself; a heartbeat answered kNotFound re-registers the node.
 //
 // Threading: Start() launches a heartbeat thread, a lease-renewal thread, an event
-// watcher and `workers` copy threads; each copy runs its own io_context on its worker
-// thread. Stop() (any thread) cancels running copies (their tasks are failed as retryable
-// so another attempt resumes them) and joins everything.
+// watcher, a sweep thread and `workers` copy threads; each copy runs its own io_context on
+// its worker thread. A copy is cancelled (lease lost, Stop()) through an asio cancellation
+// signal emitted on that io_context, never by stopping it, so the engine's work on its
+// blocking pool always completes before the io_context goes away. Stop() (any thread)
+// cancels running copies (their tasks are failed as retryable so another attempt resumes
+// them) and joins everything.
 
 #include <spdlog/logger.h>
 
@@ -59,6 +70,9 @@ class io_context;
 }
 
 namespace gfrep::replica {
+namespace internal {
+class SpoolKeeper;
+}
 
 struct SiteAgentOptions {
   // REQUIRES: non-null, outlives the agent (usually a catalog::CatalogClient).
@@ -78,8 +92,12 @@ struct SiteAgentOptions {
   std::chrono::milliseconds heartbeat_interval{2000};
   // Claim attempts when idle and no event arrived (tasks whose backoff ended make none).
   std::chrono::milliseconds poll_interval{1000};
-  // Deletion sweep / indexing period (also woken by "deleting" replica events).
+  // Deletion sweep period (also woken by "deleting" replica events).
   std::chrono::milliseconds sweep_interval{10000};
+  // Garbage collection of unrecorded files under .gfrep-data (also once at start).
+  std::chrono::milliseconds gc_interval{600000};
+  // Unrecorded replica files younger than this are kept (uploads awaiting their commit).
+  std::chrono::milliseconds orphan_grace{3600000};
   RetryOptions retry;
   // Engine settings for pulls (shared key, TLS, checksum, timeouts); route fields are the
   // defaults that the catalog's route table overrides.
@@ -95,6 +113,8 @@ struct SiteAgentStats {
   std::uint64_t tasks_failed = 0;  // attempts that failed
   std::uint64_t bytes_received = 0;
   std::uint64_t replicas_deleted = 0;  // unlinked (or already gone) and removed from the catalog
+  std::uint64_t leases_lost = 0;       // attempts cancelled because their lease was lost
+  std::uint64_t garbage_files = 0;     // unrecorded files removed from .gfrep-data
 };
 
 class SiteAgent {
@@ -111,7 +131,8 @@ class SiteAgent {
   // within one catalog call); returns once every agent thread has ended.
   void Stop();
 
-  // The lease owner name this incarnation uses ("<node>/<pid>-<random>").
+  // The lease owner prefix of this incarnation ("<node>/<pid>-<random>"); each claim's
+  // owner is "<owner>#<n>".
   const std::string& owner() const { return owner_; }
   int active_transfers() const { return active_.load(); }
   SiteAgentStats stats() const;
@@ -125,13 +146,12 @@ class SiteAgent {
   void WatchLoop();
   void WorkerLoop();
   void SweepLoop();
-  // One pass over the node's replicas: index new ones, delete those in state kDeleting.
-  absl::Status Sweep();
-  std::filesystem::path IndexPath(catalog::InodeId inode) const;
-  absl::Status WriteIndex(catalog::InodeId inode, const std::string& relative_path);
-  void Execute(const catalog::Task& task);
-  absl::Status Copy(const catalog::Task& task, boost::asio::io_context& io,
-                    std::uint64_t& bytes_received);
+  // One claimed attempt: copy, then CompleteTask or FailTask as `claim_owner`.
+  void Execute(const catalog::Task& task, const std::string& claim_owner);
+  struct Running;
+  absl::Status Copy(const catalog::Task& task, Running& run, std::uint64_t& bytes_received);
+  // Asks a running copy to stop (from any thread; REQUIRES mu_ held).
+  static void CancelLocked(Running& run);
   catalog::Heartbeat MakeHeartbeat() const;
   // Source node and route lookups, cached for `kLookupTtl` (each is a catalog round trip,
   // i.e. one WAN RTT per small file otherwise). A failed copy drops the node's entry.
@@ -143,6 +163,7 @@ class SiteAgent {
   SiteAgentOptions options_;
   std::shared_ptr<spdlog::logger> log_;
   std::string owner_;
+  std::unique_ptr<internal::SpoolKeeper> keeper_;
 
   std::mutex stop_mu_;  // serialises Stop()
   std::atomic<bool> stop_{false};
@@ -153,11 +174,9 @@ class SiteAgent {
   std::condition_variable wake_;                      // guarded by mu_
   std::uint64_t wake_generation_ = 0;                 // guarded by mu_
   bool sweep_wanted_ = false;                         // guarded by mu_
-  // Serialises moving copies into place with the sweep's "is this path reused?" check
-  // and unlink. Never held with mu_.
-  std::mutex spool_mu_;
-  std::map<std::uint64_t, boost::asio::io_context*> running_;  // task -> io, guarded by mu_
-  std::map<std::uint64_t, bool> lease_lost_;          // guarded by mu_
+  std::atomic<std::uint64_t> claims_{0};
+  // Claim owner -> its attempt, guarded by mu_ (the Running lives on the worker's stack).
+  std::map<std::string, Running*> running_;
   SiteAgentStats stats_;                              // guarded by mu_
   using Stamp = std::chrono::steady_clock::time_point;
   std::map<std::string, std::pair<catalog::Node, Stamp>> node_cache_;    // guarded by mu_

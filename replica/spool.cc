@@ -1,15 +1,24 @@
 #include "replica/spool.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "transfer/checksum.h"
+#include "transfer/spool_names.h"
+
 namespace gfrep::replica {
 
-absl::StatusOr<std::string> SpoolRelativePath(std::string_view catalog_path) {
+std::filesystem::path ReplicaFile(const std::filesystem::path& spool, catalog::InodeId inode,
+                                  std::uint64_t generation) {
+  return spool / transfer::ReplicaRelativePath(inode, generation);
+}
+
+absl::StatusOr<std::string> LegacySpoolRelativePath(std::string_view catalog_path) {
   absl::StatusOr<std::vector<std::string>> parts = catalog::SplitPath(catalog_path);
   if (!parts.ok()) return parts.status();
   if (parts->empty()) return absl::InvalidArgumentError("the root has no replica");
@@ -23,13 +32,6 @@ absl::StatusOr<std::string> SpoolRelativePath(std::string_view catalog_path) {
     out += p;
   }
   return out;
-}
-
-absl::StatusOr<std::filesystem::path> ReplicaPath(const std::filesystem::path& spool,
-                                                  std::string_view catalog_path) {
-  absl::StatusOr<std::string> rel = SpoolRelativePath(catalog_path);
-  if (!rel.ok()) return rel.status();
-  return spool / *rel;
 }
 
 namespace {
@@ -88,6 +90,52 @@ transfer::RouteOptions ToRouteOptions(const catalog::Route& route,
     o.route_name = fmt::format("{}->{}", route.src_site, route.dst_site);
   }
   return o;
+}
+
+absl::Status RenameNoReplace(const std::filesystem::path& from, const std::filesystem::path& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) {
+    return absl::OkStatus();
+  }
+  int err = errno;
+  std::string msg =
+      fmt::format("rename {} -> {}: {}", from.string(), to.string(), std::strerror(err));
+  if (err == EEXIST) return absl::AlreadyExistsError(msg);
+  if (err == ENOENT) return absl::NotFoundError(msg);
+  if (err == ENOSPC) return absl::ResourceExhaustedError(msg);
+  return absl::InternalError(msg);
+}
+
+absl::Status VerifyFile(const std::filesystem::path& file, const catalog::Attributes& attributes) {
+  if (attributes.checksum.empty()) {
+    return absl::FailedPreconditionError("the catalog has no checksum for this file");
+  }
+  absl::StatusOr<transfer::ChecksumAlgorithm> algo =
+      transfer::ParseChecksumAlgorithm(attributes.checksum_algo);
+  if (!algo.ok()) {
+    return absl::FailedPreconditionError(
+        fmt::format("unknown checksum algorithm '{}' in the catalog", attributes.checksum_algo));
+  }
+  std::error_code ec;
+  auto status = std::filesystem::symlink_status(file, ec);
+  if (ec || !std::filesystem::exists(status)) {
+    return absl::NotFoundError(fmt::format("{}: no such file", file.string()));
+  }
+  if (!std::filesystem::is_regular_file(status)) {
+    return absl::DataLossError(fmt::format("{}: not a regular file", file.string()));
+  }
+  std::uint64_t size = std::filesystem::file_size(file, ec);
+  if (ec || size != attributes.size) {
+    return absl::DataLossError(fmt::format("{}: {} bytes, the catalog says {}", file.string(),
+                                           ec ? 0 : size, attributes.size));
+  }
+  absl::StatusOr<std::string> sum = transfer::ComputeFileChecksum(file, *algo);
+  if (!sum.ok()) return sum.status();
+  std::string expected = CatalogChecksum(attributes);
+  if (*sum != expected) {
+    return absl::DataLossError(
+        fmt::format("{}: checksum {}, the catalog says {}", file.string(), *sum, expected));
+  }
+  return absl::OkStatus();
 }
 
 std::string CatalogChecksum(const catalog::Attributes& attributes) {

@@ -1,8 +1,9 @@
-// gfreg LOCALFILE GFPATH [--site S] [--node N]: stores a local file into the federation.
-// Uploads it to the agent of a node (the named one, else the least busy live node of the
-// site, else of any site) with the transfer engine, then records the new generation in the
-// catalog with the checksum the agent verified and that node as the writer, which makes
-// every other replica of the path stale.
+// gfreg LOCALFILE GFPATH [--site S] [--node N]: stores a local file into the federation
+// with replica::Store (replica/writer.h): reserves a new generation, uploads the bytes to
+// the agent of a node (the named one, else the least busy live node of the site, else of
+// any site) under that generation's own name, then commits the generation with that node
+// as the writer, which makes every other replica of the path stale. A failure at any step
+// leaves the previous version in place and served.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -11,8 +12,7 @@
 #include <fmt/format.h>
 
 #include "catalog/client.h"
-#include "replica/placement.h"
-#include "replica/spool.h"
+#include "replica/writer.h"
 #include "tools/internal/catalog_flags.h"
 #include "tools/internal/cli.h"
 #include "transfer/auth.h"
@@ -53,70 +53,25 @@ int main(int argc, char** argv) {
   site = EnvOr(site, "GFREP_SITE");
   node = EnvOr(node, "GFREP_NODE");
 
-  absl::StatusOr<std::string> rel = replica::SpoolRelativePath(path);
-  if (!rel.ok()) return tools::Fail(kProgram, tools::ErrorText(rel.status()));
   auto client = tools::ConnectCatalog(cat);
   if (!client.ok()) return tools::Fail(kProgram, tools::ErrorText(client.status()));
-  catalog::Catalog& c = **client;
-
-  catalog::Node target;
-  if (!node.empty()) {
-    absl::StatusOr<catalog::Node> n = c.GetNode(node);
-    if (!n.ok()) return tools::Fail(kProgram, tools::ErrorText(n.status()));
-    if (!site.empty() && n->site != site) {
-      return tools::Fail(kProgram, fmt::format("node {} is in site {}, not {}", node, n->site, site));
-    }
-    target = *n;
-  } else {
-    std::error_code ec;
-    std::uint64_t size = std::filesystem::file_size(local, ec);
-    replica::Topology topology;
-    absl::StatusOr<std::vector<catalog::Node>> nodes = c.ListNodes(site);
-    if (!nodes.ok()) return tools::Fail(kProgram, tools::ErrorText(nodes.status()));
-    topology.nodes = std::move(*nodes);
-    replica::PlacementRequest place;
-    place.file_size = ec ? 0 : size;
-    replica::LivenessOptions live;
-    live.now_ns = catalog::SystemNowNs();
-    std::vector<catalog::Node> best = replica::PlaceReplicas(place, topology, live);
-    if (best.empty()) {
-      return tools::Fail(kProgram, site.empty() ? "no live node with enough free space"
-                                                : fmt::format("no live node with enough free space in site {}", site));
-    }
-    target = best.front();
-  }
-  absl::StatusOr<transfer::Endpoint> endpoint = transfer::ParseEndpoint(target.address);
-  if (!endpoint.ok()) return tools::Fail(kProgram, tools::ErrorText(endpoint.status()));
   std::filesystem::path key_path =
       key_file.empty() ? transfer::DefaultKeyPath() : std::filesystem::path(key_file);
   absl::StatusOr<std::string> key = transfer::LoadOrCreateSharedKey(key_path);
   if (!key.ok()) return tools::Fail(kProgram, tools::ErrorText(key.status()));
 
-  std::string parent = path.substr(0, path.find_last_of('/'));
-  if (!parent.empty()) {
-    catalog::MkdirOptions m;
-    m.parents = true;
-    if (absl::StatusOr<catalog::Attributes> d = c.Mkdir(parent, m); !d.ok()) {
-      return tools::Fail(kProgram, tools::ErrorText(d.status()));
-    }
-  }
-  transfer::TransferOptions options;
-  options.shared_key = *key;
-  options.route.streams = streams;
-  options.logger = log;
-  absl::StatusOr<transfer::TransferStats> stats = transfer::Push(local, *endpoint, *rel, options);
-  if (!stats.ok()) {
-    return tools::Fail(kProgram, fmt::format("upload to {} ({}): {}", target.name, target.address,
-                                             tools::ErrorText(stats.status())));
-  }
-  std::size_t colon = stats->checksum.find(':');
-  catalog::FileContent content;
-  content.size = stats->bytes;
-  content.checksum_algo = stats->checksum.substr(0, colon);
-  content.checksum = colon == std::string::npos ? "" : stats->checksum.substr(colon + 1);
-  if (const char* user = std::getenv("USER"); user != nullptr) content.owner = user;
-  absl::StatusOr<catalog::Attributes> a = c.CommitFile(path, content, target.name, std::nullopt);
-  if (!a.ok()) return tools::Fail(kProgram, tools::ErrorText(a.status()));
+  replica::StoreOptions options;
+  options.node = node;
+  options.site = site;
+  options.transfer.shared_key = *key;
+  options.transfer.route.streams = streams;
+  options.transfer.logger = log;
+  if (const char* user = std::getenv("USER"); user != nullptr) options.owner = user;
+  absl::StatusOr<replica::StoreResult> stored = replica::Store(**client, local, path, options);
+  if (!stored.ok()) return tools::Fail(kProgram, tools::ErrorText(stored.status()));
+  const catalog::Attributes* a = &stored->attributes;
+  const catalog::Node& target = stored->node;
+  const transfer::TransferStats* stats = &stored->upload;
   if (json) {
     nlohmann::json j = {{"path", path},       {"node", target.name},
                         {"site", target.site}, {"size", a->size},

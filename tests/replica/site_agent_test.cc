@@ -2,15 +2,22 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <csignal>
 #include <functional>
+#include <optional>
 #include <map>
 #include <thread>
 
 #include "replica/planner.h"
 #include "replica/reader.h"
+#include "replica/spool.h"
+#include "replica/writer.h"
+#include "tests/replica/faulty_catalog.h"
 #include "tests/support/temp_dir.h"
 #include "transfer/agent.h"
 #include "transfer/checksum.h"
+#include "transfer/spool_names.h"
 
 namespace gfrep::replica {
 namespace {
@@ -43,6 +50,8 @@ struct TestNode {
 class SiteAgentTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // As gfsited does: the engine's sendfile() to a peer that closed raises SIGPIPE.
+    std::signal(SIGPIPE, SIG_IGN);
     catalog::CatalogOptions o;
     o.path = dir_.Sub("db");
     o.sync = false;
@@ -58,7 +67,7 @@ class SiteAgentTest : public ::testing::Test {
 
   SiteAgentOptions AgentOptions(TestNode& n) {
     SiteAgentOptions a;
-    a.catalog = cat_.get();
+    a.catalog = agent_catalog_ != nullptr ? agent_catalog_ : cat_.get();
     a.site = n.site;
     a.node = n.name;
     a.address = n.address;
@@ -97,8 +106,10 @@ class SiteAgentTest : public ::testing::Test {
     return ref;
   }
 
-  void StartAgent(TestNode& n) {
-    auto agent = SiteAgent::Create(AgentOptions(n));
+  void StartAgent(TestNode& n, const std::function<void(SiteAgentOptions&)>& tune = {}) {
+    SiteAgentOptions options = AgentOptions(n);
+    if (tune) tune(options);
+    auto agent = SiteAgent::Create(options);
     ASSERT_TRUE(agent.ok()) << agent.status();
     n.agent = std::move(*agent);
     ASSERT_TRUE(n.agent->Start().ok());
@@ -115,11 +126,21 @@ class SiteAgentTest : public ::testing::Test {
     planner_->Start();
   }
 
-  // What gfreg does, minus the upload: the bytes are written into the node's spool.
+  // What gfreg does, minus the upload: reserve a generation, write the bytes under their
+  // identity name in the node's spool, commit. `claimed_bytes_seed` makes the catalog's
+  // checksum that of other bytes.
   void Store(const std::string& node, const std::string& path, std::uint64_t size,
              std::uint64_t seed, const std::string& claimed_bytes_seed = "") {
     TestNode& n = *nodes_.at(node);
-    fs::path file = n.spool / path.substr(1);
+    catalog::MkdirOptions m;
+    m.parents = true;
+    std::string parent = path.substr(0, path.rfind('/'));
+    if (!parent.empty()) {
+      ASSERT_TRUE(cat_->Mkdir(parent, m).ok());
+    }
+    auto reserved = cat_->BeginWrite(path, catalog::FileContent{});
+    ASSERT_TRUE(reserved.ok()) << reserved.status();
+    fs::path file = ReplicaFile(n.spool, reserved->attributes.inode, reserved->generation);
     fs::create_directories(file.parent_path());
     gfrep::testing::WriteRandomFile(file, size, seed);
     fs::path sum_of = file;
@@ -129,17 +150,26 @@ class SiteAgentTest : public ::testing::Test {
     }
     auto sum = transfer::ComputeFileChecksum(sum_of, transfer::ChecksumAlgorithm::kXxh3_128);
     ASSERT_TRUE(sum.ok());
-    catalog::MkdirOptions m;
-    m.parents = true;
-    std::string parent = path.substr(0, path.rfind('/'));
-    if (!parent.empty()) {
-      ASSERT_TRUE(cat_->Mkdir(parent, m).ok());
-    }
     catalog::FileContent c;
     c.size = size;
     c.checksum_algo = "xxh3-128";
     c.checksum = sum->substr(sum->find(':') + 1);
+    c.generation = reserved->generation;
     ASSERT_TRUE(cat_->CommitFile(path, c, node, std::nullopt).ok());
+  }
+
+  // Registers a node without an agent (as one that is down, or not started yet).
+  void RegisterByHand(TestNode& n) {
+    catalog::Site site;
+    site.name = n.site;
+    ASSERT_TRUE(cat_->PutSite(site).ok());
+    catalog::Node node;
+    node.name = n.name;
+    node.site = n.site;
+    node.address = n.address;
+    node.spool = n.spool.string();
+    node.free_bytes = 1ull << 40;
+    ASSERT_TRUE(cat_->RegisterNode(node).ok());
   }
 
   catalog::Request Replicate(catalog::RequestSpec spec,
@@ -182,8 +212,41 @@ class SiteAgentTest : public ::testing::Test {
     return false;
   }
 
+  // The bytes of the current generation of `path` in `node`'s spool ("" if none).
   std::string Bytes(const std::string& node, const std::string& path) {
-    return gfrep::testing::ReadFile(nodes_.at(node)->spool / path.substr(1));
+    auto a = cat_->Stat(path);
+    EXPECT_TRUE(a.ok()) << a.status();
+    if (!a.ok()) return "";
+    fs::path f = ReplicaFile(nodes_.at(node)->spool, a->inode, a->generation);
+    return fs::exists(f) ? gfrep::testing::ReadFile(f) : "";
+  }
+
+  // Whether `node`'s spool holds any file of `inode`.
+  bool HasFilesOf(const std::string& node, catalog::InodeId inode) {
+    fs::path dir = nodes_.at(node)->spool / transfer::kReplicaDirName / std::to_string(inode);
+    std::error_code ec;
+    return fs::exists(dir, ec) && !fs::is_empty(dir, ec);
+  }
+
+  std::optional<catalog::Replica> RecordOf(const std::string& path, const std::string& node) {
+    auto loc = cat_->Locate(path);
+    if (!loc.ok()) return std::nullopt;
+    for (const catalog::Replica& r : loc->replicas) {
+      if (r.node == node) return r;
+    }
+    return std::nullopt;
+  }
+
+  // Waits (on the event log, bounded) for a task to reach a final state.
+  catalog::Task WaitTaskFinal(std::uint64_t id) {
+    absl::StatusOr<catalog::Task> t = cat_->GetTask(id);
+    WaitForCatalog([&] {
+      t = cat_->GetTask(id);
+      return t.ok() && t->state != catalog::TaskState::kQueued &&
+             t->state != catalog::TaskState::kLeased;
+    }, std::chrono::seconds(60));
+    EXPECT_TRUE(t.ok());
+    return *t;
   }
 
   std::string ReadAll(FileReader& r) {
@@ -208,6 +271,7 @@ class SiteAgentTest : public ::testing::Test {
 
   gfrep::testing::TempDir dir_{"siteagent"};
   std::unique_ptr<catalog::Catalog> cat_;
+  catalog::Catalog* agent_catalog_ = nullptr;  // what agents talk to (default: cat_)
   std::map<std::string, std::unique_ptr<TestNode>> nodes_;
   std::unique_ptr<Planner> planner_;
 };
@@ -255,8 +319,10 @@ TEST_F(SiteAgentTest, RemovedFilesAreUnlinkedFromTheSpoolsAndTheirReplicasForgot
   spec.paths = {"/del/f"};
   spec.copies = 3;
   ASSERT_EQ(Replicate(spec).state, RequestState::kDone);
+  auto removed = cat_->Stat("/del/f");
+  ASSERT_TRUE(removed.ok());
   for (const char* n : {"b1", "c1"}) {
-    ASSERT_TRUE(fs::exists(nodes_.at(n)->spool / "del/f")) << n;
+    ASSERT_TRUE(HasFilesOf(n, removed->inode)) << n;
   }
   ASSERT_TRUE(cat_->Remove("/del", /*recursive=*/true).ok());
 
@@ -266,8 +332,8 @@ TEST_F(SiteAgentTest, RemovedFilesAreUnlinkedFromTheSpoolsAndTheirReplicasForgot
     return r.ok() ? r->size() : std::size_t{1};
   };
   auto done = [&] {
-    for (const char* n : {"b1", "c1"}) {
-      if (fs::exists(nodes_.at(n)->spool / "del/f")) return false;
+    for (const char* n : {"a1", "b1", "c1"}) {
+      if (HasFilesOf(n, removed->inode)) return false;
     }
     for (const char* n : {"a1", "b1", "c1"}) {
       if (records(n) != 0) return false;
@@ -278,7 +344,7 @@ TEST_F(SiteAgentTest, RemovedFilesAreUnlinkedFromTheSpoolsAndTheirReplicasForgot
   ASSERT_TRUE(WaitForCatalog(done)) << "replicas of a removed file were not deleted";
 }
 
-TEST_F(SiteAgentTest, DeletionLeavesAPathReusedByANewerReplicaAlone) {
+TEST_F(SiteAgentTest, AFileStoredAgainAtARemovedPathNeverSharesBytesWithTheOldOne) {
   StartNode("a1", "A");
   StartNode("b1", "B");
   Store("a1", "/re/f", 50000, 1);
@@ -290,21 +356,20 @@ TEST_F(SiteAgentTest, DeletionLeavesAPathReusedByANewerReplicaAlone) {
   auto old_attrs = cat_->Stat("/re/f");
   ASSERT_TRUE(old_attrs.ok());
   // b1 is down while the file is removed and stored again, and the new bytes reach b1's
-  // spool at the same path before its agent sees the old replica deleting.
+  // spool before its agent sees the old replica deleting. (With the old path-keyed layout
+  // this raced the unlink of the old bytes; replicas by identity never share a name.)
   TestNode& b1 = *nodes_.at("b1");
   b1.agent->Stop();
   b1.agent.reset();
   ASSERT_TRUE(cat_->Remove("/re/f", false).ok());
-  // a1's agent unlinks its copy of the removed file; let it finish first. Store() writes the
-  // spool directly, outside the agent, so storing the new bytes before that unlink would race
-  // it (see replica/README.md, "Known gaps": a re-store of a just-removed path).
-  ASSERT_TRUE(WaitForCatalog([&] { return !HoldsReplica("a1", old_attrs->inode); }));
   Store("a1", "/re/f", 60000, 2);
   std::string fresh = Bytes("a1", "/re/f");
-  gfrep::testing::WriteRandomFile(b1.spool / "re/f", 60000, 2);
   auto attrs = cat_->Stat("/re/f");
   ASSERT_TRUE(attrs.ok());
   ASSERT_NE(attrs->inode, old_attrs->inode);
+  fs::path b1_file = ReplicaFile(b1.spool, attrs->inode, attrs->generation);
+  fs::create_directories(b1_file.parent_path());
+  gfrep::testing::WriteRandomFile(b1_file, 60000, 2);
   catalog::Replica r;
   r.inode = attrs->inode;
   r.node = "b1";
@@ -314,8 +379,12 @@ TEST_F(SiteAgentTest, DeletionLeavesAPathReusedByANewerReplicaAlone) {
   ASSERT_TRUE(cat_->PutReplica(r).ok());
   StartAgent(b1);
 
-  ASSERT_TRUE(WaitForCatalog([&] { return !HoldsReplica("b1", old_attrs->inode); }));
+  ASSERT_TRUE(WaitForCatalog([&] {
+    return !HoldsReplica("b1", old_attrs->inode) && !HoldsReplica("a1", old_attrs->inode);
+  }));
+  EXPECT_FALSE(HasFilesOf("b1", old_attrs->inode));
   EXPECT_EQ(Bytes("b1", "/re/f"), fresh);
+  EXPECT_EQ(Bytes("a1", "/re/f"), fresh);
 }
 
 TEST_F(SiteAgentTest, ReaderUsesTheLocalReplicaOrFetchesTheBestRemoteOne) {
@@ -393,7 +462,7 @@ TEST_F(SiteAgentTest, BytesThatDoNotMatchTheCatalogNeverBecomeACompleteReplica) 
   auto loc = cat_->Locate("/bad/f");
   ASSERT_TRUE(loc.ok());
   for (const auto& rep : loc->replicas) EXPECT_NE(rep.node, "b1");
-  EXPECT_FALSE(fs::exists(nodes_.at("b1")->spool / "bad/f"));
+  EXPECT_FALSE(HasFilesOf("b1", loc->attributes.inode));
 }
 
 TEST_F(SiteAgentTest, AFileWhoseOnlySourceIsDownFailsClearlyAfterItsRetries) {
@@ -418,16 +487,7 @@ TEST_F(SiteAgentTest, ALeaseOfADeadAgentExpiresAndTheTaskIsRetaken) {
   TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
   Store("a1", "/lease/f", 50000, 3);
   // Register b1 by hand and leave a claimed task behind, as an agent killed mid-copy does.
-  catalog::Site site;
-  site.name = "B";
-  ASSERT_TRUE(cat_->PutSite(site).ok());
-  catalog::Node node;
-  node.name = "b1";
-  node.site = "B";
-  node.address = b1.address;
-  node.spool = b1.spool.string();
-  node.free_bytes = 1ull << 40;
-  ASSERT_TRUE(cat_->RegisterNode(node).ok());
+  RegisterByHand(b1);
   catalog::RequestSpec spec;
   spec.paths = {"/lease/f"};
   spec.copies = 2;
@@ -460,6 +520,210 @@ TEST_F(SiteAgentTest, ALeaseOfADeadAgentExpiresAndTheTaskIsRetaken) {
   ASSERT_EQ(t->state, catalog::TaskState::kDone) << t->last_error;
   EXPECT_EQ(t->attempts, 2u);
   EXPECT_EQ(Bytes("b1", "/lease/f"), Bytes("a1", "/lease/f"));
+}
+
+
+TEST_F(SiteAgentTest, ARenameMovesNoBytesAndEveryNodeStillReadsTheFile) {
+  StartNode("a1", "A");
+  StartNode("b1", "B");
+  Store("a1", "/r/a", 120000, 1);
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/r/a"};
+  spec.copies = 2;
+  ASSERT_EQ(Replicate(spec).state, RequestState::kDone);
+  std::string old_bytes = Bytes("a1", "/r/a");
+  ASSERT_EQ(old_bytes.size(), 120000u);
+
+  ASSERT_TRUE(cat_->Rename("/r/a", "/r/b").ok());
+  for (auto [site, node] : {std::pair{"A", "a1"}, std::pair{"B", "b1"}}) {
+    auto reader = Open(*cat_, "/r/b", ReadAs(site, node));
+    ASSERT_TRUE(reader.ok()) << node << ": " << reader.status();
+    EXPECT_TRUE((*reader)->local()) << node;
+    EXPECT_EQ(ReadAll(**reader), old_bytes) << node;
+  }
+  // A new file at the old path is a new inode: storing and replicating it leaves the
+  // renamed file's bytes alone everywhere.
+  Store("a1", "/r/a", 120000, 2);
+  std::string new_bytes = Bytes("a1", "/r/a");
+  ASSERT_NE(new_bytes, old_bytes);
+  ASSERT_EQ(Replicate(spec).state, RequestState::kDone);
+  for (auto [site, node] : {std::pair{"A", "a1"}, std::pair{"B", "b1"}}) {
+    auto renamed = Open(*cat_, "/r/b", ReadAs(site, node));
+    ASSERT_TRUE(renamed.ok()) << node << ": " << renamed.status();
+    EXPECT_TRUE((*renamed)->local()) << node;
+    EXPECT_EQ(ReadAll(**renamed), old_bytes) << node;
+    auto fresh = Open(*cat_, "/r/a", ReadAs(site, node));
+    ASSERT_TRUE(fresh.ok()) << node << ": " << fresh.status();
+    EXPECT_TRUE((*fresh)->local()) << node;
+    EXPECT_EQ(ReadAll(**fresh), new_bytes) << node;
+  }
+}
+
+TEST_F(SiteAgentTest, AQueuedCopyOfAnOlderGenerationLeavesTheNewerReplicaAtItsNodeAlone) {
+  StartNode("a1", "A");
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  RegisterByHand(b1);
+  Store("a1", "/q/f", 80000, 1);
+  catalog::TaskSpec ts;
+  ts.path = "/q/f";
+  ts.src_node = "a1";
+  ts.dst_node = "b1";
+  auto tasks = cat_->CreateTasks({ts});  // queued for generation 1, b1's agent not running
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  // Meanwhile a newer version is written at b1 (gfreg --node b1).
+  Store("b1", "/q/f", 80000, 2);
+  auto now = cat_->Stat("/q/f");
+  ASSERT_TRUE(now.ok());
+  ASSERT_GT(now->generation, tasks->front().generation);
+  std::string newest = Bytes("b1", "/q/f");
+  ASSERT_EQ(newest.size(), 80000u);
+
+  StartAgent(b1);
+  catalog::Task t = WaitTaskFinal(tasks->front().id);
+  EXPECT_NE(t.state, catalog::TaskState::kDone) << "an obsolete copy must not complete";
+  std::optional<catalog::Replica> r = RecordOf("/q/f", "b1");
+  ASSERT_TRUE(r.has_value()) << "the newest version's replica record was lost";
+  EXPECT_EQ(r->state, catalog::ReplicaState::kComplete);
+  EXPECT_EQ(r->generation, now->generation);
+  auto reader = Open(*cat_, "/q/f", ReadAs("B", "b1"));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_TRUE((*reader)->local());
+  EXPECT_EQ(ReadAll(**reader), newest);
+}
+
+TEST_F(SiteAgentTest, AnInFlightCopyOfAnOlderGenerationNeverReplacesTheNewerBytes) {
+  StartNode("a1", "A");
+  TestNode& b1 = StartNode("b1", "B");
+  // A slow route, so the copy is still running when the newer version arrives.
+  catalog::Route route;
+  route.src_site = "A";
+  route.dst_site = "B";
+  route.route_rate_bps = 4'000'000;  // 1 MiB takes about 2 s
+  ASSERT_TRUE(cat_->PutRoute(route).ok());
+  Store("a1", "/f/x", 1 << 20, 1);
+  catalog::TaskSpec ts;
+  ts.path = "/f/x";
+  ts.src_node = "a1";
+  ts.dst_node = "b1";
+  auto tasks = cat_->CreateTasks({ts});
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  const std::uint64_t id = tasks->front().id;
+  ASSERT_TRUE(WaitForCatalog([&] {
+    auto t = cat_->GetTask(id);
+    return t.ok() && t->state == catalog::TaskState::kLeased;
+  }));
+  Store("b1", "/f/x", 1 << 20, 2);  // gfreg --node b1 while b1 copies generation 1
+  auto now = cat_->Stat("/f/x");
+  ASSERT_TRUE(now.ok());
+  std::string newest = Bytes("b1", "/f/x");
+  ASSERT_EQ(newest.size(), 1u << 20);
+
+  catalog::Task t = WaitTaskFinal(id);
+  EXPECT_NE(t.state, catalog::TaskState::kDone) << "an obsolete copy must not complete";
+  std::optional<catalog::Replica> r = RecordOf("/f/x", "b1");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->state, catalog::ReplicaState::kComplete);
+  EXPECT_EQ(r->generation, now->generation);
+  EXPECT_EQ(Bytes("b1", "/f/x"), newest);
+  auto reader = Open(*cat_, "/f/x", ReadAs("B", "b1"));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_TRUE((*reader)->local());
+  EXPECT_EQ(ReadAll(**reader), newest);
+  (void)b1;
+}
+
+TEST_F(SiteAgentTest, AFailedCommitLeavesThePreviousVersionInPlaceAndServed) {
+  TestNode& a1 = StartNode("a1", "A", /*with_agent=*/false);
+  testing::FaultyCatalog faulty(cat_.get());
+  agent_catalog_ = &faulty;
+  StartAgent(a1, [](SiteAgentOptions& o) {
+    o.gc_interval = std::chrono::milliseconds(200);
+    o.orphan_grace = std::chrono::milliseconds(0);
+  });
+  StoreOptions so;
+  so.node = "a1";
+  so.transfer.shared_key = kKey;
+  fs::path v1 = dir_.path() / "v1";
+  fs::path v2 = dir_.path() / "v2";
+  gfrep::testing::WriteRandomFile(v1, 70000, 1);
+  gfrep::testing::WriteRandomFile(v2, 70000, 2);  // same size: only the bytes tell
+  auto first = replica::Store(faulty, v1, "/c/f", so);
+  ASSERT_TRUE(first.ok()) << first.status();
+
+  faulty.on_commit = [](std::string_view) -> std::optional<absl::Status> {
+    return absl::UnavailableError("catalog restarting");
+  };
+  auto second = replica::Store(faulty, v2, "/c/f", so);
+  EXPECT_FALSE(second.ok());
+  faulty.on_commit = nullptr;
+
+  auto attrs = cat_->Stat("/c/f");
+  ASSERT_TRUE(attrs.ok());
+  EXPECT_EQ(attrs->generation, first->attributes.generation);
+  auto reader = Open(*cat_, "/c/f", ReadAs("A", "a1"));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_TRUE((*reader)->local());
+  EXPECT_EQ(ReadAll(**reader), gfrep::testing::ReadFile(v1));
+  // The uploaded bytes nobody committed are collected; the replica stays.
+  ASSERT_TRUE(WaitForCatalog([&] {
+    std::error_code ec;
+    std::size_t files = 0;
+    for (const auto& e : fs::directory_iterator(
+             a1.spool / transfer::kReplicaDirName / std::to_string(attrs->inode), ec)) {
+      (void)e;
+      ++files;
+    }
+    return files == 1;
+  }, std::chrono::seconds(10)));
+  EXPECT_EQ(Bytes("a1", "/c/f"), gfrep::testing::ReadFile(v1));
+  agent_catalog_ = nullptr;
+  a1.StopAll();
+}
+
+TEST_F(SiteAgentTest, AnAttemptWhoseLeaseRanOutIsCancelledAndTheTaskRunsOnce) {
+  StartNode("a1", "A");
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  RegisterByHand(b1);
+  catalog::Route route;
+  route.src_site = "A";
+  route.dst_site = "B";
+  route.route_rate_bps = 4'000'000;  // 2 MiB: about 4 s
+  ASSERT_TRUE(cat_->PutRoute(route).ok());
+  Store("a1", "/l/f", 2 << 20, 1);
+  testing::FaultyCatalog faulty(cat_.get());
+  // The catalog cannot be reached for renewals (an outage) until the lease has run out and
+  // another worker of the same agent has taken the task.
+  std::atomic<bool> outage{true};
+  faulty.on_renew = [&](std::uint64_t) -> std::optional<absl::Status> {
+    if (outage) return absl::UnavailableError("catalog unreachable");
+    return std::nullopt;
+  };
+  agent_catalog_ = &faulty;
+  catalog::TaskSpec ts;
+  ts.path = "/l/f";
+  ts.src_node = "a1";
+  ts.dst_node = "b1";
+  ts.max_attempts = 10;
+  auto tasks = cat_->CreateTasks({ts});
+  ASSERT_TRUE(tasks.ok());
+  const std::uint64_t id = tasks->front().id;
+  StartAgent(b1, [](SiteAgentOptions& o) {
+    o.retry.initial = std::chrono::milliseconds(500);
+    o.retry.max = std::chrono::milliseconds(1000);
+  });
+  ASSERT_TRUE(WaitForCatalog([&] {
+    auto t = cat_->GetTask(id);
+    return t.ok() && t->attempts >= 2;
+  }, std::chrono::seconds(20)));
+  outage = false;
+  catalog::Task t = WaitTaskFinal(id);
+  ASSERT_EQ(t.state, catalog::TaskState::kDone) << t.last_error;
+  EXPECT_GE(b1.agent->stats().leases_lost, 1u) << "the first attempt never learnt it lost its lease";
+  EXPECT_EQ(b1.agent->stats().tasks_done, 1u);
+  EXPECT_EQ(Bytes("b1", "/l/f"), Bytes("a1", "/l/f"));
+  b1.StopAll();
+  agent_catalog_ = nullptr;
 }
 
 }  // namespace

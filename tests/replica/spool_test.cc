@@ -5,24 +5,53 @@
 #include <filesystem>
 
 #include "tests/support/temp_dir.h"
+#include "transfer/checksum.h"
 
 namespace gfrep::replica {
 namespace {
 
-TEST(SpoolTest, MapsCatalogPathsIntoTheSpool) {
-  auto rel = SpoolRelativePath("/exp//run1/f.dat");
-  ASSERT_TRUE(rel.ok());
-  EXPECT_EQ(*rel, "exp/run1/f.dat");
-  auto p = ReplicaPath("/spool", "/exp/f");
-  ASSERT_TRUE(p.ok());
-  EXPECT_EQ(p->string(), "/spool/exp/f");
+TEST(SpoolTest, ReplicasLiveUnderTheirIdentityNotTheirPath) {
+  EXPECT_EQ(ReplicaFile("/spool", 42, 7).string(), "/spool/.gfrep-data/42/7");
 }
 
-TEST(SpoolTest, RefusesEscapesTheRootAndReservedNames) {
-  EXPECT_FALSE(SpoolRelativePath("/a/../b").ok());
-  EXPECT_FALSE(SpoolRelativePath("relative").ok());
-  EXPECT_FALSE(SpoolRelativePath("/").ok());
-  EXPECT_FALSE(SpoolRelativePath("/.gfrep-tmp/x").ok());
+TEST(SpoolTest, LegacyPathsMapIntoTheSpoolAndRefuseEscapesAndReservedNames) {
+  auto rel = LegacySpoolRelativePath("/exp//run1/f.dat");
+  ASSERT_TRUE(rel.ok());
+  EXPECT_EQ(*rel, "exp/run1/f.dat");
+  EXPECT_FALSE(LegacySpoolRelativePath("/a/../b").ok());
+  EXPECT_FALSE(LegacySpoolRelativePath("relative").ok());
+  EXPECT_FALSE(LegacySpoolRelativePath("/").ok());
+  EXPECT_FALSE(LegacySpoolRelativePath("/.gfrep-tmp/x").ok());
+}
+
+TEST(SpoolTest, RenameNoReplaceNeverOverwrites) {
+  gfrep::testing::TempDir tmp;
+  gfrep::testing::WriteRandomFile(tmp.path() / "a", 10, 1);
+  gfrep::testing::WriteRandomFile(tmp.path() / "b", 20, 2);
+  absl::Status s = RenameNoReplace(tmp.path() / "a", tmp.path() / "b");
+  EXPECT_TRUE(absl::IsAlreadyExists(s)) << s;
+  EXPECT_EQ(std::filesystem::file_size(tmp.path() / "b"), 20u);
+  EXPECT_TRUE(std::filesystem::exists(tmp.path() / "a"));
+  EXPECT_TRUE(RenameNoReplace(tmp.path() / "a", tmp.path() / "c").ok());
+  EXPECT_EQ(std::filesystem::file_size(tmp.path() / "c"), 10u);
+}
+
+TEST(SpoolTest, VerifyFileComparesSizeAndChecksumWithTheCatalog) {
+  gfrep::testing::TempDir tmp;
+  std::filesystem::path f = tmp.path() / "f";
+  gfrep::testing::WriteRandomFile(f, 1000, 1);
+  auto sum = transfer::ComputeFileChecksum(f, transfer::ChecksumAlgorithm::kXxh3_128);
+  ASSERT_TRUE(sum.ok());
+  catalog::Attributes a;
+  a.size = 1000;
+  a.checksum_algo = "xxh3-128";
+  a.checksum = sum->substr(sum->find(':') + 1);
+  EXPECT_TRUE(VerifyFile(f, a).ok());
+  gfrep::testing::WriteRandomFile(f, 1000, 2);
+  EXPECT_TRUE(absl::IsDataLoss(VerifyFile(f, a)));
+  a.size = 999;
+  EXPECT_TRUE(absl::IsDataLoss(VerifyFile(f, a)));
+  EXPECT_TRUE(absl::IsNotFound(VerifyFile(tmp.path() / "nope", a)));
 }
 
 TEST(SpoolTest, RouteSettingsOverrideOnlyWhatTheyDefine) {

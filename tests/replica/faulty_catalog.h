@@ -1,0 +1,134 @@
+#pragma once
+
+// FaultyCatalog forwards every call to a real catalog, except those a test overrides with
+// a hook (to fail a commit, lose a lease renewal, ...). Test-only.
+
+#include <functional>
+#include <optional>
+
+#include "catalog/catalog.h"
+
+namespace gfrep::replica::testing {
+
+class FaultyCatalog : public catalog::Catalog {
+ public:
+  explicit FaultyCatalog(catalog::Catalog* inner) : c_(inner) {}
+
+  // Hooks: if set and returning a status, that status is returned instead of calling on.
+  std::function<std::optional<absl::Status>(std::string_view path)> on_commit;
+  std::function<std::optional<absl::Status>(std::uint64_t task)> on_renew;
+
+  using A = catalog::Attributes;
+  absl::StatusOr<A> Mkdir(std::string_view p, const catalog::MkdirOptions& o) override {
+    return c_->Mkdir(p, o);
+  }
+  absl::StatusOr<A> CreateFile(std::string_view p, const catalog::FileContent& f) override {
+    return c_->CreateFile(p, f);
+  }
+  absl::StatusOr<catalog::WriteReservation> BeginWrite(std::string_view p,
+                                                       const catalog::FileContent& f) override {
+    return c_->BeginWrite(p, f);
+  }
+  absl::StatusOr<A> CommitFile(std::string_view p, const catalog::FileContent& f,
+                               std::string_view w, std::optional<std::uint64_t> g) override {
+    if (on_commit) {
+      if (std::optional<absl::Status> s = on_commit(p)) return *s;
+    }
+    return c_->CommitFile(p, f, w, g);
+  }
+  absl::StatusOr<A> Stat(std::string_view p) override { return c_->Stat(p); }
+  absl::StatusOr<A> StatInode(catalog::InodeId i) override { return c_->StatInode(i); }
+  absl::StatusOr<std::string> PathOf(catalog::InodeId i) override { return c_->PathOf(i); }
+  absl::StatusOr<std::vector<catalog::DirEntry>> List(std::string_view p,
+                                                      const catalog::ListOptions& o) override {
+    return c_->List(p, o);
+  }
+  absl::Status Remove(std::string_view p, bool r) override { return c_->Remove(p, r); }
+  absl::Status Rename(std::string_view f, std::string_view t) override { return c_->Rename(f, t); }
+  absl::StatusOr<catalog::Location> Locate(std::string_view p) override { return c_->Locate(p); }
+  absl::StatusOr<std::vector<catalog::Replica>> GetReplicas(catalog::InodeId i) override {
+    return c_->GetReplicas(i);
+  }
+  absl::Status PutReplica(const catalog::Replica& r) override { return c_->PutReplica(r); }
+  absl::Status RemoveReplica(catalog::InodeId i, std::string_view n) override {
+    return c_->RemoveReplica(i, n);
+  }
+  absl::StatusOr<std::vector<catalog::Replica>> ListNodeReplicas(std::string_view n,
+                                                                 catalog::InodeId a,
+                                                                 std::size_t l) override {
+    return c_->ListNodeReplicas(n, a, l);
+  }
+  absl::Status PutSite(const catalog::Site& s) override { return c_->PutSite(s); }
+  absl::Status RemoveSite(std::string_view n) override { return c_->RemoveSite(n); }
+  absl::StatusOr<std::vector<catalog::Site>> ListSites() override { return c_->ListSites(); }
+  absl::Status RegisterNode(const catalog::Node& n) override { return c_->RegisterNode(n); }
+  absl::Status RemoveNode(std::string_view n) override { return c_->RemoveNode(n); }
+  absl::StatusOr<catalog::Node> GetNode(std::string_view n) override { return c_->GetNode(n); }
+  absl::StatusOr<std::vector<catalog::Node>> ListNodes(std::string_view s) override {
+    return c_->ListNodes(s);
+  }
+  absl::Status SendHeartbeat(const catalog::Heartbeat& h) override { return c_->SendHeartbeat(h); }
+  absl::Status PutRoute(const catalog::Route& r) override { return c_->PutRoute(r); }
+  absl::Status RemoveRoute(std::string_view s, std::string_view d) override {
+    return c_->RemoveRoute(s, d);
+  }
+  absl::StatusOr<catalog::Route> GetRoute(std::string_view s, std::string_view d) override {
+    return c_->GetRoute(s, d);
+  }
+  absl::StatusOr<std::vector<catalog::Route>> ListRoutes() override { return c_->ListRoutes(); }
+  absl::StatusOr<catalog::Request> CreateRequest(const catalog::RequestSpec& s) override {
+    return c_->CreateRequest(s);
+  }
+  absl::StatusOr<catalog::Request> GetRequest(std::uint64_t id) override {
+    return c_->GetRequest(id);
+  }
+  absl::StatusOr<std::vector<catalog::Request>> ListRequests(bool a, catalog::RequestState s,
+                                                             std::size_t l) override {
+    return c_->ListRequests(a, s, l);
+  }
+  absl::StatusOr<catalog::Request> UpdateRequest(const catalog::RequestUpdate& u) override {
+    return c_->UpdateRequest(u);
+  }
+  absl::StatusOr<std::vector<catalog::Task>> CreateTasks(
+      const std::vector<catalog::TaskSpec>& s) override {
+    return c_->CreateTasks(s);
+  }
+  absl::StatusOr<catalog::Task> GetTask(std::uint64_t id) override { return c_->GetTask(id); }
+  absl::StatusOr<std::vector<catalog::Task>> ListTasks(const catalog::TaskFilter& f) override {
+    return c_->ListTasks(f);
+  }
+  absl::StatusOr<catalog::Task> ClaimTask(std::string_view n, std::string_view o,
+                                          std::chrono::milliseconds l) override {
+    return c_->ClaimTask(n, o, l);
+  }
+  absl::StatusOr<catalog::Task> RenewLease(std::uint64_t id, std::string_view o,
+                                           std::chrono::milliseconds l) override {
+    if (on_renew) {
+      if (std::optional<absl::Status> s = on_renew(id)) return *s;
+    }
+    return c_->RenewLease(id, o, l);
+  }
+  absl::StatusOr<catalog::Task> CompleteTask(std::uint64_t id, std::string_view o) override {
+    return c_->CompleteTask(id, o);
+  }
+  absl::StatusOr<catalog::Task> FailTask(std::uint64_t id, std::string_view o,
+                                         std::string_view e, bool r,
+                                         std::chrono::milliseconds a) override {
+    return c_->FailTask(id, o, e, r, a);
+  }
+  absl::StatusOr<std::size_t> ExpireLeases() override { return c_->ExpireLeases(); }
+  absl::StatusOr<catalog::Task> AbandonTask(std::uint64_t id, std::string_view why) override {
+    return c_->AbandonTask(id, why);
+  }
+  absl::Status CancelRequest(std::uint64_t id) override { return c_->CancelRequest(id); }
+  absl::StatusOr<std::vector<catalog::Event>> ReadEvents(std::uint64_t a, std::size_t m,
+                                                         std::chrono::milliseconds w) override {
+    return c_->ReadEvents(a, m, w);
+  }
+  absl::StatusOr<std::uint64_t> LastEventSeq() override { return c_->LastEventSeq(); }
+
+ private:
+  catalog::Catalog* c_;
+};
+
+}  // namespace gfrep::replica::testing
