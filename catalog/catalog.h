@@ -68,6 +68,9 @@ struct FileContent {
   std::uint32_t mode = 0644;
   std::string owner;
   std::uint64_t generation = 0;  // CommitFile: the generation BeginWrite reserved; 0: a fresh one
+  // CommitFile: if non-zero, the path must still be this inode (the one BeginWrite
+  // returned), else kAborted: the file was removed or replaced after the write began.
+  InodeId inode = 0;
 };
 
 // What BeginWrite hands a writer.

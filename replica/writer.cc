@@ -92,6 +92,7 @@ absl::StatusOr<StoreResult> Store(catalog::Catalog& catalog, const std::filesyst
   content.checksum_algo = stats->checksum.substr(0, colon);
   content.checksum = stats->checksum.substr(colon + 1);
   content.generation = generation;
+  content.inode = inode;
   absl::StatusOr<catalog::Attributes> committed =
       catalog.CommitFile(path, content, node->name, std::nullopt);
   if (!committed.ok() &&

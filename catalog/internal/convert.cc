@@ -31,6 +31,7 @@ void ToProto(const Attributes& in, v1::Attributes* out) {
   out->set_checksum_algo(in.checksum_algo);
   out->set_checksum(in.checksum);
   out->set_generation(in.generation);
+  out->set_inode(in.inode);
 }
 
 absl::StatusOr<Attributes> FromProto(const v1::Attributes& in) {
@@ -320,6 +321,7 @@ FileContent FromProto(const v1::FileContent& in) {
   c.mode = in.mode();
   c.owner = in.owner();
   c.generation = in.generation();
+  c.inode = in.inode();
   return c;
 }
 

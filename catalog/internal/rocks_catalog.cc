@@ -691,6 +691,11 @@ absl::StatusOr<Attributes> RocksCatalog::CommitFile(
     return absl::AbortedError(fmt::format("{}: generation is {}, expected {}", path,
                                           a.generation, *expected_generation));
   }
+  if (content.inode != 0 && (!existing.ok() || a.inode != content.inode)) {
+    return absl::AbortedError(fmt::format(
+        "{}: the file this write began on (inode {}) was removed or replaced meanwhile", path,
+        content.inode));
+  }
   std::uint64_t reserved = 0;
   if (existing.ok()) {
     absl::StatusOr<std::uint64_t> mark = ReservedGeneration(a.inode);

@@ -856,6 +856,28 @@ TEST_F(RocksCatalogTest, CommittingAReservedGenerationOlderThanTheCommittedOneCh
   EXPECT_EQ(*catalog_->LastEventSeq(), seq);
 }
 
+TEST_F(RocksCatalogTest, AWriteWhoseFileWasReplacedMeanwhileCannotCommitOntoTheNewFile) {
+  MakeTopologyAndFile();
+  absl::StatusOr<WriteReservation> old_write = catalog_->BeginWrite("/f", {});
+  ASSERT_TRUE(old_write.ok());
+  ASSERT_TRUE(catalog_->Remove("/f", false).ok());
+  // The path is re-created and written often enough that the old reserved number exists
+  // for the new inode too.
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<WriteReservation> w = catalog_->BeginWrite("/f", {});
+    ASSERT_TRUE(w.ok());
+    ASSERT_NE(w->attributes.inode, old_write->attributes.inode);
+  }
+  FileContent c = Reserved(old_write->generation, 2, "old");
+  c.inode = old_write->attributes.inode;
+  absl::StatusOr<Attributes> late = catalog_->CommitFile("/f", c, "a1", {});
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kAborted) << late.status();
+  absl::StatusOr<Attributes> now = catalog_->Stat("/f");
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->generation, 0u);
+  EXPECT_EQ(now->checksum, "");
+}
+
 TEST_F(RocksCatalogTest, BeginWriteOnANewPathCreatesAnEmptyEntry) {
   FileContent c;
   c.mode = 0600;
