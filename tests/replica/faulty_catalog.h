@@ -1,10 +1,12 @@
 #pragma once
 
 // FaultyCatalog forwards every call to a real catalog, except those a test overrides with
-// a hook (to fail a commit, lose a lease renewal, ...). Test-only.
+// a hook (to fail a commit, lose a lease renewal, put a cancel between a planner's listing
+// and its writes, ...). Test-only.
 
 #include <functional>
 #include <optional>
+#include <utility>
 
 #include "catalog/catalog.h"
 
@@ -17,6 +19,8 @@ class FaultyCatalog : public catalog::Catalog {
   // Hooks: if set and returning a status, that status is returned instead of calling on.
   std::function<std::optional<absl::Status>(std::string_view path)> on_commit;
   std::function<std::optional<absl::Status>(std::uint64_t task)> on_renew;
+  // Runs once, before the next CreateTasks is forwarded.
+  std::function<void()> before_create_tasks;
 
   using A = catalog::Attributes;
   absl::StatusOr<A> Mkdir(std::string_view p, const catalog::MkdirOptions& o) override {
@@ -91,6 +95,7 @@ class FaultyCatalog : public catalog::Catalog {
   }
   absl::StatusOr<std::vector<catalog::Task>> CreateTasks(
       const std::vector<catalog::TaskSpec>& s) override {
+    if (before_create_tasks) std::exchange(before_create_tasks, nullptr)();
     return c_->CreateTasks(s);
   }
   absl::StatusOr<catalog::Task> GetTask(std::uint64_t id) override { return c_->GetTask(id); }

@@ -7,130 +7,8 @@
 #include <set>
 #include <utility>
 
+#include "tests/replica/faulty_catalog.h"
 #include "tests/support/temp_dir.h"
-
-namespace gfrep::catalog {
-namespace {
-
-// Forwards every call to a real catalog; CreateTasks first runs `before_create_tasks` (once),
-// which lets a test put a cancel exactly between the planner's listing and its writes.
-class InterposedCatalog : public Catalog {
- public:
-  explicit InterposedCatalog(Catalog* inner) : inner_(inner) {}
-  std::function<void()> before_create_tasks;
-
-  absl::StatusOr<std::vector<Task>> CreateTasks(const std::vector<TaskSpec>& specs) override {
-    if (before_create_tasks) std::exchange(before_create_tasks, nullptr)();
-    return inner_->CreateTasks(specs);
-  }
-  absl::StatusOr<Attributes> Mkdir(std::string_view path, const MkdirOptions& options) override {
-    return inner_->Mkdir(path, options);
-  }
-  absl::StatusOr<Attributes> CreateFile(std::string_view path,
-                                        const FileContent& content) override {
-    return inner_->CreateFile(path, content);
-  }
-  absl::StatusOr<WriteReservation> BeginWrite(std::string_view path,
-                                              const FileContent& content) override {
-    return inner_->BeginWrite(path, content);
-  }
-  absl::StatusOr<Attributes> CommitFile(std::string_view path, const FileContent& content,
-                                        std::string_view writer_node,
-                                        std::optional<std::uint64_t> expected_generation) override {
-    return inner_->CommitFile(path, content, writer_node, expected_generation);
-  }
-  absl::StatusOr<Attributes> Stat(std::string_view path) override { return inner_->Stat(path); }
-  absl::StatusOr<Attributes> StatInode(InodeId inode) override { return inner_->StatInode(inode); }
-  absl::StatusOr<std::string> PathOf(InodeId inode) override { return inner_->PathOf(inode); }
-  absl::StatusOr<std::vector<DirEntry>> List(std::string_view path,
-                                             const ListOptions& options) override {
-    return inner_->List(path, options);
-  }
-  absl::Status Remove(std::string_view path, bool recursive) override {
-    return inner_->Remove(path, recursive);
-  }
-  absl::Status Rename(std::string_view from, std::string_view to) override {
-    return inner_->Rename(from, to);
-  }
-  absl::StatusOr<Location> Locate(std::string_view path) override { return inner_->Locate(path); }
-  absl::StatusOr<std::vector<Replica>> GetReplicas(InodeId inode) override {
-    return inner_->GetReplicas(inode);
-  }
-  absl::Status PutReplica(const Replica& replica) override { return inner_->PutReplica(replica); }
-  absl::Status RemoveReplica(InodeId inode, std::string_view node) override {
-    return inner_->RemoveReplica(inode, node);
-  }
-  absl::StatusOr<std::vector<Replica>> ListNodeReplicas(std::string_view node, InodeId start_after,
-                                                        std::size_t limit) override {
-    return inner_->ListNodeReplicas(node, start_after, limit);
-  }
-  absl::Status PutSite(const Site& site) override { return inner_->PutSite(site); }
-  absl::Status RemoveSite(std::string_view name) override { return inner_->RemoveSite(name); }
-  absl::StatusOr<std::vector<Site>> ListSites() override { return inner_->ListSites(); }
-  absl::Status RegisterNode(const Node& node) override { return inner_->RegisterNode(node); }
-  absl::Status RemoveNode(std::string_view name) override { return inner_->RemoveNode(name); }
-  absl::StatusOr<Node> GetNode(std::string_view name) override { return inner_->GetNode(name); }
-  absl::StatusOr<std::vector<Node>> ListNodes(std::string_view site) override {
-    return inner_->ListNodes(site);
-  }
-  absl::Status SendHeartbeat(const Heartbeat& heartbeat) override {
-    return inner_->SendHeartbeat(heartbeat);
-  }
-  absl::Status PutRoute(const Route& route) override { return inner_->PutRoute(route); }
-  absl::Status RemoveRoute(std::string_view src_site, std::string_view dst_site) override {
-    return inner_->RemoveRoute(src_site, dst_site);
-  }
-  absl::StatusOr<Route> GetRoute(std::string_view src_site, std::string_view dst_site) override {
-    return inner_->GetRoute(src_site, dst_site);
-  }
-  absl::StatusOr<std::vector<Route>> ListRoutes() override { return inner_->ListRoutes(); }
-  absl::StatusOr<Request> CreateRequest(const RequestSpec& spec) override {
-    return inner_->CreateRequest(spec);
-  }
-  absl::StatusOr<Request> GetRequest(std::uint64_t id) override { return inner_->GetRequest(id); }
-  absl::StatusOr<std::vector<Request>> ListRequests(bool any_state, RequestState state,
-                                                    std::size_t limit) override {
-    return inner_->ListRequests(any_state, state, limit);
-  }
-  absl::StatusOr<Request> UpdateRequest(const RequestUpdate& update) override {
-    return inner_->UpdateRequest(update);
-  }
-  absl::StatusOr<Task> GetTask(std::uint64_t id) override { return inner_->GetTask(id); }
-  absl::StatusOr<std::vector<Task>> ListTasks(const TaskFilter& filter) override {
-    return inner_->ListTasks(filter);
-  }
-  absl::StatusOr<Task> ClaimTask(std::string_view node, std::string_view owner,
-                                 std::chrono::milliseconds lease) override {
-    return inner_->ClaimTask(node, owner, lease);
-  }
-  absl::StatusOr<Task> RenewLease(std::uint64_t id, std::string_view owner,
-                                  std::chrono::milliseconds lease) override {
-    return inner_->RenewLease(id, owner, lease);
-  }
-  absl::StatusOr<Task> CompleteTask(std::uint64_t id, std::string_view owner) override {
-    return inner_->CompleteTask(id, owner);
-  }
-  absl::StatusOr<Task> FailTask(std::uint64_t id, std::string_view owner, std::string_view error,
-                                bool retryable, std::chrono::milliseconds retry_after) override {
-    return inner_->FailTask(id, owner, error, retryable, retry_after);
-  }
-  absl::StatusOr<std::size_t> ExpireLeases() override { return inner_->ExpireLeases(); }
-  absl::StatusOr<Task> AbandonTask(std::uint64_t id, std::string_view reason) override {
-    return inner_->AbandonTask(id, reason);
-  }
-  absl::Status CancelRequest(std::uint64_t id) override { return inner_->CancelRequest(id); }
-  absl::StatusOr<std::vector<Event>> ReadEvents(std::uint64_t after_seq, std::size_t max,
-                                                std::chrono::milliseconds wait) override {
-    return inner_->ReadEvents(after_seq, max, wait);
-  }
-  absl::StatusOr<std::uint64_t> LastEventSeq() override { return inner_->LastEventSeq(); }
-
- private:
-  Catalog* inner_;
-};
-
-}  // namespace
-}  // namespace gfrep::catalog
 
 namespace gfrep::replica {
 namespace {
@@ -682,7 +560,7 @@ TEST_F(PlannerTest, ARestartedPlannerContinuesFromTheCatalog) {
 // request without an error, leaving it cancelled with no tasks.
 TEST_F(PlannerTest, ACancelRacingAStepIsNotUndone) {
   Commit("/d/f1", 100, "a1");
-  catalog::InterposedCatalog racing(cat_.get());
+  testing::FaultyCatalog racing(cat_.get());
   PlannerOptions o;
   o.catalog = &racing;
   o.clock = [this] { return now_.load(); };
