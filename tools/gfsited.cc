@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
   std::string journal_interval = "256M";
   std::int64_t corrupt_offset = -1;
   int corrupt_times = 1;
+  int max_connections = gfrep::transfer::AgentOptions{}.max_connections;
+  int max_connections_per_peer = gfrep::transfer::AgentOptions{}.max_connections_per_peer;
   app.add_option("--listen", listen, "address to listen on (HOST:PORT; port 0 picks one)");
   app.add_option("--spool", spool, "spool directory served and written")->required();
   app.add_option("--key-file", key_file, "shared key file (default ~/.gfrep/shared_key, created on first use)");
@@ -43,6 +45,11 @@ int main(int argc, char** argv) {
   app.add_flag("--require-tls", require_tls, "refuse sessions without TLS");
   app.add_option("--buffer", buffer, "socket buffer for accepted data connections (e.g. 4M; 0 = kernel autotuning)");
   app.add_option("--journal-interval", journal_interval, "make restart markers durable every SIZE received bytes");
+  app.add_option("--max-connections", max_connections, "connections served at once; more are closed at once")
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--max-connections-per-peer", max_connections_per_peer,
+                 "connections served at once from one address (a transfer uses streams + 1)")
+      ->check(CLI::Range(1, 1000000));
   app.add_option("--test-corrupt-offset", corrupt_offset, "")->group("");
   app.add_option("--test-corrupt-times", corrupt_times, "")->group("");
   // Catalog role (replica/site_agent.h): join a federation and execute its transfer tasks.
@@ -71,6 +78,8 @@ int main(int argc, char** argv) {
   options.shared_key = *key;
   options.tls = {tls_cert, tls_key, tls_ca};
   options.require_tls = require_tls;
+  options.max_connections = max_connections;
+  options.max_connections_per_peer = max_connections_per_peer;
   options.defaults.route.socket_buffer = *buf;
   options.defaults.journal_interval = std::max<std::uint64_t>(*jint, 1);
   options.defaults.test_corrupt_offset = corrupt_offset;

@@ -1,5 +1,10 @@
 #include "transfer/agent.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <list>
 #include <map>
 
 #include <fmt/format.h>
@@ -7,18 +12,24 @@
 
 #include "transfer/internal/engine.h"
 #include "transfer/internal/path.h"
+#include "transfer/internal/pull.h"
+#include "transfer/internal/receiver.h"
+#include "transfer/internal/sender.h"
+#include "transfer/spool_names.h"
 
 namespace gfrep::transfer {
 
 using internal::ConnPtr;
+using internal::GetString;
 using internal::Json;
 using internal::kNoThrow;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
 
 namespace {
 
-// A session waiting for (then owning) its data connections. Lives in Impl::sessions_
+// A session waiting for (then owning) its data connections. Lives in Impl::sessions
 // while its control coroutine runs. Used only on the io thread.
 struct Session {
   Session(const asio::any_io_executor& ex, int expected)
@@ -28,45 +39,191 @@ struct Session {
   asio::steady_timer ready;
 };
 
-std::string Str(const Json& j, const char* key) {
-  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+// Lets one message through per `interval` and counts the ones it held back.
+class LogThrottle {
+ public:
+  explicit LogThrottle(std::chrono::milliseconds interval) : interval_(interval) {}
+  // True if a message may be logged now; `held_back` is then how many were not since.
+  bool Allow(std::uint64_t& held_back) {
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_ < interval_) {
+      ++held_;
+      return false;
+    }
+    last_ = now;
+    held_back = std::exchange(held_, 0);
+    return true;
+  }
+
+ private:
+  std::chrono::milliseconds interval_;
+  std::chrono::steady_clock::time_point last_{};
+  std::uint64_t held_ = 0;
+};
+
+// An error for the peer, naming the field that was wrong.
+absl::Status Malformed(std::string_view what, const absl::Status& s) {
+  return absl::InvalidArgumentError(fmt::format("malformed {}: {}", what, s.message()));
+}
+
+// The first failure among `fields` (typed reads of one message), or OK.
+absl::Status FirstError(std::initializer_list<absl::Status> fields) {
+  for (const absl::Status& s : fields) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// kAlreadyExists if a create-only destination exists (checked before any work).
+absl::Status RefuseExisting(const std::filesystem::path& final_path, std::string_view name) {
+  struct stat st {};
+  if (::lstat(final_path.c_str(), &st) == 0) {
+    return absl::AlreadyExistsError(fmt::format("{} already exists (replica files are written once)", name));
+  }
+  if (errno != ENOENT) return internal::ErrnoStatus(errno, fmt::format("stat {}", name));
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 struct AgentServer::Impl {
   explicit Impl(AgentOptions o)
-      : options(std::move(o)), acceptor(io), log(internal::LoggerOf(options.logger)) {}
+      : options(std::move(o)), log(internal::LoggerOf(options.logger)), acceptor(io) {}
+  ~Impl() { destroying = true; }  // runs before the members go: see ConnectionSlot
 
+  // Constant after Create() and Start().
   AgentOptions options;
-  asio::io_context io;
-  tcp::acceptor acceptor;
   std::shared_ptr<spdlog::logger> log;
   std::filesystem::path spool;
-  std::unique_ptr<asio::ssl::context> tls;         // serving
-  std::unique_ptr<asio::ssl::context> tls_client;  // pulling from other agents
+  std::unique_ptr<asio::ssl::context> tls;  // serving
+  // Used only on the io thread. Declared before `io`: coroutine frames destroyed with `io`
+  // still give back their session tokens and connection slots.
   std::map<std::string, std::shared_ptr<Session>> sessions;
+  int connections = 0;
+  std::map<std::string, int> per_peer;  // peer address -> open connections
+  LogThrottle refusal_log{1s};
+  // Every connection served (data connections outlive their Serve coroutine), to close them
+  // on Stop(). Expired entries are pruned as new ones come.
+  std::list<std::weak_ptr<internal::Conn>> conns;
+  bool stopping = false;
+  bool forced = false;      // Stop() gave up waiting and stopped the io_context
+  bool destroying = false;  // ~Impl has begun
+  asio::io_context io;
+  tcp::acceptor acceptor;         // closed before `io` goes
+  asio::steady_timer stop_limit{io};  // bounds a graceful Stop()
+
+  void Track(const ConnPtr& conn) {
+    if (conns.size() >= 64 && conns.size() % 64 == 0) {
+      conns.remove_if([](const std::weak_ptr<internal::Conn>& w) { return w.expired(); });
+    }
+    conns.push_back(conn);
+  }
+
+  // Stops without io_context::stop(): closing every connection and cancelling third-party
+  // pulls ends each session through its normal failure path, so jobs on the blocking pool
+  // (which keep the io_context running) finish before anything they use goes; Run() returns
+  // when nothing is left.
+  void BeginStop() {
+    if (stopping) return;
+    stopping = true;
+    boost::system::error_code ec;
+    acceptor.close(ec);
+    for (const std::weak_ptr<internal::Conn>& w : conns) {
+      if (ConnPtr c = w.lock()) c->Close();
+    }
+    for (auto& [token, session] : sessions) session->ready.cancel();
+    stop_limit.expires_after(10s);
+    stop_limit.async_wait([this](boost::system::error_code e) {
+      if (e) return;
+      log->error("stop: {} connections still running after 10 s; stopping anyway", connections);
+      forced = true;
+      io.stop();
+    });
+    EndStopIfIdle();
+  }
+  void EndStopIfIdle() {
+    if (stopping && !destroying && connections == 0) stop_limit.cancel();
+  }
+
+  // One accepted connection's share of the limits, given back when its coroutine ends.
+  class ConnectionSlot {
+   public:
+    ConnectionSlot(Impl* impl, std::string address) : impl_(impl), address_(std::move(address)) {
+      ++impl_->connections;
+      ++impl_->per_peer[address_];
+    }
+    ConnectionSlot(ConnectionSlot&& other) noexcept
+        : impl_(std::exchange(other.impl_, nullptr)), address_(std::move(other.address_)) {}
+    ConnectionSlot& operator=(ConnectionSlot&&) = delete;
+    ~ConnectionSlot() {
+      if (impl_ == nullptr) return;
+      --impl_->connections;
+      if (auto it = impl_->per_peer.find(address_); it != impl_->per_peer.end() && --it->second == 0) {
+        impl_->per_peer.erase(it);
+      }
+      impl_->EndStopIfIdle();
+    }
+
+   private:
+    Impl* impl_;
+    std::string address_;
+  };
 
   asio::awaitable<void> Accept() {
+    asio::steady_timer backoff(io);
+    std::chrono::milliseconds delay{0};
+    std::uint64_t failures = 0;
     for (;;) {
       auto [ec, socket] = co_await acceptor.async_accept(kNoThrow);
-      if (ec == asio::error::operation_aborted) co_return;
+      if (ec == asio::error::operation_aborted || stopping || !acceptor.is_open()) co_return;
       if (ec) {
-        log->warn("accept: {}", ec.message());
+        // Out of descriptors (EMFILE, ENFILE), buffers or memory: the connection stays queued
+        // and accept fails again at once. Back off (10 ms doubling to 1 s) instead of
+        // spinning; the connections we serve meanwhile end and free what is missing.
+        if (failures++ == 0) log->warn("accept: {}; backing off until it works again", ec.message());
+        delay = std::clamp(delay * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+        backoff.expires_after(delay);
+        co_await backoff.async_wait(kNoThrow);
         continue;
       }
-      std::string peer;
+      if (failures > 0) {
+        log->info("accept works again after {} failures", failures);
+        failures = 0;
+        delay = std::chrono::milliseconds(0);
+      }
       boost::system::error_code pec;
       auto rep = socket.remote_endpoint(pec);
-      if (!pec) peer = fmt::format("{}:{}", rep.address().to_string(), rep.port());
-      asio::co_spawn(io, Serve(std::move(socket), peer), [this, peer](std::exception_ptr e, absl::Status s) {
-        if (e) {
-          log->critical("bug: exception escaped a connection handler");
-          std::rethrow_exception(e);
+      if (pec) continue;  // the peer is gone already; the socket closes here
+      std::string address = rep.address().to_string();
+      std::string peer = fmt::format("{}:{}", address, rep.port());
+      auto it = per_peer.find(address);
+      int from_peer = it == per_peer.end() ? 0 : it->second;
+      if (connections >= options.max_connections || from_peer >= options.max_connections_per_peer) {
+        if (std::uint64_t held_back = 0; refusal_log.Allow(held_back)) {
+          log->warn("refused connection from {}: {} open ({} from {}), limits {} and {} per peer"
+                    " ({} more refused since the last message)",
+                    peer, connections, from_peer, address, options.max_connections,
+                    options.max_connections_per_peer, held_back);
         }
-        if (!s.ok()) log->warn("peer={} {}", peer, s.ToString());
-      });
+        continue;  // closing the socket is the answer
+      }
+      asio::co_spawn(io, Guarded(std::move(socket), peer, ConnectionSlot(this, address)),
+                     [this, peer](std::exception_ptr e, absl::Status s) {
+                       // Never rethrow: a bug in one connection must not end the others.
+                       if (e) {
+                         log->critical("bug: exception escaped the connection from {}", peer);
+                         return;
+                       }
+                       if (!s.ok()) log->warn("peer={} {}", peer, s.ToString());
+                     });
     }
+  }
+
+  // Serve() for one connection, holding its slot; an exception ends this connection only.
+  asio::awaitable<absl::Status> Guarded(tcp::socket socket, std::string peer,
+                                        [[maybe_unused]] ConnectionSlot slot) {
+    std::string what = fmt::format("the connection from {}", peer);
+    co_return co_await internal::CatchExceptions(Serve(std::move(socket), peer), what);
   }
 
   asio::awaitable<absl::Status> Fail(internal::Conn& conn, absl::Status s) {
@@ -77,6 +234,7 @@ struct AgentServer::Impl {
 
   asio::awaitable<absl::Status> Serve(tcp::socket socket, std::string peer) {
     auto conn = std::make_shared<internal::Conn>(std::move(socket));
+    Track(conn);
     auto ex = co_await asio::this_coro::executor;
     auto setup = std::make_shared<asio::steady_timer>(ex, options.defaults.io_timeout);
     setup->async_wait([conn](boost::system::error_code ec) {
@@ -86,83 +244,93 @@ struct AgentServer::Impl {
       std::shared_ptr<asio::steady_timer> t;
       ~Cancel() { t->cancel(); }
     } cancel{setup};
-    absl::StatusOr<Json> hello = co_await conn->ReadControl();
-    if (!hello.ok()) co_return hello.status();
-    if ((*hello)["op"] != "hello" || (*hello).value("version", 0) != internal::kProtocolVersion) {
+    // Until the peer has authenticated, a control message may be at most 4 KiB.
+    absl::StatusOr<Json> hello = co_await conn->ReadControl(internal::kMaxPreAuthControlPayload);
+    if (!hello.ok()) co_return co_await Fail(*conn, hello.status());
+    absl::StatusOr<std::string> op = GetString(*hello, "op");
+    absl::StatusOr<std::uint64_t> version = internal::GetUint(*hello, "version");
+    if (!op.ok() || *op != "hello" || (version.ok() && *version != internal::kProtocolVersion)) {
       co_return co_await Fail(*conn, absl::FailedPreconditionError(fmt::format(
                                          "protocol version mismatch (this agent speaks {})",
                                          internal::kProtocolVersion)));
     }
-    std::string role = Str(*hello, "role");
-    std::string client_nonce = Str(*hello, "nonce");
-    bool want_tls = (*hello).value("tls", false);
-    if ((role != "control" && role != "data") || client_nonce.size() < 16 || client_nonce.size() > 64) {
+    absl::StatusOr<std::string> role = GetString(*hello, "role");
+    absl::StatusOr<std::string> client_nonce = GetString(*hello, "nonce");
+    absl::StatusOr<bool> want_tls = internal::GetBool(*hello, "tls");
+    if (absl::Status bad = FirstError({version.status(), role.status(), client_nonce.status(), want_tls.status()}); !bad.ok()) {
+      co_return co_await Fail(*conn, Malformed("hello", bad));
+    }
+    if ((*role != "control" && *role != "data") || client_nonce->size() < 16 || client_nonce->size() > 64) {
       co_return co_await Fail(*conn, absl::InvalidArgumentError("malformed hello"));
     }
-    if (want_tls && !tls) {
+    if (*want_tls && !tls) {
       co_return co_await Fail(*conn, absl::FailedPreconditionError(
                                          "this agent has no TLS certificate (start gfsited with --tls-cert/--tls-key)"));
     }
-    if (!want_tls && options.require_tls) {
+    if (!*want_tls && options.require_tls) {
       co_return co_await Fail(*conn, absl::PermissionDeniedError("this agent requires TLS (use --tls)"));
     }
     std::string server_nonce = internal::RandomHex(16);
     Json msg1 = {{"op", "hello_ok"}, {"nonce", server_nonce}};
     if (absl::Status s = co_await conn->SendControl(msg1); !s.ok()) co_return s;
-    if (want_tls) {
+    if (*want_tls) {
       if (absl::Status s = co_await conn->Handshake(*tls, true); !s.ok()) co_return s;
     }
-    if (role == "data") co_return co_await Join(conn, server_nonce);
+    if (*role == "data") co_return co_await Join(conn, server_nonce);
 
     // Authentication: a verified client certificate, or the shared-key challenge.
-    if (want_tls && !options.tls.ca.empty() && conn->PeerCertificateVerified()) {
+    if (*want_tls && !options.tls.ca.empty() && conn->PeerCertificateVerified()) {
       Json msg2 = {{"op", "welcome"}, {"method", "certificate"}};
       if (absl::Status s = co_await conn->SendControl(msg2); !s.ok()) co_return s;
     } else {
       Json msg3 = {{"op", "challenge"}};
       if (absl::Status s = co_await conn->SendControl(msg3); !s.ok()) co_return s;
-      absl::StatusOr<Json> auth = co_await conn->ReadControl();
-      if (!auth.ok()) co_return auth.status();
+      absl::StatusOr<Json> auth = co_await conn->ReadControl(internal::kMaxPreAuthControlPayload);
+      if (!auth.ok()) co_return co_await Fail(*conn, auth.status());
       std::string expect = internal::HmacHex(options.shared_key,
-                                             fmt::format("gfrep-client|{}|{}", server_nonce, client_nonce));
-      if ((*auth)["op"] != "auth" || !internal::ConstantTimeEqual(Str(*auth, "mac"), expect)) {
+                                             fmt::format("gfrep-client|{}|{}", server_nonce, *client_nonce));
+      absl::StatusOr<std::string> auth_op = GetString(*auth, "op");
+      absl::StatusOr<std::string> mac = GetString(*auth, "mac");
+      if (!auth_op.ok() || *auth_op != "auth" || !mac.ok() || !internal::ConstantTimeEqual(*mac, expect)) {
         log->warn("refused unauthenticated peer {}: shared key mismatch", peer);
         co_return co_await Fail(*conn, absl::PermissionDeniedError(
                                            "authentication failed: shared key mismatch (copy the agent's key file)"));
       }
-      std::string mac = internal::HmacHex(options.shared_key,
-                                          fmt::format("gfrep-server|{}|{}", client_nonce, server_nonce));
-      Json msg4 = {{"op", "welcome"}, {"method", "shared-key"}, {"mac", mac}};
+      std::string server_mac = internal::HmacHex(options.shared_key,
+                                                 fmt::format("gfrep-server|{}|{}", *client_nonce, server_nonce));
+      Json msg4 = {{"op", "welcome"}, {"method", "shared-key"}, {"mac", server_mac}};
       if (absl::Status s = co_await conn->SendControl(msg4); !s.ok()) co_return s;
     }
     absl::StatusOr<Json> req = co_await conn->ReadControl();
-    if (!req.ok()) co_return req.status();
-    std::string op = Str(*req, "op");
+    if (!req.ok()) co_return co_await Fail(*conn, req.status());
+    absl::StatusOr<std::string> req_op = GetString(*req, "op");
+    absl::StatusOr<const Json*> req_options = internal::GetObject(*req, "options");
+    if (!req_op.ok()) co_return co_await Fail(*conn, Malformed("request", req_op.status()));
+    if (!req_options.ok()) co_return co_await Fail(*conn, Malformed("request", req_options.status()));
     TransferOptions o = options.defaults;
     o.logger = log;
     o.progress = nullptr;
-    if (absl::Status s = internal::RouteFromJson((*req).value("options", Json::object()), o); !s.ok()) {
-      co_return co_await Fail(*conn, s);
-    }
+    if (absl::Status s = internal::RouteFromJson(**req_options, o); !s.ok()) co_return co_await Fail(*conn, s);
     if (absl::Status s = Validate(o); !s.ok()) co_return co_await Fail(*conn, s);
     if (o.tls && !conn->tls()) {
       co_return co_await Fail(*conn, absl::InvalidArgumentError("TLS data requested on a clear control connection"));
     }
-    if (op == "put") co_return co_await ServePut(conn, *req, o, setup, peer);
-    if (op == "get") co_return co_await ServeGet(conn, *req, o, setup, peer);
-    if (op == "pull_from") co_return co_await ServePullFrom(conn, *req, o, setup, peer);
-    co_return co_await Fail(*conn, absl::InvalidArgumentError(fmt::format("unknown request '{}'", op)));
+    if (*req_op == "put") co_return co_await ServePut(conn, *req, o, setup, peer);
+    if (*req_op == "get") co_return co_await ServeGet(conn, *req, o, setup, peer);
+    if (*req_op == "pull_from") co_return co_await ServePullFrom(conn, *req, o, setup, peer);
+    co_return co_await Fail(*conn, absl::InvalidArgumentError(fmt::format("unknown request '{}'", *req_op)));
   }
 
   asio::awaitable<absl::Status> Join(ConnPtr conn, std::string server_nonce) {
-    absl::StatusOr<Json> join = co_await conn->ReadControl();
-    if (!join.ok()) co_return join.status();
-    std::string token = Str(*join, "token");
-    auto it = sessions.find(token);
-    if ((*join)["op"] != "join" || it == sessions.end() ||
+    absl::StatusOr<Json> join = co_await conn->ReadControl(internal::kMaxPreAuthControlPayload);
+    if (!join.ok()) co_return co_await Fail(*conn, join.status());
+    absl::StatusOr<std::string> op = GetString(*join, "op");
+    absl::StatusOr<std::string> token = GetString(*join, "token");
+    absl::StatusOr<std::string> mac = GetString(*join, "mac");
+    auto it = token.ok() ? sessions.find(*token) : sessions.end();
+    if (!op.ok() || *op != "join" || it == sessions.end() || !mac.ok() ||
         static_cast<int>(it->second->joined.size()) >= it->second->expected ||
-        !internal::ConstantTimeEqual(Str(*join, "mac"),
-                                     internal::JoinMac(options.shared_key, token, server_nonce))) {
+        !internal::ConstantTimeEqual(*mac, internal::JoinMac(options.shared_key, *token, server_nonce))) {
       co_return co_await Fail(*conn, absl::PermissionDeniedError(
                                          "unknown, expired or already used session token"));
     }
@@ -179,11 +347,12 @@ struct AgentServer::Impl {
                                                                   const TransferOptions& o,
                                                                   std::string& congestion) {
     session->ready.expires_after(o.io_timeout);
-    while (static_cast<int>(session->joined.size()) < session->expected) {
+    while (static_cast<int>(session->joined.size()) < session->expected && !stopping) {
       auto [ec] = co_await session->ready.async_wait(kNoThrow);
       if (!ec) break;
     }
     sessions.erase(token);  // single use: no more joins with this token
+    if (stopping) co_return absl::UnavailableError("the agent is stopping");
     if (static_cast<int>(session->joined.size()) < session->expected) {
       co_return absl::DeadlineExceededError(fmt::format("only {} of {} data connections joined",
                                                         session->joined.size(), session->expected));
@@ -200,51 +369,54 @@ struct AgentServer::Impl {
 
   asio::awaitable<absl::Status> ServePut(ConnPtr conn, const Json& req, TransferOptions o,
                                          std::shared_ptr<asio::steady_timer> setup, std::string peer) {
-    std::string path = Str(req, "path");
-    absl::StatusOr<std::filesystem::path> final_path = internal::ResolveSpoolPath(spool, path);
-    if (!final_path.ok()) co_return co_await Fail(*conn, final_path.status());
-    if (!req.contains("size") || !req["size"].is_number_unsigned()) {
-      co_return co_await Fail(*conn, absl::InvalidArgumentError("put without a size"));
+    absl::StatusOr<std::string> path = GetString(req, "path");
+    absl::StatusOr<std::uint64_t> size = internal::GetUint(req, "size");
+    absl::StatusOr<std::string> source_id = GetString(req, "source_id");
+    if (absl::Status bad = FirstError({path.status(), size.status(), source_id.status()}); !bad.ok()) {
+      co_return co_await Fail(*conn, Malformed("put", bad));
     }
-    std::uint64_t size = req["size"].get<std::uint64_t>();
+    absl::StatusOr<std::filesystem::path> final_path = internal::ResolveSpoolPath(spool, *path);
+    if (!final_path.ok()) co_return co_await Fail(*conn, final_path.status());
     std::error_code ec;
     if (std::filesystem::is_directory(*final_path, ec)) {
-      co_return co_await Fail(*conn, absl::InvalidArgumentError(fmt::format("{} is a directory", path)));
+      co_return co_await Fail(*conn, absl::InvalidArgumentError(fmt::format("{} is a directory", *path)));
     }
-    absl::StatusOr<std::unique_ptr<internal::DestinationFile>> dst = internal::OpenDestination(
-        *final_path, spool / internal::kTmpDirName, size, Str(req, "source_id"), o.checksum);
+    internal::DestinationSpec spec{*final_path, spool / internal::kTmpDirName, *size, *source_id,
+                                   o.checksum, *path, IsReplicaRelativePath(*path)};
+    absl::StatusOr<std::shared_ptr<internal::DestinationFile>> dst = internal::OpenDestination(spec);
     if (!dst.ok()) co_return co_await Fail(*conn, dst.status());
     std::string token = internal::RandomHex(16);
     auto session = std::make_shared<Session>(co_await asio::this_coro::executor, o.route.streams);
     sessions[token] = session;
     TokenGuard guard{this, token};
     Json reply{{"op", "session"}, {"token", token},
-               {"missing", internal::RangesToJson((*dst)->received.Missing(size))},
+               {"missing", internal::RangesToJson((*dst)->received.Missing(*size))},
                {"resumed_bytes", (*dst)->resumed_bytes}};
     if (absl::Status s = co_await conn->SendControl(reply); !s.ok()) co_return s;
     std::string congestion;
     absl::StatusOr<std::vector<ConnPtr>> data = co_await AwaitJoins(token, session, o, congestion);
     if (!data.ok()) co_return co_await Fail(*conn, data.status());
     setup->cancel();
-    log->info("receiving path={} size={} resumed={} streams={} from={}", path, size,
+    log->info("receiving path={} size={} resumed={} streams={} from={}", *path, *size,
               (*dst)->resumed_bytes, o.route.streams, peer);
-    absl::StatusOr<TransferStats> stats = co_await internal::RunReceiver(*conn, *data, **dst, o, congestion);
+    absl::StatusOr<TransferStats> stats = co_await internal::RunReceiver(*conn, *data, *dst, o, congestion);
     if (!stats.ok()) co_return stats.status();
-    log->info("received path={} bytes={} secs={:.2f} checksum={}", path, stats->bytes, stats->seconds, stats->checksum);
+    log->info("received path={} bytes={} secs={:.2f} checksum={}", *path, stats->bytes, stats->seconds, stats->checksum);
     if (options.on_file_committed) options.on_file_committed(*final_path, *stats);
     co_return absl::OkStatus();
   }
 
   asio::awaitable<absl::Status> ServeGet(ConnPtr conn, const Json& req, TransferOptions o,
                                          std::shared_ptr<asio::steady_timer> setup, std::string peer) {
-    std::string path = Str(req, "path");
-    absl::StatusOr<std::filesystem::path> src_path = internal::ResolveSpoolPath(spool, path);
+    absl::StatusOr<std::string> path = GetString(req, "path");
+    if (!path.ok()) co_return co_await Fail(*conn, Malformed("get", path.status()));
+    absl::StatusOr<std::filesystem::path> src_path = internal::ResolveSpoolPath(spool, *path);
     if (!src_path.ok()) co_return co_await Fail(*conn, src_path.status());
     std::error_code ec;
     if (!std::filesystem::exists(*src_path, ec)) {
-      co_return co_await Fail(*conn, absl::NotFoundError(fmt::format("no such file in the spool: {}", path)));
+      co_return co_await Fail(*conn, absl::NotFoundError(fmt::format("no such file in the spool: {}", *path)));
     }
-    absl::StatusOr<std::unique_ptr<internal::SourceFile>> src = internal::OpenSource(*src_path);
+    absl::StatusOr<std::shared_ptr<internal::SourceFile>> src = internal::OpenSource(*src_path);
     if (!src.ok()) co_return co_await Fail(*conn, src.status());
     std::string token = internal::RandomHex(16);
     auto session = std::make_shared<Session>(co_await asio::this_coro::executor, o.route.streams);
@@ -253,33 +425,45 @@ struct AgentServer::Impl {
     Json offer{{"op", "offer"}, {"token", token}, {"size", (*src)->size}, {"source_id", (*src)->source_id}};
     if (absl::Status s = co_await conn->SendControl(offer); !s.ok()) co_return s;
     absl::StatusOr<Json> ranges = co_await conn->ReadControl();
-    if (!ranges.ok()) co_return ranges.status();
-    if ((*ranges)["op"] != "ranges") co_return co_await Fail(*conn, absl::InvalidArgumentError("expected ranges"));
-    absl::Status rs;
-    std::vector<internal::ByteRange> missing =
-        internal::RangesFromJson((*ranges).value("ranges", Json::array()), (*src)->size, rs);
-    if (!rs.ok()) co_return co_await Fail(*conn, rs);
-    std::uint64_t resumed = (*ranges).value("resumed_bytes", std::uint64_t{0});
+    if (!ranges.ok()) co_return co_await Fail(*conn, ranges.status());
+    absl::StatusOr<std::string> op = GetString(*ranges, "op");
+    absl::StatusOr<const Json*> list = internal::GetArray(*ranges, "ranges");
+    absl::StatusOr<std::uint64_t> resumed = internal::GetUint(*ranges, "resumed_bytes");
+    if (!op.ok() || *op != "ranges") co_return co_await Fail(*conn, absl::InvalidArgumentError("expected ranges"));
+    if (absl::Status bad = FirstError({list.status(), resumed.status()}); !bad.ok()) {
+      co_return co_await Fail(*conn, Malformed("ranges", bad));
+    }
+    absl::StatusOr<std::vector<internal::ByteRange>> missing = internal::RangesFromJson(**list, (*src)->size);
+    if (!missing.ok()) co_return co_await Fail(*conn, missing.status());
     std::string congestion;
     absl::StatusOr<std::vector<ConnPtr>> data = co_await AwaitJoins(token, session, o, congestion);
     if (!data.ok()) co_return co_await Fail(*conn, data.status());
     setup->cancel();
-    log->info("sending path={} size={} resumed={} streams={} to={}", path, (*src)->size, resumed,
+    log->info("sending path={} size={} resumed={} streams={} to={}", *path, (*src)->size, *resumed,
               o.route.streams, peer);
     absl::StatusOr<TransferStats> stats =
-        co_await internal::RunSender(*conn, *data, **src, missing, o, congestion, resumed);
+        co_await internal::RunSender(*conn, *data, *src, *missing, o, congestion, *resumed);
     if (!stats.ok()) co_return stats.status();
-    log->info("sent path={} bytes={} secs={:.2f}", path, stats->bytes_transferred, stats->seconds);
+    log->info("sent path={} bytes={} secs={:.2f}", *path, stats->bytes_transferred, stats->seconds);
     co_return absl::OkStatus();
   }
 
   asio::awaitable<absl::Status> ServePullFrom(ConnPtr conn, const Json& req, TransferOptions o,
                                               std::shared_ptr<asio::steady_timer> setup, std::string peer) {
-    absl::StatusOr<Endpoint> source = ParseEndpoint(Str(req, "source"));
+    absl::StatusOr<std::string> source_text = GetString(req, "source");
+    absl::StatusOr<std::string> path = GetString(req, "path");
+    absl::StatusOr<std::string> source_path = GetString(req, "source_path");
+    if (absl::Status bad = FirstError({source_text.status(), path.status(), source_path.status()}); !bad.ok()) {
+      co_return co_await Fail(*conn, Malformed("pull_from", bad));
+    }
+    absl::StatusOr<Endpoint> source = ParseEndpoint(*source_text);
     if (!source.ok()) co_return co_await Fail(*conn, source.status());
-    std::string path = Str(req, "path");
-    absl::StatusOr<std::filesystem::path> final_path = internal::ResolveSpoolPath(spool, path);
+    absl::StatusOr<std::filesystem::path> final_path = internal::ResolveSpoolPath(spool, *path);
     if (!final_path.ok()) co_return co_await Fail(*conn, final_path.status());
+    const bool create_only = IsReplicaRelativePath(*path);
+    if (create_only) {
+      if (absl::Status s = RefuseExisting(*final_path, *path); !s.ok()) co_return co_await Fail(*conn, s);
+    }
     setup->cancel();
     o.test_corrupt_offset = -1;  // the hook belongs to this agent's own sending
     struct Shared {
@@ -294,21 +478,32 @@ struct AgentServer::Impl {
     };
     auto ex = co_await asio::this_coro::executor;
     auto pump_timer = std::make_shared<asio::steady_timer>(ex);
-    log->info("pulling {}/{} into {} for {}", source->ToString(), Str(req, "source_path"), path, peer);
+    log->info("pulling {}/{} into {} for {}", source->ToString(), *source_path, *path, peer);
     absl::StatusOr<TransferStats> result = absl::UnknownError("not run");
+    // Stop() cancels the pull through this signal (from the pump below, on the io thread).
+    // It outlives the pull: RunConcurrently returns only after both tasks ended.
+    asio::cancellation_signal cancel_pull;
     std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
     tasks.push_back([&]() -> asio::awaitable<absl::Status> {
-      result = co_await AsyncPull(*source, Str(req, "source_path"), *final_path,
-                                  spool / internal::kTmpDirName, o);
+      result = co_await asio::co_spawn(
+          ex,
+          internal::PullFile(*source, *source_path, *final_path, spool / internal::kTmpDirName, o,
+                             create_only, *path),
+          asio::bind_cancellation_slot(cancel_pull.slot(), asio::use_awaitable));
       shared->finished = true;
       pump_timer->cancel();
       co_return absl::OkStatus();
     });
     tasks.push_back([&]() -> asio::awaitable<absl::Status> {
+      bool cancelled = false;
       while (!shared->finished) {
         pump_timer->expires_after(std::chrono::milliseconds(250));
         co_await pump_timer->async_wait(kNoThrow);
         if (shared->finished) break;
+        if (stopping && !cancelled) {
+          cancelled = true;
+          cancel_pull.emit(asio::cancellation_type::terminal);
+        }
         const Progress& p = shared->have ? shared->latest : Progress{};
         Json m{{"op", "progress"}, {"bytes_done", p.bytes_done}, {"bytes_total", p.bytes_total},
                {"resumed_bytes", p.resumed_bytes}, {"seconds", p.seconds}, {"streams", p.streams}};
@@ -317,7 +512,7 @@ struct AgentServer::Impl {
       }
       co_return absl::OkStatus();
     });
-    absl::Status s = co_await internal::RunConcurrentlyPublic(std::move(tasks));
+    absl::Status s = co_await internal::RunConcurrently(std::move(tasks));
     (void)s;  // both tasks always succeed; the pull's result is in `result`
     if (!result.ok()) co_return co_await Fail(*conn, result.status());
     const TransferStats& st = *result;
@@ -332,11 +527,27 @@ struct AgentServer::Impl {
 };
 
 AgentServer::AgentServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-AgentServer::~AgentServer() = default;
+
+AgentServer::~AgentServer() {
+  if (impl_ && impl_->forced) {
+    // Work of the forced stop may still complete onto the io_context: keep it (and what
+    // its coroutines use) rather than free it under them. Only at shutdown, once.
+    impl_->log->critical("agent stopped with work pending; its state is not freed");
+    (void)impl_.release();  // deliberate leak, see above
+  }
+}
 
 absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Create(AgentOptions options) {
   if (options.spool.empty()) return absl::InvalidArgumentError("no spool directory");
   if (options.shared_key.empty()) return absl::InvalidArgumentError("no shared key");
+  if (options.max_connections < 1 || options.max_connections > 1000000) {
+    return absl::InvalidArgumentError(
+        fmt::format("max connections must be 1..1000000, got {}", options.max_connections));
+  }
+  if (options.max_connections_per_peer < 1 || options.max_connections_per_peer > options.max_connections) {
+    return absl::InvalidArgumentError(fmt::format("max connections per peer must be 1..{}, got {}",
+                                                  options.max_connections, options.max_connections_per_peer));
+  }
   options.defaults.shared_key = options.shared_key;
   auto impl = std::make_unique<Impl>(std::move(options));
   std::error_code ec;
@@ -370,18 +581,18 @@ absl::StatusOr<Endpoint> AgentServer::Start() {
   if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return absl::UnavailableError(fmt::format("listen on {}: {}", impl_->options.listen, ec.message()));
   auto local = a.local_endpoint();
-  asio::co_spawn(impl_->io, impl_->Accept(), asio::detached);  // ends only when closed
+  Impl* impl = impl_.get();
+  asio::co_spawn(impl->io, impl->Accept(), [impl](std::exception_ptr e) {
+    // The loop ends only when the acceptor closes; anything else is a bug worth a loud line.
+    if (e) impl->log->critical("bug: exception ended the accept loop; no new connections");
+  });
   return Endpoint{local.address().to_string(), local.port()};
 }
 
 void AgentServer::Run() { impl_->io.run(); }
 
 void AgentServer::Stop() {
-  asio::post(impl_->io, [this] {
-    boost::system::error_code ec;
-    impl_->acceptor.close(ec);
-    impl_->io.stop();
-  });
+  asio::post(impl_->io, [impl = impl_.get()] { impl->BeginStop(); });
 }
 
 }  // namespace gfrep::transfer

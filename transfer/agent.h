@@ -6,6 +6,13 @@
 // verified and renamed into place, then `on_file_committed` is called; the catalog role of
 // a later issue hooks in there.
 //
+// Top-level spool names starting with ".gfrep-" are refused over the network, except the
+// replica area (spool_names.h), whose files are written once: a put or pull_from to an
+// existing replica name fails with kAlreadyExists. A bad peer costs one connection: a
+// malformed message or an exception ends that connection only, a peer that has not
+// authenticated may send at most 4 KiB per control message, and connections beyond
+// `max_connections` (or `max_connections_per_peer` from one address) are closed at once.
+//
 // Threading: Start() binds; Run() runs the io_context on the calling thread until Stop().
 // All sessions are coroutines on that one thread; fsync and whole-file checksums run on a
 // small internal thread pool. Stop() may be called from any thread. Hooks run on the
@@ -36,6 +43,11 @@ struct AgentOptions {
   bool require_tls = false;
   // Defaults for pulls this agent makes (third-party) and limits for sessions it serves.
   TransferOptions defaults;
+  // Connections served at once, from all peers; more are closed at once. 1..1,000,000.
+  int max_connections = 1024;
+  // Connections served at once from one peer address (a transfer with N streams uses N+1,
+  // and one site agent runs several transfers). 1..max_connections.
+  int max_connections_per_peer = 256;
   // Called after a received file was verified, fsynced and renamed into place.
   std::function<void(const std::filesystem::path& path, const TransferStats& stats)>
       on_file_committed;
@@ -44,6 +56,7 @@ struct AgentOptions {
 
 class AgentServer {
  public:
+  // kInvalidArgument for a missing spool or key, or limits out of range.
   static absl::StatusOr<std::unique_ptr<AgentServer>> Create(AgentOptions options);
   ~AgentServer();
 

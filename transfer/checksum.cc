@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <openssl/evp.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -10,6 +9,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -154,18 +154,21 @@ std::string ChecksumOf(ChecksumAlgorithm algorithm, std::string_view data) {
 
 absl::StatusOr<std::string> ComputeFdChecksum(int fd, std::uint64_t size,
                                               ChecksumAlgorithm algorithm) {
+  // pread, not mmap: a file that shrinks meanwhile is a short read here, not SIGBUS.
   FileHasher hasher(algorithm);
-  constexpr std::uint64_t kWindow = 64ull << 20;
-  for (std::uint64_t off = 0; off < size; off += kWindow) {
-    std::size_t len = static_cast<std::size_t>(std::min(kWindow, size - off));
-    void* map = ::mmap(nullptr, len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd,
-                       static_cast<off_t>(off));
-    if (map == MAP_FAILED) {
-      return absl::InternalError(fmt::format("mmap for checksum: {}", std::strerror(errno)));
+  constexpr std::size_t kChunk = 1 << 20;
+  auto buf = std::make_unique_for_overwrite<unsigned char[]>(kChunk);
+  for (std::uint64_t off = 0; off < size;) {
+    auto want = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, size - off));
+    ssize_t n = ::pread(fd, buf.get(), want, static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::InternalError(fmt::format("read for checksum: {}", std::strerror(errno)));
+    if (n == 0) {
+      return absl::AbortedError(
+          fmt::format("file changed size while its checksum was computed (no longer {} bytes)", size));
     }
-    ::madvise(map, len, MADV_SEQUENTIAL);
-    hasher.Update(map, len);
-    ::munmap(map, len);
+    hasher.Update(buf.get(), static_cast<std::size_t>(n));
+    off += static_cast<std::uint64_t>(n);
   }
   return hasher.Finish();
 }
@@ -181,7 +184,11 @@ absl::StatusOr<std::string> ComputeFileChecksum(const std::filesystem::path& pat
     return absl::InternalError(msg);
   }
   struct stat st {};
-  ::fstat(fd, &st);
+  if (::fstat(fd, &st) != 0) {
+    std::string msg = fmt::format("stat {}: {}", path.string(), std::strerror(errno));
+    ::close(fd);
+    return absl::InternalError(msg);
+  }
   absl::StatusOr<std::string> result =
       ComputeFdChecksum(fd, static_cast<std::uint64_t>(st.st_size), algorithm);
   ::close(fd);

@@ -50,8 +50,9 @@ class FileHasher {
 // One-shot checksum of a byte string, in string form.
 std::string ChecksumOf(ChecksumAlgorithm algorithm, std::string_view data);
 
-// Checksum of a whole file (read through mmap). kNotFound / kPermissionDenied / kInternal
-// with the path in the message.
+// Checksum of a whole file (read with pread, so a file truncated meanwhile is an error,
+// never SIGBUS). kNotFound / kPermissionDenied / kInternal with the path in the message;
+// kAborted if the file shrank while it was read.
 absl::StatusOr<std::string> ComputeFileChecksum(const std::filesystem::path& path,
                                                 ChecksumAlgorithm algorithm);
 // Same, over an already open descriptor of `size` bytes.

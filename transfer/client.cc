@@ -5,10 +5,15 @@
 #include <fmt/format.h>
 
 #include "transfer/internal/engine.h"
+#include "transfer/internal/pull.h"
+#include "transfer/internal/receiver.h"
+#include "transfer/internal/sender.h"
 
 namespace gfrep::transfer {
 
 using internal::ConnPtr;
+using internal::GetString;
+using internal::GetUint;
 using internal::Json;
 using internal::kNoThrow;
 namespace asio = boost::asio;
@@ -123,17 +128,13 @@ asio::awaitable<absl::StatusOr<std::vector<ConnPtr>>> JoinAll(const Endpoint& ag
   co_return data;
 }
 
-std::string Str(const Json& j, const char* key) {
-  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
-}
-
 asio::awaitable<absl::StatusOr<TransferStats>> AsyncPush(std::filesystem::path local,
                                                          Endpoint agent, std::string remote_path,
                                                          TransferOptions options) {
   absl::StatusOr<Prepared> p = Prepare(options, agent);
   if (!p.ok()) co_return p.status();
   auto log = internal::LoggerOf(p->options.logger);
-  absl::StatusOr<std::unique_ptr<internal::SourceFile>> src = internal::OpenSource(local);
+  absl::StatusOr<std::shared_ptr<internal::SourceFile>> src = internal::OpenSource(local);
   if (!src.ok()) co_return src.status();
   absl::StatusOr<internal::ClientConnection> ctrl =
       co_await internal::ConnectTo(agent, "control", p->options, p->tls.get(), *log);
@@ -145,18 +146,65 @@ asio::awaitable<absl::StatusOr<TransferStats>> AsyncPush(std::filesystem::path l
   if (absl::Status s = co_await ctrl->conn->SendControl(req); !s.ok()) co_return s;
   absl::StatusOr<Json> session = co_await ctrl->conn->ReadControl();
   if (!session.ok()) co_return session.status();
-  if ((*session)["op"] != "session") co_return absl::DataLossError("unexpected reply to put");
-  absl::Status rs;
-  std::vector<internal::ByteRange> missing =
-      internal::RangesFromJson((*session).value("missing", Json::array()), (*src)->size, rs);
-  if (!rs.ok()) co_return rs;
-  std::uint64_t resumed = (*session).value("resumed_bytes", std::uint64_t{0});
-  if (resumed > 0) log->info("resuming: the agent already holds {} of {} bytes", resumed, (*src)->size);
+  absl::StatusOr<std::string> op = GetString(*session, "op");
+  absl::StatusOr<const Json*> missing_json = internal::GetArray(*session, "missing");
+  absl::StatusOr<std::uint64_t> resumed = GetUint(*session, "resumed_bytes");
+  absl::StatusOr<std::string> token = GetString(*session, "token");
+  if (!op.ok() || *op != "session" || !missing_json.ok() || !resumed.ok() || !token.ok()) {
+    co_return absl::DataLossError("unexpected reply to put");
+  }
+  absl::StatusOr<std::vector<internal::ByteRange>> missing = internal::RangesFromJson(**missing_json, (*src)->size);
+  if (!missing.ok()) co_return missing.status();
+  if (*resumed > 0) log->info("resuming: the agent already holds {} of {} bytes", *resumed, (*src)->size);
   std::string congestion;
-  absl::StatusOr<std::vector<ConnPtr>> data = co_await JoinAll(agent, Str(*session, "token"), *p, congestion);
+  absl::StatusOr<std::vector<ConnPtr>> data = co_await JoinAll(agent, *token, *p, congestion);
   if (!data.ok()) co_return data.status();
   deadline.reset();
-  co_return co_await internal::RunSender(*ctrl->conn, *data, **src, missing, p->options, congestion, resumed);
+  co_return co_await internal::RunSender(*ctrl->conn, *data, *src, *missing, p->options, congestion, *resumed);
+}
+
+// The destination agent's progress and done messages, read field by field.
+absl::StatusOr<Progress> ParseProgress(const Json& m) {
+  absl::StatusOr<std::uint64_t> done = GetUint(m, "bytes_done");
+  absl::StatusOr<std::uint64_t> total = GetUint(m, "bytes_total");
+  absl::StatusOr<std::uint64_t> resumed = GetUint(m, "resumed_bytes");
+  absl::StatusOr<double> seconds = internal::GetDouble(m, "seconds");
+  absl::StatusOr<std::int64_t> streams = internal::GetInt(m, "streams");
+  for (const absl::Status& s : {done.status(), total.status(), resumed.status(), seconds.status(), streams.status()}) {
+    if (!s.ok()) return s;
+  }
+  Progress p;
+  p.bytes_done = *done;
+  p.bytes_total = *total;
+  p.resumed_bytes = *resumed;
+  p.seconds = *seconds;
+  p.streams = static_cast<int>(std::clamp<std::int64_t>(*streams, 0, kMaxStreams));
+  return p;
+}
+
+absl::StatusOr<TransferStats> ParseDone(const Json& m) {
+  absl::StatusOr<std::uint64_t> bytes = GetUint(m, "bytes");
+  absl::StatusOr<std::uint64_t> transferred = GetUint(m, "bytes_transferred");
+  absl::StatusOr<std::uint64_t> resumed = GetUint(m, "resumed_bytes");
+  absl::StatusOr<double> seconds = internal::GetDouble(m, "seconds");
+  absl::StatusOr<std::int64_t> streams = internal::GetInt(m, "streams");
+  absl::StatusOr<std::string> checksum = GetString(m, "checksum");
+  absl::StatusOr<std::string> congestion = GetString(m, "congestion");
+  absl::StatusOr<std::int64_t> rounds = internal::GetInt(m, "resend_rounds");
+  for (const absl::Status& s : {bytes.status(), transferred.status(), resumed.status(), seconds.status(),
+                                streams.status(), checksum.status(), congestion.status(), rounds.status()}) {
+    if (!s.ok()) return s;
+  }
+  TransferStats st;
+  st.bytes = *bytes;
+  st.bytes_transferred = *transferred;
+  st.resumed_bytes = *resumed;
+  st.seconds = *seconds;
+  st.streams = static_cast<int>(std::clamp<std::int64_t>(*streams, 0, kMaxStreams));
+  st.checksum = *checksum;
+  st.congestion = *congestion;
+  st.resend_rounds = static_cast<int>(std::clamp<std::int64_t>(*rounds, 0, 100));
+  return st;
 }
 
 asio::awaitable<absl::StatusOr<TransferStats>> ThirdPartyAsync(Endpoint src, std::string src_path,
@@ -188,80 +236,114 @@ asio::awaitable<absl::StatusOr<TransferStats>> ThirdPartyAsync(Endpoint src, std
       if (dog->fired) co_return absl::DeadlineExceededError(fmt::format("{} stopped reporting", dst.ToString()));
       co_return m.status();
     }
-    try {
-      if ((*m)["op"] == "progress") {
-        if (options.progress) {
-          Progress pr;
-          pr.bytes_done = (*m).at("bytes_done").get<std::uint64_t>();
-          pr.bytes_total = (*m).at("bytes_total").get<std::uint64_t>();
-          pr.resumed_bytes = (*m).at("resumed_bytes").get<std::uint64_t>();
-          pr.seconds = (*m).at("seconds").get<double>();
-          pr.streams = (*m).at("streams").get<int>();
-          options.progress(pr);
-        }
-        continue;
+    absl::StatusOr<std::string> op = GetString(*m, "op");
+    if (op.ok() && *op == "progress") {
+      absl::StatusOr<Progress> pr = ParseProgress(*m);
+      if (!pr.ok()) {
+        co_return absl::DataLossError(fmt::format("malformed progress from the destination agent: {}", pr.status().message()));
       }
-      if ((*m)["op"] != "done") co_return absl::DataLossError("unexpected message from the destination agent");
-      TransferStats s;
-      s.bytes = (*m).at("bytes").get<std::uint64_t>();
-      s.bytes_transferred = (*m).at("bytes_transferred").get<std::uint64_t>();
-      s.resumed_bytes = (*m).at("resumed_bytes").get<std::uint64_t>();
-      s.seconds = (*m).at("seconds").get<double>();
-      s.streams = (*m).at("streams").get<int>();
-      s.checksum = (*m).at("checksum").get<std::string>();
-      s.congestion = (*m).at("congestion").get<std::string>();
-      s.resend_rounds = (*m).at("resend_rounds").get<int>();
-      co_return s;
-    } catch (const Json::exception& e) {
-      co_return absl::DataLossError(fmt::format("malformed message from the destination agent: {}", e.what()));
+      if (options.progress) options.progress(*pr);
+      continue;
     }
+    if (!op.ok() || *op != "done") co_return absl::DataLossError("unexpected message from the destination agent");
+    absl::StatusOr<TransferStats> done = ParseDone(*m);
+    if (!done.ok()) {
+      co_return absl::DataLossError(fmt::format("malformed message from the destination agent: {}", done.status().message()));
+    }
+    co_return *done;
   }
 }
 
 }  // namespace
+
+namespace internal {
+namespace {
+
+asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std::string remote_path,
+                                                            std::filesystem::path final_path,
+                                                            std::filesystem::path tmp_dir,
+                                                            TransferOptions options, bool create_only,
+                                                            std::string name) {
+  absl::StatusOr<Prepared> p = Prepare(options, agent);
+  if (!p.ok()) co_return p.status();
+  auto log = LoggerOf(p->options.logger);
+  const absl::Status cancelled = absl::CancelledError("transfer cancelled");
+  absl::StatusOr<ClientConnection> ctrl = co_await ConnectTo(agent, "control", p->options, p->tls.get(), *log);
+  if (!ctrl.ok()) co_return ctrl.status();
+  if (co_await CancellationRequested()) co_return cancelled;
+  auto ex = co_await asio::this_coro::executor;
+  std::optional<SetupDeadline> deadline(std::in_place, ex, ctrl->conn, p->options.io_timeout);
+  Json req{{"op", "get"}, {"path", remote_path}, {"options", RouteToJson(p->options)}};
+  if (absl::Status s = co_await ctrl->conn->SendControl(req); !s.ok()) co_return s;
+  absl::StatusOr<Json> offer = co_await ctrl->conn->ReadControl();
+  if (!offer.ok()) co_return offer.status();
+  if (co_await CancellationRequested()) co_return cancelled;
+  absl::StatusOr<std::string> op = GetString(*offer, "op");
+  absl::StatusOr<std::uint64_t> size = GetUint(*offer, "size");
+  absl::StatusOr<std::string> token = GetString(*offer, "token");
+  absl::StatusOr<std::string> source_id = GetString(*offer, "source_id");
+  absl::StatusOr<std::string> congestion = GetOptionalString(*offer, "congestion", "");
+  if (!op.ok() || *op != "offer" || !size.ok() || !token.ok() || !source_id.ok() || !congestion.ok()) {
+    co_return absl::DataLossError("unexpected reply to get");
+  }
+  DestinationSpec spec{std::filesystem::absolute(final_path), tmp_dir, *size, *source_id,
+                       p->options.checksum, name, create_only};
+  absl::StatusOr<std::shared_ptr<DestinationFile>> dst = OpenDestination(spec);
+  if (!dst.ok()) {
+    absl::Status w = co_await ctrl->conn->SendControl(ErrorJson(dst.status()));
+    (void)w;  // ignored: we are reporting our own failure
+    co_return dst.status();
+  }
+  if ((*dst)->resumed_bytes > 0) {
+    log->info("resuming: {} of {} bytes already here", (*dst)->resumed_bytes, *size);
+  }
+  std::vector<ByteRange> missing = (*dst)->received.Missing(*size);
+  Json ranges{{"op", "ranges"}, {"ranges", RangesToJson(missing)}, {"resumed_bytes", (*dst)->resumed_bytes}};
+  if (absl::Status s = co_await ctrl->conn->SendControl(ranges); !s.ok()) co_return s;
+  std::string stream_congestion;
+  absl::StatusOr<std::vector<ConnPtr>> data = co_await JoinAll(agent, *token, *p, stream_congestion);
+  if (!data.ok()) co_return data.status();
+  if (co_await CancellationRequested()) co_return cancelled;
+  deadline.reset();
+  co_return co_await RunReceiver(*ctrl->conn, *data, *dst, p->options, *congestion);
+}
+
+}  // namespace
+
+asio::awaitable<absl::StatusOr<TransferStats>> PullFile(Endpoint agent, std::string remote_path,
+                                                        std::filesystem::path final_path,
+                                                        std::filesystem::path tmp_dir,
+                                                        TransferOptions options, bool create_only,
+                                                        std::string name) {
+  // A cancellation (terminal, through the co_spawn's cancellation slot) aborts the operation
+  // in progress, which then fails like a lost connection; it never throws, so every stream
+  // and every job on the blocking pool ends before this frame does. Restored on the way out:
+  // the setting belongs to the caller's whole coroutine stack.
+  const bool throws = co_await asio::this_coro::throw_if_cancelled();
+  co_await asio::this_coro::throw_if_cancelled(false);
+  absl::StatusOr<TransferStats> result = co_await CatchExceptions(
+      PullFileBody(std::move(agent), std::move(remote_path), std::move(final_path), std::move(tmp_dir),
+                   std::move(options), create_only, std::move(name)),
+      "pull");
+  // However the interrupted operation failed (a closed connection, say), a cancelled pull
+  // reports kCancelled. A pull that completed despite a late cancellation keeps its result.
+  if (!result.ok() && !absl::IsCancelled(result.status()) && co_await CancellationRequested()) {
+    result = absl::CancelledError(fmt::format("transfer cancelled ({})", result.status().message()));
+  }
+  co_await asio::this_coro::throw_if_cancelled(throws);
+  co_return result;
+}
+
+}  // namespace internal
 
 asio::awaitable<absl::StatusOr<TransferStats>> AsyncPull(const Endpoint& agent_ref,
                                                          std::string remote_path,
                                                          std::filesystem::path final_path,
                                                          std::filesystem::path tmp_dir,
                                                          TransferOptions options) {
-  Endpoint agent = agent_ref;
-  absl::StatusOr<Prepared> p = Prepare(options, agent);
-  if (!p.ok()) co_return p.status();
-  auto log = internal::LoggerOf(p->options.logger);
-  absl::StatusOr<internal::ClientConnection> ctrl =
-      co_await internal::ConnectTo(agent, "control", p->options, p->tls.get(), *log);
-  if (!ctrl.ok()) co_return ctrl.status();
-  auto ex = co_await asio::this_coro::executor;
-  std::optional<SetupDeadline> deadline(std::in_place, ex, ctrl->conn, p->options.io_timeout);
-  Json req{{"op", "get"}, {"path", remote_path}, {"options", internal::RouteToJson(p->options)}};
-  if (absl::Status s = co_await ctrl->conn->SendControl(req); !s.ok()) co_return s;
-  absl::StatusOr<Json> offer = co_await ctrl->conn->ReadControl();
-  if (!offer.ok()) co_return offer.status();
-  if ((*offer)["op"] != "offer" || !(*offer).contains("size") || !(*offer)["size"].is_number_unsigned()) {
-    co_return absl::DataLossError("unexpected reply to get");
-  }
-  std::uint64_t size = (*offer)["size"].get<std::uint64_t>();
-  absl::StatusOr<std::unique_ptr<internal::DestinationFile>> dst = internal::OpenDestination(
-      std::filesystem::absolute(final_path), tmp_dir, size, Str(*offer, "source_id"), p->options.checksum);
-  if (!dst.ok()) {
-    absl::Status w = co_await ctrl->conn->SendControl(internal::ErrorJson(dst.status()));
-    (void)w;  // ignored: we are reporting our own failure
-    co_return dst.status();
-  }
-  if ((*dst)->resumed_bytes > 0) {
-    log->info("resuming: {} of {} bytes already here", (*dst)->resumed_bytes, size);
-  }
-  std::vector<internal::ByteRange> missing = (*dst)->received.Missing(size);
-  Json ranges{{"op", "ranges"}, {"ranges", internal::RangesToJson(missing)},
-              {"resumed_bytes", (*dst)->resumed_bytes}};
-  if (absl::Status s = co_await ctrl->conn->SendControl(ranges); !s.ok()) co_return s;
-  std::string congestion;
-  absl::StatusOr<std::vector<ConnPtr>> data = co_await JoinAll(agent, Str(*offer, "token"), *p, congestion);
-  if (!data.ok()) co_return data.status();
-  deadline.reset();
-  co_return co_await internal::RunReceiver(*ctrl->conn, *data, **dst, p->options,
-                                           Str(*offer, "congestion"));
+  Endpoint agent = agent_ref;  // before the first suspension: the caller's may not outlive it
+  co_return co_await internal::PullFile(agent, std::move(remote_path), std::move(final_path),
+                                        std::move(tmp_dir), std::move(options), false, "");
 }
 
 absl::StatusOr<TransferStats> Push(const std::filesystem::path& local, const Endpoint& agent,

@@ -1,12 +1,22 @@
 // Protocol-level tests against an in-process AgentServer over real loopback TCP:
-// authentication, session tokens (wrong, replayed), garbage and oversized frames.
+// authentication, session tokens (wrong, replayed), garbage and oversized frames, JSON of
+// the wrong types, resource bounds before authentication, concurrent and hand-written
+// (misbehaving) senders, reserved spool names and cancellation of a pull.
 #include "transfer/agent.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
+#include <fstream>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -19,10 +29,69 @@ namespace {
 
 namespace asio = boost::asio;
 using internal::Json;
+using namespace std::chrono_literals;
+
+// Resident memory of this process (the in-process agent's included), in bytes.
+std::uint64_t VmRssBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// Compares bytes without printing them (they are large and binary).
+::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {
+  if (got == want) return ::testing::AssertionSuccess();
+  std::size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  return ::testing::AssertionFailure() << "contents differ: " << got.size() << " vs " << want.size()
+                                       << " bytes, first difference at byte " << i;
+}
+
+// A blocking TCP connection to `to` from the local address `from` (e.g. "127.0.0.2"), or -1.
+int ConnectFrom(const char* from, const Endpoint& to) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in src{};
+  src.sin_family = AF_INET;
+  ::inet_pton(AF_INET, from, &src.sin_addr);
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(to.port);
+  ::inet_pton(AF_INET, to.host.c_str(), &dst.sin_addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// True if the peer closed `fd` (EOF or reset) within `timeout`, without sending anything.
+bool ClosedWithoutData(int fd, std::chrono::milliseconds timeout) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) return false;
+  char c;
+  ssize_t n = ::recv(fd, &c, 1, 0);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
+}
 
 class AgentTest : public ::testing::Test {
  protected:
   AgentTest() : dir_("agent") {
+    StartAgent([](AgentOptions&) {});
+    testing::WriteRandomFile(dir_.path() / "spool" / "f.dat", 3 << 20, 5);
+    options_.shared_key = std::string(32, 'k');
+    options_.route.streams = 3;
+    options_.route.stripe_unit = 64 << 10;
+    options_.io_timeout = std::chrono::milliseconds(3000);
+  }
+  ~AgentTest() override { StopAgent(); }
+
+  // Starts the in-process agent on the test spool, with `adjust` applied to its options.
+  void StartAgent(const std::function<void(AgentOptions&)>& adjust) {
     AgentOptions o;
     o.spool = dir_.path() / "spool";
     o.shared_key = std::string(32, 'k');
@@ -32,18 +101,18 @@ class AgentTest : public ::testing::Test {
       committed_.push_back(p);
       committed_cv_.notify_all();
     };
-    server_ = *AgentServer::Create(std::move(o));
+    adjust(o);
+    absl::StatusOr<std::unique_ptr<AgentServer>> server = AgentServer::Create(std::move(o));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
     endpoint_ = *server_->Start();
     thread_ = std::thread([this] { server_->Run(); });
-    testing::WriteRandomFile(dir_.path() / "spool" / "f.dat", 3 << 20, 5);
-    options_.shared_key = std::string(32, 'k');
-    options_.route.streams = 3;
-    options_.route.stripe_unit = 64 << 10;
-    options_.io_timeout = std::chrono::milliseconds(3000);
   }
-  ~AgentTest() override {
+  void StopAgent() {
+    if (server_ == nullptr) return;
     server_->Stop();
     thread_.join();
+    server_.reset();
   }
 
   // Runs `body` as a coroutine on a fresh io_context and returns its status.
@@ -257,16 +326,8 @@ TEST_F(AgentTest, ReceivePoolAndItsFallbackGiveTheRightChecksum) {
 // A damaged block is caught and re-sent whether it lands at the frontier, in the pool or past
 // a full pool (the agent's receiver here has a pool of one block).
 TEST_F(AgentTest, DamagedBlocksAreCaughtWithAPoolOfOneBlock) {
-  server_->Stop();
-  thread_.join();
-  AgentOptions o;
-  o.spool = dir_.path() / "spool";
-  o.shared_key = std::string(32, 'k');
-  o.defaults.io_timeout = std::chrono::milliseconds(3000);
-  o.defaults.receive_pool_bytes = 64 << 10;
-  server_ = *AgentServer::Create(std::move(o));
-  endpoint_ = *server_->Start();
-  thread_ = std::thread([this] { server_->Run(); });
+  StopAgent();
+  StartAgent([](AgentOptions& o) { o.defaults.receive_pool_bytes = 64 << 10; });
   testing::WriteRandomFile(dir_.path() / "src", 2 << 20, 11);
   for (std::int64_t at : {std::int64_t{0}, std::int64_t{300000}, std::int64_t{1500000}}) {
     options_.test_corrupt_offset = at;
@@ -282,6 +343,479 @@ TEST_F(AgentTest, DamagedBlocksAreCaughtWithAPoolOfOneBlock) {
   absl::StatusOr<TransferStats> bad = Push(dir_.path() / "src", endpoint_, "never", options_);
   EXPECT_TRUE(absl::IsDataLoss(bad.status())) << bad.status();
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "spool" / "never"));
+}
+
+// Sends `text` as the first control frame of a fresh connection and reads the answer: the
+// agent must refuse it (an error frame, or closing the connection), never crash.
+absl::Status SendFirstFrame(const Endpoint& agent, std::string text) {
+  asio::io_context io;
+  absl::Status result = absl::UnknownError("not run");
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<absl::Status> {
+        asio::ip::tcp::socket sock(io);
+        auto [ec] = co_await sock.async_connect({asio::ip::make_address(agent.host), agent.port},
+                                                internal::kNoThrow);
+        if (ec) co_return absl::UnavailableError("connect");
+        internal::Conn conn(std::move(sock));
+        if (absl::Status s = co_await conn.SendFrame(internal::FrameType::kControl, text); !s.ok()) {
+          co_return s;
+        }
+        absl::StatusOr<Json> reply = co_await conn.ReadControl();
+        co_return reply.status();
+      },
+      [&](std::exception_ptr e, absl::Status s) { result = e ? absl::InternalError("exception") : s; });
+  io.run();
+  return result;
+}
+
+TEST_F(AgentTest, WrongJsonTypesBeforeAuthenticationAreRefusedAndTheAgentKeepsServing) {
+  const std::string nonce = "0123456789abcdef0123456789abcdef";
+  const std::vector<std::string> frames = {
+      R"({"op":"hello","version":"1","role":"control","tls":false,"nonce":")" + nonce + "\"}",
+      R"({"op":"hello","version":null,"role":"control","tls":false,"nonce":")" + nonce + "\"}",
+      R"({"op":"hello","version":{},"role":"control","tls":false,"nonce":")" + nonce + "\"}",
+      R"({"op":"hello","version":-1,"role":"control","tls":false,"nonce":")" + nonce + "\"}",
+      R"({"op":"hello","version":1.0,"role":"control","tls":false,"nonce":")" + nonce + "\"}",
+      R"({"op":"hello","version":1,"role":"control","tls":"yes","nonce":")" + nonce + "\"}",
+      R"({"op":"hello","version":1,"role":"control","tls":1,"nonce":")" + nonce + "\"}",
+      R"({"op":"hello","version":1,"role":"control","tls":false,"nonce":5})",
+      R"({"op":"hello","version":1,"role":["data"],"tls":false,"nonce":")" + nonce + "\"}",
+      R"({"op":"hello","version":1,"role":"control","nonce":")" + nonce + "\"}",
+      R"({"op":"error","code":"x"})",
+      R"({"op":"error","code":3.5,"message":7})",
+      R"({"op":"error","code":-3,"message":"m"})",
+      R"({"op":["hello"]})",
+      R"([1,2,3])",
+  };
+  for (const std::string& f : frames) {
+    absl::Status s = SendFirstFrame(endpoint_, f);
+    EXPECT_FALSE(s.ok()) << f;
+  }
+  absl::StatusOr<TransferStats> ok = Pull(endpoint_, "f.dat", dir_.path() / "after.dat", options_);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(SameBytes(testing::ReadFile(dir_.path() / "after.dat"), testing::ReadFile(dir_.path() / "spool" / "f.dat")));
+}
+
+TEST_F(AgentTest, WrongJsonTypesAfterAuthenticationAreRefusedAndTheAgentKeepsServing) {
+  // Each case: the request, then (for a get) the ranges message; the agent must answer with
+  // an error or close, on that connection only.
+  struct Case {
+    Json request;
+    Json ranges;  // null: none
+  };
+  Json good_options = internal::RouteToJson(options_);
+  Json bad_options = good_options;
+  bad_options["streams"] = "3";
+  Json float_options = good_options;
+  float_options["io_timeout_ms"] = 1.5;
+  std::vector<Case> cases = {
+      {{{"op", "get"}, {"path", "f.dat"}, {"options", good_options}},
+       {{"op", "ranges"}, {"ranges", Json::array()}, {"resumed_bytes", "x"}}},
+      {{{"op", "get"}, {"path", "f.dat"}, {"options", good_options}},
+       {{"op", "ranges"}, {"ranges", "all"}, {"resumed_bytes", 0}}},
+      {{{"op", "get"}, {"path", "f.dat"}, {"options", good_options}},
+       {{"op", 7}, {"ranges", Json::array()}, {"resumed_bytes", 0}}},
+      {{{"op", "get"}, {"path", 5}, {"options", good_options}}, nullptr},
+      {{{"op", "get"}, {"path", "f.dat"}, {"options", "fast"}}, nullptr},
+      {{{"op", "get"}, {"path", "f.dat"}, {"options", bad_options}}, nullptr},
+      {{{"op", "get"}, {"path", "f.dat"}, {"options", float_options}}, nullptr},
+      {{{"op", "get"}, {"path", "f.dat"}}, nullptr},
+      {{{"op", "put"}, {"path", "p"}, {"size", "5"}, {"source_id", "s"}, {"options", good_options}}, nullptr},
+      {{{"op", "put"}, {"path", "p"}, {"size", 5}, {"source_id", 5}, {"options", good_options}}, nullptr},
+      {{{"op", "pull_from"}, {"source", 5}, {"path", "p"}, {"source_path", "f.dat"}, {"options", good_options}}, nullptr},
+      {{{"op", "pull_from"}, {"source", endpoint_.ToString()}, {"path", "p"}, {"source_path", true},
+        {"options", good_options}}, nullptr},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = RunClient([&]() -> asio::awaitable<absl::Status> {
+      auto log = spdlog::default_logger();
+      absl::StatusOr<internal::ClientConnection> ctrl =
+          co_await internal::ConnectTo(endpoint_, "control", options_, nullptr, *log);
+      if (!ctrl.ok()) co_return absl::InternalError(fmt::format("connect: {}", ctrl.status().ToString()));
+      if (absl::Status w = co_await ctrl->conn->SendControl(c.request); !w.ok()) co_return w;
+      absl::StatusOr<Json> reply = co_await ctrl->conn->ReadControl();
+      if (!reply.ok() || c.ranges.is_null()) co_return reply.status();
+      if (absl::Status w = co_await ctrl->conn->SendControl(c.ranges); !w.ok()) co_return w;
+      // The agent now waits for joins unless it refused the ranges.
+      absl::StatusOr<Json> after = co_await ctrl->conn->ReadControl();
+      co_return after.status();
+    });
+    EXPECT_FALSE(s.ok()) << c.request.dump() << " " << c.ranges.dump();
+    EXPECT_EQ(s.message().find("connect:"), absl::string_view::npos) << s;
+  }
+  // A data connection joining with a token of the wrong type.
+  absl::Status join = RunClient([&]() -> asio::awaitable<absl::Status> {
+    auto log = spdlog::default_logger();
+    absl::StatusOr<internal::ClientConnection> c =
+        co_await internal::ConnectTo(endpoint_, "data", options_, nullptr, *log);
+    if (!c.ok()) co_return absl::InternalError("connect");
+    Json j{{"op", "join"}, {"token", 12345}, {"mac", Json::array()}};
+    if (absl::Status w = co_await c->conn->SendControl(j); !w.ok()) co_return w;
+    co_return (co_await c->conn->ReadControl()).status();
+  });
+  EXPECT_FALSE(join.ok());
+  absl::StatusOr<TransferStats> ok = Pull(endpoint_, "f.dat", dir_.path() / "after.dat", options_);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(SameBytes(testing::ReadFile(dir_.path() / "after.dat"), testing::ReadFile(dir_.path() / "spool" / "f.dat")));
+}
+
+// 800 connections from one address, each sending only a header that announces a 1 MiB
+// control message, must not make the agent allocate that much; a peer on another address is
+// served meanwhile.
+TEST_F(AgentTest, HalfOpenConnectionsAnnouncingHugeControlFramesKeepMemoryBounded) {
+  internal::FrameHeader h{internal::FrameType::kControl, 1u << 20, 0, 0};
+  internal::HeaderBytes header = internal::EncodeHeader(h);
+  const std::uint64_t before = VmRssBytes();
+  std::uint64_t peak = before;
+  std::vector<int> fds;
+  for (int i = 0; i < 800; ++i) {
+    int fd = ConnectFrom("127.0.0.2", endpoint_);
+    ASSERT_GE(fd, 0) << "connection " << i << ": " << std::strerror(errno);
+    fds.push_back(fd);
+    ASSERT_EQ(::send(fd, header.data(), header.size(), MSG_NOSIGNAL), static_cast<ssize_t>(header.size()));
+    if (i % 100 == 0) peak = std::max(peak, VmRssBytes());
+  }
+  absl::StatusOr<TransferStats> ok = Pull(endpoint_, "f.dat", dir_.path() / "meanwhile.dat", options_);
+  EXPECT_TRUE(ok.ok()) << ok.status();
+  // Wait (bounded) until the agent has dealt with every connection: each one is answered
+  // (error frame) or closed. Before that, a connection may still be waiting for its payload.
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  std::size_t answered = 0;
+  std::vector<bool> done(fds.size(), false);
+  while (answered < fds.size() && std::chrono::steady_clock::now() < deadline) {
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (done[i]) continue;
+      pollfd p{fds[i], POLLIN, 0};
+      if (::poll(&p, 1, 0) == 1) {
+        done[i] = true;
+        ++answered;
+      }
+    }
+    peak = std::max(peak, VmRssBytes());
+    if (answered < fds.size()) std::this_thread::sleep_for(20ms);  // polling sockets of another thread's server
+  }
+  for (int fd : fds) ::close(fd);
+  EXPECT_EQ(answered, fds.size()) << "the agent left connections waiting for announced payloads";
+  EXPECT_LT(peak - before, std::uint64_t{64} << 20) << "resident memory grew by " << ((peak - before) >> 20) << " MiB";
+}
+
+// Two sessions writing the same destination at once: the second is refused at once, and
+// whichever succeeds put exactly its own bytes in place.
+TEST_F(AgentTest, ConcurrentPutsToOnePathNeverMixTheirBytes) {
+  const std::filesystem::path a = dir_.path() / "a.src";
+  const std::filesystem::path b = dir_.path() / "b.src";
+  testing::WriteRandomFile(a, 2 << 20, 21);
+  testing::WriteRandomFile(b, 2 << 20, 22);
+  TransferOptions slow = options_;
+  slow.route.route_name = "concurrent-slow";
+  slow.route.route_rate_bps = 8'000'000;  // ~2 s for 2 MiB
+  std::promise<void> started;
+  std::atomic<bool> signalled{false};
+  slow.progress = [&](const Progress& p) {
+    if (p.bytes_done >= (512u << 10) && !signalled.exchange(true)) started.set_value();
+  };
+  absl::StatusOr<TransferStats> ra = absl::UnknownError("not run");
+  std::thread ta([&] { ra = Push(a, endpoint_, "same/path", slow); });
+  bool overlapping = started.get_future().wait_for(20s) == std::future_status::ready;
+  TransferOptions fast = options_;
+  fast.route.route_name = "concurrent-fast";
+  absl::StatusOr<TransferStats> rb = Push(b, endpoint_, "same/path", fast);
+  ta.join();
+  ASSERT_TRUE(overlapping) << ra.status();
+  const std::filesystem::path final_path = dir_.path() / "spool" / "same" / "path";
+  for (auto [r, src] : {std::pair{&ra, a}, std::pair{&rb, b}}) {
+    if (r->ok()) {
+      EXPECT_TRUE(SameBytes(testing::ReadFile(final_path), testing::ReadFile(src))) << src;
+      EXPECT_EQ((*r)->checksum, *ComputeFileChecksum(src, ChecksumAlgorithm::kXxh3_128)) << src;
+    } else {
+      EXPECT_TRUE(absl::IsUnavailable(r->status())) << r->status();
+      EXPECT_NE(r->status().message().find("another transfer is writing"), absl::string_view::npos)
+          << r->status();
+    }
+  }
+  EXPECT_TRUE(ra.ok()) << ra.status();
+  EXPECT_FALSE(rb.ok()) << "the second session ran while the first was writing";
+}
+
+// A hand-written authenticated sender: puts `size` bytes at `path` and sends `frames` (data
+// frames at their offsets with the given checksums) on one stream, then end and finish with
+// `checksum`. Returns the agent's answer to finish (or the first error).
+struct RawBlock {
+  std::uint64_t offset;
+  std::string bytes;
+  std::uint64_t checksum;  // block checksum sent in the header
+};
+absl::Status SendRawPut(const Endpoint& agent, TransferOptions o, const std::string& path,
+                        std::uint64_t size, const std::vector<RawBlock>& blocks,
+                        const std::string& checksum) {
+  asio::io_context io;
+  absl::Status result = absl::UnknownError("not run");
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<absl::Status> {
+        auto log = spdlog::default_logger();
+        o.route.streams = 1;
+        absl::StatusOr<internal::ClientConnection> ctrl =
+            co_await internal::ConnectTo(agent, "control", o, nullptr, *log);
+        if (!ctrl.ok()) co_return ctrl.status();
+        Json put{{"op", "put"}, {"path", path}, {"size", size}, {"source_id", "raw:1"},
+                 {"options", internal::RouteToJson(o)}};
+        if (absl::Status s = co_await ctrl->conn->SendControl(put); !s.ok()) co_return s;
+        absl::StatusOr<Json> session = co_await ctrl->conn->ReadControl();
+        if (!session.ok()) co_return session.status();
+        std::string token = (*session)["token"].get<std::string>();
+        absl::StatusOr<internal::ConnPtr> data = co_await internal::JoinSession(agent, token, o, nullptr, *log);
+        if (!data.ok()) co_return data.status();
+        for (const RawBlock& b : blocks) {
+          internal::FrameHeader h{internal::FrameType::kData, static_cast<std::uint32_t>(b.bytes.size()),
+                                  b.offset, b.checksum};
+          absl::Status w = co_await (*data)->WriteData(h, b.bytes.data());
+          (void)w;  // ignored: the agent may drop the stream; its reason comes on the control connection
+        }
+        absl::Status e = co_await (*data)->SendFrame(internal::FrameType::kEnd, "");
+        (void)e;  // ignored: as above
+        Json finish{{"op", "finish"}, {"checksum", checksum}, {"round", 0}, {"congestion", ""}};
+        if (absl::Status s = co_await ctrl->conn->SendControl(finish); !s.ok()) co_return s;
+        absl::StatusOr<Json> reply = co_await ctrl->conn->ReadControl();
+        if (!reply.ok()) co_return reply.status();
+        if ((*reply)["op"] == "done") co_return absl::OkStatus();
+        co_return absl::FailedPreconditionError(reply->dump());
+      },
+      [&](std::exception_ptr e, absl::Status s) { result = e ? absl::InternalError("exception") : s; });
+  io.run();
+  return result;
+}
+
+TEST_F(AgentTest, OverlappingBlockIsRefusedAndNeverOverwritesReceivedBytes) {
+  constexpr std::uint64_t kBlock = 64 << 10;
+  testing::WriteRandomFile(dir_.path() / "orig", 4 * kBlock, 31);
+  const std::string orig = testing::ReadFile(dir_.path() / "orig");
+  std::string evil = orig.substr(0, kBlock);
+  for (char& c : evil) c = static_cast<char>(c ^ 0x33);
+  auto block = [&](std::uint64_t i) {
+    std::string bytes = orig.substr(i * kBlock, kBlock);
+    return RawBlock{i * kBlock, bytes, BlockChecksum(BlockChecksumAlgorithm::kXxh3_64, bytes.data(), bytes.size())};
+  };
+  const std::string sum = ChecksumOf(ChecksumAlgorithm::kXxh3_128, orig);
+  // The duplicate of block 0 carries other bytes with a valid block checksum, and a second
+  // one is damaged (its checksum does not match its bytes).
+  std::vector<RawBlock> variants[] = {
+      {block(0), RawBlock{0, evil, BlockChecksum(BlockChecksumAlgorithm::kXxh3_64, evil.data(), evil.size())},
+       block(1), block(2), block(3)},
+      {block(0), block(1), RawBlock{kBlock / 2, evil, 12345}, block(2), block(3)},
+  };
+  int n = 0;
+  for (const std::vector<RawBlock>& blocks : variants) {
+    const std::string name = fmt::format("dup{}", n++);
+    absl::Status s = SendRawPut(endpoint_, options_, name, orig.size(), blocks, sum);
+    const std::filesystem::path final_path = dir_.path() / "spool" / name;
+    if (std::filesystem::exists(final_path)) {
+      EXPECT_TRUE(SameBytes(testing::ReadFile(final_path), orig)) << name << ": a committed file holds other bytes than verified";
+    }
+    EXPECT_FALSE(s.ok()) << name;
+    EXPECT_NE(s.message().find("overlapping block"), absl::string_view::npos) << name << " " << s;
+  }
+  absl::StatusOr<TransferStats> ok = Pull(endpoint_, "f.dat", dir_.path() / "after.dat", options_);
+  EXPECT_TRUE(ok.ok()) << ok.status();
+}
+
+// A block whose checksum does not match is never written: the partial file keeps zeros there.
+TEST_F(AgentTest, DamagedBlockNeverReachesThePartialFile) {
+  constexpr std::uint64_t kBlock = 64 << 10;
+  testing::WriteRandomFile(dir_.path() / "orig", 2 * kBlock, 32);
+  const std::string orig = testing::ReadFile(dir_.path() / "orig");
+  std::string b0 = orig.substr(0, kBlock);
+  std::string b1 = orig.substr(kBlock);
+  std::vector<RawBlock> blocks = {
+      {0, b0, BlockChecksum(BlockChecksumAlgorithm::kXxh3_64, b0.data(), b0.size())},
+      {kBlock, b1, 777},  // damaged
+  };
+  absl::Status s = SendRawPut(endpoint_, options_, "dmg", orig.size(), blocks,
+                              ChecksumOf(ChecksumAlgorithm::kXxh3_128, orig));
+  EXPECT_FALSE(s.ok());  // the agent asks for a re-send; this sender gives up
+  StopAgent();           // the session's partial file is final now
+  std::vector<std::filesystem::path> parts;
+  for (const auto& e : std::filesystem::directory_iterator(dir_.path() / "spool" / ".gfrep-tmp")) {
+    if (e.path().extension() == ".part") parts.push_back(e.path());
+  }
+  ASSERT_EQ(parts.size(), 1u);
+  std::string part = testing::ReadFile(parts[0]);
+  ASSERT_EQ(part.size(), orig.size());
+  EXPECT_TRUE(SameBytes(part.substr(0, kBlock), b0));
+  EXPECT_TRUE(SameBytes(part.substr(kBlock), std::string(kBlock, '\0'))) << "damaged bytes reached the disk";
+}
+
+TEST_F(AgentTest, ReservedSpoolNamesAreRefusedAndReplicaFilesAreWrittenOnce) {
+  testing::WriteRandomFile(dir_.path() / "src", 100000, 41);
+  testing::WriteRandomFile(dir_.path() / "other", 100000, 42);
+  std::filesystem::create_directories(dir_.path() / "spool" / ".gfrep-index");
+  testing::WriteRandomFile(dir_.path() / "spool" / ".gfrep-index" / "1", 1000, 43);
+  for (const char* bad : {".gfrep-index/1", ".gfrep-staging/task-1", ".gfrep-tmp/x", ".gfrep-data/1",
+                          ".gfrep-data/01/2", ".gfrep-data/1/2/3", ".gfrep-data", ".gfrep-other"}) {
+    absl::StatusOr<TransferStats> put = Push(dir_.path() / "src", endpoint_, bad, options_);
+    EXPECT_TRUE(absl::IsInvalidArgument(put.status())) << bad << " " << put.status();
+    EXPECT_NE(put.status().message().find("reserved"), absl::string_view::npos) << bad << " " << put.status();
+    absl::StatusOr<TransferStats> get = Pull(endpoint_, bad, dir_.path() / "got", options_);
+    EXPECT_TRUE(absl::IsInvalidArgument(get.status())) << bad << " " << get.status();
+  }
+  const std::string replica = ".gfrep-data/5/7";
+  absl::StatusOr<TransferStats> first = Push(dir_.path() / "src", endpoint_, replica, options_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<TransferStats> again = Push(dir_.path() / "other", endpoint_, replica, options_);
+  EXPECT_TRUE(absl::IsAlreadyExists(again.status())) << again.status();
+  EXPECT_TRUE(SameBytes(testing::ReadFile(dir_.path() / "spool" / replica), testing::ReadFile(dir_.path() / "src")));
+  absl::StatusOr<TransferStats> get = Pull(endpoint_, replica, dir_.path() / "replica.copy", options_);
+  ASSERT_TRUE(get.ok()) << get.status();
+  EXPECT_TRUE(SameBytes(testing::ReadFile(dir_.path() / "replica.copy"), testing::ReadFile(dir_.path() / "src")));
+  // A third-party copy into a replica name is create-only too.
+  absl::StatusOr<TransferStats> third = ThirdParty(endpoint_, "f.dat", endpoint_, replica, options_);
+  EXPECT_TRUE(absl::IsAlreadyExists(third.status())) << third.status();
+  absl::StatusOr<TransferStats> fresh = ThirdParty(endpoint_, "f.dat", endpoint_, ".gfrep-data/5/8", options_);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_TRUE(SameBytes(testing::ReadFile(dir_.path() / "spool" / ".gfrep-data/5/8"),
+                        testing::ReadFile(dir_.path() / "spool" / "f.dat")));
+}
+
+// What a site agent does to stop a copy: a terminal cancellation emitted on the copy's own
+// io_context, which then runs until the pull's handler was called.
+TEST_F(AgentTest, TerminalCancellationEndsAsyncPullWithCancelled) {
+  testing::WriteRandomFile(dir_.path() / "spool" / "big", 8 << 20, 51);
+  for (int round = 0; round < 3; ++round) {
+    asio::io_context io;
+    asio::cancellation_signal signal;
+    TransferOptions o = options_;
+    o.route.route_name = fmt::format("cancel-{}", round);
+    o.route.route_rate_bps = 8'000'000;  // ~8 s for the whole file
+    std::optional<std::chrono::steady_clock::time_point> emitted;
+    std::uint64_t done_at_cancel = 0;
+    o.progress = [&](const Progress& p) {
+      if (!emitted && p.bytes_done >= (1u << 20)) {
+        emitted = std::chrono::steady_clock::now();
+        done_at_cancel = p.bytes_done;
+        asio::post(io, [&] { signal.emit(asio::cancellation_type::terminal); });
+      }
+    };
+    std::optional<absl::StatusOr<TransferStats>> result;
+    bool exception = false;
+    const std::filesystem::path out = dir_.path() / fmt::format("cancelled{}", round);
+    asio::co_spawn(io, AsyncPull(endpoint_, "big", out, dir_.path() / "tmp", o),
+                   asio::bind_cancellation_slot(
+                       signal.slot(), [&](std::exception_ptr e, absl::StatusOr<TransferStats> r) {
+                         if (e) {
+                           exception = true;
+                         } else {
+                           result = std::move(r);
+                         }
+                       }));
+    io.run();  // returns by itself once nothing of the pull is left
+    auto ended = std::chrono::steady_clock::now();
+    ASSERT_FALSE(exception) << "an exception escaped AsyncPull";
+    ASSERT_TRUE(result.has_value());
+    ASSERT_TRUE(emitted.has_value());
+    EXPECT_TRUE(absl::IsCancelled(result->status())) << result->status();
+    EXPECT_LT(done_at_cancel, std::uint64_t{8} << 20);
+    EXPECT_LT(ended - *emitted, 3s) << "the pull did not stop promptly";
+    EXPECT_FALSE(std::filesystem::exists(out));
+  }
+  absl::StatusOr<TransferStats> ok = Pull(endpoint_, "big", dir_.path() / "big.copy", options_);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(SameBytes(testing::ReadFile(dir_.path() / "big.copy"), testing::ReadFile(dir_.path() / "spool" / "big")));
+}
+
+TEST_F(AgentTest, ConnectionsBeyondTheLimitsAreClosedAtOnce) {
+  StopAgent();
+  StartAgent([](AgentOptions& o) {
+    o.max_connections = 4;
+    o.max_connections_per_peer = 2;
+  });
+  // Two idle connections from 127.0.0.2 fill its share; a third is closed at once (an
+  // accepted one would wait for its hello until the 3 s setup timeout).
+  std::vector<int> fds;
+  for (int i = 0; i < 2; ++i) fds.push_back(ConnectFrom("127.0.0.2", endpoint_));
+  int third = ConnectFrom("127.0.0.2", endpoint_);
+  ASSERT_GE(third, 0);
+  EXPECT_TRUE(ClosedWithoutData(third, 2s)) << "per-peer limit";
+  ::close(third);
+  // Two more from 127.0.0.3 fill the agent; a fifth from elsewhere is closed at once.
+  for (int i = 0; i < 2; ++i) fds.push_back(ConnectFrom("127.0.0.3", endpoint_));
+  int fifth = ConnectFrom("127.0.0.4", endpoint_);
+  ASSERT_GE(fifth, 0);
+  EXPECT_TRUE(ClosedWithoutData(fifth, 2s)) << "global limit";
+  ::close(fifth);
+  for (int fd : fds) {
+    ASSERT_GE(fd, 0);
+    EXPECT_FALSE(ClosedWithoutData(fd, 0ms)) << "an accepted connection was closed";
+    ::close(fd);
+  }
+  // Served again once they are gone (the agent notices the closes asynchronously).
+  options_.route.streams = 1;
+  absl::StatusOr<TransferStats> ok = absl::UnknownError("not run");
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  do {
+    ok = Pull(endpoint_, "f.dat", dir_.path() / "after.dat", options_);
+  } while (!ok.ok() && absl::IsUnavailable(ok.status()) && std::chrono::steady_clock::now() < deadline);
+  EXPECT_TRUE(ok.ok()) << ok.status();
+}
+
+TEST_F(AgentTest, ConnectionLimitsAreValidated) {
+  for (auto [global, per_peer] : {std::pair{0, 1}, std::pair{10, 0}, std::pair{10, 11}, std::pair{2000000, 1}}) {
+    AgentOptions o;
+    o.spool = dir_.path() / "spool2";
+    o.shared_key = std::string(32, 'k');
+    o.max_connections = global;
+    o.max_connections_per_peer = per_peer;
+    absl::StatusOr<std::unique_ptr<AgentServer>> s = AgentServer::Create(std::move(o));
+    EXPECT_TRUE(absl::IsInvalidArgument(s.status())) << global << " " << per_peer << " " << s.status();
+  }
+}
+
+// Stop() while a third-party pull and a put are running: both end (the clients get errors),
+// every job they left on the blocking pool finishes before the agent's state goes, and the
+// partial files stay usable for a resume.
+TEST_F(AgentTest, StopEndsRunningSessionsAndReturnsPromptly) {
+  testing::WriteRandomFile(dir_.path() / "spool" / "big", 8 << 20, 61);
+  testing::WriteRandomFile(dir_.path() / "up", 8 << 20, 62);
+  TransferOptions slow = options_;
+  slow.route.route_rate_bps = 8'000'000;  // ~8 s each
+  slow.journal_interval = 256 << 10;      // journal flushes on the blocking pool all along
+  std::atomic<int> started{0};
+  std::promise<void> both;
+  auto progress = [&](const Progress& p) {
+    static thread_local bool counted = false;
+    if (p.bytes_done >= (512u << 10) && !counted) {
+      counted = true;
+      if (++started == 2) both.set_value();
+    }
+  };
+  absl::StatusOr<TransferStats> third = absl::UnknownError("not run");
+  absl::StatusOr<TransferStats> put = absl::UnknownError("not run");
+  TransferOptions t = slow;
+  t.route.route_name = "stop-third";
+  t.progress = progress;
+  TransferOptions u = slow;
+  u.route.route_name = "stop-put";
+  u.progress = progress;
+  std::thread a([&] { third = ThirdParty(endpoint_, "big", endpoint_, "big.copy", t); });
+  std::thread b([&] { put = Push(dir_.path() / "up", endpoint_, "up.copy", u); });
+  bool running = both.get_future().wait_for(20s) == std::future_status::ready;
+  auto t0 = std::chrono::steady_clock::now();
+  StopAgent();
+  auto stopped = std::chrono::steady_clock::now() - t0;
+  a.join();
+  b.join();
+  ASSERT_TRUE(running);
+  EXPECT_LT(stopped, 5s) << "Stop() waited for the sessions to finish on their own";
+  EXPECT_FALSE(third.ok());
+  EXPECT_FALSE(put.ok());
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "spool" / "big.copy"));
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "spool" / "up.copy"));
+  // A new agent on the same spool resumes the put.
+  StartAgent([](AgentOptions&) {});
+  absl::StatusOr<TransferStats> again = Push(dir_.path() / "up", endpoint_, "up.copy", options_);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_GT(again->resumed_bytes, 0u);
+  EXPECT_TRUE(SameBytes(testing::ReadFile(dir_.path() / "spool" / "up.copy"), testing::ReadFile(dir_.path() / "up")));
 }
 
 }  // namespace

@@ -36,6 +36,23 @@ TEST_F(PathTest, RefusesEscapesAndOddComponents) {
   EXPECT_FALSE(ResolveSpoolPath(spool_, std::string(5000, 'a')).ok());
 }
 
+TEST_F(PathTest, RefusesReservedTopLevelNamesButServesReplicaNames) {
+  for (const char* bad : {".gfrep-index/1", ".gfrep-staging/task-1", ".gfrep-tmp/x", ".gfrep-data",
+                          ".gfrep-data/1", ".gfrep-data/01/2", ".gfrep-data/1/02", ".gfrep-data/1/2/3",
+                          ".gfrep-data/a/2", ".gfrep-data/1/", ".gfrep-other", ".gfrep-"}) {
+    absl::StatusOr<std::filesystem::path> p = ResolveSpoolPath(spool_, bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(p.status())) << "'" << bad << "': " << p.status();
+    EXPECT_NE(p.status().message().find("reserved"), absl::string_view::npos) << bad;
+  }
+  absl::StatusOr<std::filesystem::path> replica = ResolveSpoolPath(spool_, ".gfrep-data/5/7");
+  ASSERT_TRUE(replica.ok()) << replica.status();
+  EXPECT_EQ(*replica, spool_ / ".gfrep-data" / "5" / "7");
+  EXPECT_TRUE(ResolveSpoolPath(spool_, ".gfrep-data/0/18446744073709551615").ok());
+  // Only the first component is reserved.
+  EXPECT_TRUE(ResolveSpoolPath(spool_, "sub/.gfrep-index").ok());
+  EXPECT_TRUE(ResolveSpoolPath(spool_, ".gfrepx").ok());
+}
+
 TEST_F(PathTest, RefusesSymlinkLeavingTheSpool) {
   std::filesystem::create_directory_symlink(dir_.path() / "outside", spool_ / "link");
   absl::StatusOr<std::filesystem::path> p = ResolveSpoolPath(spool_, "link/secret");

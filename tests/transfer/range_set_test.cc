@@ -48,6 +48,22 @@ TEST(RangeSetTest, ContainsChecksWholeRange) {
   EXPECT_FALSE(s.Contains(30, 31));
 }
 
+TEST(RangeSetTest, OverlapsMeansSharingAByte) {
+  RangeSet s;
+  s.Add(10, 20);
+  s.Add(30, 40);
+  EXPECT_TRUE(s.Overlaps(10, 20));
+  EXPECT_TRUE(s.Overlaps(5, 11));
+  EXPECT_TRUE(s.Overlaps(19, 25));
+  EXPECT_TRUE(s.Overlaps(15, 35));
+  EXPECT_TRUE(s.Overlaps(0, 100));
+  EXPECT_FALSE(s.Overlaps(0, 10));   // touching
+  EXPECT_FALSE(s.Overlaps(20, 30));  // between, touching both
+  EXPECT_FALSE(s.Overlaps(40, 50));
+  EXPECT_FALSE(s.Overlaps(15, 15));  // empty
+  EXPECT_FALSE(RangeSet().Overlaps(0, 1));
+}
+
 TEST(RangeSetTest, ContiguousEndFollowsTheCoveringRange) {
   RangeSet s;
   s.Add(10, 20);
@@ -82,6 +98,12 @@ TEST(RangeSetTest, MatchesABitmapUnderRandomAdds) {
     }
     for (const ByteRange& r : s.Ranges()) {
       for (std::uint64_t k = r.begin; k < r.end; ++k) EXPECT_TRUE(bits[k]);
+    }
+    for (int i = 0; i < 30; ++i) {
+      int b = static_cast<int>(rng() % kSize), e = std::min(kSize, b + static_cast<int>(rng() % 40));
+      bool any = false;
+      for (int k = b; k < e; ++k) any = any || bits[k];
+      EXPECT_EQ(s.Overlaps(b, e), any) << b << " " << e;
     }
   }
 }

@@ -6,22 +6,16 @@
 #include <openssl/crypto.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
-#include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <fstream>
-#include <map>
 
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "absl/status/status.h"
@@ -30,6 +24,15 @@ namespace gfrep::transfer::internal {
 namespace {
 
 using SteadyTime = std::chrono::steady_clock;
+
+std::string ReadSysctl(const char* path) {
+  std::ifstream in(path);
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+}  // namespace
 
 absl::Status ErrnoStatus(int e, std::string_view context) {
   std::string msg = fmt::format("{}: {}", context, std::strerror(e));
@@ -42,6 +45,8 @@ absl::Status ErrnoStatus(int e, std::string_view context) {
     case EACCES:
     case EPERM:
       return absl::PermissionDeniedError(msg);
+    case EEXIST:
+      return absl::AlreadyExistsError(msg);
     case EPIPE:
     case ECONNRESET:
       return absl::UnavailableError(msg);
@@ -50,20 +55,16 @@ absl::Status ErrnoStatus(int e, std::string_view context) {
   }
 }
 
-std::string ReadSysctl(const char* path) {
-  std::ifstream in(path);
-  std::string s;
-  std::getline(in, s);
-  return s;
-}
-
-// Runs `tasks` concurrently on the current executor and waits for all. On the first
-// failure `on_error` runs once (it closes the other tasks' connections). Returns the first
-// failure, or OK.
 asio::awaitable<absl::Status> RunConcurrently(
     std::vector<std::function<asio::awaitable<absl::Status>()>> tasks,
     std::function<void()> on_error) {
   auto ex = co_await asio::this_coro::executor;
+  // The tasks are separate coroutines that use state owned by our caller, so this frame must
+  // not end before they have. A cancellation of the caller (e.g. a site agent whose lease was
+  // lost) is passed on by `on_error` (closing the connections) and then waited out like any
+  // failure; throwing on it is off meanwhile, or a co_await below would throw past the tasks.
+  const bool throws = co_await asio::this_coro::throw_if_cancelled();
+  co_await asio::this_coro::throw_if_cancelled(false);
   struct State {
     int left;
     absl::Status first;
@@ -74,7 +75,7 @@ asio::awaitable<absl::Status> RunConcurrently(
       State{static_cast<int>(tasks.size()), absl::OkStatus(),
             asio::steady_timer(ex, SteadyTime::time_point::max()), std::move(on_error)});
   for (auto& task : tasks) {
-    asio::co_spawn(ex, task(), [st](std::exception_ptr e, absl::Status s) {
+    asio::co_spawn(ex, CatchExceptions(task(), "a transfer stream"), [st](std::exception_ptr e, absl::Status s) {
       if (e) s = absl::InternalError("bug: exception escaped a transfer stream");
       if (!s.ok() && st->first.ok()) {
         st->first = s;
@@ -83,56 +84,25 @@ asio::awaitable<absl::Status> RunConcurrently(
       if (--st->left == 0) st->done.cancel();
     });
   }
-  while (st->left > 0) co_await st->done.async_wait(kNoThrow);
+  bool cancelled = false;
+  for (;;) {
+    if (!cancelled && co_await CancellationRequested()) {
+      cancelled = true;
+      if (st->first.ok()) {
+        st->first = absl::CancelledError("transfer cancelled");
+        if (st->on_error) st->on_error();
+      }
+    }
+    if (st->left == 0) break;
+    co_await st->done.async_wait(kNoThrow);
+  }
+  co_await asio::this_coro::throw_if_cancelled(throws);
   co_return st->first;
 }
 
-class ProgressReporter {
- public:
-  ProgressReporter(const TransferOptions& o, std::uint64_t total, std::uint64_t resumed,
-                   int streams)
-      : fn_(o.progress), start_(SteadyTime::now()) {
-    p_.bytes_total = total;
-    p_.resumed_bytes = resumed;
-    p_.bytes_done = resumed;
-    p_.streams = streams;
-  }
-  void Add(std::uint64_t bytes, bool force = false) {
-    p_.bytes_done = std::min(p_.bytes_total, p_.bytes_done + bytes);
-    if (!fn_) return;
-    auto now = SteadyTime::now();
-    if (force || now - last_ >= std::chrono::milliseconds(100)) {
-      last_ = now;
-      p_.seconds = std::chrono::duration<double>(now - start_).count();
-      fn_(p_);
-    }
-  }
-  void SetDone(std::uint64_t done) {
-    p_.bytes_done = done;
-    Add(0, true);
-  }
-
- private:
-  std::function<void(const Progress&)> fn_;
-  Progress p_;
-  SteadyTime::time_point start_;
-  SteadyTime::time_point last_{};
-};
-
-std::vector<ByteRange> SplitBlocks(const std::vector<ByteRange>& ranges, std::uint64_t unit) {
-  std::vector<ByteRange> out;
-  for (const ByteRange& r : ranges) {
-    for (std::uint64_t b = r.begin; b < r.end; b += unit) out.push_back({b, std::min(r.end, b + unit)});
-  }
-  return out;
-}
-
-}  // namespace
-
-asio::awaitable<absl::Status> RunConcurrentlyPublic(
-    std::vector<std::function<asio::awaitable<absl::Status>()>> tasks,
-    std::function<void()> on_error) {
-  co_return co_await RunConcurrently(std::move(tasks), std::move(on_error));
+asio::awaitable<bool> CancellationRequested() {
+  asio::cancellation_state cs = co_await asio::this_coro::cancellation_state;
+  co_return cs.cancelled() != asio::cancellation_type::none;
 }
 
 absl::Status FromAsio(const boost::system::error_code& ec, std::string_view context) {
@@ -140,13 +110,6 @@ absl::Status FromAsio(const boost::system::error_code& ec, std::string_view cont
   std::string msg = fmt::format("{}: {}", context, ec.message());
   if (ec == asio::error::operation_aborted) return absl::CancelledError(msg);
   if (ec == asio::error::timed_out) return absl::DeadlineExceededError(msg);
-  if (ec == asio::error::eof || ec == asio::error::connection_reset ||
-      ec == asio::error::connection_refused || ec == asio::error::broken_pipe ||
-      ec == asio::error::connection_aborted || ec == asio::error::host_unreachable ||
-      ec == asio::error::network_unreachable || ec == asio::error::bad_descriptor ||
-      ec == asio::ssl::error::stream_truncated) {
-    return absl::UnavailableError(msg);
-  }
   return absl::UnavailableError(msg);
 }
 
@@ -165,7 +128,11 @@ asio::thread_pool& BlockingPool() {
 
 std::string RandomHex(std::size_t bytes) {
   std::vector<unsigned char> b(bytes);
-  RAND_bytes(b.data(), static_cast<int>(b.size()));
+  if (RAND_bytes(b.data(), static_cast<int>(b.size())) != 1) {
+    // Nonces and tokens without randomness would make authentication replayable.
+    spdlog::critical("RAND_bytes failed: no secure random numbers");
+    std::abort();
+  }
   std::string out;
   for (unsigned char c : b) out += fmt::format("{:02x}", c);
   return out;
@@ -234,7 +201,9 @@ asio::awaitable<absl::Status> Conn::SendFrame(FrameType type, std::string_view p
 }
 
 asio::awaitable<absl::Status> Conn::SendControl(const Json& message) {
-  co_return co_await SendFrame(FrameType::kControl, message.dump());
+  // `replace`: a message quoting bytes that are not UTF-8 (a path, say) must not throw.
+  std::string text = message.dump(-1, ' ', false, Json::error_handler_t::replace);
+  co_return co_await SendFrame(FrameType::kControl, text);
 }
 
 asio::awaitable<absl::Status> Conn::ReadExact(void* data, std::size_t size) {
@@ -247,7 +216,8 @@ asio::awaitable<absl::Status> Conn::ReadExact(void* data, std::size_t size) {
   }
   activity_ += n;
   if (ec == asio::error::eof && n > 0) {
-    co_return absl::DataLossError(fmt::format("truncated frame: peer closed after {} of {} bytes", n, size));
+    // A lost connection like any other (kUnavailable: the peer may say why elsewhere).
+    co_return absl::UnavailableError(fmt::format("truncated frame: peer closed after {} of {} bytes", n, size));
   }
   co_return FromAsio(ec, "read");
 }
@@ -258,25 +228,32 @@ asio::awaitable<absl::StatusOr<FrameHeader>> Conn::ReadHeader(std::uint32_t max_
   co_return DecodeHeader(b, max_data);
 }
 
-asio::awaitable<absl::StatusOr<Json>> Conn::ReadControl() {
+asio::awaitable<absl::StatusOr<Json>> Conn::ReadControl(std::uint32_t max_payload) {
   absl::StatusOr<FrameHeader> h = co_await ReadHeader(0);
   if (!h.ok()) co_return h.status();
   if (h->type != FrameType::kControl) {
     co_return absl::DataLossError("expected a control frame");
   }
+  if (h->length > max_payload) {
+    co_return absl::ResourceExhaustedError(fmt::format(
+        "control message of {} bytes refused (at most {} bytes here)", h->length, max_payload));
+  }
   std::string payload(h->length, '\0');
   if (absl::Status s = co_await ReadExact(payload.data(), payload.size()); !s.ok()) co_return s;
   Json j = Json::parse(payload, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("op") || !j["op"].is_string()) {
-    co_return absl::DataLossError("malformed control message");
-  }
-  if (j["op"] == "error") {
-    int code = j.value("code", 2);
-    if (code < 1 || code > 16) code = 2;
-    std::string message = j.contains("message") && j["message"].is_string()
-                              ? j["message"].get<std::string>()
-                              : "unknown error";
-    co_return absl::Status(static_cast<absl::StatusCode>(code), fmt::format("peer: {}", message));
+  if (j.is_discarded() || !j.is_object()) co_return absl::DataLossError("malformed control message");
+  absl::StatusOr<std::string> op = GetString(j, "op");
+  if (!op.ok()) co_return absl::InvalidArgumentError(fmt::format("malformed control message: {}", op.status().message()));
+  if (*op == "error") {
+    absl::StatusOr<std::uint64_t> code = GetUint(j, "code");
+    absl::StatusOr<std::string> message = GetOptionalString(j, "message", "unknown error");
+    if (!code.ok() || !message.ok()) {
+      co_return absl::InvalidArgumentError(fmt::format(
+          "malformed error message from the peer: {}",
+          (!code.ok() ? code.status() : message.status()).message()));
+    }
+    std::uint64_t c = *code >= 1 && *code <= 16 ? *code : 2;  // 2: kUnknown
+    co_return absl::Status(static_cast<absl::StatusCode>(c), fmt::format("peer: {}", *message));
   }
   co_return j;
 }
@@ -287,9 +264,7 @@ asio::awaitable<absl::Status> Conn::WriteData(const FrameHeader& header, const v
   co_return co_await Write(bufs, "send data");
 }
 
-asio::awaitable<absl::Status> Conn::WriteDataFromFile(const FrameHeader& header, int fd,
-                                                      const unsigned char* map) {
-  if (tls_) co_return co_await WriteData(header, map + header.offset);
+asio::awaitable<absl::Status> Conn::WriteDataFromFile(const FrameHeader& header, int fd) {
   HeaderBytes hb = EncodeHeader(header);
   int sock = socket_.native_handle();
   std::size_t sent = 0;
@@ -312,7 +287,7 @@ asio::awaitable<absl::Status> Conn::WriteDataFromFile(const FrameHeader& header,
       left -= static_cast<std::size_t>(n);
       activity_ += static_cast<std::uint64_t>(n);
     } else if (n == 0) {
-      co_return absl::AbortedError("source file shrank during the transfer");
+      co_return absl::AbortedError("source changed size during the transfer");
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
       auto [ec] = co_await socket_.async_wait(tcp::socket::wait_write, kNoThrow);
       if (ec) co_return FromAsio(ec, "send data");
@@ -445,43 +420,43 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
   tcp::resolver resolver(ex);
   auto [rec, results] = co_await resolver.async_resolve(endpoint.host, std::to_string(endpoint.port), kNoThrow);
   if (rec) co_return absl::UnavailableError(fmt::format("resolve {}: {}", endpoint.ToString(), rec.message()));
-  tcp::socket socket(ex);
+  auto socket = std::make_shared<tcp::socket>(ex);
   if (role == "data" && options.route.socket_buffer > 0) {
     // Set the receive buffer before connect so the window scale covers it.
     boost::system::error_code oec;
-    socket.open(results.begin()->endpoint().protocol(), oec);
+    socket->open(results.begin()->endpoint().protocol(), oec);
     int want = static_cast<int>(options.route.socket_buffer);
-    ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVBUF, &want, sizeof(want));
+    ::setsockopt(socket->native_handle(), SOL_SOCKET, SO_RCVBUF, &want, sizeof(want));
   }
   asio::steady_timer timer(ex, options.io_timeout);
-  timer.async_wait([&socket](boost::system::error_code ec) {
+  timer.async_wait([socket](boost::system::error_code ec) {  // owns the socket it may close
     if (!ec) {
       boost::system::error_code ignored;
-      socket.close(ignored);
+      socket->close(ignored);
     }
   });
-  auto [cec, ep] = co_await asio::async_connect(socket, results, kNoThrow);
+  auto [cec, ep] = co_await asio::async_connect(*socket, results, kNoThrow);
   timer.cancel();
   if (cec) {
     co_return absl::UnavailableError(fmt::format("connect to {}: {}", endpoint.ToString(), cec.message()));
   }
-  auto conn = std::make_shared<Conn>(std::move(socket));
+  auto conn = std::make_shared<Conn>(std::move(*socket));
   std::string nonce = RandomHex(16);
   Json msg1 = {{"op", "hello"}, {"version", kProtocolVersion}, {"role", std::string(role)},
            {"tls", options.tls}, {"nonce", nonce}};
-  if (absl::Status s = co_await conn->SendControl(msg1);
-      !s.ok()) {
-    co_return s;
-  }
-  absl::StatusOr<Json> reply = co_await conn->ReadControl();
+  if (absl::Status s = co_await conn->SendControl(msg1); !s.ok()) co_return s;
+  // Until the agent has proven it holds the key, it gets no more room than we give it.
+  absl::StatusOr<Json> reply = co_await conn->ReadControl(kMaxPreAuthControlPayload);
   if (!reply.ok()) {
     co_return absl::Status(reply.status().code(),
                            fmt::format("{}: {}", endpoint.ToString(), reply.status().message()));
   }
-  if ((*reply)["op"] != "hello_ok" || !(*reply).contains("nonce") || !(*reply)["nonce"].is_string()) {
+  absl::StatusOr<std::string> op = GetString(*reply, "op");
+  absl::StatusOr<std::string> server_nonce = GetString(*reply, "nonce");
+  if (!op.ok() || *op != "hello_ok" || !server_nonce.ok()) {
     co_return absl::DataLossError(fmt::format("{}: unexpected reply to hello", endpoint.ToString()));
   }
-  ClientConnection out{conn, (*reply)["nonce"].get<std::string>()};
+  ClientConnection out{conn, *server_nonce};
   if (options.tls) {
     if (tls_ctx == nullptr) co_return absl::InternalError("bug: TLS requested without a context");
     if (absl::Status s = co_await conn->Handshake(*tls_ctx, false); !s.ok()) {
@@ -489,26 +464,29 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
     }
   }
   if (role != "control") co_return out;
-  absl::StatusOr<Json> ch = co_await conn->ReadControl();
+  absl::StatusOr<Json> ch = co_await conn->ReadControl(kMaxPreAuthControlPayload);
   if (!ch.ok()) co_return absl::Status(ch.status().code(), fmt::format("{}: {}", endpoint.ToString(), ch.status().message()));
-  if ((*ch)["op"] == "welcome" && options.tls && (*ch).value("method", "") == "certificate") {
+  absl::StatusOr<std::string> ch_op = GetString(*ch, "op");
+  absl::StatusOr<std::string> method = GetOptionalString(*ch, "method", "");
+  if (ch_op.ok() && *ch_op == "welcome" && options.tls && method.ok() && *method == "certificate") {
     log.debug("authenticated to {} by TLS client certificate", endpoint.ToString());
     co_return out;
   }
-  if ((*ch)["op"] != "challenge") {
+  if (!ch_op.ok() || *ch_op != "challenge") {
     co_return absl::DataLossError(fmt::format("{}: expected an authentication challenge", endpoint.ToString()));
   }
-  std::string server_nonce = out.server_nonce;
-  std::string mac = HmacHex(options.shared_key, fmt::format("gfrep-client|{}|{}", server_nonce, nonce));
+  std::string mac = HmacHex(options.shared_key, fmt::format("gfrep-client|{}|{}", out.server_nonce, nonce));
   Json msg2 = {{"op", "auth"}, {"mac", mac}};
   if (absl::Status s = co_await conn->SendControl(msg2); !s.ok()) co_return s;
-  absl::StatusOr<Json> welcome = co_await conn->ReadControl();
+  absl::StatusOr<Json> welcome = co_await conn->ReadControl(kMaxPreAuthControlPayload);
   if (!welcome.ok()) {
     co_return absl::Status(welcome.status().code(),
                            fmt::format("{}: {}", endpoint.ToString(), welcome.status().message()));
   }
-  std::string expect = HmacHex(options.shared_key, fmt::format("gfrep-server|{}|{}", nonce, server_nonce));
-  if ((*welcome)["op"] != "welcome" || !ConstantTimeEqual((*welcome).value("mac", ""), expect)) {
+  std::string expect = HmacHex(options.shared_key, fmt::format("gfrep-server|{}|{}", nonce, out.server_nonce));
+  absl::StatusOr<std::string> w_op = GetString(*welcome, "op");
+  absl::StatusOr<std::string> w_mac = GetString(*welcome, "mac");
+  if (!w_op.ok() || *w_op != "welcome" || !w_mac.ok() || !ConstantTimeEqual(*w_mac, expect)) {
     co_return absl::PermissionDeniedError(fmt::format(
         "{}: the agent failed to prove it holds our shared key (different key file?)", endpoint.ToString()));
   }
@@ -522,14 +500,30 @@ asio::awaitable<absl::StatusOr<ConnPtr>> JoinSession(const Endpoint& endpoint,
                                                      spdlog::logger& log) {
   absl::StatusOr<ClientConnection> c = co_await ConnectTo(endpoint, "data", options, tls_ctx, log);
   if (!c.ok()) co_return c.status();
-  std::string payload = fmt::format("{}", token);
   Json join{{"op", "join"}, {"token", std::string(token)},
             {"mac", JoinMac(options.shared_key, token, c->server_nonce)}};
   if (absl::Status s = co_await c->conn->SendControl(join); !s.ok()) co_return s;
-  absl::StatusOr<Json> r = co_await c->conn->ReadControl();
+  absl::StatusOr<Json> r = co_await c->conn->ReadControl(kMaxPreAuthControlPayload);
   if (!r.ok()) co_return r.status();
-  if ((*r)["op"] != "joined") co_return absl::DataLossError("unexpected reply to join");
+  absl::StatusOr<std::string> op = GetString(*r, "op");
+  if (!op.ok() || *op != "joined") co_return absl::DataLossError("unexpected reply to join");
   co_return c->conn;
+}
+
+asio::awaitable<absl::Status> PeerReason(Conn& ctrl, absl::Status local) {
+  if (co_await CancellationRequested()) co_return local;  // nobody waits for the reason
+  auto ex = co_await asio::this_coro::executor;
+  asio::steady_timer timer(ex, std::chrono::seconds(3));
+  timer.async_wait([&ctrl](boost::system::error_code ec) {
+    if (!ec) ctrl.Close();
+  });
+  absl::StatusOr<Json> m = co_await ctrl.ReadControl();
+  timer.cancel();
+  if (!m.ok() && absl::IsUnavailable(local) && !absl::IsUnavailable(m.status()) &&
+      !absl::IsCancelled(m.status())) {
+    co_return m.status();
+  }
+  co_return local;
 }
 
 // ---------------------------------------------------------------- JSON helpers
@@ -550,22 +544,48 @@ Json RouteToJson(const TransferOptions& o) {
 }
 
 absl::Status RouteFromJson(const Json& j, TransferOptions& o) {
-  try {
-    o.route.streams = j.at("streams").get<int>();
-    o.route.stripe_unit = j.at("stripe_unit").get<std::uint64_t>();
-    o.route.socket_buffer = j.at("socket_buffer").get<std::uint64_t>();
-    o.route.congestion = j.at("congestion").get<std::string>();
-    o.route.stream_rate_bps = j.at("stream_rate_bps").get<std::uint64_t>();
-    o.route.route_rate_bps = j.at("route_rate_bps").get<std::uint64_t>();
-    o.route.route_name = j.at("route_name").get<std::string>();
-    o.checksum = j.at("checksum").get<std::string>();
-    o.block_checksum = j.at("block_checksum").get<std::string>();
-    o.tls = j.at("tls").get<bool>();
-    o.io_timeout = std::chrono::milliseconds(std::clamp<std::int64_t>(j.at("io_timeout_ms").get<std::int64_t>(), 100, 3600000));
-    o.max_resend_rounds = j.at("max_resend_rounds").get<int>();
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(fmt::format("bad transfer options: {}", e.what()));
+  auto bad = [](const absl::Status& s) {
+    return absl::InvalidArgumentError(fmt::format("bad transfer options: {}", s.message()));
+  };
+  absl::StatusOr<std::int64_t> streams = GetInt(j, "streams");
+  if (!streams.ok()) return bad(streams.status());
+  absl::StatusOr<std::uint64_t> stripe_unit = GetUint(j, "stripe_unit");
+  if (!stripe_unit.ok()) return bad(stripe_unit.status());
+  absl::StatusOr<std::uint64_t> socket_buffer = GetUint(j, "socket_buffer");
+  if (!socket_buffer.ok()) return bad(socket_buffer.status());
+  absl::StatusOr<std::string> congestion = GetString(j, "congestion");
+  if (!congestion.ok()) return bad(congestion.status());
+  absl::StatusOr<std::uint64_t> stream_rate = GetUint(j, "stream_rate_bps");
+  if (!stream_rate.ok()) return bad(stream_rate.status());
+  absl::StatusOr<std::uint64_t> route_rate = GetUint(j, "route_rate_bps");
+  if (!route_rate.ok()) return bad(route_rate.status());
+  absl::StatusOr<std::string> route_name = GetString(j, "route_name");
+  if (!route_name.ok()) return bad(route_name.status());
+  absl::StatusOr<std::string> checksum = GetString(j, "checksum");
+  if (!checksum.ok()) return bad(checksum.status());
+  absl::StatusOr<std::string> block_checksum = GetString(j, "block_checksum");
+  if (!block_checksum.ok()) return bad(block_checksum.status());
+  absl::StatusOr<bool> tls = GetBool(j, "tls");
+  if (!tls.ok()) return bad(tls.status());
+  absl::StatusOr<std::int64_t> io_timeout_ms = GetInt(j, "io_timeout_ms");
+  if (!io_timeout_ms.ok()) return bad(io_timeout_ms.status());
+  absl::StatusOr<std::int64_t> resend = GetInt(j, "max_resend_rounds");
+  if (!resend.ok()) return bad(resend.status());
+  if (*streams < 0 || *streams > kMaxStreams || *resend < 0 || *resend > 100 || route_name->size() > 255) {
+    return absl::InvalidArgumentError("bad transfer options: value out of range");
   }
+  o.route.streams = static_cast<int>(*streams);
+  o.route.stripe_unit = *stripe_unit;
+  o.route.socket_buffer = *socket_buffer;
+  o.route.congestion = *congestion;
+  o.route.stream_rate_bps = *stream_rate;
+  o.route.route_rate_bps = *route_rate;
+  o.route.route_name = *route_name;
+  o.checksum = *checksum;
+  o.block_checksum = *block_checksum;
+  o.tls = *tls;
+  o.io_timeout = std::chrono::milliseconds(std::clamp<std::int64_t>(*io_timeout_ms, 100, 3600000));
+  o.max_resend_rounds = static_cast<int>(*resend);
   return Validate(o.route);
 }
 
@@ -575,23 +595,17 @@ Json RangesToJson(const std::vector<ByteRange>& ranges) {
   return a;
 }
 
-std::vector<ByteRange> RangesFromJson(const Json& j, std::uint64_t size, absl::Status& status) {
+absl::StatusOr<std::vector<ByteRange>> RangesFromJson(const Json& j, std::uint64_t size) {
+  if (!j.is_array() || j.size() > 100000) return absl::InvalidArgumentError("bad range list");
   std::vector<ByteRange> out;
-  status = absl::OkStatus();
-  if (!j.is_array() || j.size() > 100000) {
-    status = absl::InvalidArgumentError("bad range list");
-    return out;
-  }
   std::uint64_t prev = 0;
   for (const Json& r : j) {
     if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() || !r[1].is_number_unsigned()) {
-      status = absl::InvalidArgumentError("bad range in list");
-      return {};
+      return absl::InvalidArgumentError("bad range in list");
     }
     std::uint64_t b = r[0].get<std::uint64_t>(), e = r[1].get<std::uint64_t>();
     if (b >= e || e > size || b < prev) {
-      status = absl::InvalidArgumentError(fmt::format("range [{}, {}) invalid for size {}", b, e, size));
-      return {};
+      return absl::InvalidArgumentError(fmt::format("range [{}, {}) invalid for size {}", b, e, size));
     }
     prev = e;
     out.push_back({b, e});
@@ -599,667 +613,31 @@ std::vector<ByteRange> RangesFromJson(const Json& j, std::uint64_t size, absl::S
   return out;
 }
 
-// ---------------------------------------------------------------- source
+// ---------------------------------------------------------------- progress
 
-SourceFile::~SourceFile() {
-  if (map != nullptr) ::munmap(const_cast<unsigned char*>(map), size);
-  if (fd >= 0) ::close(fd);
+ProgressReporter::ProgressReporter(const TransferOptions& o, std::uint64_t total,
+                                   std::uint64_t resumed, int streams)
+    : fn_(o.progress), start_(SteadyTime::now()) {
+  p_.bytes_total = total;
+  p_.resumed_bytes = resumed;
+  p_.bytes_done = resumed;
+  p_.streams = streams;
 }
 
-absl::StatusOr<std::unique_ptr<SourceFile>> OpenSource(const std::filesystem::path& path) {
-  auto src = std::make_unique<SourceFile>();
-  src->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (src->fd < 0) return ErrnoStatus(errno, fmt::format("source {}", path.string()));
-  struct stat st {};
-  if (::fstat(src->fd, &st) != 0) return ErrnoStatus(errno, fmt::format("stat {}", path.string()));
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(fmt::format("source {} is not a regular file", path.string()));
-  }
-  src->size = static_cast<std::uint64_t>(st.st_size);
-  src->source_id = fmt::format("{}:{}.{:09}:{}", src->size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_ino);
-  if (src->size > 0) {
-    void* m = ::mmap(nullptr, src->size, PROT_READ, MAP_SHARED, src->fd, 0);
-    if (m == MAP_FAILED) return ErrnoStatus(errno, fmt::format("mmap {}", path.string()));
-    src->map = static_cast<const unsigned char*>(m);
-  }
-  return src;
-}
-
-// ---------------------------------------------------------------- sender
-
-namespace {
-
-struct SenderState {
-  std::deque<ByteRange> queue;
-  bool failed = false;
-  std::uint64_t sent = 0;
-  int corrupt_left = 0;
-  // When the whole file is sent in order (no resume), the end-to-end checksum is advanced
-  // in the same pass as the block checksums: `file_hasher` covers [0, hashed_upto).
-  std::unique_ptr<FileHasher> file_hasher;
-  std::uint64_t hashed_upto = 0;
-  XXH3_state_t* block_state = nullptr;
-  ~SenderState() {
-    if (block_state != nullptr) XXH3_freeState(block_state);
-  }
-};
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
-
-// Block checksum of [begin, end) of the source mapping; also feeds the file hasher when
-// the block is next in file order. Works in 256 KiB pieces so both hashes read each piece
-// while it is in cache, after faulting the block's pages in with one call.
-std::uint64_t HashBlock(SenderState& st, const SourceFile& src, BlockChecksumAlgorithm alg,
-                        const ByteRange& b) {
-  constexpr std::uint64_t kPiece = 256 * 1024;
-  constexpr std::uintptr_t kPage = 4096;
-  auto first = reinterpret_cast<std::uintptr_t>(src.map + b.begin) & ~(kPage - 1);
-  auto last = reinterpret_cast<std::uintptr_t>(src.map + b.end);
-  ::madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_READ);  // a hint only
-  FileHasher* file = st.file_hasher != nullptr && st.hashed_upto == b.begin ? st.file_hasher.get() : nullptr;
-  if (alg == BlockChecksumAlgorithm::kXxh3_64) {
-    if (st.block_state == nullptr) st.block_state = XXH3_createState();
-    XXH3_64bits_reset(st.block_state);
-  }
-  std::uint32_t crc = 0;
-  for (std::uint64_t p = b.begin; p < b.end; p += kPiece) {
-    auto n = static_cast<std::size_t>(std::min(kPiece, b.end - p));
-    if (alg == BlockChecksumAlgorithm::kXxh3_64) {
-      XXH3_64bits_update(st.block_state, src.map + p, n);
-    } else {
-      crc = Crc32c(crc, src.map + p, n);
-    }
-    if (file != nullptr) file->Update(src.map + p, n);
-  }
-  if (file != nullptr) st.hashed_upto = b.end;
-  return alg == BlockChecksumAlgorithm::kXxh3_64 ? XXH3_64bits_digest(st.block_state) : crc;
-}
-
-asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, SourceFile& src,
-                                         const TransferOptions& o, BlockChecksumAlgorithm alg,
-                                         TokenBucket* bucket, ProgressReporter& progress) {
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  std::vector<unsigned char> scratch;
-  while (!st.failed && !st.queue.empty()) {
-    ByteRange b = st.queue.front();
-    st.queue.pop_front();
-    auto len = static_cast<std::uint32_t>(b.size());
-    if (bucket != nullptr) {
-      auto wait = bucket->Reserve(len);
-      if (wait.count() > 0) {
-        timer.expires_after(wait);
-        co_await timer.async_wait(kNoThrow);
-      }
-    }
-    FrameHeader h{FrameType::kData, len, b.begin, HashBlock(st, src, alg, b)};
-    absl::Status s;
-    auto corrupt = static_cast<std::uint64_t>(o.test_corrupt_offset);
-    if (o.test_corrupt_offset >= 0 && st.corrupt_left > 0 && b.begin <= corrupt && corrupt < b.end) {
-      --st.corrupt_left;
-      scratch.assign(src.map + b.begin, src.map + b.end);
-      scratch[corrupt - b.begin] ^= 0x5a;
-      s = co_await c.WriteData(h, scratch.data());
-    } else {
-      s = co_await c.WriteDataFromFile(h, src.fd, src.map);
-    }
-    if (!s.ok()) co_return s;
-    st.sent += len;
-    progress.Add(len);
-  }
-  if (st.failed) co_return absl::CancelledError("stream stopped");
-  co_return co_await c.SendFrame(FrameType::kEnd, "");
-}
-
-// After a local stream error, the receiver usually said why on the control connection.
-asio::awaitable<absl::Status> PeerReason(Conn& ctrl, absl::Status local) {
-  auto ex = co_await asio::this_coro::executor;
-  asio::steady_timer timer(ex, std::chrono::seconds(3));
-  timer.async_wait([&ctrl](boost::system::error_code ec) {
-    if (!ec) ctrl.Close();
-  });
-  absl::StatusOr<Json> m = co_await ctrl.ReadControl();
-  timer.cancel();
-  if (!m.ok() && absl::IsUnavailable(local) && !absl::IsUnavailable(m.status()) &&
-      !absl::IsCancelled(m.status())) {
-    co_return m.status();
-  }
-  co_return local;
-}
-
-}  // namespace
-
-asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector<ConnPtr> data,
-                                                         SourceFile& src,
-                                                         std::vector<ByteRange> missing,
-                                                         const TransferOptions& o,
-                                                         std::string congestion,
-                                                         std::uint64_t resumed_bytes) {
-  auto log = LoggerOf(o.logger);
-  auto ex = co_await asio::this_coro::executor;
-  auto start = SteadyTime::now();
-  BlockChecksumAlgorithm alg = *ParseBlockChecksumAlgorithm(o.block_checksum);
-  ChecksumAlgorithm file_alg = *ParseChecksumAlgorithm(o.checksum);
-  SenderState st;
-  // The whole file in order: its checksum is computed in the block pass (HashBlock).
-  // Otherwise (resume) it is computed beside the sending, on another thread.
-  bool inline_sum = src.size > 0 && missing.size() == 1 && missing[0].begin == 0 && missing[0].end == src.size;
-  std::future<absl::StatusOr<std::string>> checksum;
-  if (inline_sum) {
-    st.file_hasher = std::make_unique<FileHasher>(file_alg);
-  } else {
-    checksum = std::async(std::launch::async, [fd = src.fd, size = src.size, file_alg] {
-      return ComputeFdChecksum(fd, size, file_alg);
-    });
-  }
-  std::shared_ptr<TokenBucket> bucket;
-  if (o.route.route_rate_bps > 0) {
-    bucket = RouteBucket(o.route.route_name, static_cast<double>(o.route.route_rate_bps) / 8);
-  }
-  auto dog = std::make_shared<Watchdog>();
-  dog->conns = data;
-  dog->timeout = o.io_timeout;
-  StartWatchdog(ex, dog);
-  struct DogGuard {
-    std::shared_ptr<Watchdog> d;
-    ~DogGuard() { d->Finish(); }
-  } guard{dog};
-
-  ProgressReporter progress(o, src.size, resumed_bytes, static_cast<int>(data.size()));
-  st.corrupt_left = o.test_corrupt_times;
-  int round = 0;
-  std::optional<absl::StatusOr<std::string>> file_sum;
-  for (;;) {
-    std::vector<ByteRange> blocks = SplitBlocks(missing, o.route.stripe_unit);
-    st.queue.assign(blocks.begin(), blocks.end());
-    st.failed = false;
-    std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
-    for (const ConnPtr& c : data) {
-      tasks.push_back([&, c]() { return SendStream(*c, st, src, o, alg, bucket.get(), progress); });
-    }
-    absl::Status s = co_await RunConcurrently(std::move(tasks), [&] {
-      st.failed = true;
-      for (const ConnPtr& c : data) c->Close();
-    });
-    if (!s.ok()) {
-      if (dog->fired) s = absl::DeadlineExceededError(fmt::format("no progress for {} ms", o.io_timeout.count()));
-      co_return co_await PeerReason(ctrl, s);
-    }
-    dog->paused = true;
-    if (!file_sum.has_value() && inline_sum) {
-      if (st.hashed_upto == src.size) {
-        file_sum = st.file_hasher->Finish();
-      } else {  // not reached when every block went out in order; computed the slow way then
-        checksum = std::async(std::launch::async, [fd = src.fd, size = src.size, file_alg] {
-          return ComputeFdChecksum(fd, size, file_alg);
-        });
-      }
-    }
-    if (!file_sum.has_value()) {
-      while (checksum.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-        asio::steady_timer t(ex, std::chrono::milliseconds(5));
-        co_await t.async_wait(kNoThrow);
-      }
-      file_sum = checksum.get();
-    }
-    const absl::StatusOr<std::string>& sum = *file_sum;
-    if (!sum.ok()) co_return sum.status();
-    Json msg3 = {{"op", "finish"}, {"checksum", *sum},
-                                                    {"round", round}, {"congestion", congestion}};
-    if (absl::Status w = co_await ctrl.SendControl(msg3);
-        !w.ok()) {
-      co_return w;
-    }
-    absl::StatusOr<Json> reply = co_await ctrl.ReadControl();
-    if (!reply.ok()) co_return reply.status();
-    if ((*reply)["op"] == "resend") {
-      absl::Status rs;
-      missing = RangesFromJson((*reply).value("ranges", Json::array()), src.size, rs);
-      if (!rs.ok()) co_return rs;
-      ++round;
-      std::uint64_t bytes = 0;
-      for (const ByteRange& r : missing) bytes += r.size();
-      log->warn("receiver asks to re-send {} bytes in {} ranges (damaged blocks), round {}", bytes,
-                missing.size(), round);
-      dog->paused = false;
-      continue;
-    }
-    if ((*reply)["op"] != "done") co_return absl::DataLossError("unexpected reply to finish");
-    TransferStats stats;
-    stats.bytes = src.size;
-    stats.bytes_transferred = st.sent;
-    stats.resumed_bytes = resumed_bytes;
-    stats.seconds = std::chrono::duration<double>(SteadyTime::now() - start).count();
-    stats.streams = static_cast<int>(data.size());
-    stats.checksum = *sum;
-    stats.congestion = congestion;
-    stats.resend_rounds = round;
-    progress.SetDone(src.size);
-    co_return stats;
+void ProgressReporter::Add(std::uint64_t bytes, bool force) {
+  p_.bytes_done = std::min(p_.bytes_total, p_.bytes_done + bytes);
+  if (!fn_) return;
+  auto now = SteadyTime::now();
+  if (force || now - last_ >= std::chrono::milliseconds(100)) {
+    last_ = now;
+    p_.seconds = std::chrono::duration<double>(now - start_).count();
+    fn_(p_);
   }
 }
 
-// ---------------------------------------------------------------- destination
-
-DestinationFile::~DestinationFile() {
-  if (fd >= 0) ::close(fd);
-}
-
-absl::StatusOr<std::unique_ptr<DestinationFile>> OpenDestination(
-    const std::filesystem::path& final_path, const std::filesystem::path& tmp_dir,
-    std::uint64_t size, const std::string& source_id, const std::string& checksum) {
-  auto d = std::make_unique<DestinationFile>();
-  d->final_path = final_path;
-  d->size = size;
-  std::error_code ec;
-  std::filesystem::create_directories(tmp_dir, ec);
-  if (ec) return absl::InternalError(fmt::format("create {}: {}", tmp_dir.string(), ec.message()));
-  std::string key = fmt::format("{:016x}", XXH3_64bits(final_path.string().data(), final_path.string().size()));
-  d->part_path = tmp_dir / (key + ".part");
-  d->journal_path = tmp_dir / (key + ".journal");
-  absl::StatusOr<Journal> j = Journal::Open(d->journal_path, JournalHeader{size, source_id, checksum});
-  if (!j.ok()) return j.status();
-  d->journal = std::move(*j);
-  int flags = O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW;
-  if (!d->journal.resumed()) flags |= O_TRUNC;
-  d->fd = ::open(d->part_path.c_str(), flags, 0644);
-  if (d->fd < 0) return ErrnoStatus(errno, fmt::format("open {}", d->part_path.string()));
-  // Check room up front for a clear error (a later ENOSPC on write is reported the same
-  // way). No fallocate: on tmpfs it would zero every page once more before we write it.
-  std::uint64_t need = size - (d->journal.resumed() ? d->journal.ranges().Bytes() : 0);
-  struct statvfs vfs {};
-  if (::fstatvfs(d->fd, &vfs) == 0) {
-    std::uint64_t avail = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-    if (avail < need) {
-      return absl::ResourceExhaustedError(fmt::format(
-          "disk full: {} bytes needed, {} available in {}", need, avail, tmp_dir.string()));
-    }
-  }
-  if (::ftruncate(d->fd, static_cast<off_t>(size)) != 0) {
-    return ErrnoStatus(errno, fmt::format("size {}", d->part_path.string()));
-  }
-  if (d->journal.resumed()) {
-    d->received = d->journal.ranges();
-    d->resumed_bytes = d->received.Bytes();
-  }
-  return d;
-}
-
-namespace {
-
-struct ReceiverState {
-  explicit ReceiverState(const asio::any_io_executor& ex)
-      : flush_done(ex, SteadyTime::time_point::max()) {}
-  bool failed = false;
-  std::uint64_t received_now = 0;
-  std::vector<ByteRange> pending;
-  std::uint64_t pending_bytes = 0;
-  bool flushing = false;
-  absl::Status flush_error;
-  int bad_blocks = 0;
-  asio::steady_timer flush_done;
-  // The end-to-end checksum advances over the received prefix of the file as blocks land:
-  // the block at the frontier is hashed from the receive buffer (one pass), blocks that
-  // arrived ahead of it (or were resumed) are read back once the frontier reaches them.
-  // Null after a damaged frontier block: the whole file is then read back at the end.
-  std::unique_ptr<FileHasher> file_hasher;  // covers [0, hashed_upto) of the partial file
-  std::uint64_t hashed_upto = 0;
-  bool frontier_claimed = false;  // a stream is hashing the block at hashed_upto inline
-  // Blocks that passed their block checksum ahead of the frontier, kept in their receive
-  // buffers (keyed by offset) until the frontier reaches them; at most pool_limit bytes.
-  // A block that does not fit is read back from the partial file instead.
-  struct PooledBlock {
-    std::unique_ptr<unsigned char[]> data;
-    std::uint64_t length = 0;
-  };
-  std::map<std::uint64_t, PooledBlock> pool;
-  std::uint64_t pool_limit = 0;
-  std::uint64_t pool_used = 0;  // bytes of the pooled blocks plus blocks being received into one
-  std::vector<std::unique_ptr<unsigned char[]>> spare;  // released stripe-unit buffers, reused
-  std::uint64_t spare_size = 0;                          // size of each spare buffer
-  std::uint64_t pooled_blocks = 0;                       // stats for tests/logs
-  std::uint64_t read_back_bytes = 0;
-
-  std::unique_ptr<unsigned char[]> TakeBuffer(std::uint64_t length) {
-    if (length == spare_size && !spare.empty()) {
-      auto b = std::move(spare.back());
-      spare.pop_back();
-      return b;
-    }
-    return std::make_unique_for_overwrite<unsigned char[]>(length);
-  }
-  void ReleaseBuffer(std::unique_ptr<unsigned char[]> b, std::uint64_t length) {
-    pool_used -= length;
-    if (length == spare_size && b != nullptr) spare.push_back(std::move(b));
-  }
-  void DropPool() {
-    for (auto& [off, blk] : pool) pool_used -= blk.length;
-    pool.clear();
-  }
-};
-
-// Reads back and hashes received bytes from hashed_upto on, at most `limit` bytes.
-absl::Status CatchUpHash(ReceiverState& st, DestinationFile& dst, unsigned char* buf,
-                         std::size_t cap, std::uint64_t limit) {
-  if (st.file_hasher == nullptr || st.frontier_claimed) return absl::OkStatus();
-  std::uint64_t budget = limit;
-  for (;;) {
-    std::uint64_t end = std::min(dst.received.ContiguousEnd(st.hashed_upto), dst.size);
-    if (end <= st.hashed_upto || budget == 0) return absl::OkStatus();
-    // A pooled block at the frontier is hashed from memory (free of the read-back budget).
-    if (auto it = st.pool.find(st.hashed_upto); it != st.pool.end()) {
-      std::uint64_t len = it->second.length;
-      st.file_hasher->Update(it->second.data.get(), static_cast<std::size_t>(len));
-      st.hashed_upto += len;
-      st.ReleaseBuffer(std::move(it->second.data), len);
-      st.pool.erase(it);
-      continue;
-    }
-    end = std::min(end, st.hashed_upto + budget);
-    // Read back only up to the next pooled block.
-    if (auto next = st.pool.upper_bound(st.hashed_upto); next != st.pool.end()) {
-      end = std::min(end, next->first);
-    }
-    while (st.hashed_upto < end) {
-      auto n = static_cast<std::size_t>(std::min<std::uint64_t>(cap, end - st.hashed_upto));
-      std::size_t got = 0;
-      while (got < n) {
-        ssize_t r = ::pread(dst.fd, buf + got, n - got, static_cast<off_t>(st.hashed_upto + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-          return r < 0 ? ErrnoStatus(errno, fmt::format("read back {}", dst.part_path.string()))
-                       : absl::DataLossError(fmt::format("{} shrank", dst.part_path.string()));
-        }
-        got += static_cast<std::size_t>(r);
-      }
-      st.file_hasher->Update(buf, n);
-      st.hashed_upto += n;
-      st.read_back_bytes += n;
-      budget -= n;
-    }
-  }
-}
-
-absl::Status FlushRanges(DestinationFile& dst, const std::vector<ByteRange>& ranges) {
-  if (ranges.empty()) return absl::OkStatus();
-  if (::fdatasync(dst.fd) != 0) return ErrnoStatus(errno, "sync partial file");
-  return dst.journal.Append(ranges);
-}
-
-void StartFlush(const std::shared_ptr<ReceiverState>& st, DestinationFile& dst,
-                const asio::any_io_executor& ex) {
-  st->flushing = true;
-  std::vector<ByteRange> ranges = std::move(st->pending);
-  st->pending.clear();
-  st->pending_bytes = 0;
-  asio::co_spawn(
-      BlockingPool(),
-      [&dst, ranges = std::move(ranges)]() -> asio::awaitable<absl::Status> {
-        co_return FlushRanges(dst, ranges);
-      },
-      asio::bind_executor(ex, [st](std::exception_ptr, absl::Status s) {
-        st->flushing = false;
-        if (!s.ok() && st->flush_error.ok()) st->flush_error = s;
-        st->flush_done.cancel();
-      }));
-}
-
-asio::awaitable<absl::Status> WaitFlush(std::shared_ptr<ReceiverState> st) {
-  while (st->flushing) co_await st->flush_done.async_wait(kNoThrow);
-  co_return st->flush_error;
-}
-
-// Makes everything received so far durable in the journal (for resume after a failure).
-asio::awaitable<void> FinalFlush(std::shared_ptr<ReceiverState> st, DestinationFile& dst) {
-  co_await WaitFlush(st);
-  std::vector<ByteRange> ranges = std::move(st->pending);
-  st->pending.clear();
-  std::function<absl::Status()> job = [&dst, &ranges] { return FlushRanges(dst, ranges); };
-  absl::Status s = co_await OffThread(job);
-  (void)s;  // ignored: best effort while already failing
-}
-
-asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverState> st,
-                                            DestinationFile& dst, const TransferOptions& o,
-                                            BlockChecksumAlgorithm alg,
-                                            ProgressReporter& progress) {
-  constexpr std::size_t kPiece = 256 * 1024;
-  auto ex = co_await asio::this_coro::executor;
-  std::unique_ptr<unsigned char, decltype(&std::free)> buf(
-      static_cast<unsigned char*>(std::aligned_alloc(4096, kPiece)), &std::free);
-  XXH3_state_t* xxh = XXH3_createState();
-  struct Free {
-    XXH3_state_t* s;
-    ~Free() { XXH3_freeState(s); }
-  } free_xxh{xxh};
-  auto log = LoggerOf(o.logger);
-  for (;;) {
-    absl::StatusOr<FrameHeader> h = co_await c.ReadHeader(static_cast<std::uint32_t>(o.route.stripe_unit));
-    if (!h.ok()) co_return h.status();
-    if (h->type == FrameType::kEnd) co_return absl::OkStatus();
-    if (h->type != FrameType::kData) co_return absl::DataLossError("unexpected frame type on a data connection");
-    if (h->length == 0 || h->offset > dst.size || h->length > dst.size - h->offset) {
-      co_return absl::DataLossError(fmt::format("data frame [{}, +{}) outside the file of {} bytes",
-                                                h->offset, h->length, dst.size));
-    }
-    XXH3_64bits_reset(xxh);
-    bool inline_file = st->file_hasher != nullptr && !st->frontier_claimed && h->offset == st->hashed_upto;
-    if (inline_file) st->frontier_claimed = true;
-    // A block ahead of the frontier is received into a pool buffer when one fits.
-    std::unique_ptr<unsigned char[]> pooled;
-    if (!inline_file && st->file_hasher != nullptr && h->offset > st->hashed_upto &&
-        st->pool_used + h->length <= st->pool_limit && !st->pool.contains(h->offset)) {
-      pooled = st->TakeBuffer(h->length);
-      st->pool_used += h->length;
-    }
-    struct PoolGuard {  // gives the reservation back if the stream fails mid-block
-      ReceiverState* st;
-      std::unique_ptr<unsigned char[]>* b;
-      std::uint64_t length;
-      ~PoolGuard() {
-        if (*b != nullptr) st->ReleaseBuffer(std::move(*b), length);
-      }
-    } pool_guard{st.get(), &pooled, h->length};
-    std::uint32_t crc = 0;
-    std::uint64_t done = 0;
-    while (done < h->length) {
-      std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, h->length - done));
-      unsigned char* piece = pooled != nullptr ? pooled.get() + done : buf.get();
-      if (absl::Status s = co_await c.ReadExact(piece, n); !s.ok()) co_return s;
-      if (alg == BlockChecksumAlgorithm::kXxh3_64) {
-        XXH3_64bits_update(xxh, piece, n);
-      } else {
-        crc = Crc32c(crc, piece, n);
-      }
-      if (inline_file) st->file_hasher->Update(piece, n);
-      std::size_t w = 0;
-      while (w < n) {
-        ssize_t r = ::pwrite(dst.fd, piece + w, n - w, static_cast<off_t>(h->offset + done + w));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) co_return ErrnoStatus(r < 0 ? errno : ENOSPC, fmt::format("write {}", dst.part_path.string()));
-        w += static_cast<std::size_t>(r);
-      }
-      done += n;
-    }
-    std::uint64_t sum = alg == BlockChecksumAlgorithm::kXxh3_64 ? XXH3_64bits_digest(xxh) : crc;
-    if (inline_file) st->frontier_claimed = false;
-    if (sum != h->checksum) {
-      if (inline_file) {  // it saw damaged bytes: read back at the end
-        st->file_hasher.reset();
-        st->DropPool();
-      }
-      ++st->bad_blocks;
-      log->warn("block [{}, +{}) failed its {} checksum; it will be re-sent", h->offset, h->length,
-                BlockChecksumAlgorithmName(alg));
-      continue;
-    }
-    dst.received.Add(h->offset, h->offset + h->length);
-    if (inline_file) st->hashed_upto = h->offset + h->length;
-    if (pooled != nullptr && st->file_hasher != nullptr && h->offset >= st->hashed_upto) {
-      st->pool[h->offset] = ReceiverState::PooledBlock{std::move(pooled), h->length};
-      ++st->pooled_blocks;
-    }  // else the guard releases it (the frontier passed it or the hasher was dropped)
-    // Blocks that arrived ahead of the frontier, while they are recent (bounded per block
-    // so a long resumed prefix does not stall the streams; the rest is read at the end).
-    if (absl::Status c = CatchUpHash(*st, dst, buf.get(), kPiece, 4 * static_cast<std::uint64_t>(h->length));
-        !c.ok()) {
-      co_return c;
-    }
-    st->pending.push_back({h->offset, h->offset + h->length});
-    st->pending_bytes += h->length;
-    st->received_now += h->length;
-    progress.Add(h->length);
-    if (!st->flush_error.ok()) co_return st->flush_error;
-    if (st->pending_bytes >= o.journal_interval && !st->flushing) StartFlush(st, dst, ex);
-  }
-}
-
-}  // namespace
-
-asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vector<ConnPtr> data,
-                                                           DestinationFile& dst,
-                                                           const TransferOptions& o,
-                                                           std::string congestion) {
-  auto log = LoggerOf(o.logger);
-  auto ex = co_await asio::this_coro::executor;
-  auto start = SteadyTime::now();
-  BlockChecksumAlgorithm alg = *ParseBlockChecksumAlgorithm(o.block_checksum);
-  ChecksumAlgorithm file_alg = *ParseChecksumAlgorithm(o.checksum);
-  auto st = std::make_shared<ReceiverState>(ex);
-  if (dst.size > 0) st->file_hasher = std::make_unique<FileHasher>(file_alg);
-  st->spare_size = o.route.stripe_unit;
-  st->pool_limit = std::min<std::uint64_t>(o.receive_pool_bytes,
-                                           2 * data.size() * o.route.stripe_unit);
-  auto dog = std::make_shared<Watchdog>();
-  dog->conns = data;
-  dog->timeout = o.io_timeout;
-  StartWatchdog(ex, dog);
-  struct DogGuard {
-    std::shared_ptr<Watchdog> d;
-    ~DogGuard() { d->Finish(); }
-  } guard{dog};
-  ProgressReporter progress(o, dst.size, dst.resumed_bytes, static_cast<int>(data.size()));
-  int round = 0;
-  for (;;) {
-    std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
-    for (const ConnPtr& c : data) {
-      tasks.push_back([&, c]() { return ReceiveStream(*c, st, dst, o, alg, progress); });
-    }
-    absl::Status s = co_await RunConcurrently(std::move(tasks), [&] {
-      st->failed = true;
-      for (const ConnPtr& c : data) c->Close();
-    });
-    if (s.ok()) {
-      absl::StatusOr<Json> fin = co_await ctrl.ReadControl();
-      if (!fin.ok()) {
-        s = fin.status();
-      } else if ((*fin)["op"] != "finish" || !(*fin).contains("checksum") || !(*fin)["checksum"].is_string()) {
-        s = absl::DataLossError("expected finish on the control connection");
-      } else {
-        std::vector<ByteRange> missing = dst.received.Missing(dst.size);
-        if (!missing.empty()) {
-          if (round >= o.max_resend_rounds) {
-            s = absl::DataLossError(fmt::format(
-                "{} bytes still damaged after {} re-send rounds ({} bad blocks); nothing was put in place",
-                dst.size - dst.received.Bytes(), round, st->bad_blocks));
-          } else {
-            ++round;
-            log->warn("asking the sender to re-send {} ranges (round {})", missing.size(), round);
-            Json msg4 = {{"op", "resend"}, {"ranges", RangesToJson(missing)}};
-            if (absl::Status w = co_await ctrl.SendControl(msg4); !w.ok()) {
-              s = w;
-            } else {
-              continue;
-            }
-          }
-        } else {
-          std::string expected = (*fin)["checksum"].get<std::string>();
-          if ((*fin).contains("congestion") && (*fin)["congestion"].is_string()) {
-            congestion = (*fin)["congestion"].get<std::string>();
-          }
-          dog->paused = true;
-          if (absl::Status f = co_await WaitFlush(st); !f.ok()) {
-            s = f;
-          } else {
-            std::function<absl::StatusOr<std::string>()> verify =
-                [&dst, &st, file_alg]() -> absl::StatusOr<std::string> {
-              if (::fdatasync(dst.fd) != 0) return ErrnoStatus(errno, "sync partial file");
-              if (st->file_hasher != nullptr) {
-                constexpr std::size_t kCap = 1 << 20;
-                std::unique_ptr<unsigned char, decltype(&std::free)> b(
-                    static_cast<unsigned char*>(std::aligned_alloc(4096, kCap)), &std::free);
-                absl::Status c = CatchUpHash(*st, dst, b.get(), kCap, dst.size);
-                if (!c.ok()) return c;
-                if (st->hashed_upto == dst.size) return st->file_hasher->Finish();
-              }
-              st->read_back_bytes += dst.size;
-              return ComputeFdChecksum(dst.fd, dst.size, file_alg);
-            };
-            absl::StatusOr<std::string> got = co_await OffThread(verify);
-            if (!got.ok()) {
-              s = got.status();
-            } else if (*got != expected) {
-              std::error_code ec;
-              std::filesystem::remove(dst.part_path, ec);
-              std::filesystem::remove(dst.journal_path, ec);
-              s = absl::DataLossError(fmt::format(
-                  "end-to-end checksum mismatch: sender {} receiver {}; partial file discarded", expected, *got));
-            } else {
-              std::function<absl::Status()> commit = [&dst]() -> absl::Status {
-                std::error_code ec;
-                std::filesystem::create_directories(dst.final_path.parent_path(), ec);
-                if (::rename(dst.part_path.c_str(), dst.final_path.c_str()) != 0) {
-                  return ErrnoStatus(errno, fmt::format("rename into {}", dst.final_path.string()));
-                }
-                int dfd = ::open(dst.final_path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (dfd >= 0) {
-                  ::fsync(dfd);
-                  ::close(dfd);
-                }
-                dst.journal.Close();
-                std::filesystem::remove(dst.journal_path, ec);
-                return absl::OkStatus();
-              };
-              absl::Status r = co_await OffThread(commit);
-              if (!r.ok()) {
-                s = r;
-              } else {
-                TransferStats stats;
-                stats.bytes = dst.size;
-                stats.bytes_transferred = st->received_now;
-                stats.resumed_bytes = dst.resumed_bytes;
-                stats.seconds = std::chrono::duration<double>(SteadyTime::now() - start).count();
-                stats.streams = static_cast<int>(data.size());
-                stats.checksum = *got;
-                stats.congestion = congestion;
-                stats.resend_rounds = round;
-                stats.checksum_read_back_bytes = st->read_back_bytes;
-                log->debug("end-to-end checksum: {} blocks hashed from the receive pool, {} bytes read back",
-                           st->pooled_blocks, st->read_back_bytes);
-                progress.SetDone(dst.size);
-                Json msg5 = {{"op", "done"}, {"checksum", *got},
-                                                            {"bytes_transferred", st->received_now}};
-                absl::Status w = co_await ctrl.SendControl(msg5);
-                (void)w;  // ignored: the file is in place; a lost reply only makes the peer retry
-                co_return stats;
-              }
-            }
-          }
-        }
-      }
-    }
-    // Failure: keep what arrived durable for a resume, tell the peer, report.
-    if (dog->fired) s = absl::DeadlineExceededError(fmt::format("no progress for {} ms", o.io_timeout.count()));
-    for (const ConnPtr& c : data) c->Close();
-    if (!absl::IsDataLoss(s) || std::filesystem::exists(dst.part_path)) co_await FinalFlush(st, dst);
-    if (absl::IsUnavailable(s) && s.message().find("peer:") == std::string_view::npos) {
-      s = absl::UnavailableError(fmt::format("sender connection lost ({}); rerun to resume", s.message()));
-    }
-    absl::Status w = co_await ctrl.SendControl(ErrorJson(s));
-    (void)w;  // ignored: the peer may be gone
-    co_return s;
-  }
+void ProgressReporter::SetDone(std::uint64_t done) {
+  p_.bytes_done = done;
+  Add(0, true);
 }
 
 }  // namespace gfrep::transfer::internal

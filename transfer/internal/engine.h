@@ -1,10 +1,14 @@
 #pragma once
 
-// The transfer engine's moving parts shared by client.cc and agent.cc: a connection
-// (plain TCP or TLS) that speaks frames, the connection preamble and authentication, socket
-// tuning, and the sender/receiver cores that move the missing ranges of one file over N
-// data connections. Everything runs as coroutines on one executor; blocking work (fsync,
-// whole-file checksums) goes to BlockingPool().
+// The transfer engine's connection layer, shared by client.cc, agent.cc and the sender and
+// receiver cores (sender.h, receiver.h): a connection (plain TCP or TLS) that speaks
+// frames, the connection preamble and authentication, socket tuning, the JSON forms of
+// options and ranges, and small coroutine helpers (running streams concurrently, moving
+// blocking work to BlockingPool(), turning exceptions and cancellation into statuses).
+//
+// Everything runs as coroutines on one executor; blocking work (fsync, whole-file
+// checksums) goes to BlockingPool(). A job sent there owns what it uses (shared_ptr), so it
+// never touches the frame of a coroutine that has ended.
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -12,8 +16,9 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <filesystem>
-#include <future>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -24,9 +29,8 @@
 #include "transfer/checksum.h"
 #include "transfer/client.h"
 #include "transfer/internal/frame.h"
-#include "transfer/internal/journal.h"
+#include "transfer/internal/json_fields.h"
 #include "transfer/internal/range_set.h"
-#include "transfer/internal/token_bucket.h"
 #include "transfer/options.h"
 
 // Debian's Abseil has its own absl::string_view (Status::message()); let fmt print it.
@@ -42,11 +46,12 @@ namespace gfrep::transfer::internal {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
-using Json = nlohmann::json;
 inline constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
 inline constexpr int kProtocolVersion = 1;
 
 absl::Status FromAsio(const boost::system::error_code& ec, std::string_view context);
+// errno `e` as a status (ENOSPC -> kResourceExhausted, ENOENT -> kNotFound, ...).
+absl::Status ErrnoStatus(int e, std::string_view context);
 // {"op":"error","code":N,"message":M}
 Json ErrorJson(const absl::Status& status);
 std::shared_ptr<spdlog::logger> LoggerOf(const std::shared_ptr<spdlog::logger>& logger);
@@ -55,13 +60,35 @@ std::string RandomHex(std::size_t bytes);
 std::string HmacHex(std::string_view key, std::string_view message);
 bool ConstantTimeEqual(std::string_view a, std::string_view b);
 
-// Runs fn() on BlockingPool() and resumes on the caller's executor with its result.
-// `fn` is taken by reference and must be a named object: GCC 12 mis-destroys closures
-// with non-trivial captures that are created inside a co_await expression.
+// Runs fn() on BlockingPool() and resumes on the caller's executor with its result. The job
+// runs on a copy of `fn`, so whatever it captures by value (e.g. a shared_ptr) stays alive
+// while it runs. `fn` must be a named object: GCC 12 mis-destroys closures with non-trivial
+// captures that are created inside a co_await expression.
 template <class T>
 asio::awaitable<T> OffThread(const std::function<T()>& fn) {
-  co_return co_await asio::co_spawn(
-      BlockingPool(), [&fn]() -> asio::awaitable<T> { co_return fn(); }, asio::use_awaitable);
+  std::function<asio::awaitable<T>()> job = [fn]() -> asio::awaitable<T> { co_return fn(); };
+  co_return co_await asio::co_spawn(BlockingPool(), job, asio::use_awaitable);
+}
+
+// True once the calling coroutine's cancellation slot saw a cancellation. Code that runs
+// with throw_if_cancelled(false) (AsyncPull) checks it between operations: only the
+// operation in progress when the cancellation came is aborted.
+asio::awaitable<bool> CancellationRequested();
+
+// Runs `body` and turns an exception escaping it into a status: a cancellation
+// (operation_aborted) into kCancelled, anything else into kInternal ("bug: ... in `what`").
+template <class T>
+asio::awaitable<T> CatchExceptions(asio::awaitable<T> body, std::string what) {
+  try {
+    co_return co_await std::move(body);
+  } catch (const boost::system::system_error& e) {
+    if (e.code() == asio::error::operation_aborted) {
+      co_return absl::CancelledError(fmt::format("{} cancelled", what));
+    }
+    co_return absl::InternalError(fmt::format("bug: exception in {}: {}", what, e.what()));
+  } catch (const std::exception& e) {
+    co_return absl::InternalError(fmt::format("bug: exception in {}: {}", what, e.what()));
+  }
 }
 
 // One TCP connection, optionally wrapped in TLS, speaking frames.
@@ -77,17 +104,22 @@ class Conn {
   // True if TLS is on and the peer presented a certificate that verified.
   bool PeerCertificateVerified();
 
+  // Never throws (strings that are not UTF-8 are replaced).
   asio::awaitable<absl::Status> SendControl(const Json& message);
-  // Reads one control frame. A peer's {"op":"error"} becomes its Status ("peer: ...").
-  asio::awaitable<absl::StatusOr<Json>> ReadControl();
+  // Reads one control frame: a JSON object with a string "op". A payload longer than
+  // `max_payload` is refused (kResourceExhausted) before anything is allocated for it; use
+  // kMaxPreAuthControlPayload until the peer is authenticated. A peer's {"op":"error"}
+  // becomes its Status ("peer: ...").
+  asio::awaitable<absl::StatusOr<Json>> ReadControl(
+      std::uint32_t max_payload = kMaxControlPayload);
   asio::awaitable<absl::Status> SendFrame(FrameType type, std::string_view payload);
   asio::awaitable<absl::StatusOr<FrameHeader>> ReadHeader(std::uint32_t max_data);
   asio::awaitable<absl::Status> ReadExact(void* data, std::size_t size);
   // A data frame whose payload is in memory.
   asio::awaitable<absl::Status> WriteData(const FrameHeader& header, const void* data);
-  // A data frame whose payload is read from `fd` at header.offset (sendfile without TLS).
-  asio::awaitable<absl::Status> WriteDataFromFile(const FrameHeader& header, int fd,
-                                                  const unsigned char* map);
+  // A data frame whose payload is sent from `fd` at header.offset with sendfile.
+  // REQUIRES: !tls(). kAborted if the file is shorter than the frame says.
+  asio::awaitable<absl::Status> WriteDataFromFile(const FrameHeader& header, int fd);
   void Close();
 
  private:
@@ -142,55 +174,37 @@ absl::StatusOr<std::unique_ptr<asio::ssl::context>> MakeTlsContext(const TlsOpti
                                                                    bool server);
 
 // Runs `tasks` concurrently on the current executor and returns when all finished (the
-// first failure, or OK). `on_error` runs once, on the first failure.
-asio::awaitable<absl::Status> RunConcurrentlyPublic(
+// first failure, or OK). `on_error` runs once, on the first failure; a cancellation of the
+// calling coroutine counts as one (kCancelled). Never returns, and never throws, before
+// every task has ended: the tasks may use state owned by the caller.
+asio::awaitable<absl::Status> RunConcurrently(
     std::vector<std::function<asio::awaitable<absl::Status>()>> tasks,
     std::function<void()> on_error = nullptr);
 
+// After a data connection failed with kUnavailable, the peer has usually said why on the
+// control connection: returns its reason if one comes within a few seconds, else `local`.
+asio::awaitable<absl::Status> PeerReason(Conn& ctrl, absl::Status local);
+
 Json RouteToJson(const TransferOptions& o);
+// The "options" of a request, into `o` (route fields, checksums, TLS, timeouts), validated.
 absl::Status RouteFromJson(const Json& j, TransferOptions& o);
-std::vector<ByteRange> RangesFromJson(const Json& j, std::uint64_t size, absl::Status& status);
+// An ordered list of [begin, end) pairs within [0, size) (at most 100,000).
+absl::StatusOr<std::vector<ByteRange>> RangesFromJson(const Json& j, std::uint64_t size);
 Json RangesToJson(const std::vector<ByteRange>& ranges);
 
-// The source side of a session: an open file and its identity.
-struct SourceFile {
-  int fd = -1;
-  std::uint64_t size = 0;
-  std::string source_id;
-  const unsigned char* map = nullptr;
-  ~SourceFile();
+// Progress of one transfer for TransferOptions::progress (at most every 100 ms).
+class ProgressReporter {
+ public:
+  ProgressReporter(const TransferOptions& o, std::uint64_t total, std::uint64_t resumed,
+                   int streams);
+  void Add(std::uint64_t bytes, bool force = false);
+  void SetDone(std::uint64_t done);
+
+ private:
+  std::function<void(const Progress&)> fn_;
+  Progress p_;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_{};
 };
-absl::StatusOr<std::unique_ptr<SourceFile>> OpenSource(const std::filesystem::path& path);
-
-// Sends the missing ranges over `data` (work stealing), then FINISH with the file checksum
-// on `ctrl`, re-sending blocks the receiver reports damaged. Returns when the receiver
-// confirmed the file is in place.
-asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector<ConnPtr> data,
-                                                         SourceFile& src,
-                                                         std::vector<ByteRange> missing,
-                                                         const TransferOptions& options,
-                                                         std::string congestion,
-                                                         std::uint64_t resumed_bytes);
-
-// The destination side: partial file + journal in tmp_dir, final name elsewhere.
-struct DestinationFile {
-  std::filesystem::path final_path;
-  std::filesystem::path part_path;
-  std::filesystem::path journal_path;
-  int fd = -1;
-  std::uint64_t size = 0;
-  Journal journal;
-  RangeSet received;
-  std::uint64_t resumed_bytes = 0;
-  ~DestinationFile();
-};
-absl::StatusOr<std::unique_ptr<DestinationFile>> OpenDestination(
-    const std::filesystem::path& final_path, const std::filesystem::path& tmp_dir,
-    std::uint64_t size, const std::string& source_id, const std::string& checksum);
-
-asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vector<ConnPtr> data,
-                                                           DestinationFile& dst,
-                                                           const TransferOptions& options,
-                                                           std::string congestion);
 
 }  // namespace gfrep::transfer::internal

@@ -8,7 +8,8 @@
 //   5  u8  flags (0)            (xxh3-64 of the header with this field zero, low 32 bits)
 //   6  u16 reserved (0)
 //
-// Control frames carry a JSON object (bounded by kMaxControlPayload). Data frames carry
+// Control frames carry a JSON object (bounded by kMaxControlPayload, and by
+// kMaxPreAuthControlPayload before authentication). Data frames carry
 // file bytes at `offset` with a block checksum; the payload is bounded by the session's
 // stripe unit. Pure functions; no I/O.
 
@@ -26,6 +27,9 @@ namespace gfrep::transfer::internal {
 inline constexpr std::uint32_t kFrameMagic = 0x50524647;  // "GFRP" little-endian
 inline constexpr std::size_t kFrameHeaderSize = 32;
 inline constexpr std::uint32_t kMaxControlPayload = 1u << 20;
+// Bound on a control payload read before the peer has authenticated (a hello, auth or join
+// is < 200 bytes): a 32-byte header then costs the reader at most this much memory.
+inline constexpr std::uint32_t kMaxPreAuthControlPayload = 4096;
 
 enum class FrameType : std::uint8_t {
   kControl = 1,  // JSON message on the control connection

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "absl/status/status.h"
+#include "transfer/spool_names.h"
 
 namespace gfrep::transfer::internal {
 
@@ -28,8 +29,11 @@ absl::StatusOr<std::filesystem::path> ResolveSpoolPath(const std::filesystem::pa
           fmt::format("path '{}' has a '{}' component (escapes are refused)", relative, comp));
     }
     if (comp.size() > 255) return absl::InvalidArgumentError("path component longer than 255 bytes");
-    if (first && comp == kTmpDirName) {
-      return absl::InvalidArgumentError(fmt::format("path '{}' is in the reserved {}", relative, kTmpDirName));
+    if (first && comp.starts_with(kReservedPrefix) && !IsReplicaRelativePath(relative)) {
+      return absl::InvalidArgumentError(fmt::format(
+          "path '{}' is in the reserved '{}' (top-level names starting with '{}' belong to the "
+          "agents; only {}/<inode>/<generation> is served)",
+          relative, comp, kReservedPrefix, kReplicaDirName));
     }
     first = false;
     if (slash == std::string_view::npos) break;

@@ -11,11 +11,15 @@ namespace gfrep::transfer::internal {
 
 // Name of the spool subdirectory holding partial files and journals (never a valid PATH).
 inline constexpr std::string_view kTmpDirName = ".gfrep-tmp";
+// Top-level spool names starting with this belong to the agents (.gfrep-tmp, the replica
+// layer's .gfrep-index, .gfrep-staging, ...), see transfer/spool_names.h.
+inline constexpr std::string_view kReservedPrefix = ".gfrep-";
 
 // Resolves `relative` (a PATH of gf://HOST:PORT/PATH) inside `spool` (canonical).
 // kInvalidArgument for empty, absolute, over-long paths, NUL bytes, "." or ".."
-// components, empty components and the reserved .gfrep-tmp; kPermissionDenied when a
-// symlink makes the path leave the spool. Returns the absolute path.
+// components, empty components and a reserved first component (".gfrep-*"), except a
+// replica name that IsReplicaRelativePath accepts; kPermissionDenied when a symlink makes
+// the path leave the spool. Returns the absolute path.
 absl::StatusOr<std::filesystem::path> ResolveSpoolPath(const std::filesystem::path& spool,
                                                        std::string_view relative);
 

@@ -40,6 +40,14 @@ bool RangeSet::Contains(std::uint64_t begin, std::uint64_t end) const {
   return it->first <= begin && it->second >= end;
 }
 
+bool RangeSet::Overlaps(std::uint64_t begin, std::uint64_t end) const {
+  if (begin >= end) return false;
+  auto it = map_.upper_bound(begin);  // first range starting after `begin`
+  if (it != map_.end() && it->first < end) return true;
+  if (it == map_.begin()) return false;
+  return std::prev(it)->second > begin;
+}
+
 std::vector<ByteRange> RangeSet::Ranges() const {
   std::vector<ByteRange> out;
   out.reserve(map_.size());

@@ -24,6 +24,8 @@ class RangeSet {
   void Add(std::uint64_t begin, std::uint64_t end);
   void Add(const ByteRange& r) { Add(r.begin, r.end); }
   bool Contains(std::uint64_t begin, std::uint64_t end) const;
+  // True if some byte of [begin, end) is in the set (touching ranges do not overlap).
+  bool Overlaps(std::uint64_t begin, std::uint64_t end) const;
   // The end of the range that covers byte `from`, or `from` when no range covers it.
   std::uint64_t ContiguousEnd(std::uint64_t from) const;
   // Total bytes covered.

@@ -1,0 +1,565 @@
+#include "transfer/internal/receiver.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <map>
+
+#include "absl/status/status.h"
+#include "transfer/internal/commit.h"
+
+namespace gfrep::transfer::internal {
+namespace {
+
+using SteadyTime = std::chrono::steady_clock;
+
+// Opens `path` and takes the exclusive lock of the inode that is at `path` once locked (the
+// holder before us may have renamed or removed the one we opened). -1 and errno
+// EWOULDBLOCK when another session holds it.
+int OpenLocked(const std::filesystem::path& path) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) return -1;
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      int e = errno;
+      ::close(fd);
+      errno = e;
+      return -1;
+    }
+    struct stat held {
+    }, named{};
+    if (::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 &&
+        held.st_dev == named.st_dev && held.st_ino == named.st_ino) {
+      return fd;
+    }
+    ::close(fd);  // that inode was committed or dropped by its holder: open the name again
+  }
+  errno = EAGAIN;
+  return -1;
+}
+
+absl::Status WriteAt(const DestinationFile& dst, const unsigned char* p, std::size_t n,
+                     std::uint64_t off) {
+  std::size_t w = 0;
+  while (w < n) {
+    ssize_t r = ::pwrite(dst.fd, p + w, n - w, static_cast<off_t>(off + w));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      return ErrnoStatus(r < 0 ? errno : ENOSPC, fmt::format("write {}", dst.part_path.string()));
+    w += static_cast<std::size_t>(r);
+  }
+  return absl::OkStatus();
+}
+
+// Drops the partial file and its journal (the lock is held, so they are ours).
+void Discard(const DestinationFile& dst) {
+  std::error_code ec;
+  std::filesystem::remove(dst.journal_path, ec);
+  std::filesystem::remove(dst.part_path, ec);
+  (void)ec;  // ignored: best-effort cleanup of a file that failed its checksum
+}
+
+struct ReceiverState {
+  explicit ReceiverState(const asio::any_io_executor& ex)
+      : flush_done(ex, SteadyTime::time_point::max()) {}
+  bool failed = false;
+  std::uint64_t received_now = 0;
+  std::vector<ByteRange> pending;
+  std::uint64_t pending_bytes = 0;
+  bool flushing = false;
+  absl::Status flush_error;
+  int bad_blocks = 0;
+  asio::steady_timer flush_done;
+  // Blocks being received right now (at most one per stream): a frame overlapping one of
+  // these, or dst.received, is refused.
+  std::vector<ByteRange> in_flight;
+  // The end-to-end checksum advances over the received prefix of the file as blocks land:
+  // the block at the frontier is hashed from the receive buffer (one pass), blocks that
+  // arrived ahead of it (or were resumed) are read back once the frontier reaches them.
+  // Null after a damaged frontier block: the whole file is then read back at the end.
+  std::unique_ptr<FileHasher> file_hasher;  // covers [0, hashed_upto) of the partial file
+  std::uint64_t hashed_upto = 0;
+  bool frontier_claimed = false;  // a stream is hashing the block at hashed_upto inline
+  // Blocks that passed their block checksum ahead of the frontier, kept in their receive
+  // buffers (keyed by offset) until the frontier reaches them; at most pool_limit bytes.
+  // A block that does not fit is read back from the partial file instead.
+  struct PooledBlock {
+    std::unique_ptr<unsigned char[]> data;
+    std::uint64_t length = 0;
+  };
+  std::map<std::uint64_t, PooledBlock> pool;
+  std::uint64_t pool_limit = 0;
+  std::uint64_t pool_used = 0;  // bytes of the pooled blocks plus blocks being received into one
+  std::vector<std::unique_ptr<unsigned char[]>> spare;  // released stripe-unit buffers, reused
+  std::uint64_t spare_size = 0;                         // size of each spare buffer
+  std::uint64_t pooled_blocks = 0;                      // stats for tests/logs
+  std::uint64_t read_back_bytes = 0;
+
+  bool InFlightOverlaps(const ByteRange& r) const {
+    return std::any_of(in_flight.begin(), in_flight.end(),
+                       [&](const ByteRange& f) { return f.begin < r.end && r.begin < f.end; });
+  }
+  std::unique_ptr<unsigned char[]> TakeBuffer(std::uint64_t length) {
+    if (length == spare_size && !spare.empty()) {
+      auto b = std::move(spare.back());
+      spare.pop_back();
+      return b;
+    }
+    return std::make_unique_for_overwrite<unsigned char[]>(length);
+  }
+  void ReleaseBuffer(std::unique_ptr<unsigned char[]> b, std::uint64_t length) {
+    pool_used -= length;
+    if (length == spare_size && b != nullptr) spare.push_back(std::move(b));
+  }
+  void DropPool() {
+    for (auto& [off, blk] : pool) pool_used -= blk.length;
+    pool.clear();
+  }
+};
+
+// Reads back and hashes received bytes from hashed_upto on, at most `limit` bytes.
+absl::Status CatchUpHash(ReceiverState& st, DestinationFile& dst, unsigned char* buf,
+                         std::size_t cap, std::uint64_t limit) {
+  if (st.file_hasher == nullptr || st.frontier_claimed) return absl::OkStatus();
+  std::uint64_t budget = limit;
+  for (;;) {
+    std::uint64_t end = std::min(dst.received.ContiguousEnd(st.hashed_upto), dst.size);
+    if (end <= st.hashed_upto || budget == 0) return absl::OkStatus();
+    // A pooled block at the frontier is hashed from memory (free of the read-back budget).
+    if (auto it = st.pool.find(st.hashed_upto); it != st.pool.end()) {
+      std::uint64_t len = it->second.length;
+      st.file_hasher->Update(it->second.data.get(), static_cast<std::size_t>(len));
+      st.hashed_upto += len;
+      st.ReleaseBuffer(std::move(it->second.data), len);
+      st.pool.erase(it);
+      continue;
+    }
+    end = std::min(end, st.hashed_upto + budget);
+    // Read back only up to the next pooled block.
+    if (auto next = st.pool.upper_bound(st.hashed_upto); next != st.pool.end()) {
+      end = std::min(end, next->first);
+    }
+    while (st.hashed_upto < end) {
+      auto n = static_cast<std::size_t>(std::min<std::uint64_t>(cap, end - st.hashed_upto));
+      std::size_t got = 0;
+      while (got < n) {
+        ssize_t r = ::pread(dst.fd, buf + got, n - got, static_cast<off_t>(st.hashed_upto + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+          return r < 0 ? ErrnoStatus(errno, fmt::format("read back {}", dst.part_path.string()))
+                       : absl::DataLossError(fmt::format("{} shrank", dst.part_path.string()));
+        }
+        got += static_cast<std::size_t>(r);
+      }
+      st.file_hasher->Update(buf, n);
+      st.hashed_upto += n;
+      st.read_back_bytes += n;
+      budget -= n;
+    }
+  }
+}
+
+absl::Status FlushRanges(DestinationFile& dst, const std::vector<ByteRange>& ranges) {
+  if (ranges.empty()) return absl::OkStatus();
+  if (::fdatasync(dst.fd) != 0) return ErrnoStatus(errno, "sync partial file");
+  return dst.journal.Append(ranges);
+}
+
+void StartFlush(const std::shared_ptr<ReceiverState>& st,
+                const std::shared_ptr<DestinationFile>& dst, const asio::any_io_executor& ex) {
+  st->flushing = true;
+  std::vector<ByteRange> ranges = std::move(st->pending);
+  st->pending.clear();
+  st->pending_bytes = 0;
+  asio::co_spawn(
+      BlockingPool(),
+      [dst, ranges = std::move(ranges)]() -> asio::awaitable<absl::Status> {
+        co_return FlushRanges(*dst, ranges);
+      },
+      asio::bind_executor(ex, [st](std::exception_ptr e, absl::Status s) {
+        if (e) s = absl::InternalError("bug: exception in a journal flush");
+        st->flushing = false;
+        if (!s.ok() && st->flush_error.ok()) st->flush_error = s;
+        st->flush_done.cancel();
+      }));
+}
+
+asio::awaitable<absl::Status> WaitFlush(std::shared_ptr<ReceiverState> st) {
+  while (st->flushing) co_await st->flush_done.async_wait(kNoThrow);
+  co_return st->flush_error;
+}
+
+// Makes everything received so far durable in the journal (for resume after a failure).
+asio::awaitable<void> FinalFlush(std::shared_ptr<ReceiverState> st,
+                                 std::shared_ptr<DestinationFile> dst) {
+  co_await WaitFlush(st);
+  std::function<absl::Status()> job = [dst, ranges = std::move(st->pending)] {
+    return FlushRanges(*dst, ranges);
+  };
+  st->pending.clear();
+  absl::Status s = co_await OffThread(job);
+  (void)s;  // ignored: best effort while already failing
+}
+
+asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverState> st,
+                                            std::shared_ptr<DestinationFile> dst,
+                                            const TransferOptions& o, BlockChecksumAlgorithm alg,
+                                            ProgressReporter& progress) {
+  constexpr std::size_t kPiece = 256 * 1024;
+  auto ex = co_await asio::this_coro::executor;
+  // Read-back scratch, and this stream's block buffer (a block is received whole and checked
+  // before any byte of it is written; allocated at the first block not pooled).
+  std::unique_ptr<unsigned char, decltype(&std::free)> buf(
+      static_cast<unsigned char*>(std::aligned_alloc(4096, kPiece)), &std::free);
+  std::unique_ptr<unsigned char[]> block;
+  XXH3_state_t* xxh = XXH3_createState();
+  struct Free {
+    XXH3_state_t* s;
+    ~Free() { XXH3_freeState(s); }
+  } free_xxh{xxh};
+  auto log = LoggerOf(o.logger);
+  for (;;) {
+    absl::StatusOr<FrameHeader> h =
+        co_await c.ReadHeader(static_cast<std::uint32_t>(o.route.stripe_unit));
+    if (!h.ok()) co_return h.status();
+    if (h->type == FrameType::kEnd) co_return absl::OkStatus();
+    if (h->type != FrameType::kData)
+      co_return absl::DataLossError("unexpected frame type on a data connection");
+    if (h->length == 0 || h->offset > dst->size || h->length > dst->size - h->offset) {
+      co_return absl::DataLossError(fmt::format("data frame [{}, +{}) outside the file of {} bytes",
+                                                h->offset, h->length, dst->size));
+    }
+    const ByteRange range{h->offset, h->offset + h->length};
+    if (dst->received.Overlaps(range.begin, range.end) || st->InFlightOverlaps(range)) {
+      co_return absl::DataLossError(fmt::format(
+          "peer sent an overlapping block [{}, {}) (those bytes were already received); refused",
+          range.begin, range.end));
+    }
+    st->in_flight.push_back(range);
+    struct InFlight {  // ends the claim however this block ends
+      ReceiverState* st;
+      ByteRange r;
+      ~InFlight() { std::erase(st->in_flight, r); }
+    } in_flight{st.get(), range};
+    XXH3_64bits_reset(xxh);
+    bool inline_file =
+        st->file_hasher != nullptr && !st->frontier_claimed && h->offset == st->hashed_upto;
+    if (inline_file) st->frontier_claimed = true;
+    // A block ahead of the frontier is received into a pool buffer when one fits.
+    std::unique_ptr<unsigned char[]> pooled;
+    if (!inline_file && st->file_hasher != nullptr && h->offset > st->hashed_upto &&
+        st->pool_used + h->length <= st->pool_limit && !st->pool.contains(h->offset)) {
+      pooled = st->TakeBuffer(h->length);
+      st->pool_used += h->length;
+    }
+    struct PoolGuard {  // gives the reservation back if the stream fails mid-block
+      ReceiverState* st;
+      std::unique_ptr<unsigned char[]>* b;
+      std::uint64_t length;
+      ~PoolGuard() {
+        if (*b != nullptr) st->ReleaseBuffer(std::move(*b), length);
+      }
+    } pool_guard{st.get(), &pooled, h->length};
+    if (pooled == nullptr && block == nullptr) {
+      block = std::make_unique_for_overwrite<unsigned char[]>(o.route.stripe_unit);
+    }
+    unsigned char* data = pooled != nullptr ? pooled.get() : block.get();
+    std::uint32_t crc = 0;
+    for (std::uint64_t done = 0; done < h->length;) {
+      // In 256 KiB pieces, each hashed (block and file checksum) while it is in cache.
+      auto n = static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, h->length - done));
+      unsigned char* piece = data + done;
+      if (absl::Status s = co_await c.ReadExact(piece, n); !s.ok()) co_return s;
+      if (alg == BlockChecksumAlgorithm::kXxh3_64) {
+        XXH3_64bits_update(xxh, piece, n);
+      } else {
+        crc = Crc32c(crc, piece, n);
+      }
+      if (inline_file) st->file_hasher->Update(piece, n);
+      done += n;
+    }
+    std::uint64_t sum = alg == BlockChecksumAlgorithm::kXxh3_64 ? XXH3_64bits_digest(xxh) : crc;
+    if (inline_file) st->frontier_claimed = false;
+    if (sum != h->checksum) {
+      if (inline_file) {  // the file hash saw damaged bytes: read everything back at the end
+        st->file_hasher.reset();
+        st->DropPool();
+      }
+      ++st->bad_blocks;
+      log->warn("block [{}, +{}) failed its {} checksum; it will be re-sent", h->offset, h->length,
+                BlockChecksumAlgorithmName(alg));
+      continue;  // nothing of it was written
+    }
+    if (absl::Status w = WriteAt(*dst, data, h->length, h->offset); !w.ok()) co_return w;
+    dst->received.Add(range);
+    if (inline_file) st->hashed_upto = range.end;
+    if (pooled != nullptr && st->file_hasher != nullptr && h->offset >= st->hashed_upto) {
+      st->pool[h->offset] = ReceiverState::PooledBlock{std::move(pooled), h->length};
+      ++st->pooled_blocks;
+    }  // else the guard releases it (the frontier passed it or the hasher was dropped)
+    // Blocks that arrived ahead of the frontier, while they are recent (bounded per block
+    // so a long resumed prefix does not stall the streams; the rest is read at the end).
+    if (absl::Status cu =
+            CatchUpHash(*st, *dst, buf.get(), kPiece, 4 * static_cast<std::uint64_t>(h->length));
+        !cu.ok()) {
+      co_return cu;
+    }
+    st->pending.push_back(range);
+    st->pending_bytes += h->length;
+    st->received_now += h->length;
+    progress.Add(h->length);
+    if (!st->flush_error.ok()) co_return st->flush_error;
+    if (st->pending_bytes >= o.journal_interval && !st->flushing) StartFlush(st, dst, ex);
+  }
+}
+
+struct FinishMessage {
+  std::string checksum;    // the sender's end-to-end checksum
+  std::string congestion;  // the sender's congestion control ("" if not said)
+};
+
+absl::StatusOr<FinishMessage> ParseFinish(const absl::StatusOr<Json>& fin) {
+  if (!fin.ok()) return fin.status();
+  absl::StatusOr<std::string> op = GetString(*fin, "op");
+  absl::StatusOr<std::string> checksum = GetString(*fin, "checksum");
+  absl::StatusOr<std::string> congestion = GetOptionalString(*fin, "congestion", "");
+  if (!op.ok() || *op != "finish" || !checksum.ok() || !congestion.ok()) {
+    return absl::DataLossError("expected finish on the control connection");
+  }
+  return FinishMessage{*checksum, *congestion};
+}
+
+TransferStats MakeStats(const DestinationFile& dst, const ReceiverState& st,
+                        SteadyTime::time_point start, std::size_t streams,
+                        const std::string& checksum, const std::string& congestion, int round) {
+  TransferStats stats;
+  stats.bytes = dst.size;
+  stats.bytes_transferred = st.received_now;
+  stats.resumed_bytes = dst.resumed_bytes;
+  stats.seconds = std::chrono::duration<double>(SteadyTime::now() - start).count();
+  stats.streams = static_cast<int>(streams);
+  stats.checksum = checksum;
+  stats.congestion = congestion;
+  stats.resend_rounds = round;
+  stats.checksum_read_back_bytes = st.read_back_bytes;
+  return stats;
+}
+
+}  // namespace
+
+DestinationFile::~DestinationFile() {
+  if (fd >= 0) ::close(fd);  // releases the lock
+}
+
+absl::StatusOr<std::shared_ptr<DestinationFile>> OpenDestination(const DestinationSpec& spec) {
+  auto d = std::make_shared<DestinationFile>();
+  d->final_path = spec.final_path;
+  d->name = spec.name.empty() ? spec.final_path.string() : spec.name;
+  d->create_only = spec.create_only;
+  d->size = spec.size;
+  if (spec.create_only) {
+    struct stat st {};
+    if (::lstat(spec.final_path.c_str(), &st) == 0) {
+      return absl::AlreadyExistsError(
+          fmt::format("{} already exists (replica files are written once)", d->name));
+    }
+    if (errno != ENOENT)
+      return ErrnoStatus(errno, fmt::format("stat {}", spec.final_path.string()));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(spec.tmp_dir, ec);
+  if (ec)
+    return absl::InternalError(fmt::format("create {}: {}", spec.tmp_dir.string(), ec.message()));
+  std::string key = fmt::format(
+      "{:016x}", XXH3_64bits(spec.final_path.string().data(), spec.final_path.string().size()));
+  d->part_path = spec.tmp_dir / (key + ".part");
+  d->journal_path = spec.tmp_dir / (key + ".journal");
+  // The lock comes before the journal or the partial file is read or changed.
+  d->fd = OpenLocked(d->part_path);
+  if (d->fd < 0) {
+    if (errno == EWOULDBLOCK || errno == EAGAIN) {
+      return absl::UnavailableError(fmt::format("another transfer is writing {}", d->name));
+    }
+    return ErrnoStatus(errno, fmt::format("open {}", d->part_path.string()));
+  }
+  absl::StatusOr<Journal> j =
+      Journal::Open(d->journal_path, JournalHeader{spec.size, spec.source_id, spec.checksum});
+  if (!j.ok()) return j.status();
+  d->journal = std::move(*j);
+  if (!d->journal.resumed() && ::ftruncate(d->fd, 0) != 0) {
+    return ErrnoStatus(errno, fmt::format("truncate {}", d->part_path.string()));
+  }
+  // Check room up front for a clear error (a later ENOSPC on write is reported the same
+  // way). No fallocate: on tmpfs it would zero every page once more before we write it.
+  std::uint64_t need = spec.size - (d->journal.resumed() ? d->journal.ranges().Bytes() : 0);
+  struct statvfs vfs {};
+  if (::fstatvfs(d->fd, &vfs) == 0) {
+    std::uint64_t avail = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    if (avail < need) {
+      return absl::ResourceExhaustedError(fmt::format(
+          "disk full: {} bytes needed, {} available in {}", need, avail, spec.tmp_dir.string()));
+    }
+  }
+  if (::ftruncate(d->fd, static_cast<off_t>(spec.size)) != 0) {
+    return ErrnoStatus(errno, fmt::format("size {}", d->part_path.string()));
+  }
+  if (d->journal.resumed()) {
+    d->received = d->journal.ranges();
+    d->resumed_bytes = d->received.Bytes();
+  }
+  return d;
+}
+
+asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vector<ConnPtr> data,
+                                                           std::shared_ptr<DestinationFile> dst,
+                                                           const TransferOptions& o,
+                                                           std::string congestion) {
+  auto log = LoggerOf(o.logger);
+  auto ex = co_await asio::this_coro::executor;
+  auto start = SteadyTime::now();
+  BlockChecksumAlgorithm alg = *ParseBlockChecksumAlgorithm(o.block_checksum);
+  ChecksumAlgorithm file_alg = *ParseChecksumAlgorithm(o.checksum);
+  auto st = std::make_shared<ReceiverState>(ex);
+  if (dst->size > 0) st->file_hasher = std::make_unique<FileHasher>(file_alg);
+  st->spare_size = o.route.stripe_unit;
+  st->pool_limit =
+      std::min<std::uint64_t>(o.receive_pool_bytes, 2 * data.size() * o.route.stripe_unit);
+  auto dog = std::make_shared<Watchdog>();
+  dog->conns = data;
+  dog->timeout = o.io_timeout;
+  StartWatchdog(ex, dog);
+  struct DogGuard {
+    std::shared_ptr<Watchdog> d;
+    ~DogGuard() { d->Finish(); }
+  } guard{dog};
+  ProgressReporter progress(o, dst->size, dst->resumed_bytes, static_cast<int>(data.size()));
+  int round = 0;
+  bool keep_partial = true;  // false once the partial file was committed or discarded
+  for (;;) {
+    std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
+    for (const ConnPtr& c : data) {
+      tasks.push_back([&, c]() { return ReceiveStream(*c, st, dst, o, alg, progress); });
+    }
+    absl::Status s = co_await RunConcurrently(std::move(tasks), [&] {
+      st->failed = true;
+      for (const ConnPtr& c : data) c->Close();
+    });
+    absl::StatusOr<FinishMessage> fin = absl::UnknownError("not read");
+    if (s.ok()) {
+      absl::StatusOr<Json> m = co_await ctrl.ReadControl();
+      fin = ParseFinish(m);
+    }
+    if (s.ok()) {
+      if (!fin.ok()) {
+        s = fin.status();
+      } else if (std::vector<ByteRange> missing = dst->received.Missing(dst->size);
+                 !missing.empty()) {
+        if (round >= o.max_resend_rounds) {
+          s = absl::DataLossError(
+              fmt::format("{} bytes still damaged after {} re-send rounds ({} bad blocks); nothing "
+                          "was put in place",
+                          dst->size - dst->received.Bytes(), round, st->bad_blocks));
+        } else {
+          ++round;
+          log->warn("asking the sender to re-send {} ranges (round {})", missing.size(), round);
+          Json msg4 = {{"op", "resend"}, {"ranges", RangesToJson(missing)}};
+          if (absl::Status w = co_await ctrl.SendControl(msg4); !w.ok()) {
+            s = w;
+          } else {
+            continue;
+          }
+        }
+      } else {
+        if (!fin->congestion.empty()) congestion = fin->congestion;
+        dog->paused = true;
+        if (absl::Status f = co_await WaitFlush(st); !f.ok()) {
+          s = f;
+        } else {
+          std::function<absl::StatusOr<std::string>()> verify =
+              [dst, st, file_alg]() -> absl::StatusOr<std::string> {
+            if (::fdatasync(dst->fd) != 0) return ErrnoStatus(errno, "sync partial file");
+            if (st->file_hasher != nullptr) {
+              constexpr std::size_t kCap = 1 << 20;
+              std::unique_ptr<unsigned char, decltype(&std::free)> b(
+                  static_cast<unsigned char*>(std::aligned_alloc(4096, kCap)), &std::free);
+              absl::Status c = CatchUpHash(*st, *dst, b.get(), kCap, dst->size);
+              if (!c.ok()) return c;
+              if (st->hashed_upto == dst->size) return st->file_hasher->Finish();
+            }
+            st->read_back_bytes += dst->size;
+            return ComputeFdChecksum(dst->fd, dst->size, file_alg);
+          };
+          absl::StatusOr<std::string> got = co_await OffThread(verify);
+          if (!got.ok()) {
+            s = got.status();
+          } else if (*got != fin->checksum) {
+            Discard(*dst);
+            keep_partial = false;
+            s = absl::DataLossError(fmt::format(
+                "end-to-end checksum mismatch: sender {} receiver {}; partial file discarded",
+                fin->checksum, *got));
+          } else if (co_await CancellationRequested()) {
+            s = absl::CancelledError("transfer cancelled before the commit");
+          } else {
+            // The journal goes first: it must never describe an inode that is not our
+            // partial file any more (a later session reuses its name).
+            std::function<absl::Status()> commit = [dst]() -> absl::Status {
+              dst->journal.Close();
+              if (::unlink(dst->journal_path.c_str()) != 0 && errno != ENOENT) {
+                return ErrnoStatus(errno, fmt::format("remove {}", dst->journal_path.string()));
+              }
+              absl::Status c = CommitFile(dst->part_path, dst->final_path, dst->create_only);
+              if (absl::IsAlreadyExists(c)) {
+                return absl::AlreadyExistsError(
+                    fmt::format("{} already exists (replica files are written once)", dst->name));
+              }
+              return c;
+            };
+            absl::Status r = co_await OffThread(commit);
+            keep_partial = false;
+            if (!r.ok()) {
+              s = r;
+            } else {
+              TransferStats stats =
+                  MakeStats(*dst, *st, start, data.size(), *got, congestion, round);
+              log->debug(
+                  "end-to-end checksum: {} blocks hashed from the receive pool, {} bytes read back",
+                  st->pooled_blocks, st->read_back_bytes);
+              progress.SetDone(dst->size);
+              Json msg5 = {
+                  {"op", "done"}, {"checksum", *got}, {"bytes_transferred", st->received_now}};
+              absl::Status w = co_await ctrl.SendControl(msg5);
+              (void)w;  // ignored: the file is in place; a lost reply only makes the peer retry
+              co_return stats;
+            }
+          }
+        }
+      }
+    }
+    // Failure: keep what arrived durable for a resume, tell the peer, report.
+    if (dog->fired)
+      s = absl::DeadlineExceededError(fmt::format("no progress for {} ms", o.io_timeout.count()));
+    for (const ConnPtr& c : data) c->Close();
+    // A sender that failed on its side (its source changed, say) closed the data connections
+    // and says why on the control connection.
+    if (absl::IsUnavailable(s)) s = co_await PeerReason(ctrl, s);
+    if (keep_partial) co_await FinalFlush(st, dst);
+    if (absl::IsUnavailable(s) && s.message().find("peer:") == std::string_view::npos) {
+      s = absl::UnavailableError(
+          fmt::format("sender connection lost ({}); rerun to resume", s.message()));
+    }
+    absl::Status w = co_await ctrl.SendControl(ErrorJson(s));
+    (void)w;  // ignored: the peer may be gone
+    co_return s;
+  }
+}
+
+}  // namespace gfrep::transfer::internal

@@ -1,0 +1,370 @@
+#include "transfer/internal/sender.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <atomic>
+#include <cerrno>
+#include <deque>
+#include <optional>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "transfer/internal/token_bucket.h"
+
+namespace gfrep::transfer::internal {
+namespace {
+
+using SteadyTime = std::chrono::steady_clock;
+
+std::string SourceId(const struct stat& st) {
+  return fmt::format("{}:{}.{:09}:{}", st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+                     st.st_ino);
+}
+
+absl::Status SourceChanged(const SourceFile& src) {
+  return absl::AbortedError(
+      fmt::format("source changed size during the transfer (no longer {} bytes)", src.size));
+}
+
+// kAborted if the source is no longer the version the transfer started with.
+absl::Status CheckSourceUnchanged(const SourceFile& src) {
+  struct stat st {};
+  if (::fstat(src.fd, &st) != 0)
+    return ErrnoStatus(errno, fmt::format("stat {}", src.path.string()));
+  if (static_cast<std::uint64_t>(st.st_size) != src.size) return SourceChanged(src);
+  if (SourceId(st) != src.source_id) {
+    return absl::AbortedError("source changed during the transfer (modified since it was opened)");
+  }
+  return absl::OkStatus();
+}
+
+// The whole-file checksum of a resumed transfer, computed on its own thread. The thread owns
+// the job (and so the SourceFile); abandoning the job (stop) ends it at its next read.
+struct ChecksumJob {
+  std::shared_ptr<SourceFile> src;
+  ChecksumAlgorithm algorithm;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> done{false};
+  absl::StatusOr<std::string> result = absl::UnknownError("not run");
+};
+
+void RunChecksumJob(const std::shared_ptr<ChecksumJob>& job) {
+  constexpr std::size_t kChunk = 1 << 20;
+  auto buf = std::make_unique_for_overwrite<unsigned char[]>(kChunk);
+  FileHasher hasher(job->algorithm);
+  absl::Status s;
+  for (std::uint64_t off = 0; off < job->src->size && s.ok(); off += kChunk) {
+    if (job->stop.load(std::memory_order_relaxed)) {
+      s = absl::CancelledError("checksum abandoned");
+      break;
+    }
+    auto n = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, job->src->size - off));
+    s = ReadSource(*job->src, off, buf.get(), n);
+    if (s.ok()) hasher.Update(buf.get(), n);
+  }
+  job->result =
+      s.ok() ? absl::StatusOr<std::string>(hasher.Finish()) : absl::StatusOr<std::string>(s);
+  job->done.store(true, std::memory_order_release);
+}
+
+std::shared_ptr<ChecksumJob> StartChecksum(std::shared_ptr<SourceFile> src,
+                                           ChecksumAlgorithm algorithm) {
+  auto job = std::make_shared<ChecksumJob>();
+  job->src = std::move(src);
+  job->algorithm = algorithm;
+  std::thread([job] { RunChecksumJob(job); }).detach();  // owns `job`; ends on its own
+  return job;
+}
+
+std::vector<ByteRange> SplitBlocks(const std::vector<ByteRange>& ranges, std::uint64_t unit) {
+  std::vector<ByteRange> out;
+  for (const ByteRange& r : ranges) {
+    for (std::uint64_t b = r.begin; b < r.end; b += unit)
+      out.push_back({b, std::min(r.end, b + unit)});
+  }
+  return out;
+}
+
+struct SenderState {
+  std::deque<ByteRange> queue;
+  bool failed = false;
+  std::uint64_t sent = 0;
+  int corrupt_left = 0;
+  // When the whole file is sent in order (no resume), the end-to-end checksum is advanced
+  // in the same pass as the block checksums: `file_hasher` covers [0, hashed_upto).
+  std::unique_ptr<FileHasher> file_hasher;
+  std::uint64_t hashed_upto = 0;
+  // Rate-limit timers of the running streams, cancelled when the round fails.
+  std::vector<asio::steady_timer*> timers;
+  void Stop() {
+    failed = true;
+    for (asio::steady_timer* t : timers) t->cancel();
+  }
+};
+
+// One stream's buffers: a 256 KiB piece read, hashed and dropped when the payload goes out
+// with sendfile; the whole block when it goes out from memory (TLS, test corruption).
+struct StreamBuffers {
+  static constexpr std::size_t kPiece = 256 * 1024;
+  std::unique_ptr<unsigned char[]> piece = std::make_unique_for_overwrite<unsigned char[]>(kPiece);
+  std::unique_ptr<unsigned char[]> block;
+  std::size_t block_size = 0;
+};
+
+// Reads block `b` in 256 KiB pieces, computing its block checksum and, when it is next in
+// file order, advancing the file checksum in the same pass (each piece is hashed while in
+// cache). With `keep`, the block stays in bufs.block.
+absl::StatusOr<std::uint64_t> ReadAndHashBlock(SenderState& st, const SourceFile& src,
+                                               BlockChecksumAlgorithm alg, const ByteRange& b,
+                                               StreamBuffers& bufs, bool keep, XXH3_state_t* xxh) {
+  constexpr std::uint64_t kPiece = StreamBuffers::kPiece;
+  if (keep && bufs.block_size < b.size()) {
+    bufs.block = std::make_unique_for_overwrite<unsigned char[]>(b.size());
+    bufs.block_size = b.size();
+  }
+  FileHasher* file =
+      st.file_hasher != nullptr && st.hashed_upto == b.begin ? st.file_hasher.get() : nullptr;
+  XXH3_64bits_reset(xxh);
+  std::uint32_t crc = 0;
+  for (std::uint64_t p = b.begin; p < b.end; p += kPiece) {
+    auto n = static_cast<std::size_t>(std::min(kPiece, b.end - p));
+    unsigned char* dst = keep ? bufs.block.get() + (p - b.begin) : bufs.piece.get();
+    if (absl::Status s = ReadSource(src, p, dst, n); !s.ok()) return s;
+    if (alg == BlockChecksumAlgorithm::kXxh3_64) {
+      XXH3_64bits_update(xxh, dst, n);
+    } else {
+      crc = Crc32c(crc, dst, n);
+    }
+    if (file != nullptr) file->Update(dst, n);
+  }
+  if (file != nullptr) st.hashed_upto = b.end;
+  return alg == BlockChecksumAlgorithm::kXxh3_64 ? XXH3_64bits_digest(xxh) : crc;
+}
+
+asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, const SourceFile& src,
+                                         const TransferOptions& o, BlockChecksumAlgorithm alg,
+                                         TokenBucket* bucket, ProgressReporter& progress) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  st.timers.push_back(&timer);
+  struct Unregister {
+    SenderState& st;
+    asio::steady_timer* t;
+    ~Unregister() { std::erase(st.timers, t); }
+  } unregister{st, &timer};
+  StreamBuffers bufs;
+  XXH3_state_t* xxh = XXH3_createState();
+  struct Free {
+    XXH3_state_t* s;
+    ~Free() { XXH3_freeState(s); }
+  } free_xxh{xxh};
+  while (!st.failed && !st.queue.empty()) {
+    ByteRange b = st.queue.front();
+    st.queue.pop_front();
+    auto len = static_cast<std::uint32_t>(b.size());
+    if (bucket != nullptr) {
+      auto wait = bucket->Reserve(len);
+      if (wait.count() > 0) {
+        timer.expires_after(wait);
+        co_await timer.async_wait(kNoThrow);
+        if (st.failed) break;
+      }
+    }
+    auto corrupt = static_cast<std::uint64_t>(o.test_corrupt_offset);
+    bool flip =
+        o.test_corrupt_offset >= 0 && st.corrupt_left > 0 && b.begin <= corrupt && corrupt < b.end;
+    bool from_memory = c.tls() || flip;
+    absl::StatusOr<std::uint64_t> sum = ReadAndHashBlock(st, src, alg, b, bufs, from_memory, xxh);
+    if (!sum.ok()) co_return sum.status();
+    FrameHeader h{FrameType::kData, len, b.begin, *sum};
+    absl::Status s;
+    if (from_memory) {
+      if (flip) {
+        --st.corrupt_left;
+        bufs.block[corrupt - b.begin] ^= 0x5a;
+      }
+      s = co_await c.WriteData(h, bufs.block.get());
+    } else {
+      s = co_await c.WriteDataFromFile(h, src.fd);
+      if (absl::IsAborted(s)) s = SourceChanged(src);
+    }
+    if (!s.ok()) co_return s;
+    st.sent += len;
+    progress.Add(len);
+  }
+  if (st.failed) co_return absl::CancelledError("stream stopped");
+  co_return co_await c.SendFrame(FrameType::kEnd, "");
+}
+
+// Failures that are about the connection (the peer may know more) rather than ours.
+bool IsConnectionFailure(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsCancelled(s);
+}
+
+}  // namespace
+
+SourceFile::~SourceFile() {
+  if (fd >= 0) ::close(fd);
+}
+
+absl::StatusOr<std::shared_ptr<SourceFile>> OpenSource(const std::filesystem::path& path) {
+  auto src = std::make_shared<SourceFile>();
+  src->path = path;
+  src->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (src->fd < 0) return ErrnoStatus(errno, fmt::format("source {}", path.string()));
+  struct stat st {};
+  if (::fstat(src->fd, &st) != 0) return ErrnoStatus(errno, fmt::format("stat {}", path.string()));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        fmt::format("source {} is not a regular file", path.string()));
+  }
+  src->size = static_cast<std::uint64_t>(st.st_size);
+  src->source_id = SourceId(st);
+  return src;
+}
+
+absl::Status ReadSource(const SourceFile& src, std::uint64_t offset, void* buf, std::size_t n) {
+  auto* p = static_cast<unsigned char*>(buf);
+  std::size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::pread(src.fd, p + got, n - got, static_cast<off_t>(offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ErrnoStatus(errno, fmt::format("read {}", src.path.string()));
+    if (r == 0) return SourceChanged(src);
+    got += static_cast<std::size_t>(r);
+  }
+  return absl::OkStatus();
+}
+
+asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector<ConnPtr> data,
+                                                         std::shared_ptr<SourceFile> src,
+                                                         std::vector<ByteRange> missing,
+                                                         const TransferOptions& o,
+                                                         std::string congestion,
+                                                         std::uint64_t resumed_bytes) {
+  auto log = LoggerOf(o.logger);
+  auto ex = co_await asio::this_coro::executor;
+  auto start = SteadyTime::now();
+  BlockChecksumAlgorithm alg = *ParseBlockChecksumAlgorithm(o.block_checksum);
+  ChecksumAlgorithm file_alg = *ParseChecksumAlgorithm(o.checksum);
+  SenderState st;
+  // The whole file in order: its checksum is computed in the block pass (ReadAndHashBlock).
+  // Otherwise (resume) it is computed beside the sending, on another thread.
+  bool inline_sum =
+      src->size > 0 && missing.size() == 1 && missing[0].begin == 0 && missing[0].end == src->size;
+  std::shared_ptr<ChecksumJob> checksum;
+  struct Abandon {  // a job still running when we return stops at its next read
+    std::shared_ptr<ChecksumJob>& job;
+    ~Abandon() {
+      if (job) job->stop = true;
+    }
+  } abandon{checksum};
+  if (inline_sum) {
+    st.file_hasher = std::make_unique<FileHasher>(file_alg);
+  } else {
+    checksum = StartChecksum(src, file_alg);
+  }
+  std::shared_ptr<TokenBucket> bucket;
+  if (o.route.route_rate_bps > 0) {
+    bucket = RouteBucket(o.route.route_name, static_cast<double>(o.route.route_rate_bps) / 8);
+  }
+  auto dog = std::make_shared<Watchdog>();
+  dog->conns = data;
+  dog->timeout = o.io_timeout;
+  StartWatchdog(ex, dog);
+  struct DogGuard {
+    std::shared_ptr<Watchdog> d;
+    ~DogGuard() { d->Finish(); }
+  } guard{dog};
+
+  // Our own failure (the source) goes to the receiver, which otherwise only sees its
+  // connections close.
+  auto fail = [&](absl::Status s) -> asio::awaitable<absl::Status> {
+    if (!IsConnectionFailure(s)) {
+      absl::Status w = co_await ctrl.SendControl(ErrorJson(s));
+      (void)w;  // ignored: the receiver may be gone already
+      co_return s;
+    }
+    co_return co_await PeerReason(ctrl, s);
+  };
+
+  ProgressReporter progress(o, src->size, resumed_bytes, static_cast<int>(data.size()));
+  st.corrupt_left = o.test_corrupt_times;
+  int round = 0;
+  std::optional<absl::StatusOr<std::string>> file_sum;
+  for (;;) {
+    std::vector<ByteRange> blocks = SplitBlocks(missing, o.route.stripe_unit);
+    st.queue.assign(blocks.begin(), blocks.end());
+    st.failed = false;
+    std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
+    for (const ConnPtr& c : data) {
+      tasks.push_back(
+          [&, c]() { return SendStream(*c, st, *src, o, alg, bucket.get(), progress); });
+    }
+    absl::Status s = co_await RunConcurrently(std::move(tasks), [&] {
+      st.Stop();
+      for (const ConnPtr& c : data) c->Close();
+    });
+    if (!s.ok()) {
+      if (dog->fired)
+        s = absl::DeadlineExceededError(fmt::format("no progress for {} ms", o.io_timeout.count()));
+      co_return co_await fail(s);
+    }
+    dog->paused = true;
+    if (!file_sum.has_value() && inline_sum) {
+      if (st.hashed_upto == src->size) {
+        file_sum = st.file_hasher->Finish();
+      } else if (checksum == nullptr) {  // not reached when every block went out in order
+        checksum = StartChecksum(src, file_alg);
+      }
+    }
+    if (!file_sum.has_value()) {
+      while (!checksum->done.load(std::memory_order_acquire)) {
+        asio::steady_timer t(ex, std::chrono::milliseconds(5));
+        co_await t.async_wait(kNoThrow);
+      }
+      file_sum = checksum->result;
+    }
+    const absl::StatusOr<std::string>& sum = *file_sum;
+    if (!sum.ok()) co_return co_await fail(sum.status());
+    if (absl::Status c = CheckSourceUnchanged(*src); !c.ok()) co_return co_await fail(c);
+    Json msg3 = {
+        {"op", "finish"}, {"checksum", *sum}, {"round", round}, {"congestion", congestion}};
+    if (absl::Status w = co_await ctrl.SendControl(msg3); !w.ok()) co_return w;
+    absl::StatusOr<Json> reply = co_await ctrl.ReadControl();
+    if (!reply.ok()) co_return reply.status();
+    absl::StatusOr<std::string> op = GetString(*reply, "op");
+    if (!op.ok()) co_return op.status();
+    if (*op == "resend") {
+      absl::StatusOr<const Json*> ranges = GetArray(*reply, "ranges");
+      if (!ranges.ok()) co_return ranges.status();
+      absl::StatusOr<std::vector<ByteRange>> again = RangesFromJson(**ranges, src->size);
+      if (!again.ok()) co_return again.status();
+      missing = std::move(*again);
+      ++round;
+      std::uint64_t bytes = 0;
+      for (const ByteRange& r : missing) bytes += r.size();
+      log->warn("receiver asks to re-send {} bytes in {} ranges (damaged blocks), round {}", bytes,
+                missing.size(), round);
+      dog->paused = false;
+      continue;
+    }
+    if (*op != "done") co_return absl::DataLossError("unexpected reply to finish");
+    TransferStats stats;
+    stats.bytes = src->size;
+    stats.bytes_transferred = st.sent;
+    stats.resumed_bytes = resumed_bytes;
+    stats.seconds = std::chrono::duration<double>(SteadyTime::now() - start).count();
+    stats.streams = static_cast<int>(data.size());
+    stats.checksum = *sum;
+    stats.congestion = congestion;
+    stats.resend_rounds = round;
+    progress.SetDone(src->size);
+    co_return stats;
+  }
+}
+
+}  // namespace gfrep::transfer::internal

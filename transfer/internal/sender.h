@@ -1,0 +1,49 @@
+#pragma once
+
+// The sending side of a session: the source file and the core that moves its missing ranges
+// over N data connections.
+//
+// The source is read with pread (never mapped), so a file that shrinks while it is sent
+// fails that transfer with kAborted ("source changed size during the transfer") instead of
+// killing the process with SIGBUS. A source whose identity (size, mtime, inode) changed by
+// the end of the transfer fails the same way.
+//
+// Runs on the session's executor; the whole-file checksum of a resumed transfer runs on its
+// own thread, which owns the SourceFile it reads (shared_ptr) and stops when abandoned.
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "transfer/internal/engine.h"
+
+namespace gfrep::transfer::internal {
+
+// An open source file and its identity "size:mtime:inode".
+struct SourceFile {
+  std::filesystem::path path;
+  int fd = -1;
+  std::uint64_t size = 0;
+  std::string source_id;
+  ~SourceFile();
+};
+absl::StatusOr<std::shared_ptr<SourceFile>> OpenSource(const std::filesystem::path& path);
+
+// Reads exactly `n` bytes at `offset`. kAborted if the file is shorter now.
+absl::Status ReadSource(const SourceFile& src, std::uint64_t offset, void* buf, std::size_t n);
+
+// Sends the missing ranges over `data` (work stealing), then FINISH with the file checksum
+// on `ctrl`, re-sending blocks the receiver reports damaged. Returns when the receiver
+// confirmed the file is in place. A failure of our own (the source) is reported to the
+// receiver on `ctrl`.
+asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector<ConnPtr> data,
+                                                         std::shared_ptr<SourceFile> src,
+                                                         std::vector<ByteRange> missing,
+                                                         const TransferOptions& options,
+                                                         std::string congestion,
+                                                         std::uint64_t resumed_bytes);
+
+}  // namespace gfrep::transfer::internal
