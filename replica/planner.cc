@@ -338,6 +338,10 @@ absl::Status Planner::Step() {
   StepState st;
   st.liveness.now_ns = Now();
   st.liveness.heartbeat_timeout = options_.heartbeat_timeout;
+  if (first_step_ns_ == 0) first_step_ns_ = st.liveness.now_ns;
+  const bool judge_liveness =
+      st.liveness.now_ns - first_step_ns_ >
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.heartbeat_timeout).count();
   absl::StatusOr<std::vector<catalog::Node>> nodes = cat.ListNodes("");
   if (!nodes.ok()) return nodes.status();
   st.topology.nodes = std::move(*nodes);
@@ -368,7 +372,7 @@ absl::Status Planner::Step() {
       // A dead destination never finishes its tasks: end them (not a failed attempt of the
       // file), so that the file is planned again below, onto a live node.
       const catalog::Node* dst = st.topology.FindNode(t.spec.dst_node);
-      if (dst == nullptr || !IsLive(*dst, st.liveness)) {
+      if (judge_liveness && (dst == nullptr || !IsLive(*dst, st.liveness))) {
         absl::StatusOr<Task> ended =
             cat.AbandonTask(t.id, fmt::format("destination node {} is down", t.spec.dst_node));
         if (!ended.ok()) {

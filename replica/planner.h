@@ -133,6 +133,10 @@ class Planner {
 
   // Used by Step() only (one caller at a time, guarded by step_mu_).
   std::mutex step_mu_;
+  // When this planner's first step ran (guarded by step_mu_): heartbeats are judged only
+  // a full heartbeat_timeout later, so a restarted gfcatalogd does not take every node for
+  // dead before the nodes had a chance to report.
+  std::int64_t first_step_ns_ = 0;
   std::map<std::uint64_t, FileList> expanded_;  // request id -> files
 
   std::atomic<bool> stop_{false};

@@ -222,14 +222,9 @@ asio::awaitable<absl::StatusOr<TransferStats>> ThirdPartyAsync(Endpoint src, std
            {"path", dst_path}, {"options", opts}};
   if (absl::Status s = co_await ctrl->conn->SendControl(req); !s.ok()) co_return s;
   // The destination agent reports progress at least every second; silence means trouble.
-  auto dog = std::make_shared<internal::Watchdog>();
-  dog->conns = {ctrl->conn};
-  dog->timeout = p->options.io_timeout;
-  internal::StartWatchdog(co_await asio::this_coro::executor, dog);
-  struct Guard {
-    std::shared_ptr<internal::Watchdog> d;
-    ~Guard() { d->Finish(); }
-  } guard{dog};
+  auto ex = co_await asio::this_coro::executor;
+  internal::WatchdogScope dog =
+      internal::WatchConnections(ex, {ctrl->conn}, p->options.io_timeout);
   for (;;) {
     absl::StatusOr<Json> m = co_await ctrl->conn->ReadControl();
     if (!m.ok()) {

@@ -400,6 +400,41 @@ TEST_F(PlannerTest, ATaskOfADeadDestinationIsAbandonedAndTheCopyGoesToAnotherLiv
   EXPECT_TRUE(Tasks(id).empty());
 }
 
+// A restarted gfcatalogd finds every node's last heartbeat old: it waits a full heartbeat
+// timeout before it takes anyone for dead, or it would abandon every copy in flight.
+TEST_F(PlannerTest, ARestartedPlannerGivesNodesATimeoutToReportBeforeAbandoningTheirTasks) {
+  Commit("/d/f1", 100, "a1");
+  catalog::RequestSpec spec;
+  spec.paths = {"/d/f1"};
+  spec.dst_sites = {"B"};
+  std::uint64_t id = Request(spec);
+  {
+    auto before_restart = MakePlanner();
+    ASSERT_TRUE(before_restart->Step().ok());
+  }
+  std::vector<Task> tasks = Tasks(id);
+  ASSERT_EQ(tasks.size(), 1u);
+  const std::string dst = tasks[0].spec.dst_node;
+  auto leased = cat_->ClaimTask(dst, "agent-of-" + dst, std::chrono::seconds(600));
+  ASSERT_TRUE(leased.ok()) << leased.status();
+
+  now_ += 60 * kSecond;  // the catalog was down for a minute: nobody's heartbeat is fresh
+  auto restarted = MakePlanner();
+  ASSERT_TRUE(restarted->Step().ok());
+  auto t = cat_->GetTask(leased->id);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->state, TaskState::kLeased) << t->last_error;
+
+  now_ += 5 * kSecond;
+  Heartbeat({"a1", "a2", "b1", "b2", "c1"});
+  now_ += 30 * kSecond;
+  Heartbeat({"a1", "a2", "b1", "b2", "c1"});
+  ASSERT_TRUE(restarted->Step().ok());
+  t = cat_->GetTask(leased->id);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->state, TaskState::kLeased) << "the node reported: its copy goes on";
+}
+
 // Leases run out in the planner's step even when the node never claims again (the
 // catalog used to expire them only in that node's own ClaimTask).
 TEST_F(PlannerTest, EveryStepExpiresRunOutLeases) {

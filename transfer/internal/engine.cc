@@ -304,6 +304,15 @@ void Conn::Close() {
   socket_.close(ec);
 }
 
+WatchdogScope WatchConnections(const asio::any_io_executor& ex, std::vector<ConnPtr> conns,
+                               std::chrono::milliseconds timeout) {
+  auto dog = std::make_shared<Watchdog>();
+  dog->conns = std::move(conns);
+  dog->timeout = timeout;
+  StartWatchdog(ex, dog);
+  return WatchdogScope(std::move(dog));
+}
+
 void StartWatchdog(const asio::any_io_executor& ex, std::shared_ptr<Watchdog> dog) {
   asio::co_spawn(
       ex,

@@ -148,6 +148,24 @@ struct Watchdog {
 };
 void StartWatchdog(const asio::any_io_executor& ex, std::shared_ptr<Watchdog> dog);
 
+// A watchdog that ends with the scope that owns it (every exit of a transfer coroutine).
+class WatchdogScope {
+ public:
+  explicit WatchdogScope(std::shared_ptr<Watchdog> dog) : dog_(std::move(dog)) {}
+  ~WatchdogScope() { dog_->Finish(); }
+  WatchdogScope(const WatchdogScope&) = delete;
+  WatchdogScope& operator=(const WatchdogScope&) = delete;
+  Watchdog* operator->() const { return dog_.get(); }
+
+ private:
+  std::shared_ptr<Watchdog> dog_;
+};
+
+// Starts a watchdog over `conns` on `ex`; it stops when the returned scope ends.
+[[nodiscard]] WatchdogScope WatchConnections(const asio::any_io_executor& ex,
+                                             std::vector<ConnPtr> conns,
+                                             std::chrono::milliseconds timeout);
+
 // Socket settings of one data connection; warnings go to `log`. Returns the congestion
 // control algorithm in use.
 std::string TuneSocket(tcp::socket& socket, const RouteOptions& route, spdlog::logger& log);

@@ -432,14 +432,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
   st->spare_size = o.route.stripe_unit;
   st->pool_limit =
       std::min<std::uint64_t>(o.receive_pool_bytes, 2 * data.size() * o.route.stripe_unit);
-  auto dog = std::make_shared<Watchdog>();
-  dog->conns = data;
-  dog->timeout = o.io_timeout;
-  StartWatchdog(ex, dog);
-  struct DogGuard {
-    std::shared_ptr<Watchdog> d;
-    ~DogGuard() { d->Finish(); }
-  } guard{dog};
+  WatchdogScope dog = WatchConnections(ex, data, o.io_timeout);
   ProgressReporter progress(o, dst->size, dst->resumed_bytes, static_cast<int>(data.size()));
   int round = 0;
   bool keep_partial = true;  // false once the partial file was committed or discarded

@@ -271,14 +271,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
   if (o.route.route_rate_bps > 0) {
     bucket = RouteBucket(o.route.route_name, static_cast<double>(o.route.route_rate_bps) / 8);
   }
-  auto dog = std::make_shared<Watchdog>();
-  dog->conns = data;
-  dog->timeout = o.io_timeout;
-  StartWatchdog(ex, dog);
-  struct DogGuard {
-    std::shared_ptr<Watchdog> d;
-    ~DogGuard() { d->Finish(); }
-  } guard{dog};
+  WatchdogScope dog = WatchConnections(ex, data, o.io_timeout);
 
   // Our own failure (the source) goes to the receiver, which otherwise only sees its
   // connections close.
