@@ -158,7 +158,10 @@ TEST_F(TestbedValidationTest, ManyStreamsWithLargeWindowsApproachTheBottleneck) 
   const double bps =
       ReceivedBps(Iperf(kClientA, kAddrA, {"-t", "5", "-O", "1", "-P", "8", "-w", "4M"}));
   EXPECT_GT(bps, 0.85 * kRateBps);
-  EXPECT_LT(bps, 1.02 * kRateBps);  // the emulator enforces the rate
+  // The emulator enforces the rate (without it the bridge carries ~10 Gbit/s). The band is
+  // 5 %, not 2 %: iperf3's measured interval is not aligned with the emulator's queue, and
+  // one run at 153.9 Mbit/s of 150 failed a 2 % band in a full CI run.
+  EXPECT_LT(bps, 1.05 * kRateBps);
 }
 
 TEST_F(TestbedValidationTest, ConfiguredLossFractionIsDroppedByTheEmulator) {
