@@ -11,6 +11,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <cstdlib>
+#include <future>
 #include <optional>
 #include <random>
 #include <set>
@@ -92,13 +93,19 @@ SiteAgent::SiteAgent(SiteAgentOptions options)
   keeper_ = std::make_unique<internal::SpoolKeeper>(std::move(k));
 }
 
-// One claimed attempt of a task, owned by the worker thread that runs it.
+// One claimed attempt of a task, owned by the worker thread that runs it. The io_context is
+// the worker's (its warm transfer sessions live on it); the signal is this attempt's own, so
+// a cancellation posted just as the attempt ended reaches nothing.
 struct SiteAgent::Running {
-  std::uint64_t task_id = 0;
-  asio::io_context io;
-  asio::cancellation_signal cancel;  // used only on io's thread
-  bool cancelled = false;            // guarded by mu_
-  bool lease_lost = false;           // guarded by mu_
+  Running(std::uint64_t id, asio::io_context& io, transfer::SessionCache& sessions)
+      : task_id(id), io(io), sessions(sessions) {}
+  std::uint64_t task_id;
+  asio::io_context& io;
+  transfer::SessionCache& sessions;
+  std::shared_ptr<asio::cancellation_signal> cancel =
+      std::make_shared<asio::cancellation_signal>();  // used only on io's thread
+  bool cancelled = false;   // guarded by mu_
+  bool lease_lost = false;  // guarded by mu_
 };
 
 void SiteAgent::CancelLocked(Running& run) {
@@ -107,7 +114,9 @@ void SiteAgent::CancelLocked(Running& run) {
   // engine still does on its blocking pool outlives it. `cancelled` covers a request that
   // comes before the copy has started (Copy checks it once the coroutine runs).
   run.cancelled = true;
-  asio::post(run.io, [&run] { run.cancel.emit(asio::cancellation_type::terminal); });
+  asio::post(run.io, [signal = std::weak_ptr<asio::cancellation_signal>(run.cancel)] {
+    if (auto s = signal.lock()) s->emit(asio::cancellation_type::terminal);
+  });
 }
 
 SiteAgent::~SiteAgent() { Stop(); }
@@ -225,6 +234,7 @@ absl::Status SiteAgent::Start() {
   threads_.emplace_back([this] { WatchLoop(); });
   threads_.emplace_back([this] { SweepLoop(); });
   for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+  for (int i = 0; i < CompleterCount(); ++i) threads_.emplace_back([this] { CompleteLoop(); });
   return absl::OkStatus();
 }
 
@@ -268,6 +278,8 @@ void SiteAgent::RenewLoop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (const auto& [owner, run] : running_) claims.emplace_back(owner, run->task_id);
+      for (const Completion& c : completions_) claims.emplace_back(c.owner, c.task.id);
+      for (const auto& [owner, id] : completing_) claims.emplace_back(owner, id);
     }
     for (const auto& [owner, id] : claims) {
       absl::StatusOr<catalog::Task> t = options_.catalog->RenewLease(id, owner, options_.lease);
@@ -332,17 +344,27 @@ void SiteAgent::WatchLoop() {
 }
 
 void SiteAgent::WorkerLoop() {
+  // This worker's copies run on `io`; its warm sessions to source agents (connections open
+  // on `io`) are reused by its next copies from the same agent. Destroyed before `io`.
+  asio::io_context io;
+  transfer::SessionCache sessions;
   while (!stop_) {
     std::uint64_t seen;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      // A copy waiting for its catalog commit holds a lease; do not run far ahead of them.
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] {
+        return stop_.load() ||
+               completions_.size() < static_cast<std::size_t>(4 * options_.workers);
+      });
+      if (stop_) break;
       seen = wake_generation_;
     }
     std::string claim_owner = fmt::format("{}#{}", owner_, ++claims_);
     absl::StatusOr<catalog::Task> task =
         options_.catalog->ClaimTask(options_.node, claim_owner, options_.lease);
     if (task.ok()) {
-      Execute(*task, claim_owner);
+      Execute(*task, claim_owner, io, sessions);
       continue;
     }
     if (!absl::IsNotFound(task.status())) {
@@ -351,6 +373,46 @@ void SiteAgent::WorkerLoop() {
     std::unique_lock<std::mutex> lock(mu_);
     wake_.wait_for(lock, options_.poll_interval,
                    [&] { return stop_.load() || wake_generation_ != seen; });
+  }
+}
+
+int SiteAgent::CompleterCount() const { return std::max(2, options_.workers / 2); }
+
+void SiteAgent::CompleteLoop() {
+  catalog::Catalog& cat = *options_.catalog;
+  for (;;) {
+    Completion c;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stop_.load() || !completions_.empty(); });
+      if (completions_.empty()) return;  // stopping, nothing left
+      c = std::move(completions_.front());
+      completions_.pop_front();
+      completing_[c.owner] = c.task.id;
+    }
+    wake_.notify_all();  // a worker may wait for room in the queue
+    // The bytes are in place and verified; make it durable in the catalog. Retry transport
+    // errors until the lease would have run out (once only when stopping: the next claim
+    // of the task finds the file in place).
+    auto deadline = std::chrono::steady_clock::now() + options_.lease;
+    while (true) {
+      absl::StatusOr<catalog::Task> done = cat.CompleteTask(c.task.id, c.owner);
+      if (done.ok()) {
+        log_->info("task={} done path={} bytes={}", c.task.id, c.task.spec.path, c.task.size);
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.tasks_done += 1;
+        stats_.bytes_received += c.bytes;
+        break;
+      }
+      if (Transient(done.status()) && std::chrono::steady_clock::now() < deadline && !stop_) {
+        SleepFor(std::chrono::milliseconds(200));
+        continue;
+      }
+      log_->warn("task={} complete: {}", c.task.id, done.status().ToString());
+      break;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    completing_.erase(c.owner);
   }
 }
 
@@ -381,12 +443,12 @@ void SiteAgent::SweepLoop() {
   }
 }
 
-void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owner) {
+void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owner,
+                        asio::io_context& io, transfer::SessionCache& sessions) {
   log_->info("task={} claimed path={} from={} attempt={}/{} owner={}", task.id, task.spec.path,
              task.spec.src_node, task.attempts, task.spec.max_attempts, claim_owner);
   ++active_;
-  Running run;
-  run.task_id = task.id;
+  Running run(task.id, io, sessions);
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_[claim_owner] = &run;
@@ -399,6 +461,11 @@ void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owne
     std::lock_guard<std::mutex> lock(mu_);
     running_.erase(claim_owner);
     lost = run.lease_lost;
+    if (!lost && result.ok()) {
+      // Committed to the catalog by a completer thread, so this worker goes on with the next
+      // file at once; the lease is renewed meanwhile.
+      completions_.push_back(Completion{task, claim_owner, bytes});
+    }
   }
   --active_;
   if (lost) {
@@ -409,25 +476,8 @@ void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owne
   }
   catalog::Catalog& cat = *options_.catalog;
   if (result.ok()) {
-    // The bytes are in place and verified; make it durable in the catalog. Retry
-    // transport errors until the lease would have run out.
-    auto deadline = std::chrono::steady_clock::now() + options_.lease;
-    while (true) {
-      absl::StatusOr<catalog::Task> done = cat.CompleteTask(task.id, claim_owner);
-      if (done.ok()) {
-        log_->info("task={} done path={} bytes={}", task.id, task.spec.path, task.size);
-        std::lock_guard<std::mutex> lock(mu_);
-        stats_.tasks_done += 1;
-        stats_.bytes_received += bytes;
-        return;
-      }
-      if (Transient(done.status()) && std::chrono::steady_clock::now() < deadline && !stop_) {
-        SleepFor(std::chrono::milliseconds(200));
-        continue;
-      }
-      log_->warn("task={} complete: {}", task.id, done.status().ToString());
-      return;
-    }
+    wake_.notify_all();
+    return;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -496,24 +546,34 @@ absl::StatusOr<catalog::Route> SiteAgent::LookupRoute(const std::string& src_sit
 absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
                              std::uint64_t& bytes_received) {
   catalog::Catalog& cat = *options_.catalog;
-  absl::StatusOr<catalog::Attributes> attrs = cat.StatInode(task.inode);
-  if (!attrs.ok()) {
-    if (absl::IsNotFound(attrs.status())) {
-      return absl::FailedPreconditionError("file was removed");
+  // The catalog's record of the file is needed only to check the copy: asked for beside the
+  // pull, so its round trip (across the WAN for a remote catalog) is not paid per file.
+  std::future<absl::StatusOr<catalog::Attributes>> stat = std::async(
+      std::launch::async, [&cat, inode = task.inode] { return cat.StatInode(inode); });
+  std::optional<absl::StatusOr<catalog::Attributes>> attrs_result;
+  auto attributes = [&]() -> absl::StatusOr<catalog::Attributes> {
+    if (!attrs_result) attrs_result = stat.get();
+    const absl::StatusOr<catalog::Attributes>& attrs = *attrs_result;
+    if (!attrs.ok()) {
+      if (absl::IsNotFound(attrs.status())) {
+        return absl::FailedPreconditionError("file was removed");
+      }
+      return attrs.status();
     }
-    return attrs.status();
-  }
-  if (attrs->generation != task.generation) {
-    return absl::AbortedError(fmt::format("file changed to generation {} (task is for {})",
-                                          attrs->generation, task.generation));
-  }
-  std::string expected = CatalogChecksum(*attrs);
-  if (expected.empty()) {
-    return absl::FailedPreconditionError("the catalog has no checksum for this file");
-  }
+    if (attrs->generation != task.generation) {
+      return absl::AbortedError(fmt::format("file changed to generation {} (task is for {})",
+                                            attrs->generation, task.generation));
+    }
+    if (CatalogChecksum(*attrs).empty()) {
+      return absl::FailedPreconditionError("the catalog has no checksum for this file");
+    }
+    return attrs;
+  };
   fs::path final_path = ReplicaFile(options_.spool, task.inode, task.generation);
   std::error_code ec;
   if (fs::exists(fs::symlink_status(final_path, ec))) {
+    absl::StatusOr<catalog::Attributes> attrs = attributes();
+    if (!attrs.ok()) return attrs.status();
     // An earlier attempt got as far as the rename (then the agent died or the catalog
     // call failed): keep the bytes if they are right, else start over.
     absl::Status v = VerifyFile(final_path, *attrs);
@@ -547,9 +607,9 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   asio::co_spawn(
       run.io,
       transfer::AsyncPull(*endpoint, transfer::ReplicaRelativePath(task.inode, task.generation),
-                          staging, tmp, topts),
+                          staging, tmp, topts, options_.reuse_sessions ? &run.sessions : nullptr),
       asio::bind_cancellation_slot(
-          run.cancel.slot(),
+          run.cancel->slot(),
           [&](std::exception_ptr e, absl::StatusOr<transfer::TransferStats> r) {
             if (e) {
               result = absl::InternalError("bug: exception escaped AsyncPull");
@@ -563,9 +623,11 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
       std::lock_guard<std::mutex> lock(mu_);
       cancelled = run.cancelled;
     }
-    if (cancelled) run.cancel.emit(asio::cancellation_type::terminal);
+    if (cancelled) run.cancel->emit(asio::cancellation_type::terminal);
   });
+  run.io.restart();
   run.io.run();
+  run.cancel->slot().clear();
   if (!result) return absl::InternalError("bug: copy ended without a result");
   if (!result->ok()) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -577,6 +639,16 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   }
   const transfer::TransferStats& stats = **result;
   bytes_received = stats.bytes_transferred;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    (stats.reused_session ? stats_.pulls_on_warm_sessions : stats_.pulls_on_new_sessions) += 1;
+  }
+  absl::StatusOr<catalog::Attributes> attrs = attributes();
+  if (!attrs.ok()) {
+    fs::remove(staging, ec);
+    return attrs.status();
+  }
+  std::string expected = CatalogChecksum(*attrs);
 
   std::string got = stats.checksum;
   if (got.rfind(attrs->checksum_algo + ":", 0) != 0) {

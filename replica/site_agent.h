@@ -37,9 +37,16 @@
 // Catalog restarts: every loop treats kUnavailable as "try again shortly"; the gRPC
 // channel reconnects by itself; a heartbeat answered kNotFound re-registers the node.
 //
+// Pipelining: each worker keeps its sessions to source agents open between files
+// (transfer::SessionCache), so the next file from the same source starts with one request on
+// warm, authenticated connections instead of a new connection setup and slow start. The
+// catalog's record of the file (to check the copy) is read beside the pull, and the
+// CompleteTask call is made by a completer thread while the worker goes on with its next
+// file (the lease stays renewed until the catalog answered; at most 4 x workers copies wait).
+//
 // Threading: Start() launches a heartbeat thread, a lease-renewal thread, an event
-// watcher, a sweep thread and `workers` copy threads; each copy runs its own io_context on
-// its worker thread. A copy is cancelled (lease lost, Stop()) through an asio cancellation
+// watcher, a sweep thread, `workers` copy threads and max(2, workers / 2) completer
+// threads; each worker runs its copies on its own io_context. A copy is cancelled (lease lost, Stop()) through an asio cancellation
 // signal emitted on that io_context, never by stopping it, so the engine's work on its
 // blocking pool always completes before the io_context goes away. Stop() (any thread)
 // cancels running copies (their tasks are failed as retryable so another attempt resumes
@@ -50,6 +57,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -63,6 +71,7 @@
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
 #include "replica/retry.h"
+#include "transfer/client.h"
 #include "transfer/options.h"
 
 namespace boost::asio {
@@ -86,7 +95,10 @@ struct SiteAgentOptions {
   // Create the site in the catalog if it does not exist yet.
   bool create_site = true;
   // Parallel copies.
-  int workers = 4;
+  int workers = 16;
+  // Keep transfer sessions to source agents open between files (see Pipelining above);
+  // false opens a new session per file (for comparison).
+  bool reuse_sessions = true;
   // Lease per claim; renewed every lease/3 while copying.
   std::chrono::milliseconds lease{15000};
   std::chrono::milliseconds heartbeat_interval{2000};
@@ -115,6 +127,8 @@ struct SiteAgentStats {
   std::uint64_t replicas_deleted = 0;  // unlinked (or already gone) and removed from the catalog
   std::uint64_t leases_lost = 0;       // attempts cancelled because their lease was lost
   std::uint64_t garbage_files = 0;     // unrecorded files removed from .gfrep-data
+  std::uint64_t pulls_on_new_sessions = 0;   // copies that opened a transfer session
+  std::uint64_t pulls_on_warm_sessions = 0;  // copies that reused an open one
 };
 
 class SiteAgent {
@@ -145,9 +159,12 @@ class SiteAgent {
   void RenewLoop();
   void WatchLoop();
   void WorkerLoop();
+  void CompleteLoop();
+  int CompleterCount() const;
   void SweepLoop();
   // One claimed attempt: copy, then CompleteTask or FailTask as `claim_owner`.
-  void Execute(const catalog::Task& task, const std::string& claim_owner);
+  void Execute(const catalog::Task& task, const std::string& claim_owner,
+               boost::asio::io_context& io, transfer::SessionCache& sessions);
   struct Running;
   absl::Status Copy(const catalog::Task& task, Running& run, std::uint64_t& bytes_received);
   // Asks a running copy to stop (from any thread; REQUIRES mu_ held).
@@ -177,6 +194,14 @@ class SiteAgent {
   std::atomic<std::uint64_t> claims_{0};
   // Claim owner -> its attempt, guarded by mu_ (the Running lives on the worker's stack).
   std::map<std::string, Running*> running_;
+  // Copies in place and verified, waiting for their CompleteTask (guarded by mu_).
+  struct Completion {
+    catalog::Task task;
+    std::string owner;
+    std::uint64_t bytes = 0;
+  };
+  std::deque<Completion> completions_;
+  std::map<std::string, std::uint64_t> completing_;  // owner -> task id, being committed
   SiteAgentStats stats_;                              // guarded by mu_
   using Stamp = std::chrono::steady_clock::time_point;
   std::map<std::string, std::pair<catalog::Node, Stamp>> node_cache_;    // guarded by mu_

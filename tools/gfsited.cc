@@ -54,12 +54,15 @@ int main(int argc, char** argv) {
   app.add_option("--test-corrupt-times", corrupt_times, "")->group("");
   // Catalog role (replica/site_agent.h): join a federation and execute its transfer tasks.
   std::string site, node, catalog_address, advertise;
-  int lease_s = 15, workers = 4;
+  int lease_s = 15, workers = 16;
+  bool session_reuse = true;
   app.add_option("--site", site, "site this node belongs to (with --node and --catalog)");
   app.add_option("--node", node, "name of this node in the catalog");
   app.add_option("--catalog", catalog_address, "gfcatalogd HOST:PORT to join");
   app.add_option("--advertise", advertise, "HOST:PORT other agents reach us at (default: the bound address)");
   app.add_option("--workers", workers, "parallel replica copies")->check(CLI::Range(1, 256));
+  app.add_option("--session-reuse", session_reuse,
+                 "keep transfer sessions to source agents open between files (true|false)");
   app.add_option("--lease", lease_s, "task lease, seconds (renewed while copying)")->check(CLI::Range(1, 3600));
   CLI11_PARSE(app, argc, argv);
   auto log = gfrep::tools::MakeLogger("gfsited", common);
@@ -127,6 +130,7 @@ int main(int argc, char** argv) {
     so.address = advertise.empty() ? bound->ToString() : advertise;
     so.spool = spool;
     so.workers = workers;
+    so.reuse_sessions = session_reuse;
     so.lease = std::chrono::seconds(lease_s);
     so.transfer = pull_defaults;
     so.logger = log;

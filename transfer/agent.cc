@@ -3,9 +3,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <list>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -100,6 +102,9 @@ struct AgentServer::Impl {
   // still give back their session tokens and connection slots.
   std::map<std::string, std::shared_ptr<Session>> sessions;
   int connections = 0;
+  // Read from other threads (AgentServer::stats()).
+  std::atomic<std::uint64_t> accepted{0};
+  std::atomic<std::uint64_t> files_on_warm_sessions{0};
   std::map<std::string, int> per_peer;  // peer address -> open connections
   LogThrottle refusal_log{1s};
   // Every connection served (data connections outlive their Serve coroutine), to close them
@@ -207,6 +212,7 @@ struct AgentServer::Impl {
         }
         continue;  // closing the socket is the answer
       }
+      ++accepted;
       asio::co_spawn(io, Guarded(std::move(socket), peer, ConnectionSlot(this, address)),
                      [this, peer](std::exception_ptr e, absl::Status s) {
                        // Never rethrow: a bug in one connection must not end the others.
@@ -304,21 +310,29 @@ struct AgentServer::Impl {
     absl::StatusOr<Json> req = co_await conn->ReadControl();
     if (!req.ok()) co_return co_await Fail(*conn, req.status());
     absl::StatusOr<std::string> req_op = GetString(*req, "op");
-    absl::StatusOr<const Json*> req_options = internal::GetObject(*req, "options");
     if (!req_op.ok()) co_return co_await Fail(*conn, Malformed("request", req_op.status()));
-    if (!req_options.ok()) co_return co_await Fail(*conn, Malformed("request", req_options.status()));
+    absl::StatusOr<TransferOptions> o = RequestOptions(*conn, *req);
+    if (!o.ok()) co_return co_await Fail(*conn, o.status());
+    if (*req_op == "put") co_return co_await ServePut(conn, *req, *o, setup, peer);
+    if (*req_op == "get") co_return co_await ServeGets(conn, *req, *o, setup, peer);
+    if (*req_op == "pull_from") co_return co_await ServePullFrom(conn, *req, *o, setup, peer);
+    co_return co_await Fail(*conn, absl::InvalidArgumentError(fmt::format("unknown request '{}'", *req_op)));
+  }
+
+  // The transfer options of a request: this agent's defaults overridden by the request's
+  // "options", validated.
+  absl::StatusOr<TransferOptions> RequestOptions(internal::Conn& conn, const Json& req) {
+    absl::StatusOr<const Json*> req_options = internal::GetObject(req, "options");
+    if (!req_options.ok()) return Malformed("request", req_options.status());
     TransferOptions o = options.defaults;
     o.logger = log;
     o.progress = nullptr;
-    if (absl::Status s = internal::RouteFromJson(**req_options, o); !s.ok()) co_return co_await Fail(*conn, s);
-    if (absl::Status s = Validate(o); !s.ok()) co_return co_await Fail(*conn, s);
-    if (o.tls && !conn->tls()) {
-      co_return co_await Fail(*conn, absl::InvalidArgumentError("TLS data requested on a clear control connection"));
+    if (absl::Status s = internal::RouteFromJson(**req_options, o); !s.ok()) return s;
+    if (absl::Status s = Validate(o); !s.ok()) return s;
+    if (o.tls && !conn.tls()) {
+      return absl::InvalidArgumentError("TLS data requested on a clear control connection");
     }
-    if (*req_op == "put") co_return co_await ServePut(conn, *req, o, setup, peer);
-    if (*req_op == "get") co_return co_await ServeGet(conn, *req, o, setup, peer);
-    if (*req_op == "pull_from") co_return co_await ServePullFrom(conn, *req, o, setup, peer);
-    co_return co_await Fail(*conn, absl::InvalidArgumentError(fmt::format("unknown request '{}'", *req_op)));
+    return o;
   }
 
   asio::awaitable<absl::Status> Join(ConnPtr conn, std::string server_nonce) {
@@ -362,6 +376,9 @@ struct AgentServer::Impl {
   }
 
   struct TokenGuard {
+    TokenGuard(Impl* impl, std::string token) : impl(impl), token(std::move(token)) {}
+    TokenGuard(const TokenGuard&) = delete;
+    TokenGuard& operator=(const TokenGuard&) = delete;
     Impl* impl;
     std::string token;
     ~TokenGuard() { impl->sessions.erase(token); }
@@ -406,8 +423,65 @@ struct AgentServer::Impl {
     co_return absl::OkStatus();
   }
 
+  // A session of gets: the first one opens the session (its data connections join with the
+  // token offered); while the client keeps the session, further gets marked "reuse" run over
+  // the same control and data connections, one after another (SessionCache in client.h).
+  // A session idle for `session_idle` is closed; so is one whose get failed.
+  asio::awaitable<absl::Status> ServeGets(ConnPtr conn, const Json& first, TransferOptions o,
+                                          std::shared_ptr<asio::steady_timer> setup, std::string peer) {
+    std::vector<ConnPtr> data;
+    std::string congestion;
+    struct CloseData {  // a session ends with its data connections
+      std::vector<ConnPtr>& data;
+      ~CloseData() {
+        for (const ConnPtr& c : data) c->Close();
+      }
+    } close_data{data};
+    if (absl::Status s = co_await ServeGet(conn, first, o, setup, peer, data, congestion); !s.ok()) co_return s;
+    auto ex = co_await asio::this_coro::executor;
+    for (;;) {
+      auto timer = std::make_shared<asio::steady_timer>(ex, options.session_idle);
+      timer->async_wait([conn](boost::system::error_code ec) {
+        if (!ec) conn->Close();
+      });
+      absl::StatusOr<Json> next = co_await conn->ReadControl();
+      timer->cancel();
+      // The client closed the session (or we did, idle or stopping): the normal end.
+      if (!next.ok() && (absl::IsUnavailable(next.status()) || absl::IsCancelled(next.status()))) {
+        co_return absl::OkStatus();
+      }
+      if (!next.ok()) co_return co_await Fail(*conn, next.status());
+      absl::StatusOr<std::string> op = GetString(*next, "op");
+      absl::StatusOr<bool> reuse = internal::GetBool(*next, "reuse");
+      if (!op.ok() || *op != "get" || !reuse.ok() || !*reuse) {
+        co_return co_await Fail(*conn, absl::InvalidArgumentError(
+                                           "expected a get with \"reuse\" on an open session"));
+      }
+      absl::StatusOr<TransferOptions> next_o = RequestOptions(*conn, *next);
+      if (!next_o.ok()) co_return co_await Fail(*conn, next_o.status());
+      if (next_o->route.streams != static_cast<int>(data.size()) || next_o->tls != o.tls) {
+        co_return co_await Fail(*conn, absl::InvalidArgumentError(fmt::format(
+                                           "a reused session has {} streams{}; open a new one for other settings",
+                                           data.size(), o.tls ? " with TLS" : "")));
+      }
+      next_o->route.route_name = o.route.route_name;  // pacing stays that of the session
+      auto setup_next = std::make_shared<asio::steady_timer>(ex, options.defaults.io_timeout);
+      setup_next->async_wait([conn](boost::system::error_code ec) {
+        if (!ec) conn->Close();
+      });
+      absl::Status s = co_await ServeGet(conn, *next, *next_o, setup_next, peer, data, congestion);
+      setup_next->cancel();
+      if (!s.ok()) co_return s;
+      ++files_on_warm_sessions;
+    }
+  }
+
+  // One get: offer, the receiver's ranges, the bytes. `data` empty: this get opens the session
+  // and its data connections join with the offered token (`data` and `congestion` are set);
+  // else it runs over `data`.
   asio::awaitable<absl::Status> ServeGet(ConnPtr conn, const Json& req, TransferOptions o,
-                                         std::shared_ptr<asio::steady_timer> setup, std::string peer) {
+                                         std::shared_ptr<asio::steady_timer> setup, std::string peer,
+                                         std::vector<ConnPtr>& data, std::string& congestion) {
     absl::StatusOr<std::string> path = GetString(req, "path");
     if (!path.ok()) co_return co_await Fail(*conn, Malformed("get", path.status()));
     absl::StatusOr<std::filesystem::path> src_path = internal::ResolveSpoolPath(spool, *path);
@@ -418,11 +492,19 @@ struct AgentServer::Impl {
     }
     absl::StatusOr<std::shared_ptr<internal::SourceFile>> src = internal::OpenSource(*src_path);
     if (!src.ok()) co_return co_await Fail(*conn, src.status());
-    std::string token = internal::RandomHex(16);
-    auto session = std::make_shared<Session>(co_await asio::this_coro::executor, o.route.streams);
-    sessions[token] = session;
-    TokenGuard guard{this, token};
-    Json offer{{"op", "offer"}, {"token", token}, {"size", (*src)->size}, {"source_id", (*src)->source_id}};
+    Json offer{{"op", "offer"}, {"size", (*src)->size}, {"source_id", (*src)->source_id}};
+    std::shared_ptr<Session> session;
+    std::optional<TokenGuard> guard;
+    std::string token;
+    if (data.empty()) {
+      token = internal::RandomHex(16);
+      session = std::make_shared<Session>(co_await asio::this_coro::executor, o.route.streams);
+      sessions[token] = session;
+      guard.emplace(this, token);
+      offer["token"] = token;
+    } else {
+      offer["congestion"] = congestion;
+    }
     if (absl::Status s = co_await conn->SendControl(offer); !s.ok()) co_return s;
     absl::StatusOr<Json> ranges = co_await conn->ReadControl();
     if (!ranges.ok()) co_return co_await Fail(*conn, ranges.status());
@@ -435,14 +517,16 @@ struct AgentServer::Impl {
     }
     absl::StatusOr<std::vector<internal::ByteRange>> missing = internal::RangesFromJson(**list, (*src)->size);
     if (!missing.ok()) co_return co_await Fail(*conn, missing.status());
-    std::string congestion;
-    absl::StatusOr<std::vector<ConnPtr>> data = co_await AwaitJoins(token, session, o, congestion);
-    if (!data.ok()) co_return co_await Fail(*conn, data.status());
+    if (session) {
+      absl::StatusOr<std::vector<ConnPtr>> joined = co_await AwaitJoins(token, session, o, congestion);
+      if (!joined.ok()) co_return co_await Fail(*conn, joined.status());
+      data = std::move(*joined);
+    }
     setup->cancel();
-    log->info("sending path={} size={} resumed={} streams={} to={}", *path, (*src)->size, *resumed,
-              o.route.streams, peer);
+    log->info("sending path={} size={} resumed={} streams={} to={}{}", *path, (*src)->size, *resumed,
+              o.route.streams, peer, session ? "" : " (warm session)");
     absl::StatusOr<TransferStats> stats =
-        co_await internal::RunSender(*conn, *data, *src, *missing, o, congestion, *resumed);
+        co_await internal::RunSender(*conn, data, *src, *missing, o, congestion, *resumed);
     if (!stats.ok()) co_return stats.status();
     log->info("sent path={} bytes={} secs={:.2f}", *path, stats->bytes_transferred, stats->seconds);
     co_return absl::OkStatus();
@@ -548,6 +632,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Create(AgentOptions op
     return absl::InvalidArgumentError(fmt::format("max connections per peer must be 1..{}, got {}",
                                                   options.max_connections, options.max_connections_per_peer));
   }
+  if (options.session_idle.count() < 1) return absl::InvalidArgumentError("session idle limit must be positive");
   options.defaults.shared_key = options.shared_key;
   auto impl = std::make_unique<Impl>(std::move(options));
   std::error_code ec;
@@ -590,6 +675,10 @@ absl::StatusOr<Endpoint> AgentServer::Start() {
 }
 
 void AgentServer::Run() { impl_->io.run(); }
+
+AgentServer::Stats AgentServer::stats() const {
+  return Stats{impl_->accepted.load(), impl_->files_on_warm_sessions.load()};
+}
 
 void AgentServer::Stop() {
   asio::post(impl_->io, [impl = impl_.get()] { impl->BeginStop(); });

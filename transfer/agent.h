@@ -18,6 +18,7 @@
 // small internal thread pool. Stop() may be called from any thread. Hooks run on the
 // io thread and must not block.
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -48,6 +49,9 @@ struct AgentOptions {
   // Connections served at once from one peer address (a transfer with N streams uses N+1,
   // and one site agent runs several transfers). 1..max_connections.
   int max_connections_per_peer = 256;
+  // A session kept open by its client for more files (SessionCache in client.h) is closed
+  // after this long without a request.
+  std::chrono::milliseconds session_idle{60000};
   // Called after a received file was verified, fsynced and renamed into place.
   std::function<void(const std::filesystem::path& path, const TransferStats& stats)>
       on_file_committed;
@@ -65,6 +69,13 @@ class AgentServer {
   // Serves until Stop().
   void Run();
   void Stop();
+
+  struct Stats {
+    std::uint64_t connections_accepted = 0;   // control and data, since Start()
+    std::uint64_t files_on_warm_sessions = 0; // gets served over an already open session
+  };
+  // Thread-safe.
+  Stats stats() const;
 
  private:
   struct Impl;

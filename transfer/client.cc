@@ -8,6 +8,7 @@
 #include "transfer/internal/pull.h"
 #include "transfer/internal/receiver.h"
 #include "transfer/internal/sender.h"
+#include "transfer/internal/session_cache.h"
 
 namespace gfrep::transfer {
 
@@ -98,7 +99,7 @@ T RunBlocking(std::function<asio::awaitable<T>()> make) {
 
 struct Prepared {
   TransferOptions options;
-  std::unique_ptr<asio::ssl::context> tls;
+  std::shared_ptr<asio::ssl::context> tls;  // shared with the warm sessions it opens
 };
 
 absl::StatusOr<Prepared> Prepare(const TransferOptions& options, const Endpoint& peer) {
@@ -113,18 +114,35 @@ absl::StatusOr<Prepared> Prepare(const TransferOptions& options, const Endpoint&
   return p;
 }
 
+// Opens the session's data connections all at once: setup costs about three round trips
+// (connect, hello, join) whatever the stream count, not three per stream.
 asio::awaitable<absl::StatusOr<std::vector<ConnPtr>>> JoinAll(const Endpoint& agent,
                                                              const std::string& token,
                                                              const Prepared& p,
                                                              std::string& congestion) {
   auto log = internal::LoggerOf(p.options.logger);
-  std::vector<ConnPtr> data;
-  for (int i = 0; i < p.options.route.streams; ++i) {
-    absl::StatusOr<ConnPtr> c = co_await internal::JoinSession(agent, token, p.options, p.tls.get(), *log);
-    if (!c.ok()) co_return c.status();
-    congestion = internal::TuneSocket((*c)->socket(), p.options.route, *log);
-    data.push_back(*c);
+  const auto n = static_cast<std::size_t>(p.options.route.streams);
+  std::vector<ConnPtr> data(n);
+  std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
+  for (std::size_t i = 0; i < n; ++i) {
+    tasks.push_back([&, i]() -> asio::awaitable<absl::Status> {
+      absl::StatusOr<ConnPtr> c =
+          co_await internal::JoinSession(agent, token, p.options, p.tls.get(), *log);
+      if (!c.ok()) co_return c.status();
+      data[i] = *c;
+      co_return absl::OkStatus();
+    });
   }
+  // On a failure the other joins end by themselves (refused, or their io_timeout); the
+  // agent drops the session when not all of them arrive.
+  absl::Status s = co_await internal::RunConcurrently(std::move(tasks));
+  if (!s.ok()) {
+    for (const ConnPtr& c : data) {
+      if (c) c->Close();
+    }
+    co_return s;
+  }
+  for (const ConnPtr& c : data) congestion = internal::TuneSocket(c->socket(), p.options.route, *log);
   co_return data;
 }
 
@@ -254,38 +272,89 @@ asio::awaitable<absl::StatusOr<TransferStats>> ThirdPartyAsync(Endpoint src, std
 namespace internal {
 namespace {
 
+// A get over a warm session: sends the request and reads the offer. nullopt if the session
+// turned out to be dead (the agent restarted or dropped it while idle): nothing was asked of
+// the agent then, and the caller opens a new session instead.
+asio::awaitable<std::optional<absl::StatusOr<Json>>> RequestOnWarm(SessionCache::Impl::Warm& warm,
+                                                                    const Json& req,
+                                                                    const TransferOptions& o) {
+  auto ex = co_await asio::this_coro::executor;
+  SetupDeadline deadline(ex, warm.ctrl, o.io_timeout);
+  if (absl::Status s = co_await warm.ctrl->SendControl(req); !s.ok()) co_return std::nullopt;
+  absl::StatusOr<Json> offer = co_await warm.ctrl->ReadControl();
+  // A closed session reads as a lost connection; an error the agent sent is its answer.
+  if (!offer.ok() && absl::IsUnavailable(offer.status()) &&
+      offer.status().message().find("peer:") == std::string_view::npos) {
+    co_return std::nullopt;
+  }
+  co_return offer;
+}
+
 asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std::string remote_path,
                                                             std::filesystem::path final_path,
                                                             std::filesystem::path tmp_dir,
                                                             TransferOptions options, bool create_only,
-                                                            std::string name) {
+                                                            std::string name, SessionCache* cache) {
   absl::StatusOr<Prepared> p = Prepare(options, agent);
   if (!p.ok()) co_return p.status();
   auto log = LoggerOf(p->options.logger);
   const absl::Status cancelled = absl::CancelledError("transfer cancelled");
-  absl::StatusOr<ClientConnection> ctrl = co_await ConnectTo(agent, "control", p->options, p->tls.get(), *log);
-  if (!ctrl.ok()) co_return ctrl.status();
-  if (co_await CancellationRequested()) co_return cancelled;
   auto ex = co_await asio::this_coro::executor;
-  std::optional<SetupDeadline> deadline(std::in_place, ex, ctrl->conn, p->options.io_timeout);
   Json req{{"op", "get"}, {"path", remote_path}, {"options", RouteToJson(p->options)}};
-  if (absl::Status s = co_await ctrl->conn->SendControl(req); !s.ok()) co_return s;
-  absl::StatusOr<Json> offer = co_await ctrl->conn->ReadControl();
+  const std::string key = SessionKey(agent, p->options);
+
+  // A warm session to this agent if there is one, else a new session.
+  std::optional<SessionCache::Impl::Warm> warm;
+  absl::StatusOr<Json> offer = absl::UnknownError("no offer");
+  if (cache != nullptr) {
+    SessionCache::Impl& c = cache->impl();
+    while ((warm = c.Take(key))) {
+      req["reuse"] = true;
+      std::optional<absl::StatusOr<Json>> got = co_await RequestOnWarm(*warm, req, p->options);
+      if (got) {
+        offer = std::move(*got);
+        c.stats.reused += 1;
+        break;
+      }
+      log->debug("warm session to {} was closed; opening another", agent.ToString());
+      c.stats.stale += 1;
+      warm.reset();  // closes its connections
+      if (co_await CancellationRequested()) co_return cancelled;
+    }
+    req.erase("reuse");
+  }
+  ConnPtr ctrl_conn;
+  std::optional<SetupDeadline> deadline;
+  if (warm) {
+    ctrl_conn = warm->ctrl;
+    deadline.emplace(ex, ctrl_conn, p->options.io_timeout);
+  } else {
+    absl::StatusOr<ClientConnection> ctrl =
+        co_await ConnectTo(agent, "control", p->options, p->tls.get(), *log);
+    if (!ctrl.ok()) co_return ctrl.status();
+    ctrl_conn = ctrl->conn;
+    if (cache != nullptr) cache->impl().stats.opened += 1;
+    if (co_await CancellationRequested()) co_return cancelled;
+    deadline.emplace(ex, ctrl_conn, p->options.io_timeout);
+    if (absl::Status s = co_await ctrl_conn->SendControl(req); !s.ok()) co_return s;
+    offer = co_await ctrl_conn->ReadControl();
+  }
   if (!offer.ok()) co_return offer.status();
   if (co_await CancellationRequested()) co_return cancelled;
   absl::StatusOr<std::string> op = GetString(*offer, "op");
   absl::StatusOr<std::uint64_t> size = GetUint(*offer, "size");
-  absl::StatusOr<std::string> token = GetString(*offer, "token");
+  absl::StatusOr<std::string> token = GetOptionalString(*offer, "token", "");
   absl::StatusOr<std::string> source_id = GetString(*offer, "source_id");
   absl::StatusOr<std::string> congestion = GetOptionalString(*offer, "congestion", "");
-  if (!op.ok() || *op != "offer" || !size.ok() || !token.ok() || !source_id.ok() || !congestion.ok()) {
+  if (!op.ok() || *op != "offer" || !size.ok() || !token.ok() || !source_id.ok() || !congestion.ok() ||
+      (!warm && token->empty())) {
     co_return absl::DataLossError("unexpected reply to get");
   }
   DestinationSpec spec{std::filesystem::absolute(final_path), tmp_dir, *size, *source_id,
                        p->options.checksum, name, create_only};
   absl::StatusOr<std::shared_ptr<DestinationFile>> dst = OpenDestination(spec);
   if (!dst.ok()) {
-    absl::Status w = co_await ctrl->conn->SendControl(ErrorJson(dst.status()));
+    absl::Status w = co_await ctrl_conn->SendControl(ErrorJson(dst.status()));
     (void)w;  // ignored: we are reporting our own failure
     co_return dst.status();
   }
@@ -294,13 +363,31 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
   }
   std::vector<ByteRange> missing = (*dst)->received.Missing(*size);
   Json ranges{{"op", "ranges"}, {"ranges", RangesToJson(missing)}, {"resumed_bytes", (*dst)->resumed_bytes}};
-  if (absl::Status s = co_await ctrl->conn->SendControl(ranges); !s.ok()) co_return s;
-  std::string stream_congestion;
-  absl::StatusOr<std::vector<ConnPtr>> data = co_await JoinAll(agent, *token, *p, stream_congestion);
-  if (!data.ok()) co_return data.status();
+  if (absl::Status s = co_await ctrl_conn->SendControl(ranges); !s.ok()) co_return s;
+  std::vector<ConnPtr> data;
+  std::string session_congestion = *congestion;
+  if (warm) {
+    data = warm->data;
+    if (session_congestion.empty()) session_congestion = warm->congestion;
+  } else {
+    std::string stream_congestion;
+    absl::StatusOr<std::vector<ConnPtr>> joined = co_await JoinAll(agent, *token, *p, stream_congestion);
+    if (!joined.ok()) co_return joined.status();
+    data = std::move(*joined);
+  }
   if (co_await CancellationRequested()) co_return cancelled;
   deadline.reset();
-  co_return co_await RunReceiver(*ctrl->conn, *data, *dst, p->options, *congestion);
+  absl::StatusOr<TransferStats> stats =
+      co_await RunReceiver(*ctrl_conn, data, *dst, p->options, session_congestion);
+  if (stats.ok()) {
+    stats->reused_session = warm.has_value();
+    if (cache != nullptr) {
+      // Only a pull that ended cleanly leaves its connections at a message boundary.
+      cache->impl().Put(SessionCache::Impl::Warm{key, ctrl_conn, std::move(data), p->tls,
+                                                 stats->congestion, {}});
+    }
+  }
+  co_return stats;
 }
 
 }  // namespace
@@ -309,7 +396,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFile(Endpoint agent, std::str
                                                         std::filesystem::path final_path,
                                                         std::filesystem::path tmp_dir,
                                                         TransferOptions options, bool create_only,
-                                                        std::string name) {
+                                                        std::string name, SessionCache* cache) {
   // A cancellation (terminal, through the co_spawn's cancellation slot) aborts the operation
   // in progress, which then fails like a lost connection; it never throws, so every stream
   // and every job on the blocking pool ends before this frame does. Restored on the way out:
@@ -318,7 +405,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFile(Endpoint agent, std::str
   co_await asio::this_coro::throw_if_cancelled(false);
   absl::StatusOr<TransferStats> result = co_await CatchExceptions(
       PullFileBody(std::move(agent), std::move(remote_path), std::move(final_path), std::move(tmp_dir),
-                   std::move(options), create_only, std::move(name)),
+                   std::move(options), create_only, std::move(name), cache),
       "pull");
   // However the interrupted operation failed (a closed connection, say), a cancelled pull
   // reports kCancelled. A pull that completed despite a late cancellation keeps its result.
@@ -338,7 +425,17 @@ asio::awaitable<absl::StatusOr<TransferStats>> AsyncPull(const Endpoint& agent_r
                                                          TransferOptions options) {
   Endpoint agent = agent_ref;  // before the first suspension: the caller's may not outlive it
   co_return co_await internal::PullFile(agent, std::move(remote_path), std::move(final_path),
-                                        std::move(tmp_dir), std::move(options), false, "");
+                                        std::move(tmp_dir), std::move(options), false, "", nullptr);
+}
+
+asio::awaitable<absl::StatusOr<TransferStats>> AsyncPull(const Endpoint& agent_ref,
+                                                         std::string remote_path,
+                                                         std::filesystem::path final_path,
+                                                         std::filesystem::path tmp_dir,
+                                                         TransferOptions options, SessionCache* cache) {
+  Endpoint agent = agent_ref;  // before the first suspension: the caller's may not outlive it
+  co_return co_await internal::PullFile(agent, std::move(remote_path), std::move(final_path),
+                                        std::move(tmp_dir), std::move(options), false, "", cache);
 }
 
 absl::StatusOr<TransferStats> Push(const std::filesystem::path& local, const Endpoint& agent,

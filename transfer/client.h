@@ -22,7 +22,9 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -62,6 +64,8 @@ struct TransferStats {
   // that arrived ahead of its frontier and did not fit the receive pool, resumed bytes, or
   // the whole file after a damaged frontier block). 0 when the receiver is the peer.
   std::uint64_t checksum_read_back_bytes = 0;
+  // The pull ran on a warm session of a SessionCache (no connection was opened for it).
+  bool reused_session = false;
 };
 
 // local file -> agent:remote_path.
@@ -81,11 +85,57 @@ absl::StatusOr<TransferStats> ThirdParty(const Endpoint& src, std::string_view s
                                          const Endpoint& dst, std::string_view dst_path,
                                          const TransferOptions& options);
 
+// Warm sessions to source agents, so that many files pulled from one agent flow back to back
+// over connections that are already open, authenticated and past slow start (GridFTP's
+// pipelining, FDT's continuous stream), instead of paying connection setup (about five round
+// trips) and slow start per file. A pull given a cache takes a warm session to the same agent
+// with the same route settings (streams, buffer, congestion control, pacing, TLS) if there is
+// one, and after it succeeded puts its control and data connections back; a failed pull
+// closes them. A warm session that went stale (the agent restarted or dropped it after its
+// idle limit) is noticed at the first request and replaced by a new one, transparently: the
+// destination has not been touched by then.
+//
+// Thread safety: none. Every connection belongs to the io_context it was opened on, so use
+// one cache per io_context, from that io_context's thread only (a site agent keeps one per
+// worker), and destroy it before the io_context.
+class SessionCache {
+ public:
+  struct Stats {
+    std::uint64_t opened = 0;   // sessions opened (each: 1 control + `streams` data connections)
+    std::uint64_t reused = 0;   // pulls that ran on a warm session
+    std::uint64_t stale = 0;    // warm sessions found dead at reuse and replaced
+  };
+  // Sessions idle longer than `idle_limit` are closed instead of reused (agents drop theirs
+  // after AgentOptions::session_idle, 60 s by default); at most `max_idle` are kept.
+  explicit SessionCache(std::chrono::milliseconds idle_limit = std::chrono::seconds(20),
+                        std::size_t max_idle = 8);
+  ~SessionCache();
+  SessionCache(const SessionCache&) = delete;
+  SessionCache& operator=(const SessionCache&) = delete;
+
+  // Warm sessions kept now.
+  std::size_t idle() const;
+  const Stats& stats() const;
+  // Closes every warm session.
+  void Clear();
+
+  struct Impl;  // internal/session_cache.h
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 // Awaitable pull into an explicit destination: `final_path` appears only when complete and
 // verified; `tmp_dir` holds the partial file and journal. This is the call a site agent
 // makes to replicate a file from another agent into its spool.
 boost::asio::awaitable<absl::StatusOr<TransferStats>> AsyncPull(
     const Endpoint& agent, std::string remote_path, std::filesystem::path final_path,
     std::filesystem::path tmp_dir, TransferOptions options);
+// As above, over a warm session of `cache` when there is one (REQUIRES: `cache` is used only
+// on this coroutine's io_context thread and outlives the pull).
+boost::asio::awaitable<absl::StatusOr<TransferStats>> AsyncPull(
+    const Endpoint& agent, std::string remote_path, std::filesystem::path final_path,
+    std::filesystem::path tmp_dir, TransferOptions options, SessionCache* cache);
 
 }  // namespace gfrep::transfer

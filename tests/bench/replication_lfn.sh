@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Multi-site replication over an emulated long fat network (root; see RESULTS.md
-# "Multi-site replication"). Two sites a, b of two nodes each, one 1 Gbit/s 200 ms route
-# (tests/bench/replication_lfn.topo). Measures, in the same run:
+# "Multi-site replication"). Two sites a, b joined by one 1 Gbit/s 200 ms route: two nodes per
+# site (tests/bench/replication_lfn.topo, the default) or one (TOPO=tools/topologies/lfn-1g.topo).
+# Measures, in the same run:
 #   - iperf3's best on the route (8 streams, 32 MiB buffers, cubic, 10 s, first 2 s omitted),
-#   - gfrep -D b of LARGE_N files of LARGE_MIB MiB stored at a-n1/a-n2,
+#   - gfrep -D b of LARGE_N files of LARGE_MIB MiB stored at the a nodes,
 #   - gfrep -D b of SMALL_N files of SMALL_MIB MiB,
-# and prints one markdown table row per workload (aggregate Mbit/s and ratio to iperf3).
+# and prints one markdown table row per workload (aggregate Mbit/s by the wall clock of the
+# gfrep command, ratio to iperf3, and the transfer sessions the source agents opened).
+# TUNING=self (default): no route settings and no buffer flags, what a new user gets.
+# TUNING=hand: gfroute set a b --streams 8 --socket-buffer 32M --cc cubic, gfsited --buffer 32M.
+# WORKERS=N passes --workers N to gfsited; SESSION_REUSE=false turns warm sessions off.
 #   sudo GFREP_BIN=build/bin LARGE_N=4 LARGE_MIB=1024 SMALL_N=1000 tests/bench/replication_lfn.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,8 +19,11 @@ LARGE_N=${LARGE_N:-4}
 LARGE_MIB=${LARGE_MIB:-1024}
 SMALL_N=${SMALL_N:-1000}
 SMALL_MIB=${SMALL_MIB:-4}
-TOPO=tests/bench/replication_lfn.topo
-NODES=(a-n1 a-n2 b-n1 b-n2)
+TOPO=${TOPO:-tests/bench/replication_lfn.topo}
+TUNING=${TUNING:-self}
+# Node names from the topology: "site a nodes=2" -> a-n1 a-n2.
+mapfile -t NODES < <(awk '$1 == "site" { split($3, kv, "="); for (i = 1; i <= kv[2]; i++) print $2 "-n" i }' "$TOPO")
+mapfile -t SRC_NODES < <(printf '%s\n' "${NODES[@]}" | grep '^a-')
 [[ $(id -u) == 0 ]] || { echo "replication_lfn: needs root (network namespaces)" >&2; exit 2; }
 
 WORK=$(mktemp -d /dev/shm/gfrep-replbench.XXXXXX)
@@ -60,16 +68,20 @@ for n in "${NODES[@]}"; do ADDR[$n]=$("$BIN/gftopo" addr "$TOPO" "$n"); done
 start catalog a-n1 "$BIN/gfcatalogd" --db "$WORK/db" --listen "${ADDR[a-n1]}:0"
 export GFREP_CATALOG=$LISTEN
 KEY=$WORK/key
+AGENT_FLAGS=()
+[[ $TUNING == hand ]] && AGENT_FLAGS+=(--buffer 32M)
+[[ -n ${WORKERS:-} ]] && AGENT_FLAGS+=(--workers "$WORKERS")
+[[ -n ${SESSION_REUSE:-} ]] && AGENT_FLAGS+=(--session-reuse "$SESSION_REUSE")
 for n in "${NODES[@]}"; do
   start "agent-$n" "$n" "$BIN/gfsited" --listen "${ADDR[$n]}:0" --spool "$WORK/spool-$n" \
-    --site "${n%-n*}" --node "$n" --catalog "$GFREP_CATALOG" --key-file "$KEY" --buffer 32M \
-    --workers "${WORKERS:-16}"
+    --site "${n%-n*}" --node "$n" --catalog "$GFREP_CATALOG" --key-file "$KEY" "${AGENT_FLAGS[@]}"
 done
 for _ in $(seq 100); do
-  [[ $(ns a-n1 "$BIN/gfnode" list | wc -l) -ge 4 ]] && break
+  [[ $(ns a-n1 "$BIN/gfnode" list | wc -l) -ge ${#NODES[@]} ]] && break
   sleep 0.2
 done
-ns a-n1 "$BIN/gfroute" set a b --streams 8 --socket-buffer 32M --cc cubic
+[[ $TUNING == hand ]] && ns a-n1 "$BIN/gfroute" set a b --streams 8 --socket-buffer 32M --cc cubic
+echo "topology $TOPO (${#NODES[@]} nodes), tuning $TUNING, agent flags: ${AGENT_FLAGS[*]:-none}" >&2
 
 # iperf3's best on the route, same run.
 ns b-n1 iperf3 -s -1 -B "${ADDR[b-n1]}" >/dev/null 2>&1 &
@@ -83,21 +95,30 @@ run() {  # run LABEL N MIB
   local label=$1 n=$2 mib=$3
   mkdir -p "$WORK/src-$label"
   for i in $(seq 1 "$n"); do
-    local f="$WORK/src-$label/f$i" node=a-n$((i % 2 + 1))
+    local f="$WORK/src-$label/f$i" node=${SRC_NODES[$((i % ${#SRC_NODES[@]}))]}
     head -c "$((mib * 1048576))" /dev/urandom >"$f"
     ns "$node" "$BIN/gfreg" "$f" "/$label/f$i" --node "$node" --key-file "$KEY" >/dev/null
     rm -f "$f"
   done
-  local out
+  local out t0 t1 fresh warm
+  fresh=$(cat "$WORK"/agent-a-*.log | grep -c '^.*sending path=' || true)
+  warm=$(cat "$WORK"/agent-a-*.log | grep -c 'sending path=.*(warm session)' || true)
+  sync
+  t0=$(date +%s.%N)
   out=$(ns a-n1 "$BIN/gfrep" -D b -r --json "/$label")
-  python3 - "$label" "$n" "$mib" "$IPERF" "$out" <<'PY'
+  t1=$(date +%s.%N)
+  fresh=$(($(cat "$WORK"/agent-a-*.log | grep -c 'sending path=' || true) - fresh))
+  warm=$(($(cat "$WORK"/agent-a-*.log | grep -c 'sending path=.*(warm session)' || true) - warm))
+  python3 - "$label" "$n" "$mib" "$IPERF" "$out" "$t0" "$t1" "$((fresh - warm))" <<'PY'
 import json, sys
 label, n, mib, iperf, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), json.loads(sys.argv[5])
-mbps = out["bytes_copied"] * 8 / out["seconds"] / 1e6
-print(f"| {label} | {n} x {mib} MiB | {out['state']} | {out['seconds']:.1f} | {mbps:.0f} | {iperf:.0f} | {mbps / iperf:.2f} |")
+wall = float(sys.argv[7]) - float(sys.argv[6])
+sessions = int(sys.argv[8])
+mbps = out["bytes_copied"] * 8 / wall / 1e6
+print(f"| {label} | {n} x {mib} MiB | {out['state']} | {wall:.1f} | {mbps:.0f} | {iperf:.0f} | {mbps / iperf:.2f} | {sessions} |")
 PY
 }
-echo "| workload | files | state | seconds | gfrep Mbit/s | iperf3 Mbit/s | ratio |"
-echo "|---|---|---|---:|---:|---:|---:|"
+echo "| workload | files | state | wall s | gfrep Mbit/s | iperf3 Mbit/s | ratio | sessions opened |"
+echo "|---|---|---|---:|---:|---:|---:|---:|"
 run large "$LARGE_N" "$LARGE_MIB"
 run small "$SMALL_N" "$SMALL_MIB"

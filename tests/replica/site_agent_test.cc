@@ -309,6 +309,36 @@ TEST_F(SiteAgentTest, ReplicatesFilesToEverySiteWithMatchingBytes) {
   }
 }
 
+TEST_F(SiteAgentTest, ManySmallFilesReuseWarmSessionsInsteadOfAConnectionSetEach) {
+  TestNode& a1 = StartNode("a1", "A");
+  TestNode& b1 = StartNode("b1", "B");
+  constexpr int kFiles = 60;
+  for (int i = 0; i < kFiles; ++i) {
+    Store("a1", "/small/f" + std::to_string(i), 20'000 + i * 1000, 500 + i);
+  }
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/small"};
+  spec.recursive = true;
+  spec.copies = 2;
+  catalog::Request r = Replicate(spec);
+  ASSERT_EQ(r.state, RequestState::kDone) << r.error;
+  EXPECT_EQ(r.files_done, static_cast<std::uint64_t>(kFiles));
+  for (int i = 0; i < kFiles; i += 7) {
+    std::string path = "/small/f" + std::to_string(i);
+    EXPECT_EQ(Bytes("b1", path), Bytes("a1", path)) << path;
+  }
+  // Each of b1's 2 workers opens one session (1 control + 4 data connections, the engine's
+  // default streams) and keeps it; a new session per file would be 60 x 5 connections.
+  // Allow a few more sessions for files that failed and were retried.
+  const std::uint64_t per_session = 1 + 4;
+  EXPECT_LE(a1.server->stats().connections_accepted, 4 * per_session);
+  SiteAgentStats st = b1.agent->stats();
+  EXPECT_GE(st.pulls_on_warm_sessions, static_cast<std::uint64_t>(kFiles - 4));
+  EXPECT_EQ(st.pulls_on_new_sessions + st.pulls_on_warm_sessions, static_cast<std::uint64_t>(kFiles));
+  EXPECT_GE(a1.server->stats().files_on_warm_sessions, st.pulls_on_warm_sessions);
+}
+
 TEST_F(SiteAgentTest, RemovedFilesAreUnlinkedFromTheSpoolsAndTheirReplicasForgotten) {
   StartNode("a1", "A");
   StartNode("b1", "B");

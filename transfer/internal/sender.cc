@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <deque>
@@ -206,6 +207,15 @@ bool IsConnectionFailure(const absl::Status& s) {
 
 }  // namespace
 
+std::uint64_t BlockSize(std::uint64_t bytes, std::size_t streams, std::uint64_t stripe_unit) {
+  constexpr std::uint64_t kFloor = 256 * 1024;
+  constexpr std::uint64_t kAlign = 64 * 1024;
+  if (streams == 0) return stripe_unit;
+  std::uint64_t share = (bytes + streams - 1) / streams;
+  share = (share + kAlign - 1) / kAlign * kAlign;
+  return std::clamp(share, std::min(kFloor, stripe_unit), stripe_unit);
+}
+
 SourceFile::~SourceFile() {
   if (fd >= 0) ::close(fd);
 }
@@ -289,7 +299,10 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
   int round = 0;
   std::optional<absl::StatusOr<std::string>> file_sum;
   for (;;) {
-    std::vector<ByteRange> blocks = SplitBlocks(missing, o.route.stripe_unit);
+    std::uint64_t missing_bytes = 0;
+    for (const ByteRange& r : missing) missing_bytes += r.size();
+    std::vector<ByteRange> blocks =
+        SplitBlocks(missing, BlockSize(missing_bytes, data.size(), o.route.stripe_unit));
     st.queue.assign(blocks.begin(), blocks.end());
     st.failed = false;
     std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;

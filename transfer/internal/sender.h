@@ -35,6 +35,12 @@ absl::StatusOr<std::shared_ptr<SourceFile>> OpenSource(const std::filesystem::pa
 // Reads exactly `n` bytes at `offset`. kAborted if the file is shorter now.
 absl::Status ReadSource(const SourceFile& src, std::uint64_t offset, void* buf, std::size_t n);
 
+// The block size for `bytes` still to send over `streams`: the stripe unit, or less for a
+// small file so that every stream carries a share of it (a 4 MiB file over 8 streams goes as
+// 8 blocks of 512 KiB, not as one block on one stream that needs a 4 MiB window), never
+// below 256 KiB (or the stripe unit, if smaller). Multiples of 64 KiB.
+std::uint64_t BlockSize(std::uint64_t bytes, std::size_t streams, std::uint64_t stripe_unit);
+
 // Sends the missing ranges over `data` (work stealing), then FINISH with the file checksum
 // on `ctrl`, re-sending blocks the receiver reports damaged. Returns when the receiver
 // confirmed the file is in place. A failure of our own (the source) is reported to the
