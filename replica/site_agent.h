@@ -43,6 +43,9 @@
 // catalog's record of the file (to check the copy) is read beside the pull, and the
 // CompleteTask call is made by a completer thread while the worker goes on with its next
 // file (the lease stays renewed until the catalog answered; at most 4 x workers copies wait).
+// A worker copying a small file (<= 64 MiB) claims its next task meanwhile; a worker that
+// stops with such a task gives it back (FailTask, retryable, no backoff). A pull with nothing
+// to resume asks for the whole file, whose bytes then follow the offer at once.
 //
 // Threading: Start() launches a heartbeat thread, a lease-renewal thread, an event
 // watcher, a sweep thread, `workers` copy threads and max(2, workers / 2) completer
@@ -60,6 +63,7 @@
 #include <deque>
 #include <cstdint>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -158,6 +162,13 @@ class SiteAgent {
   void HeartbeatLoop();
   void RenewLoop();
   void WatchLoop();
+  // A ClaimTask call running on its own thread, with the wake generation seen before it.
+  struct Claim {
+    std::string owner;
+    std::uint64_t seen = 0;
+    std::future<absl::StatusOr<catalog::Task>> result;
+  };
+  Claim StartClaim(std::uint64_t seen);
   void WorkerLoop();
   void CompleteLoop();
   int CompleterCount() const;
@@ -202,6 +213,7 @@ class SiteAgent {
   };
   std::deque<Completion> completions_;
   std::map<std::string, std::uint64_t> completing_;  // owner -> task id, being committed
+  std::map<std::string, std::uint64_t> claimed_ahead_;  // owner -> task id, not started yet
   SiteAgentStats stats_;                              // guarded by mu_
   using Stamp = std::chrono::steady_clock::time_point;
   std::map<std::string, std::pair<catalog::Node, Stamp>> node_cache_;    // guarded by mu_

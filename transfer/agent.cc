@@ -505,28 +505,44 @@ struct AgentServer::Impl {
     } else {
       offer["congestion"] = congestion;
     }
-    if (absl::Status s = co_await conn->SendControl(offer); !s.ok()) co_return s;
-    absl::StatusOr<Json> ranges = co_await conn->ReadControl();
-    if (!ranges.ok()) co_return co_await Fail(*conn, ranges.status());
-    absl::StatusOr<std::string> op = GetString(*ranges, "op");
-    absl::StatusOr<const Json*> list = internal::GetArray(*ranges, "ranges");
-    absl::StatusOr<std::uint64_t> resumed = internal::GetUint(*ranges, "resumed_bytes");
-    if (!op.ok() || *op != "ranges") co_return co_await Fail(*conn, absl::InvalidArgumentError("expected ranges"));
-    if (absl::Status bad = FirstError({list.status(), resumed.status()}); !bad.ok()) {
-      co_return co_await Fail(*conn, Malformed("ranges", bad));
+    // "whole": the receiver has nothing of this file and takes all of it, so the bytes follow
+    // the offer at once (no "ranges" round trip).
+    bool whole = false;
+    if (req.contains("whole")) {
+      absl::StatusOr<bool> w = internal::GetBool(req, "whole");
+      if (!w.ok()) co_return co_await Fail(*conn, Malformed("get", w.status()));
+      whole = *w;
     }
-    absl::StatusOr<std::vector<internal::ByteRange>> missing = internal::RangesFromJson(**list, (*src)->size);
-    if (!missing.ok()) co_return co_await Fail(*conn, missing.status());
+    if (absl::Status s = co_await conn->SendControl(offer); !s.ok()) co_return s;
+    std::vector<internal::ByteRange> missing;
+    std::uint64_t resumed = 0;
+    if (whole) {
+      if ((*src)->size > 0) missing.push_back({0, (*src)->size});
+    } else {
+      absl::StatusOr<Json> ranges = co_await conn->ReadControl();
+      if (!ranges.ok()) co_return co_await Fail(*conn, ranges.status());
+      absl::StatusOr<std::string> op = GetString(*ranges, "op");
+      absl::StatusOr<const Json*> list = internal::GetArray(*ranges, "ranges");
+      absl::StatusOr<std::uint64_t> resumed_bytes = internal::GetUint(*ranges, "resumed_bytes");
+      if (!op.ok() || *op != "ranges") co_return co_await Fail(*conn, absl::InvalidArgumentError("expected ranges"));
+      if (absl::Status bad = FirstError({list.status(), resumed_bytes.status()}); !bad.ok()) {
+        co_return co_await Fail(*conn, Malformed("ranges", bad));
+      }
+      absl::StatusOr<std::vector<internal::ByteRange>> asked = internal::RangesFromJson(**list, (*src)->size);
+      if (!asked.ok()) co_return co_await Fail(*conn, asked.status());
+      missing = std::move(*asked);
+      resumed = *resumed_bytes;
+    }
     if (session) {
       absl::StatusOr<std::vector<ConnPtr>> joined = co_await AwaitJoins(token, session, o, congestion);
       if (!joined.ok()) co_return co_await Fail(*conn, joined.status());
       data = std::move(*joined);
     }
     setup->cancel();
-    log->info("sending path={} size={} resumed={} streams={} to={}{}", *path, (*src)->size, *resumed,
+    log->info("sending path={} size={} resumed={} streams={} to={}{}", *path, (*src)->size, resumed,
               o.route.streams, peer, session ? "" : " (warm session)");
     absl::StatusOr<TransferStats> stats =
-        co_await internal::RunSender(*conn, data, *src, *missing, o, congestion, *resumed);
+        co_await internal::RunSender(*conn, data, *src, missing, o, congestion, resumed);
     if (!stats.ok()) co_return stats.status();
     log->info("sent path={} bytes={} secs={:.2f}", *path, stats->bytes_transferred, stats->seconds);
     co_return absl::OkStatus();

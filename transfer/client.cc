@@ -114,36 +114,64 @@ absl::StatusOr<Prepared> Prepare(const TransferOptions& options, const Endpoint&
   return p;
 }
 
+// Connects the session's data connections (TCP and hello) all at once, before the session
+// they will join exists: a pull does this while its control connection authenticates and
+// asks for the file.
+asio::awaitable<absl::StatusOr<std::vector<internal::ClientConnection>>> ConnectData(
+    const Endpoint& agent, const Prepared& p) {
+  auto log = internal::LoggerOf(p.options.logger);
+  const auto n = static_cast<std::size_t>(p.options.route.streams);
+  std::vector<internal::ClientConnection> data(n);
+  std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
+  for (std::size_t i = 0; i < n; ++i) {
+    tasks.push_back([&, i]() -> asio::awaitable<absl::Status> {
+      absl::StatusOr<internal::ClientConnection> c =
+          co_await internal::ConnectTo(agent, "data", p.options, p.tls.get(), *log);
+      if (!c.ok()) co_return c.status();
+      data[i] = std::move(*c);
+      co_return absl::OkStatus();
+    });
+  }
+  // On a failure the other connects end by themselves (refused, or their io_timeout).
+  absl::Status s = co_await internal::RunConcurrently(std::move(tasks));
+  if (!s.ok()) {
+    for (const internal::ClientConnection& c : data) {
+      if (c.conn) c.conn->Close();
+    }
+    co_return s;
+  }
+  co_return data;
+}
+
+// Joins connected data connections to session `token`, all at once.
+asio::awaitable<absl::StatusOr<std::vector<ConnPtr>>> JoinConnected(
+    const std::vector<internal::ClientConnection>& connected, const std::string& token,
+    const Prepared& p, std::string& congestion) {
+  auto log = internal::LoggerOf(p.options.logger);
+  std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
+  for (const internal::ClientConnection& c : connected) {
+    tasks.push_back([&]() { return internal::SendJoin(c, token, p.options); });
+  }
+  absl::Status s = co_await internal::RunConcurrently(std::move(tasks));
+  std::vector<ConnPtr> data;
+  for (const internal::ClientConnection& c : connected) data.push_back(c.conn);
+  if (!s.ok()) {
+    for (const ConnPtr& c : data) c->Close();
+    co_return s;
+  }
+  for (const ConnPtr& c : data) congestion = internal::TuneSocket(c->socket(), p.options.route, *log);
+  co_return data;
+}
+
 // Opens the session's data connections all at once: setup costs about three round trips
 // (connect, hello, join) whatever the stream count, not three per stream.
 asio::awaitable<absl::StatusOr<std::vector<ConnPtr>>> JoinAll(const Endpoint& agent,
                                                              const std::string& token,
                                                              const Prepared& p,
                                                              std::string& congestion) {
-  auto log = internal::LoggerOf(p.options.logger);
-  const auto n = static_cast<std::size_t>(p.options.route.streams);
-  std::vector<ConnPtr> data(n);
-  std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
-  for (std::size_t i = 0; i < n; ++i) {
-    tasks.push_back([&, i]() -> asio::awaitable<absl::Status> {
-      absl::StatusOr<ConnPtr> c =
-          co_await internal::JoinSession(agent, token, p.options, p.tls.get(), *log);
-      if (!c.ok()) co_return c.status();
-      data[i] = *c;
-      co_return absl::OkStatus();
-    });
-  }
-  // On a failure the other joins end by themselves (refused, or their io_timeout); the
-  // agent drops the session when not all of them arrive.
-  absl::Status s = co_await internal::RunConcurrently(std::move(tasks));
-  if (!s.ok()) {
-    for (const ConnPtr& c : data) {
-      if (c) c->Close();
-    }
-    co_return s;
-  }
-  for (const ConnPtr& c : data) congestion = internal::TuneSocket(c->socket(), p.options.route, *log);
-  co_return data;
+  absl::StatusOr<std::vector<internal::ClientConnection>> connected = co_await ConnectData(agent, p);
+  if (!connected.ok()) co_return connected.status();
+  co_return co_await JoinConnected(*connected, token, p, congestion);
 }
 
 asio::awaitable<absl::StatusOr<TransferStats>> AsyncPush(std::filesystem::path local,
@@ -302,6 +330,10 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
   auto ex = co_await asio::this_coro::executor;
   Json req{{"op", "get"}, {"path", remote_path}, {"options", RouteToJson(p->options)}};
   const std::string key = SessionKey(agent, p->options);
+  const std::filesystem::path abs_final = std::filesystem::absolute(final_path);
+  // Nothing to resume: ask for the whole file, which then follows the offer at once.
+  const bool whole = !HasRestartJournal(abs_final, tmp_dir);
+  if (whole) req["whole"] = true;
 
   // A warm session to this agent if there is one, else a new session.
   std::optional<SessionCache::Impl::Warm> warm;
@@ -325,19 +357,37 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
   }
   ConnPtr ctrl_conn;
   std::optional<SetupDeadline> deadline;
+  std::vector<ClientConnection> connected;  // a new session's data connections, not joined yet
   if (warm) {
     ctrl_conn = warm->ctrl;
     deadline.emplace(ex, ctrl_conn, p->options.io_timeout);
   } else {
-    absl::StatusOr<ClientConnection> ctrl =
-        co_await ConnectTo(agent, "control", p->options, p->tls.get(), *log);
-    if (!ctrl.ok()) co_return ctrl.status();
-    ctrl_conn = ctrl->conn;
+    // A new session: the control connection authenticates and asks for the file while the
+    // data connections connect beside it (they join once the offer names the session).
+    std::vector<std::function<asio::awaitable<absl::Status>()>> setup;
+    setup.push_back([&]() -> asio::awaitable<absl::Status> {
+      absl::StatusOr<ClientConnection> ctrl =
+          co_await ConnectTo(agent, "control", p->options, p->tls.get(), *log);
+      if (!ctrl.ok()) co_return ctrl.status();
+      ctrl_conn = ctrl->conn;
+      deadline.emplace(ex, ctrl_conn, p->options.io_timeout);
+      if (absl::Status s = co_await ctrl_conn->SendControl(req); !s.ok()) co_return s;
+      offer = co_await ctrl_conn->ReadControl();
+      co_return absl::OkStatus();  // a refusal in the offer is reported below
+    });
+    setup.push_back([&]() -> asio::awaitable<absl::Status> {
+      absl::StatusOr<std::vector<ClientConnection>> c = co_await ConnectData(agent, *p);
+      if (!c.ok()) co_return c.status();
+      connected = std::move(*c);
+      co_return absl::OkStatus();
+    });
+    absl::Status s = co_await RunConcurrently(std::move(setup));
+    if (!s.ok() || !offer.ok()) {
+      for (const ClientConnection& c : connected) c.conn->Close();
+    }
+    if (!offer.ok() && !absl::IsUnknown(offer.status())) co_return offer.status();
+    if (!s.ok()) co_return s;
     if (cache != nullptr) cache->impl().stats.opened += 1;
-    if (co_await CancellationRequested()) co_return cancelled;
-    deadline.emplace(ex, ctrl_conn, p->options.io_timeout);
-    if (absl::Status s = co_await ctrl_conn->SendControl(req); !s.ok()) co_return s;
-    offer = co_await ctrl_conn->ReadControl();
   }
   if (!offer.ok()) co_return offer.status();
   if (co_await CancellationRequested()) co_return cancelled;
@@ -350,9 +400,14 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
       (!warm && token->empty())) {
     co_return absl::DataLossError("unexpected reply to get");
   }
-  DestinationSpec spec{std::filesystem::absolute(final_path), tmp_dir, *size, *source_id,
-                       p->options.checksum, name, create_only};
+  DestinationSpec spec{abs_final, tmp_dir, *size, *source_id, p->options.checksum, name,
+                       create_only};
   absl::StatusOr<std::shared_ptr<DestinationFile>> dst = OpenDestination(spec);
+  if (dst.ok() && whole && (*dst)->resumed_bytes > 0) {
+    // Another pull of this destination left bytes between our look and the offer.
+    dst = absl::UnavailableError(fmt::format("a partial copy of {} appeared meanwhile; retry",
+                                             name.empty() ? abs_final.string() : name));
+  }
   if (!dst.ok()) {
     absl::Status w = co_await ctrl_conn->SendControl(ErrorJson(dst.status()));
     (void)w;  // ignored: we are reporting our own failure
@@ -361,9 +416,11 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
   if ((*dst)->resumed_bytes > 0) {
     log->info("resuming: {} of {} bytes already here", (*dst)->resumed_bytes, *size);
   }
-  std::vector<ByteRange> missing = (*dst)->received.Missing(*size);
-  Json ranges{{"op", "ranges"}, {"ranges", RangesToJson(missing)}, {"resumed_bytes", (*dst)->resumed_bytes}};
-  if (absl::Status s = co_await ctrl_conn->SendControl(ranges); !s.ok()) co_return s;
+  if (!whole) {
+    std::vector<ByteRange> missing = (*dst)->received.Missing(*size);
+    Json ranges{{"op", "ranges"}, {"ranges", RangesToJson(missing)}, {"resumed_bytes", (*dst)->resumed_bytes}};
+    if (absl::Status s = co_await ctrl_conn->SendControl(ranges); !s.ok()) co_return s;
+  }
   std::vector<ConnPtr> data;
   std::string session_congestion = *congestion;
   if (warm) {
@@ -371,7 +428,8 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
     if (session_congestion.empty()) session_congestion = warm->congestion;
   } else {
     std::string stream_congestion;
-    absl::StatusOr<std::vector<ConnPtr>> joined = co_await JoinAll(agent, *token, *p, stream_congestion);
+    absl::StatusOr<std::vector<ConnPtr>> joined =
+        co_await JoinConnected(connected, *token, *p, stream_congestion);
     if (!joined.ok()) co_return joined.status();
     data = std::move(*joined);
   }

@@ -39,7 +39,7 @@ cleanup() {
     wait "${PIDS[@]}" 2>/dev/null || true
   fi
   ((TOPO_UP)) && "$BIN/gftopo" down "$TOPO" >/dev/null 2>&1
-  rm -rf "$WORK"
+  if [[ -n ${KEEP_WORK:-} ]]; then echo "logs kept in $WORK" >&2; else rm -rf "$WORK"; fi
   exit "$rc"
 }
 trap cleanup EXIT
@@ -74,7 +74,7 @@ AGENT_FLAGS=()
 [[ -n ${SESSION_REUSE:-} ]] && AGENT_FLAGS+=(--session-reuse "$SESSION_REUSE")
 for n in "${NODES[@]}"; do
   start "agent-$n" "$n" "$BIN/gfsited" --listen "${ADDR[$n]}:0" --spool "$WORK/spool-$n" \
-    --site "${n%-n*}" --node "$n" --catalog "$GFREP_CATALOG" --key-file "$KEY" "${AGENT_FLAGS[@]}"
+    --site "${n%-n*}" --node "$n" --catalog "$GFREP_CATALOG" --key-file "$KEY" --log-level info "${AGENT_FLAGS[@]}"
 done
 for _ in $(seq 100); do
   [[ $(ns a-n1 "$BIN/gfnode" list | wc -l) -ge ${#NODES[@]} ]] && break

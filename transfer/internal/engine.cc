@@ -502,6 +502,18 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
   co_return out;
 }
 
+asio::awaitable<absl::Status> SendJoin(const ClientConnection& c, std::string_view token,
+                                       const TransferOptions& options) {
+  Json join{{"op", "join"}, {"token", std::string(token)},
+            {"mac", JoinMac(options.shared_key, token, c.server_nonce)}};
+  if (absl::Status s = co_await c.conn->SendControl(join); !s.ok()) co_return s;
+  absl::StatusOr<Json> r = co_await c.conn->ReadControl(kMaxPreAuthControlPayload);
+  if (!r.ok()) co_return r.status();
+  absl::StatusOr<std::string> op = GetString(*r, "op");
+  if (!op.ok() || *op != "joined") co_return absl::DataLossError("unexpected reply to join");
+  co_return absl::OkStatus();
+}
+
 asio::awaitable<absl::StatusOr<ConnPtr>> JoinSession(const Endpoint& endpoint,
                                                      std::string_view token,
                                                      const TransferOptions& options,
@@ -509,13 +521,7 @@ asio::awaitable<absl::StatusOr<ConnPtr>> JoinSession(const Endpoint& endpoint,
                                                      spdlog::logger& log) {
   absl::StatusOr<ClientConnection> c = co_await ConnectTo(endpoint, "data", options, tls_ctx, log);
   if (!c.ok()) co_return c.status();
-  Json join{{"op", "join"}, {"token", std::string(token)},
-            {"mac", JoinMac(options.shared_key, token, c->server_nonce)}};
-  if (absl::Status s = co_await c->conn->SendControl(join); !s.ok()) co_return s;
-  absl::StatusOr<Json> r = co_await c->conn->ReadControl(kMaxPreAuthControlPayload);
-  if (!r.ok()) co_return r.status();
-  absl::StatusOr<std::string> op = GetString(*r, "op");
-  if (!op.ok() || *op != "joined") co_return absl::DataLossError("unexpected reply to join");
+  if (absl::Status s = co_await SendJoin(*c, token, options); !s.ok()) co_return s;
   co_return c->conn;
 }
 

@@ -181,7 +181,10 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
                                                             const TransferOptions& options,
                                                             asio::ssl::context* tls_ctx,
                                                             spdlog::logger& log);
-// Client side of a data connection joining session `token`.
+// Joins a connected data connection (role "data") to session `token`.
+asio::awaitable<absl::Status> SendJoin(const ClientConnection& c, std::string_view token,
+                                       const TransferOptions& options);
+// Client side of a data connection joining session `token` (ConnectTo, then SendJoin).
 asio::awaitable<absl::StatusOr<ConnPtr>> JoinSession(const Endpoint& endpoint,
                                                      std::string_view token,
                                                      const TransferOptions& options,

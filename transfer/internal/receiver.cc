@@ -321,6 +321,12 @@ asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverSta
   }
 }
 
+// The name of a destination's partial file and journal: a function of the final path, so a
+// rerun finds them.
+std::string PartialKey(const std::filesystem::path& final_path) {
+  return fmt::format("{:016x}", XXH3_64bits(final_path.string().data(), final_path.string().size()));
+}
+
 struct FinishMessage {
   std::string checksum;    // the sender's end-to-end checksum
   std::string congestion;  // the sender's congestion control ("" if not said)
@@ -355,6 +361,11 @@ TransferStats MakeStats(const DestinationFile& dst, const ReceiverState& st,
 
 }  // namespace
 
+bool HasRestartJournal(const std::filesystem::path& final_path, const std::filesystem::path& tmp_dir) {
+  struct stat st {};
+  return ::lstat((tmp_dir / (PartialKey(final_path) + ".journal")).c_str(), &st) == 0 || errno != ENOENT;
+}
+
 DestinationFile::~DestinationFile() {
   if (fd >= 0) ::close(fd);  // releases the lock
 }
@@ -378,8 +389,7 @@ absl::StatusOr<std::shared_ptr<DestinationFile>> OpenDestination(const Destinati
   std::filesystem::create_directories(spec.tmp_dir, ec);
   if (ec)
     return absl::InternalError(fmt::format("create {}: {}", spec.tmp_dir.string(), ec.message()));
-  std::string key = fmt::format(
-      "{:016x}", XXH3_64bits(spec.final_path.string().data(), spec.final_path.string().size()));
+  std::string key = PartialKey(spec.final_path);
   d->part_path = spec.tmp_dir / (key + ".part");
   d->journal_path = spec.tmp_dir / (key + ".journal");
   // The lock comes before the journal or the partial file is read or changed.

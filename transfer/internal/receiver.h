@@ -70,6 +70,11 @@ struct DestinationFile {
 // destination; kResourceExhausted when the disk lacks room.
 absl::StatusOr<std::shared_ptr<DestinationFile>> OpenDestination(const DestinationSpec& spec);
 
+// True if a restart journal exists for the destination `final_path` (absolute) in `tmp_dir`:
+// a previous run left bytes to resume from. A pull without one asks for the whole file in
+// its request and saves the round trip of the "ranges" message.
+bool HasRestartJournal(const std::filesystem::path& final_path, const std::filesystem::path& tmp_dir);
+
 asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vector<ConnPtr> data,
                                                            std::shared_ptr<DestinationFile> dst,
                                                            const TransferOptions& options,
