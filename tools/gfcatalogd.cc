@@ -56,6 +56,12 @@ int main(int argc, char** argv) {
                  "destination; its open tasks are planned elsewhere)")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
+  int open_per_node = replica::PlannerOptions{}.max_open_tasks_per_node;
+  app.add_option("--max-open-tasks-per-node", open_per_node,
+                 "Planner: queued or leased tasks per destination node at most (at least the "
+                 "node's gfsited --workers, plus room for claims ahead and commits in flight)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   auto log = tools::MakeLogger(kProgram, common);
 
@@ -98,6 +104,7 @@ int main(int argc, char** argv) {
     planner_options.catalog = store->get();
     planner_options.logger = log;
     planner_options.heartbeat_timeout = std::chrono::seconds(node_timeout_s);
+    planner_options.max_open_tasks_per_node = open_per_node;
     absl::StatusOr<std::unique_ptr<replica::Planner>> p = replica::Planner::Create(planner_options);
     if (!p.ok()) return tools::Fail(kProgram, p.status().ToString());
     planner = std::move(*p);

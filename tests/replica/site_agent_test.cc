@@ -339,6 +339,55 @@ TEST_F(SiteAgentTest, ManySmallFilesReuseWarmSessionsInsteadOfAConnectionSetEach
   EXPECT_GE(a1.server->stats().files_on_warm_sessions, st.pulls_on_warm_sessions);
 }
 
+TEST_F(SiteAgentTest, ASourceKilledMidPipelineLeavesNoWrongReplicaAndTheRestFailClearly) {
+  TestNode& a1 = StartNode("a1", "A");
+  TestNode& b1 = StartNode("b1", "B");
+  constexpr int kFiles = 80;
+  for (int i = 0; i < kFiles; ++i) Store("a1", "/p/f" + std::to_string(i), 3 << 20, 900 + i);
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/p"};
+  spec.recursive = true;
+  spec.copies = 2;
+  auto r = cat_->CreateRequest(spec);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Once a few files came over warm sessions, the source's transfer agent dies.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (b1.agent->stats().tasks_done < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  a1.server->Stop();
+  a1.server_thread.join();
+  const std::uint64_t done_at_kill = b1.agent->stats().tasks_done;
+  ASSERT_GE(done_at_kill, 3u);
+  ASSERT_LT(done_at_kill, static_cast<std::uint64_t>(kFiles)) << "the copy ended before the kill";
+  ASSERT_TRUE(WaitForCatalog([&] {
+    auto now = cat_->GetRequest(r->id);
+    return now.ok() && (now->state == RequestState::kDone || now->state == RequestState::kFailed);
+  }));
+  catalog::Request first = *cat_->GetRequest(r->id);
+  EXPECT_EQ(first.state, RequestState::kFailed);
+  EXPECT_EQ(first.files_done + first.files_failed, static_cast<std::uint64_t>(kFiles));
+  EXPECT_GE(first.files_done, done_at_kill);
+  EXPECT_NE(first.error.find("a1"), std::string::npos) << first.error;
+  // Every replica b1 holds as complete has the source's bytes; no other file of b1 exists.
+  std::uint64_t complete_at_b1 = 0;
+  for (int i = 0; i < kFiles; ++i) {
+    std::string path = "/p/f" + std::to_string(i);
+    std::optional<catalog::Replica> rec = RecordOf(path, "b1");
+    auto attrs = cat_->Stat(path);
+    ASSERT_TRUE(attrs.ok());
+    if (rec && rec->state == catalog::ReplicaState::kComplete) {
+      ++complete_at_b1;
+      fs::path want = ReplicaFile(a1.spool, attrs->inode, attrs->generation);
+      EXPECT_EQ(Bytes("b1", path), gfrep::testing::ReadFile(want)) << path;
+    } else {
+      EXPECT_FALSE(HasFilesOf("b1", attrs->inode)) << path << " has bytes but no complete replica";
+    }
+  }
+  EXPECT_EQ(complete_at_b1, first.files_done);
+}
+
 TEST_F(SiteAgentTest, RemovedFilesAreUnlinkedFromTheSpoolsAndTheirReplicasForgotten) {
   StartNode("a1", "A");
   StartNode("b1", "B");
