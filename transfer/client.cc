@@ -163,15 +163,31 @@ asio::awaitable<absl::StatusOr<std::vector<ConnPtr>>> JoinConnected(
   co_return data;
 }
 
-// Opens the session's data connections all at once: setup costs about three round trips
-// (connect, hello, join) whatever the stream count, not three per stream.
-asio::awaitable<absl::StatusOr<std::vector<ConnPtr>>> JoinAll(const Endpoint& agent,
-                                                             const std::string& token,
-                                                             const Prepared& p,
-                                                             std::string& congestion) {
-  absl::StatusOr<std::vector<internal::ClientConnection>> connected = co_await ConnectData(agent, p);
-  if (!connected.ok()) co_return connected.status();
-  co_return co_await JoinConnected(*connected, token, p, congestion);
+// Runs `control` (connect, request, reply on the control connection) while the session's
+// data connections connect beside it, so that they only have to join once the reply names
+// the session. `connected` holds them when both succeeded; a failure of either is returned
+// (the control's first: it carries the agent's answer).
+asio::awaitable<absl::Status> ControlBesideData(const Endpoint& agent, const Prepared& p,
+                                                std::function<asio::awaitable<absl::Status>()> control,
+                                                std::vector<internal::ClientConnection>& connected) {
+  absl::Status control_status = absl::OkStatus();
+  std::vector<std::function<asio::awaitable<absl::Status>()>> setup;
+  setup.push_back([&]() -> asio::awaitable<absl::Status> {
+    control_status = co_await control();
+    co_return absl::OkStatus();  // reported first, below
+  });
+  setup.push_back([&]() -> asio::awaitable<absl::Status> {
+    absl::StatusOr<std::vector<internal::ClientConnection>> c = co_await ConnectData(agent, p);
+    if (!c.ok()) co_return c.status();
+    connected = std::move(*c);
+    co_return absl::OkStatus();
+  });
+  absl::Status s = co_await internal::RunConcurrently(std::move(setup));
+  if (!control_status.ok() || !s.ok()) {
+    for (const internal::ClientConnection& c : connected) c.conn->Close();
+    connected.clear();
+  }
+  co_return control_status.ok() ? s : control_status;
 }
 
 asio::awaitable<absl::StatusOr<TransferStats>> AsyncPush(std::filesystem::path local,
@@ -182,16 +198,27 @@ asio::awaitable<absl::StatusOr<TransferStats>> AsyncPush(std::filesystem::path l
   auto log = internal::LoggerOf(p->options.logger);
   absl::StatusOr<std::shared_ptr<internal::SourceFile>> src = internal::OpenSource(local);
   if (!src.ok()) co_return src.status();
-  absl::StatusOr<internal::ClientConnection> ctrl =
-      co_await internal::ConnectTo(agent, "control", p->options, p->tls.get(), *log);
-  if (!ctrl.ok()) co_return ctrl.status();
   auto ex = co_await asio::this_coro::executor;
-  std::optional<SetupDeadline> deadline(std::in_place, ex, ctrl->conn, p->options.io_timeout);
-  Json req{{"op", "put"}, {"path", remote_path}, {"size", (*src)->size},
-           {"source_id", (*src)->source_id}, {"options", internal::RouteToJson(p->options)}};
-  if (absl::Status s = co_await ctrl->conn->SendControl(req); !s.ok()) co_return s;
-  absl::StatusOr<Json> session = co_await ctrl->conn->ReadControl();
-  if (!session.ok()) co_return session.status();
+  ConnPtr ctrl_conn;
+  std::optional<SetupDeadline> deadline;
+  absl::StatusOr<Json> session = absl::UnknownError("no reply");
+  std::vector<internal::ClientConnection> connected;
+  absl::Status setup = co_await ControlBesideData(
+      agent, *p,
+      [&]() -> asio::awaitable<absl::Status> {
+        absl::StatusOr<internal::ClientConnection> ctrl =
+            co_await internal::ConnectTo(agent, "control", p->options, p->tls.get(), *log);
+        if (!ctrl.ok()) co_return ctrl.status();
+        ctrl_conn = ctrl->conn;
+        deadline.emplace(ex, ctrl_conn, p->options.io_timeout);
+        Json req{{"op", "put"}, {"path", remote_path}, {"size", (*src)->size},
+                 {"source_id", (*src)->source_id}, {"options", internal::RouteToJson(p->options)}};
+        if (absl::Status s = co_await ctrl_conn->SendControl(req); !s.ok()) co_return s;
+        session = co_await ctrl_conn->ReadControl();
+        co_return session.status();
+      },
+      connected);
+  if (!setup.ok()) co_return setup;
   absl::StatusOr<std::string> op = GetString(*session, "op");
   absl::StatusOr<const Json*> missing_json = internal::GetArray(*session, "missing");
   absl::StatusOr<std::uint64_t> resumed = GetUint(*session, "resumed_bytes");
@@ -203,10 +230,10 @@ asio::awaitable<absl::StatusOr<TransferStats>> AsyncPush(std::filesystem::path l
   if (!missing.ok()) co_return missing.status();
   if (*resumed > 0) log->info("resuming: the agent already holds {} of {} bytes", *resumed, (*src)->size);
   std::string congestion;
-  absl::StatusOr<std::vector<ConnPtr>> data = co_await JoinAll(agent, *token, *p, congestion);
+  absl::StatusOr<std::vector<ConnPtr>> data = co_await JoinConnected(connected, *token, *p, congestion);
   if (!data.ok()) co_return data.status();
   deadline.reset();
-  co_return co_await internal::RunSender(*ctrl->conn, *data, *src, *missing, p->options, congestion, *resumed);
+  co_return co_await internal::RunSender(*ctrl_conn, *data, *src, *missing, p->options, congestion, *resumed);
 }
 
 // The destination agent's progress and done messages, read field by field.
@@ -364,28 +391,19 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
   } else {
     // A new session: the control connection authenticates and asks for the file while the
     // data connections connect beside it (they join once the offer names the session).
-    std::vector<std::function<asio::awaitable<absl::Status>()>> setup;
-    setup.push_back([&]() -> asio::awaitable<absl::Status> {
-      absl::StatusOr<ClientConnection> ctrl =
-          co_await ConnectTo(agent, "control", p->options, p->tls.get(), *log);
-      if (!ctrl.ok()) co_return ctrl.status();
-      ctrl_conn = ctrl->conn;
-      deadline.emplace(ex, ctrl_conn, p->options.io_timeout);
-      if (absl::Status s = co_await ctrl_conn->SendControl(req); !s.ok()) co_return s;
-      offer = co_await ctrl_conn->ReadControl();
-      co_return absl::OkStatus();  // a refusal in the offer is reported below
-    });
-    setup.push_back([&]() -> asio::awaitable<absl::Status> {
-      absl::StatusOr<std::vector<ClientConnection>> c = co_await ConnectData(agent, *p);
-      if (!c.ok()) co_return c.status();
-      connected = std::move(*c);
-      co_return absl::OkStatus();
-    });
-    absl::Status s = co_await RunConcurrently(std::move(setup));
-    if (!s.ok() || !offer.ok()) {
-      for (const ClientConnection& c : connected) c.conn->Close();
-    }
-    if (!offer.ok() && !absl::IsUnknown(offer.status())) co_return offer.status();
+    absl::Status s = co_await ControlBesideData(
+        agent, *p,
+        [&]() -> asio::awaitable<absl::Status> {
+          absl::StatusOr<ClientConnection> ctrl =
+              co_await ConnectTo(agent, "control", p->options, p->tls.get(), *log);
+          if (!ctrl.ok()) co_return ctrl.status();
+          ctrl_conn = ctrl->conn;
+          deadline.emplace(ex, ctrl_conn, p->options.io_timeout);
+          if (absl::Status w = co_await ctrl_conn->SendControl(req); !w.ok()) co_return w;
+          offer = co_await ctrl_conn->ReadControl();
+          co_return offer.status();
+        },
+        connected);
     if (!s.ok()) co_return s;
     if (cache != nullptr) cache->impl().stats.opened += 1;
   }

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""gfcp vs iperf3 vs GridFTP on lfn-1g (200 ms RTT, 1 Gbit/s), by wall clock, same run.
+
+  sudo GFREP_BIN=build/bin tests/bench/gfcp_lfn_vs_gridftp.py [--size 2G] [--streams 1,4,16,32]
+
+Per stream count N, tuned buffers (namespace limits 128 MiB, 32 MiB per stream), cubic:
+  iperf3 -P N -w 32M, 8 s timed, first 2 s omitted (its best: no setup, no slow start);
+  gfcp -p N --buffer 32M of a SIZE random file from /dev/shm to a gfsited spool in /dev/shm,
+      rate = file bytes / wall time of the gfcp process (setup, slow start, checksums);
+  globus-url-copy -p N -tcp-bs 32M of the same file to a GridFTP server in the far namespace
+      (anonymous, writing to /dev/shm), rate = file bytes / wall time of globus-url-copy.
+Prints one markdown row per N with the ratios gfcp/iperf3 and gfcp/GridFTP.
+"""
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lfn_testbed as tb  # noqa: E402
+
+GFSITED_PORT = 7000
+GRIDFTP_PORT = 7100
+HOSTS_DIR = "/etc/netns/gfrep-b-n1"
+TUNED = ("4096 131072 134217728", "4096 16384 134217728")
+
+
+def timed(argv, node):
+    t0 = time.time()
+    r = subprocess.run(tb.in_ns(node, argv), capture_output=True, text=True, timeout=900)
+    secs = time.time() - t0
+    if r.returncode != 0:
+        raise RuntimeError(f"{argv[0]}: {(r.stderr or r.stdout).strip()[:300]}")
+    return secs
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--size", default="2G")
+    p.add_argument("--streams", default="1,4,16,32")
+    args = p.parse_args()
+    streams = [int(s) for s in args.streams.split(",")]
+    print(tb.machine_notes(), flush=True)
+    src = "/dev/shm/gfrep-bench-src"
+    key = "/dev/shm/gfrep-bench-key"
+    spool = "/dev/shm/gfrep-bench-spool"
+    gdst = "/dev/shm/gfrep-bench-gridftp"
+    rows = []
+    try:
+        subprocess.run(f"head -c {args.size} /dev/urandom > {src}", shell=True, check=True)
+        size = os.path.getsize(src)
+        for d in (spool, gdst):
+            os.makedirs(d, exist_ok=True)
+        os.chmod(gdst, 0o777)
+        with tb.topology("lfn-1g"):
+            a = tb.addr("lfn-1g", "a-n1")
+            b = tb.addr("lfn-1g", "b-n1")
+            for node in ("a-n1", "b-n1"):
+                subprocess.run(tb.in_ns(node, ["sysctl", "-q", "-w", f"net.ipv4.tcp_rmem={TUNED[0]}",
+                                               f"net.ipv4.tcp_wmem={TUNED[1]}"]), check=True)
+            gfsited = [os.path.join(tb.BIN, "gfsited"), "--listen", f"{b}:{GFSITED_PORT}",
+                       "--spool", spool, "--key-file", key, "--buffer", "32M"]
+            gridftp = ["globus-gridftp-server", "-aa", "-anonymous-user", "nobody", "-p",
+                       str(GRIDFTP_PORT), "-control-interface", b, "-data-interface", b]
+            # The GridFTP server resolves its own address and the host name; in the far
+            # namespace that needs a hosts entry (ip netns exec bind-mounts this file over
+            # /etc/hosts for that namespace only). Removed at the end.
+            os.makedirs(HOSTS_DIR, exist_ok=True)
+            with open(os.path.join(HOSTS_DIR, "hosts"), "w") as h:
+                h.write(f"127.0.0.1 localhost\n{b} b-n1 {socket.gethostname()}\n")
+            with tb.servers((("b-n1", gfsited, "listening on"))):
+                gsrv = subprocess.Popen(tb.in_ns("b-n1", gridftp), stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+                try:
+                    time.sleep(2)
+                    for n in streams:
+                        with tb.servers(tb.iperf_server("b-n1")):
+                            ip = tb.iperf("a-n1", b, streams=n, seconds=8, window="32M",
+                                          cc="cubic")
+                        secs = timed([os.path.join(tb.BIN, "gfcp"), "-p", str(n), "--buffer",
+                                      "32M", "--cc", "cubic", "--key-file", key, src,
+                                      f"gf://{b}:{GFSITED_PORT}/f{n}"], "a-n1")
+                        gf = size * 8 / secs / 1e6
+                        for f in os.listdir(spool):
+                            subprocess.run(["rm", "-rf", os.path.join(spool, f)])
+                        try:
+                            gsecs = timed(["globus-url-copy", "-p", str(n), "-tcp-bs", "32M",
+                                           f"file://{src}",
+                                           f"ftp://{b}:{GRIDFTP_PORT}{gdst}/f{n}"], "a-n1")
+                            gt = size * 8 / gsecs / 1e6
+                        except (RuntimeError, subprocess.TimeoutExpired) as e:
+                            print(f"  GridFTP P{n}: FAILED {e}", flush=True)
+                            gt = 0.0
+                        for f in os.listdir(gdst):
+                            os.remove(os.path.join(gdst, f))
+                        rows.append((n, ip, gf, gt))
+                        print(f"  P{n}: iperf3 {ip:.0f} gfcp-wall {gf:.0f} gridftp-wall {gt:.0f} "
+                              f"(load {tb.loadavg()})", flush=True)
+                finally:
+                    gsrv.terminate()
+                    gsrv.wait(timeout=10)
+    finally:
+        for path in (src, key):
+            if os.path.exists(path):
+                os.remove(path)
+        for d in (spool, gdst, HOSTS_DIR):
+            shutil.rmtree(d, ignore_errors=True)
+        try:
+            os.rmdir("/etc/netns")  # only if nothing else is there
+        except OSError:
+            pass
+    print("\n| streams | iperf3 Mbit/s | gfcp (wall) Mbit/s | GridFTP (wall) Mbit/s | gfcp/iperf3 | gfcp/GridFTP |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for n, ip, gf, gt in rows:
+        ratio_g = f"{gf / gt:.2f}" if gt else "-"
+        print(f"| {n} | {ip:.0f} | {gf:.0f} | {gt:.0f} | {gf / ip:.2f} | {ratio_g} |")
+
+
+if __name__ == "__main__":
+    main()
