@@ -278,7 +278,8 @@ int main(int argc, char** argv) {
                              r.files_done, r.files_total, r.files_failed, Human(moved), secs,
                              Mbps(moved, secs));
     for (const auto& [route, t] : snap.routes) {
-      std::cout << fmt::format("  route {}: {} files, {}\n", route, t.files, Human(t.bytes));
+      std::cout << fmt::format("  route {}: {} files, {}, {:.0f} Mbit/s\n", route, t.files,
+                               Human(t.bytes), Mbps(t.bytes, secs));
     }
   }
   if (timed_out) {

@@ -11,6 +11,12 @@
 # TUNING=self (default): no route settings and no buffer flags, what a new user gets.
 # TUNING=hand: gfroute set a b --streams 8 --socket-buffer 32M --cc cubic, gfsited --buffer 32M.
 # WORKERS=N passes --workers N to gfsited; SESSION_REUSE=false turns warm sessions off.
+# Other topologies: SRC_SITE/DST_SITE (default a/b), PAIRS=K runs agents on the first K nodes
+# of each site only, IPERF_PAIRS="jp-n1:us-n1 jp-n4:us-n4" measures iperf3 on several node
+# pairs at once and sums them (the reference for a topology of several routes). A workload
+# with N=0 files is skipped.
+#   sudo GFREP_BIN=build/bin TOPO=tools/topologies/transpac.topo SRC_SITE=jp DST_SITE=us \
+#     PAIRS=4 IPERF_PAIRS="jp-n1:us-n1 jp-n4:us-n4" LARGE_N=4 SMALL_N=0 tests/bench/replication_lfn.sh
 #   sudo GFREP_BIN=build/bin LARGE_N=4 LARGE_MIB=1024 SMALL_N=1000 tests/bench/replication_lfn.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,9 +27,14 @@ SMALL_N=${SMALL_N:-1000}
 SMALL_MIB=${SMALL_MIB:-4}
 TOPO=${TOPO:-tests/bench/replication_lfn.topo}
 TUNING=${TUNING:-self}
-# Node names from the topology: "site a nodes=2" -> a-n1 a-n2.
-mapfile -t NODES < <(awk '$1 == "site" { split($3, kv, "="); for (i = 1; i <= kv[2]; i++) print $2 "-n" i }' "$TOPO")
-mapfile -t SRC_NODES < <(printf '%s\n' "${NODES[@]}" | grep '^a-')
+SRC_SITE=${SRC_SITE:-a}
+DST_SITE=${DST_SITE:-b}
+# Node names from the topology: "site a nodes=2" -> a-n1 a-n2 (the first PAIRS of each site).
+mapfile -t NODES < <(awk -v k="${PAIRS:-0}" '$1 == "site" { split($3, kv, "="); n = kv[2];
+  if (k > 0 && k < n) n = k; for (i = 1; i <= n; i++) print $2 "-n" i }' "$TOPO")
+mapfile -t SRC_NODES < <(printf '%s\n' "${NODES[@]}" | grep "^$SRC_SITE-")
+FIRST_SRC=${SRC_NODES[0]}
+IPERF_PAIRS=${IPERF_PAIRS:-$FIRST_SRC:$DST_SITE-n1}
 [[ $(id -u) == 0 ]] || { echo "replication_lfn: needs root (network namespaces)" >&2; exit 2; }
 
 WORK=$(mktemp -d /dev/shm/gfrep-replbench.XXXXXX)
@@ -65,7 +76,7 @@ TOPO_UP=1
 "$BIN/gftopo" up "$TOPO" >&2
 declare -A ADDR
 for n in "${NODES[@]}"; do ADDR[$n]=$("$BIN/gftopo" addr "$TOPO" "$n"); done
-start catalog a-n1 "$BIN/gfcatalogd" --db "$WORK/db" --listen "${ADDR[a-n1]}:0"
+start catalog "$FIRST_SRC" "$BIN/gfcatalogd" --db "$WORK/db" --listen "${ADDR[$FIRST_SRC]}:0"
 export GFREP_CATALOG=$LISTEN
 KEY=$WORK/key
 AGENT_FLAGS=()
@@ -77,22 +88,35 @@ for n in "${NODES[@]}"; do
     --site "${n%-n*}" --node "$n" --catalog "$GFREP_CATALOG" --key-file "$KEY" --log-level info "${AGENT_FLAGS[@]}"
 done
 for _ in $(seq 100); do
-  [[ $(ns a-n1 "$BIN/gfnode" list | wc -l) -ge ${#NODES[@]} ]] && break
+  [[ $(ns "$FIRST_SRC" "$BIN/gfnode" list | wc -l) -ge ${#NODES[@]} ]] && break
   sleep 0.2
 done
-[[ $TUNING == hand ]] && ns a-n1 "$BIN/gfroute" set a b --streams 8 --socket-buffer 32M --cc cubic
+[[ $TUNING == hand ]] && ns "$FIRST_SRC" "$BIN/gfroute" set "$SRC_SITE" "$DST_SITE" --streams 8 --socket-buffer 32M --cc cubic
 echo "topology $TOPO (${#NODES[@]} nodes), tuning $TUNING, agent flags: ${AGENT_FLAGS[*]:-none}" >&2
 
-# iperf3's best on the route, same run.
-ns b-n1 iperf3 -s -1 -B "${ADDR[b-n1]}" >/dev/null 2>&1 &
-PIDS+=($!)
-sleep 0.5
-IPERF=$(ns a-n1 iperf3 -c "${ADDR[b-n1]}" -P 8 -w 32M -C cubic -t 10 -O 2 -J |
-  python3 -c 'import json,sys; print(round(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e6))')
-echo "iperf3 best: $IPERF Mbit/s" >&2
+# iperf3's best on the route(s), same run: each pair at once, summed.
+IPERF=0
+IPIDS=()
+i=0
+for pair in $IPERF_PAIRS; do
+  c=${pair%%:*} sv=${pair##*:}
+  sv_addr=$("$BIN/gftopo" addr "$TOPO" "$sv")
+  ns "$sv" iperf3 -s -1 -B "$sv_addr" >/dev/null 2>&1 &
+  PIDS+=($!)
+  sleep 0.5
+  ns "$c" iperf3 -c "$sv_addr" -P 8 -w 32M -C cubic -t 10 -O 2 -J >"$WORK/iperf-$i.json" &
+  IPIDS+=($!)
+  i=$((i + 1))
+done
+wait "${IPIDS[@]}"
+for f in "$WORK"/iperf-*.json; do
+  IPERF=$(python3 -c 'import json,sys; print(round(float(sys.argv[2]) + json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]/1e6))' "$f" "$IPERF")
+done
+echo "iperf3 best: $IPERF Mbit/s ($IPERF_PAIRS)" >&2
 
 run() {  # run LABEL N MIB
   local label=$1 n=$2 mib=$3
+  ((n > 0)) || return 0
   mkdir -p "$WORK/src-$label"
   for i in $(seq 1 "$n"); do
     local f="$WORK/src-$label/f$i" node=${SRC_NODES[$((i % ${#SRC_NODES[@]}))]}
@@ -101,14 +125,14 @@ run() {  # run LABEL N MIB
     rm -f "$f"
   done
   local out t0 t1 fresh warm
-  fresh=$(cat "$WORK"/agent-a-*.log | grep -c '^.*sending path=' || true)
-  warm=$(cat "$WORK"/agent-a-*.log | grep -c 'sending path=.*(warm session)' || true)
+  fresh=$(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=' || true)
+  warm=$(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=.*(warm session)' || true)
   sync
   t0=$(date +%s.%N)
-  out=$(ns a-n1 "$BIN/gfrep" -D b -r --json "/$label")
+  out=$(ns "$FIRST_SRC" "$BIN/gfrep" -D "$DST_SITE" -r --json "/$label")
   t1=$(date +%s.%N)
-  fresh=$(($(cat "$WORK"/agent-a-*.log | grep -c 'sending path=' || true) - fresh))
-  warm=$(($(cat "$WORK"/agent-a-*.log | grep -c 'sending path=.*(warm session)' || true) - warm))
+  fresh=$(($(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=' || true) - fresh))
+  warm=$(($(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=.*(warm session)' || true) - warm))
   python3 - "$label" "$n" "$mib" "$IPERF" "$out" "$t0" "$t1" "$((fresh - warm))" <<'PY'
 import json, sys
 label, n, mib, iperf, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), json.loads(sys.argv[5])
