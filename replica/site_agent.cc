@@ -19,6 +19,7 @@
 
 #include "replica/internal/spool_keeper.h"
 #include "replica/spool.h"
+#include "transfer/agent.h"
 #include "transfer/checksum.h"
 #include "transfer/client.h"
 #include "transfer/spool_names.h"
@@ -50,6 +51,10 @@ std::optional<std::uint64_t> TaskIdOf(const std::string& name) {
 }
 
 }  // namespace
+
+int StreamsWithinPeerLimit(int workers) {
+  return std::max(1, transfer::kDefaultMaxConnectionsPerPeer / std::max(1, workers) - 1);
+}
 
 absl::Status Validate(const SiteAgentOptions& o) {
   if (o.catalog == nullptr) return absl::InvalidArgumentError("site agent needs a catalog");
@@ -661,6 +666,19 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   transfer::TransferOptions topts = options_.transfer;
   topts.route = ToRouteOptions(*route, topts.route);
   if (!topts.logger) topts.logger = log_;
+  // Every worker may hold a session (1 + streams connections) to the same source agent, warm
+  // or busy: keep them all within a source agent's default per-peer limit, or it would close
+  // the excess connections at once and copies would fail.
+  const int max_streams = StreamsWithinPeerLimit(options_.workers);
+  if (topts.route.streams > max_streams) {
+    if (!warned_stream_cap_.exchange(true)) {
+      log_->warn("route {}->{} asks for {} streams; using {} so that {} workers x (streams + 1) "
+                 "connections stay within a source agent's limit of {} per peer",
+                 route->src_site, route->dst_site, topts.route.streams, max_streams,
+                 options_.workers, transfer::kDefaultMaxConnectionsPerPeer);
+    }
+    topts.route.streams = max_streams;
+  }
   std::string task_name = fmt::format("task-{}", task.id);
   fs::path staging = options_.spool / kStagingDir / task_name;
   fs::path tmp = options_.spool / kTmpDir / task_name;

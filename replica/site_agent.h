@@ -124,6 +124,11 @@ struct SiteAgentOptions {
 
 absl::Status Validate(const SiteAgentOptions& options);
 
+// The most streams per copy for which `workers` sessions to one source agent (1 + streams
+// connections each) stay within transfer::kDefaultMaxConnectionsPerPeer: a route asking for
+// more is reduced to this (logged once). At least 1.
+int StreamsWithinPeerLimit(int workers);
+
 struct SiteAgentStats {
   std::uint64_t tasks_done = 0;
   std::uint64_t tasks_failed = 0;  // attempts that failed
@@ -203,6 +208,7 @@ class SiteAgent {
   std::uint64_t wake_generation_ = 0;                 // guarded by mu_
   bool sweep_wanted_ = false;                         // guarded by mu_
   std::atomic<std::uint64_t> claims_{0};
+  std::atomic<bool> warned_stream_cap_{false};
   // Claim owner -> its attempt, guarded by mu_ (the Running lives on the worker's stack).
   std::map<std::string, Running*> running_;
   // Copies in place and verified, waiting for their CompleteTask (guarded by mu_).

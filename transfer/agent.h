@@ -31,6 +31,10 @@
 
 namespace gfrep::transfer {
 
+// Default of AgentOptions::max_connections_per_peer (clients that keep many sessions open,
+// such as a site agent's workers, size themselves to stay under it).
+inline constexpr int kDefaultMaxConnectionsPerPeer = 256;
+
 struct AgentOptions {
   // Address to bind, e.g. "127.0.0.1:0".
   std::string listen = "127.0.0.1:0";
@@ -48,7 +52,7 @@ struct AgentOptions {
   int max_connections = 1024;
   // Connections served at once from one peer address (a transfer with N streams uses N+1,
   // and one site agent runs several transfers). 1..max_connections.
-  int max_connections_per_peer = 256;
+  int max_connections_per_peer = kDefaultMaxConnectionsPerPeer;
   // A session kept open by its client for more files (SessionCache in client.h) is closed
   // after this long without a request.
   std::chrono::milliseconds session_idle{60000};

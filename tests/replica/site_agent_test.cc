@@ -388,6 +388,35 @@ TEST_F(SiteAgentTest, ASourceKilledMidPipelineLeavesNoWrongReplicaAndTheRestFail
   EXPECT_EQ(complete_at_b1, first.files_done);
 }
 
+TEST_F(SiteAgentTest, ManyWorkersWithManyStreamsStayWithinTheSourcesPerPeerLimit) {
+  EXPECT_EQ(StreamsWithinPeerLimit(16), 15);
+  EXPECT_EQ(StreamsWithinPeerLimit(4), 63);
+  EXPECT_EQ(StreamsWithinPeerLimit(256), 1);
+  // 16 workers opening sessions of 32 streams at once would be 16 x 33 = 528 connections
+  // from one address against the source's limit of 256: the excess is closed at once and
+  // those copies fail. The agent uses 15 streams instead.
+  TestNode& a1 = StartNode("a1", "A");
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  StartAgent(b1, [](SiteAgentOptions& o) { o.workers = 16; });  // creates site B
+  catalog::Route route;
+  route.src_site = "A";
+  route.dst_site = "B";
+  route.streams = 32;
+  route.stripe_unit_bytes = 64 << 10;
+  ASSERT_TRUE(cat_->PutRoute(route).ok());
+  constexpr int kFiles = 48;
+  for (int i = 0; i < kFiles; ++i) Store("a1", "/w/f" + std::to_string(i), 2 << 20, 300 + i);
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/w"};
+  spec.recursive = true;
+  spec.copies = 2;
+  catalog::Request r = Replicate(spec);
+  ASSERT_EQ(r.state, RequestState::kDone) << r.error;
+  EXPECT_EQ(b1.agent->stats().tasks_failed, 0u);
+  EXPECT_LE(a1.server->stats().connections_accepted, 16u * 16u + 16u);
+}
+
 TEST_F(SiteAgentTest, RemovedFilesAreUnlinkedFromTheSpoolsAndTheirReplicasForgotten) {
   StartNode("a1", "A");
   StartNode("b1", "B");

@@ -4,8 +4,12 @@
 // measure.
 #include <gtest/gtest.h>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/io_context.hpp>
+#include <cstdlib>
 #include <thread>
 
 #include "tests/support/temp_dir.h"
@@ -30,8 +34,9 @@ class SessionTest : public ::testing::Test {
   }
   ~SessionTest() override { StopAgent(); }
 
-  void StartAgent(std::chrono::milliseconds session_idle = 60s) {
+  void StartAgent(std::chrono::milliseconds session_idle = 60s, TlsOptions tls = {}) {
     AgentOptions o;
+    o.tls = tls;
     o.spool = dir_.path() / "spool";
     o.shared_key = std::string(32, 'k');
     o.defaults.io_timeout = 5000ms;
@@ -166,6 +171,83 @@ TEST_F(SessionTest, OtherRouteSettingsNeverShareASession) {
   EXPECT_FALSE(b->reused_session);
   EXPECT_EQ(b->streams, 2);
   EXPECT_EQ(cache.idle(), 2u);
+}
+
+TEST_F(SessionTest, WarmSessionsCarryFilesOverTls) {
+  // A throwaway CA and an agent certificate for 127.0.0.1 (openssl CLI).
+  const std::string d = dir_.path().string();
+  const std::string cmd =
+      "cd '" + d + "' && openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=ca "
+      "-keyout ca.key -out ca.pem 2>/dev/null && openssl req -newkey rsa:2048 -nodes "
+      "-subj /CN=127.0.0.1 -keyout agent.key -out agent.csr 2>/dev/null && openssl x509 -req "
+      "-in agent.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 -out agent.pem 2>/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  TlsOptions server_tls;
+  server_tls.cert = dir_.path() / "agent.pem";
+  server_tls.key = dir_.path() / "agent.key";
+  StartAgent(60s, server_tls);
+  options_.tls = true;
+  options_.tls_options.ca = dir_.path() / "ca.pem";
+  for (int i = 0; i < 3; ++i) {
+    testing::WriteRandomFile(dir_.path() / "spool" / fmt::format("t{}", i), (1 << 20) + i, 40 + i);
+  }
+  asio::io_context io;
+  {
+    SessionCache cache;
+    for (int i = 0; i < 3; ++i) {
+      std::string name = fmt::format("t{}", i);
+      absl::StatusOr<TransferStats> s = PullOne(io, cache, name);
+      ASSERT_TRUE(s.ok()) << name << ": " << s.status();
+      EXPECT_EQ(s->reused_session, i > 0);
+      EXPECT_EQ(testing::ReadFile(dir_.path() / "out" / name),
+                testing::ReadFile(dir_.path() / "spool" / name));
+    }
+  }
+  EXPECT_EQ(server_->stats().connections_accepted, 5u);
+  EXPECT_EQ(server_->stats().files_on_warm_sessions, 2u);
+}
+
+TEST_F(SessionTest, AnInterruptedPullResumesWithItsRangesNotTheWholeFile) {
+  // A pull that finds a restart journal asks for ranges (not "whole"): the bytes already
+  // there are not sent again, and the result is right.
+  StartAgent();
+  constexpr std::size_t kSize = 6 << 20;
+  testing::WriteRandomFile(dir_.path() / "spool" / "r", kSize, 77);
+  asio::io_context io;
+  SessionCache cache;
+  // First pull cancelled after some bytes arrived (journal_interval small so they are recorded).
+  options_.journal_interval = 1 << 20;
+  options_.route.streams = 1;
+  options_.route.stripe_unit = 256 << 10;
+  std::optional<absl::StatusOr<TransferStats>> first;
+  asio::cancellation_signal cancel;
+  TransferOptions o = options_;
+  std::uint64_t seen = 0;
+  bool emitted = false;
+  o.progress = [&](const Progress& p) {
+    seen = p.bytes_done;
+    if (p.bytes_done >= (3u << 20)) {
+      asio::post(io, [&] {
+        if (first.has_value() || emitted) return;  // only while the pull runs, once
+        emitted = true;
+        cancel.emit(asio::cancellation_type::terminal);
+      });
+    }
+  };
+  o.route.stream_rate_bps = 80ull << 20;  // slow enough to be interrupted midway (10 MB/s)
+  asio::co_spawn(io,
+                 AsyncPull(endpoint_, "r", dir_.path() / "out" / "r", dir_.path() / "tmp", o, &cache),
+                 asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, absl::StatusOr<TransferStats> r) {
+                   first = e ? absl::InternalError("exception") : std::move(r);
+                 }));
+  io.run();
+  ASSERT_TRUE(first.has_value());
+  ASSERT_FALSE(first->ok()) << "the first pull was meant to be interrupted (saw " << seen << " bytes)";
+  absl::StatusOr<TransferStats> second = PullOne(io, cache, "r");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_GT(second->resumed_bytes, 0u);
+  EXPECT_LT(second->bytes_transferred, kSize);
+  EXPECT_EQ(testing::ReadFile(dir_.path() / "out" / "r"), testing::ReadFile(dir_.path() / "spool" / "r"));
 }
 
 TEST(BlockSizeTest, SmallFilesAreSpreadOverEveryStream) {
