@@ -5,7 +5,7 @@
 # Measures, in the same run:
 #   - iperf3's best on the route (8 streams, 32 MiB buffers, cubic, 10 s, first 2 s omitted),
 #   - gfrep -D b of LARGE_N files of LARGE_MIB MiB stored at the a nodes,
-#   - gfrep -D b of SMALL_N files of SMALL_MIB MiB,
+#   - gfrep -D b of SMALL_N files of SMALL_MIB MiB (or SMALL_KIB KiB, which wins if set),
 # and prints one markdown table row per workload (aggregate Mbit/s by the wall clock of the
 # gfrep command, ratio to iperf3, and the transfer sessions the source agents opened).
 # TUNING=self (default): no route settings and no buffer flags, what a new user gets.
@@ -114,13 +114,13 @@ for f in "$WORK"/iperf-*.json; do
 done
 echo "iperf3 best: $IPERF Mbit/s ($IPERF_PAIRS)" >&2
 
-run() {  # run LABEL N MIB
-  local label=$1 n=$2 mib=$3
+run() {  # run LABEL N KIB
+  local label=$1 n=$2 kib=$3
   ((n > 0)) || return 0
   mkdir -p "$WORK/src-$label"
   for i in $(seq 1 "$n"); do
     local f="$WORK/src-$label/f$i" node=${SRC_NODES[$((i % ${#SRC_NODES[@]}))]}
-    head -c "$((mib * 1048576))" /dev/urandom >"$f"
+    head -c "$((kib * 1024))" /dev/urandom >"$f"
     ns "$node" "$BIN/gfreg" "$f" "/$label/f$i" --node "$node" --key-file "$KEY" >/dev/null
     rm -f "$f"
   done
@@ -133,16 +133,17 @@ run() {  # run LABEL N MIB
   t1=$(date +%s.%N)
   fresh=$(($(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=' || true) - fresh))
   warm=$(($(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=.*(warm session)' || true) - warm))
-  python3 - "$label" "$n" "$mib" "$IPERF" "$out" "$t0" "$t1" "$((fresh - warm))" <<'PY'
+  python3 - "$label" "$n" "$kib" "$IPERF" "$out" "$t0" "$t1" "$((fresh - warm))" <<'PY'
 import json, sys
-label, n, mib, iperf, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), json.loads(sys.argv[5])
+label, n, kib, iperf, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), json.loads(sys.argv[5])
+size = f"{kib // 1024} MiB" if kib % 1024 == 0 else f"{kib} KiB"
 wall = float(sys.argv[7]) - float(sys.argv[6])
 sessions = int(sys.argv[8])
 mbps = out["bytes_copied"] * 8 / wall / 1e6
-print(f"| {label} | {n} x {mib} MiB | {out['state']} | {wall:.1f} | {mbps:.0f} | {iperf:.0f} | {mbps / iperf:.2f} | {sessions} |")
+print(f"| {label} | {n} x {size} | {out['state']} | {wall:.1f} | {mbps:.0f} | {iperf:.0f} | {mbps / iperf:.2f} | {sessions} | {n / wall:.0f} |")
 PY
 }
-echo "| workload | files | state | wall s | gfrep Mbit/s | iperf3 Mbit/s | ratio | sessions opened |"
-echo "|---|---|---|---:|---:|---:|---:|---:|"
-run large "$LARGE_N" "$LARGE_MIB"
-run small "$SMALL_N" "$SMALL_MIB"
+echo "| workload | files | state | wall s | gfrep Mbit/s | iperf3 Mbit/s | ratio | sessions opened | files/s |"
+echo "|---|---|---|---:|---:|---:|---:|---:|---:|"
+run large "$LARGE_N" "$((LARGE_MIB * 1024))"
+run small "$SMALL_N" "${SMALL_KIB:-$((SMALL_MIB * 1024))}"
