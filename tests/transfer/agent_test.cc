@@ -567,6 +567,17 @@ absl::Status SendRawPut(const Endpoint& agent, TransferOptions o, const std::str
         std::string token = (*session)["token"].get<std::string>();
         absl::StatusOr<internal::ConnPtr> data = co_await internal::JoinSession(agent, token, o, nullptr, *log);
         if (!data.ok()) co_return data.status();
+        // A write to a data connection the agent refused and closed can stay pending (seen
+        // once in several runs): after 5 s the data connection is closed on our side too, so
+        // the answer waiting on the control connection is still read.
+        auto unstick = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor, 5s);
+        unstick->async_wait([d = *data](boost::system::error_code ec) {
+          if (!ec) d->Close();
+        });
+        struct Cancel {
+          std::shared_ptr<asio::steady_timer> t;
+          ~Cancel() { t->cancel(); }
+        } cancel_unstick{unstick};
         for (const RawBlock& b : blocks) {
           internal::FrameHeader h{internal::FrameType::kData, static_cast<std::uint32_t>(b.bytes.size()),
                                   b.offset, b.checksum};
