@@ -828,6 +828,12 @@ TEST_F(SiteAgentTest, AnAttemptWhoseLeaseRanOutIsCancelledAndTheTaskRunsOnce) {
   catalog::Task t = WaitTaskFinal(id);
   ASSERT_EQ(t.state, catalog::TaskState::kDone) << t.last_error;
   EXPECT_GE(b1.agent->stats().leases_lost, 1u) << "the first attempt never learnt it lost its lease";
+  // The agent counts a task done once CompleteTask has returned to its completer thread, a
+  // moment after the catalog shows it done.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (b1.agent->stats().tasks_done < 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   EXPECT_EQ(b1.agent->stats().tasks_done, 1u);
   EXPECT_EQ(Bytes("b1", "/l/f"), Bytes("a1", "/l/f"));
   b1.StopAll();
