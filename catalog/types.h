@@ -119,6 +119,9 @@ struct Route {
   std::uint64_t route_rate_bps = 0;        // shared by all streams on the route, 0: none
   std::string congestion_control;          // "cubic", "bbr", ...; empty: kernel default
   std::uint32_t max_concurrent_tasks = 0;  // planner limit, 0: no limit
+  // The route's stream budget: data streams of all open tasks on the route together, over
+  // all nodes of both sites (the planner hands each task its share); 0: no budget.
+  std::uint32_t total_streams = 0;
   double rtt_ms = 0;                       // measured
   std::uint64_t bandwidth_bps = 0;         // measured
   std::int64_t measured_ns = 0;
@@ -195,6 +198,11 @@ struct TaskSpec {
   std::int32_t priority = 0;
   std::uint32_t max_attempts = 5;
   std::int64_t not_before_ns = 0;  // first attempt not before this time
+  // The task's share of its route's budget (set by the planner when the route has one):
+  // data streams to use, and the pacing rate of the source agent for the route (bit/s,
+  // shared by the tasks from the same source node). 0: the route's own settings.
+  std::uint32_t streams = 0;
+  std::uint64_t route_rate_bps = 0;
 };
 
 struct Task {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "replica/placement.h"
+#include "replica/route_budget.h"
 
 namespace gfrep::replica {
 namespace {
@@ -36,6 +37,7 @@ struct StepState {
   LivenessOptions liveness;
   std::map<std::string, int> open_per_dst;
   std::map<RouteKey, int> open_per_route;
+  RouteLoad route_load;  // streams and source nodes of the open tasks per route
   BusyMap planned_src;
   BusyMap planned_dst;
   std::map<std::string, std::set<std::string>> planned_for_path;  // this step's new copies
@@ -193,12 +195,15 @@ absl::StatusOr<FileOutcome> PlanFile(catalog::Catalog& catalog, const std::strin
       return out;
     }
     RouteKey route{src_node.site, dst.site};
-    if (window) {
-      const catalog::Route* r = st.topology.FindRoute(src_node.site, dst.site);
-      if (r != nullptr && r->max_concurrent_tasks > 0 &&
+    const catalog::Route* r = st.topology.FindRoute(src_node.site, dst.site);
+    RouteLoad::Share share;
+    if (window && r != nullptr) {
+      if (r->max_concurrent_tasks > 0 &&
           st.open_per_route[route] >= static_cast<int>(r->max_concurrent_tasks)) {
         continue;
       }
+      share = st.route_load.StreamShare(*r, out.size);
+      if (!share.ok) continue;  // the route's stream budget is spent: a later step
     }
     PlannedCopy c;
     c.path = path;
@@ -207,6 +212,9 @@ absl::StatusOr<FileOutcome> PlanFile(catalog::Catalog& catalog, const std::strin
     c.src_site = src_node.site;
     c.dst_node = dst.name;
     c.dst_site = dst.site;
+    c.streams = share.streams;
+    st.route_load.Add(route, src_node.name,
+                      share.streams > 0 ? share.streams : (r != nullptr ? StreamsWanted(*r, out.size) : 0));
     out.copies.push_back(std::move(c));
     st.open_per_dst[dst.name] += 1;
     st.open_per_route[route] += 1;
@@ -385,8 +393,12 @@ absl::Status Planner::Step() {
         }
       }
       st.open_per_dst[t.spec.dst_node] += 1;
-      st.open_per_route[{SiteOf(st.topology, t.spec.src_node),
-                         SiteOf(st.topology, t.spec.dst_node)}] += 1;
+      const RouteKey route{SiteOf(st.topology, t.spec.src_node), SiteOf(st.topology, t.spec.dst_node)};
+      st.open_per_route[route] += 1;
+      const catalog::Route* r = st.topology.FindRoute(route.first, route.second);
+      // A task made before its route had a budget uses the route's per-copy streams.
+      st.route_load.Add(route, t.spec.src_node,
+                        t.spec.streams > 0 ? t.spec.streams : (r != nullptr ? StreamsWanted(*r, t.size) : 0));
       st.planned_src[t.spec.src_node] += 1;
     }
     tasks_of[r.id] = std::move(*tasks);
@@ -399,6 +411,18 @@ absl::Status Planner::Step() {
     }
   }
 
+  // What one request's pass planned, created once every request has been planned.
+  struct Pending {
+    const catalog::Request* request;
+    std::vector<catalog::TaskSpec> specs;
+    bool incomplete_view;
+    std::uint64_t total;
+    std::uint64_t done;
+    std::vector<FileFailure> failures;
+    std::uint64_t bytes_total;
+    std::uint64_t bytes_done;
+  };
+  std::vector<Pending> pending;
   std::set<std::uint64_t> live_ids;
   for (const catalog::Request& r : active) {
     live_ids.insert(r.id);
@@ -462,9 +486,29 @@ absl::Status Planner::Step() {
         spec.dst_node = c.dst_node;
         spec.priority = r.spec.priority;
         spec.max_attempts = options_.max_attempts;
+        spec.streams = c.streams;
         specs.push_back(std::move(spec));
       }
     }
+    pending.push_back({&r, std::move(specs), incomplete_view, files.files.size() + files.failures.size(), done,
+                       std::move(failures), bytes_total, bytes_done});
+  }
+
+  // Every copy of this step is planned: each new task gets its source node's share of its
+  // route's rate from the final counts (route_budget.h), so that the shares of one step add
+  // up to the route's rate.
+  for (Pending& p : pending) {
+    for (catalog::TaskSpec& spec : p.specs) {
+      const std::string src_site = SiteOf(st.topology, spec.src_node);
+      const catalog::Route* route = st.topology.FindRoute(src_site, SiteOf(st.topology, spec.dst_node));
+      if (route != nullptr) spec.route_rate_bps = st.route_load.RateShare(*route, spec.src_node);
+    }
+  }
+  for (Pending& p : pending) {
+    const catalog::Request& r = *p.request;
+    std::vector<catalog::TaskSpec>& specs = p.specs;
+    std::vector<FileFailure>& failures = p.failures;
+    const std::uint64_t done = p.done, bytes_total = p.bytes_total, bytes_done = p.bytes_done;
     if (!specs.empty()) {
       absl::StatusOr<std::vector<Task>> made = cat.CreateTasks(specs);
       if (!made.ok() && absl::IsFailedPrecondition(made.status()) && Finished(cat, r.id)) {
@@ -487,8 +531,8 @@ absl::Status Planner::Step() {
         log_->debug("planner: request={} planned {} tasks", r.id, made->size());
       }
     }
-    if (incomplete_view) continue;
-    std::uint64_t total = files.files.size() + files.failures.size();
+    if (p.incomplete_view) continue;
+    const std::uint64_t total = p.total;
     catalog::RequestUpdate u;
     u.id = r.id;
     u.set_counters = r.files_total != total || r.files_done != done ||

@@ -90,6 +90,8 @@ struct PlannedCopy {
   std::string src_site;
   std::string dst_node;
   std::string dst_site;
+  // Its share of the route's stream budget (route_budget.h); 0: the route's own streams.
+  std::uint32_t streams = 0;
 };
 
 struct FileFailure {

@@ -665,6 +665,13 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
 
   transfer::TransferOptions topts = options_.transfer;
   topts.route = ToRouteOptions(*route, topts.route);
+  // The task's share of the route's budget (route_budget.h) wins over the route's settings;
+  // the source agent paces all it sends on the route with one token bucket, by this name.
+  if (task.spec.streams > 0) topts.route.streams = static_cast<int>(task.spec.streams);
+  if (task.spec.route_rate_bps > 0) topts.route.route_rate_bps = task.spec.route_rate_bps;
+  if (topts.route.route_rate_bps > 0) {
+    topts.route.route_name = fmt::format("{}->{}", route->src_site, route->dst_site);
+  }
   if (!topts.logger) topts.logger = log_;
   // Every worker may hold a session (1 + streams connections) to the same source agent, warm
   // or busy: keep them all within a source agent's default per-peer limit, or it would close

@@ -13,10 +13,10 @@ namespace {
 void PrintRoute(const gfrep::catalog::Route& r) {
   std::cout << fmt::format(
       "{} -> {}: streams={} sockbuf={} stripe={} stream_rate={} route_rate={} cc={} "
-      "max_tasks={} rtt_ms={:.1f} bw={}\n",
+      "max_tasks={} total_streams={} rtt_ms={:.1f} bw={}\n",
       r.src_site, r.dst_site, r.streams, r.socket_buffer_bytes, r.stripe_unit_bytes,
       r.stream_rate_bps, r.route_rate_bps, r.congestion_control.empty() ? "-" : r.congestion_control,
-      r.max_concurrent_tasks, r.rtt_ms, r.bandwidth_bps);
+      r.max_concurrent_tasks, r.total_streams, r.rtt_ms, r.bandwidth_bps);
 }
 
 }  // namespace
@@ -30,15 +30,18 @@ int main(int argc, char** argv) {
   tools::AddCommonFlags(app, common);
   tools::AddCatalogFlags(app, cat);
   app.require_subcommand(1);
+  app.fallthrough();  // --catalog also after the subcommand
   std::vector<std::string> ends;
   bool json = false;
-  std::uint32_t streams = 0, max_tasks = 0;
+  std::uint32_t streams = 0, max_tasks = 0, total_streams = 0;
   std::string sockbuf = "0", stripe = "0", stream_rate = "0", route_rate = "0", bandwidth = "0";
   std::string cc;
   double rtt_ms = 0;
   CLI::App* set = app.add_subcommand("set", "Create or replace the route SRC -> DST");
   set->add_option("SITES", ends, "SRC DST")->required()->expected(2);
-  set->add_option("--streams", streams, "Parallel TCP streams (0: engine default)");
+  set->add_option("--streams", streams, "Parallel TCP streams per file copy (0: engine default)");
+  set->add_option("--total-streams", total_streams,
+                  "Stream budget of the whole route, shared by all its copies (0: none)");
   set->add_option("--socket-buffer", sockbuf, "SO_SNDBUF/SO_RCVBUF, e.g. 16M (0: autotune)");
   set->add_option("--stripe-unit", stripe, "Block size handed to a stream, e.g. 4M");
   set->add_option("--stream-rate", stream_rate, "Per-stream pacing cap, e.g. 100M (bit/s)");
@@ -64,6 +67,7 @@ int main(int argc, char** argv) {
     r.dst_site = ends[1];
     r.streams = streams;
     r.max_concurrent_tasks = max_tasks;
+    r.total_streams = total_streams;
     r.congestion_control = cc;
     r.rtt_ms = rtt_ms;
     for (auto [text, out, rate] :

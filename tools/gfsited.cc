@@ -50,6 +50,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-connections-per-peer", max_connections_per_peer,
                  "connections served at once from one address (a transfer uses streams + 1)")
       ->check(CLI::Range(1, 1000000));
+  std::string probe_helper;
+  app.add_option("--probe-helper", probe_helper,
+                 "gfprobe executable run for route probes (default: gfprobe beside gfsited; "
+                 "'none' refuses probes)");
   app.add_option("--test-corrupt-offset", corrupt_offset, "")->group("");
   app.add_option("--test-corrupt-times", corrupt_times, "")->group("");
   // Catalog role (replica/site_agent.h): join a federation and execute its transfer tasks.
@@ -88,6 +92,15 @@ int main(int argc, char** argv) {
   options.defaults.test_corrupt_offset = corrupt_offset;
   options.defaults.test_corrupt_times = corrupt_times;
   options.logger = log;
+  if (probe_helper.empty()) {
+    std::error_code ec;
+    std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec && std::filesystem::exists(self.parent_path() / "gfprobe", ec)) {
+      options.probe_helper = self.parent_path() / "gfprobe";
+    }
+  } else if (probe_helper != "none") {
+    options.probe_helper = probe_helper;
+  }
   if ((tls_cert.empty()) != (tls_key.empty())) {
     return gfrep::tools::Fail("gfsited", "--tls-cert and --tls-key go together");
   }

@@ -14,6 +14,7 @@
 
 #include "transfer/internal/engine.h"
 #include "transfer/internal/path.h"
+#include "transfer/internal/probe_service.h"
 #include "transfer/internal/pull.h"
 #include "transfer/internal/receiver.h"
 #include "transfer/internal/sender.h"
@@ -113,6 +114,7 @@ struct AgentServer::Impl {
   bool stopping = false;
   bool forced = false;      // Stop() gave up waiting and stopped the io_context
   bool destroying = false;  // ~Impl has begun
+  std::unique_ptr<internal::ProbeService> probes;  // made in Create(); used on the io thread
   asio::io_context io;
   tcp::acceptor acceptor;         // closed before `io` goes
   asio::steady_timer stop_limit{io};  // bounds a graceful Stop()
@@ -137,6 +139,7 @@ struct AgentServer::Impl {
       if (ConnPtr c = w.lock()) c->Close();
     }
     for (auto& [token, session] : sessions) session->ready.cancel();
+    probes->KillAll();
     stop_limit.expires_after(10s);
     stop_limit.async_wait([this](boost::system::error_code e) {
       if (e) return;
@@ -252,6 +255,11 @@ struct AgentServer::Impl {
     } cancel{setup};
     // Until the peer has authenticated, a control message may be at most 4 KiB.
     absl::StatusOr<Json> hello = co_await conn->ReadControl(internal::kMaxPreAuthControlPayload);
+    if (!hello.ok() && conn->activity() == 0 && absl::IsUnavailable(hello.status())) {
+      // Closed before a byte: a health check, or gfprobe timing the TCP handshake.
+      log->debug("peer={} closed without a word", peer);
+      co_return absl::OkStatus();
+    }
     if (!hello.ok()) co_return co_await Fail(*conn, hello.status());
     absl::StatusOr<std::string> op = GetString(*hello, "op");
     absl::StatusOr<std::uint64_t> version = internal::GetUint(*hello, "version");
@@ -311,6 +319,10 @@ struct AgentServer::Impl {
     if (!req.ok()) co_return co_await Fail(*conn, req.status());
     absl::StatusOr<std::string> req_op = GetString(*req, "op");
     if (!req_op.ok()) co_return co_await Fail(*conn, Malformed("request", req_op.status()));
+    if (internal::ProbeService::IsProbeOp(*req_op)) {
+      setup->cancel();  // a measurement takes longer than a session's setup
+      co_return co_await probes->Serve(conn, *req, *log);
+    }
     absl::StatusOr<TransferOptions> o = RequestOptions(*conn, *req);
     if (!o.ok()) co_return co_await Fail(*conn, o.status());
     if (*req_op == "put") co_return co_await ServePut(conn, *req, *o, setup, peer);
@@ -662,6 +674,9 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Create(AgentOptions op
     impl->tls = std::move(*ctx);
   }
   impl->options.defaults.tls_options = impl->options.tls;
+  absl::StatusOr<Endpoint> listen = ParseEndpoint(impl->options.listen);
+  impl->probes = std::make_unique<internal::ProbeService>(impl->options.probe_helper,
+                                                          listen.ok() ? listen->host : "0.0.0.0");
   return std::unique_ptr<AgentServer>(new AgentServer(std::move(impl)));
 }
 

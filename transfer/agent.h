@@ -56,6 +56,9 @@ struct AgentOptions {
   // A session kept open by its client for more files (SessionCache in client.h) is closed
   // after this long without a request.
   std::chrono::milliseconds session_idle{60000};
+  // The gfprobe executable, run for route probes (internal/probe_service.h) as a child
+  // process; empty: this agent refuses probes.
+  std::filesystem::path probe_helper;
   // Called after a received file was verified, fsynced and renamed into place.
   std::function<void(const std::filesystem::path& path, const TransferStats& stats)>
       on_file_committed;

@@ -533,6 +533,58 @@ absl::StatusOr<TransferStats> Pull(const Endpoint& agent, std::string_view remot
   return r;
 }
 
+namespace {
+
+// One request on a new authenticated control connection, and its one answer (whose "op"
+// must be `answer`), waiting at most `limit`.
+absl::StatusOr<Json> AskAgent(const Endpoint& agent, const Json& request, std::string_view answer,
+                              std::chrono::seconds limit, const TransferOptions& options) {
+  return RunBlocking<absl::StatusOr<Json>>([&]() -> asio::awaitable<absl::StatusOr<Json>> {
+    absl::StatusOr<Prepared> p = Prepare(options, agent);
+    if (!p.ok()) co_return p.status();
+    auto log = internal::LoggerOf(p->options.logger);
+    absl::StatusOr<internal::ClientConnection> ctrl =
+        co_await internal::ConnectTo(agent, "control", p->options, p->tls.get(), *log);
+    if (!ctrl.ok()) co_return ctrl.status();
+    auto ex = co_await asio::this_coro::executor;
+    SetupDeadline deadline(ex, ctrl->conn, limit);
+    if (absl::Status s = co_await ctrl->conn->SendControl(request); !s.ok()) co_return s;
+    absl::StatusOr<Json> m = co_await ctrl->conn->ReadControl();
+    if (!m.ok()) co_return m.status();
+    absl::StatusOr<std::string> op = GetString(*m, "op");
+    if (!op.ok() || *op != answer) {
+      co_return absl::DataLossError(fmt::format("{} answered a probe with something else", agent.ToString()));
+    }
+    co_return *m;
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<std::uint16_t> StartProbeServer(const Endpoint& agent, int seconds,
+                                               const TransferOptions& options) {
+  absl::StatusOr<Json> m = AskAgent(agent, Json{{"op", "probe_serve"}, {"seconds", seconds}},
+                                    "probe_ready", std::chrono::seconds(30), options);
+  if (!m.ok()) return m.status();
+  absl::StatusOr<std::uint64_t> port = GetUint(*m, "port");
+  if (!port.ok() || *port == 0 || *port > 65535) return absl::DataLossError("probe server: bad port");
+  return static_cast<std::uint16_t>(*port);
+}
+
+absl::StatusOr<std::string> RunProbe(const Endpoint& agent, const ProbeRunRequest& r,
+                                     const TransferOptions& options) {
+  Json req{{"op", "probe_run"}, {"host", r.host},         {"port", r.port},
+           {"rtt_port", r.rtt_port}, {"streams", r.streams}, {"seconds", r.seconds},
+           {"omit", r.omit_seconds}, {"window", r.window}};
+  absl::StatusOr<Json> m = AskAgent(agent, req, "probe_result",
+                                    std::chrono::seconds(r.seconds + r.omit_seconds + 60), options);
+  if (!m.ok()) return m.status();
+  if (!m->contains("result") || !(*m)["result"].is_object()) {
+    return absl::DataLossError("probe result: not an object");
+  }
+  return (*m)["result"].dump();
+}
+
 absl::StatusOr<TransferStats> ThirdParty(const Endpoint& src, std::string_view src_path,
                                          const Endpoint& dst, std::string_view dst_path,
                                          const TransferOptions& options) {

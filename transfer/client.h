@@ -85,6 +85,27 @@ absl::StatusOr<TransferStats> ThirdParty(const Endpoint& src, std::string_view s
                                          const Endpoint& dst, std::string_view dst_path,
                                          const TransferOptions& options);
 
+// Route probes between two agents (internal/probe_service.h has the protocol; gfprobe route
+// drives them). Both authenticate like a copy. kUnimplemented: the agent has no probe
+// helper; kUnavailable: it is busy with another probe.
+//
+// Asks `agent` to serve one iperf3 test for up to `seconds`; returns the port.
+absl::StatusOr<std::uint16_t> StartProbeServer(const Endpoint& agent, int seconds,
+                                               const TransferOptions& options);
+struct ProbeRunRequest {
+  std::string host;            // the probe server's agent address
+  std::uint16_t port = 0;      // StartProbeServer's port
+  std::uint16_t rtt_port = 0;  // that agent's own port (handshake RTT)
+  int streams = 1;
+  int seconds = 4;
+  int omit_seconds = 2;
+  std::uint64_t window = 0;    // socket buffer of the test's sockets, 0: autotuning
+};
+// Asks `agent` to measure from the probe server to itself; returns the helper's JSON result
+// (netprobe::IperfResult fields plus "rtt_ms").
+absl::StatusOr<std::string> RunProbe(const Endpoint& agent, const ProbeRunRequest& request,
+                                     const TransferOptions& options);
+
 // Warm sessions to source agents, so that many files pulled from one agent flow back to back
 // over connections that are already open, authenticated and past slow start (GridFTP's
 // pipelining, FDT's continuous stream), instead of paying connection setup (about five round

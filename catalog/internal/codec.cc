@@ -98,6 +98,9 @@ class Reader {
     return absl::OkStatus();
   }
   bool ok() const { return ok_; }
+  // Whether every byte was read: fields appended to a record later are read only when
+  // present, so records written before they existed still decode.
+  bool AtEnd() const { return !ok_ || pos_ == in_.size(); }
 
  private:
   std::string_view in_;
@@ -335,6 +338,7 @@ std::string EncodeRoute(const Route& x) {
   w.F64(x.rtt_ms);
   w.U64(x.bandwidth_bps);
   w.I64(x.measured_ns);
+  w.U64(x.total_streams);
   return w.Take();
 }
 
@@ -353,6 +357,7 @@ absl::StatusOr<Route> DecodeRoute(std::string_view in) {
   x.rtt_ms = r.F64();
   x.bandwidth_bps = r.U64();
   x.measured_ns = r.I64();
+  if (!r.AtEnd()) x.total_streams = r.U32();
   if (absl::Status s = r.Finish("route"); !s.ok()) return s;
   return x;
 }
@@ -432,6 +437,8 @@ std::string EncodeTask(const Task& x) {
   w.Str(x.last_error);
   w.I64(x.created_ns);
   w.I64(x.updated_ns);
+  w.U64(x.spec.streams);
+  w.U64(x.spec.route_rate_bps);
   return w.Take();
 }
 
@@ -458,6 +465,10 @@ absl::StatusOr<Task> DecodeTask(std::string_view in) {
   x.last_error = r.Str();
   x.created_ns = r.I64();
   x.updated_ns = r.I64();
+  if (!r.AtEnd()) {
+    x.spec.streams = r.U32();
+    x.spec.route_rate_bps = r.U64();
+  }
   if (!ok) return absl::DataLossError("corrupt task record: bad state");
   if (absl::Status s = r.Finish("task"); !s.ok()) return s;
   return x;

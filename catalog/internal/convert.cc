@@ -129,6 +129,7 @@ void ToProto(const Route& in, v1::Route* out) {
   out->set_route_rate_bps(in.route_rate_bps);
   out->set_congestion_control(in.congestion_control);
   out->set_max_concurrent_tasks(in.max_concurrent_tasks);
+  out->set_total_streams(in.total_streams);
   out->set_rtt_ms(in.rtt_ms);
   out->set_bandwidth_bps(in.bandwidth_bps);
   out->set_measured_ns(in.measured_ns);
@@ -145,6 +146,7 @@ Route FromProto(const v1::Route& in) {
   r.route_rate_bps = in.route_rate_bps();
   r.congestion_control = in.congestion_control();
   r.max_concurrent_tasks = in.max_concurrent_tasks();
+  r.total_streams = in.total_streams();
   r.rtt_ms = in.rtt_ms();
   r.bandwidth_bps = in.bandwidth_bps();
   r.measured_ns = in.measured_ns();
@@ -229,6 +231,8 @@ void ToProto(const TaskSpec& in, v1::TaskSpec* out) {
   out->set_priority(in.priority);
   out->set_max_attempts(in.max_attempts);
   out->set_not_before_ns(in.not_before_ns);
+  out->set_streams(in.streams);
+  out->set_route_rate_bps(in.route_rate_bps);
 }
 
 TaskSpec FromProto(const v1::TaskSpec& in) {
@@ -240,6 +244,8 @@ TaskSpec FromProto(const v1::TaskSpec& in) {
   s.priority = in.priority();
   s.max_attempts = in.max_attempts();
   s.not_before_ns = in.not_before_ns();
+  s.streams = in.streams();
+  s.route_rate_bps = in.route_rate_bps();
   return s;
 }
 

@@ -1210,6 +1210,7 @@ absl::Status RocksCatalog::PutRoute(const Route& route) {
     return s;
   }
   if (route.streams > 4096) return absl::InvalidArgumentError("streams must be <= 4096");
+  if (route.total_streams > 65536) return absl::InvalidArgumentError("total_streams must be <= 65536");
   WorkLock work(this);
   for (const std::string& site : {route.src_site, route.dst_site}) {
     if (absl::StatusOr<std::string> v = Get(kSites, site, fmt::format("site {}", site)); !v.ok()) {

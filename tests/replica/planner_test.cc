@@ -273,6 +273,108 @@ TEST_F(PlannerTest, RespectsPerRouteConcurrencyLimits) {
   EXPECT_EQ(Tasks(id).size(), 1u);
 }
 
+// Sums of the shares the open tasks of route A -> B carry; rates of the tasks not in `seen`
+// (made by the latest step) per source node.
+struct RouteSums {
+  std::uint64_t streams = 0;
+  std::map<std::string, std::set<std::uint64_t>> new_rates_by_src;
+  std::size_t tasks = 0;
+};
+RouteSums SumsOf(const std::vector<Task>& tasks, std::set<std::uint64_t>& seen) {
+  RouteSums s;
+  for (const Task& t : tasks) {
+    s.streams += t.spec.streams;
+    if (seen.insert(t.id).second) s.new_rates_by_src[t.spec.src_node].insert(t.spec.route_rate_bps);
+    ++s.tasks;
+  }
+  return s;
+}
+
+TEST_F(PlannerTest, TheRouteStreamBudgetHoldsAcrossNodesAndRequests) {
+  // Two source nodes, two destination nodes, two requests: 24 files of 8 MiB (each would
+  // take 4 streams) and 16 of 64 KiB (one stream each). The route's budget is 20 streams.
+  for (int i = 0; i < 24; ++i) Commit("/d/big" + std::to_string(i), 8 << 20, i % 2 ? "a1" : "a2");
+  for (int i = 0; i < 16; ++i) Commit("/d/sub/small" + std::to_string(i), 64 << 10, i % 2 ? "a1" : "a2");
+  catalog::Route route;
+  route.src_site = "A";
+  route.dst_site = "B";
+  route.streams = 4;
+  route.total_streams = 20;
+  route.route_rate_bps = 900'000'000;
+  ASSERT_TRUE(cat_->PutRoute(route).ok());
+  auto planner = MakePlanner(/*window=*/64);
+  catalog::RequestSpec big;
+  for (int i = 0; i < 24; ++i) big.paths.push_back("/d/big" + std::to_string(i));
+  big.dst_sites = {"B"};
+  catalog::RequestSpec small = big;
+  small.paths = {"/d/sub"};
+  small.recursive = true;
+  const std::uint64_t id_big = Request(big);
+  const std::uint64_t id_small = Request(small);
+
+  std::size_t max_tasks = 0;
+  std::set<std::uint64_t> seen;
+  for (int round = 0; round < 40; ++round) {
+    ASSERT_TRUE(planner->Step().ok());
+    std::vector<Task> open = Tasks(id_big);
+    std::vector<Task> small_open = Tasks(id_small);
+    open.insert(open.end(), small_open.begin(), small_open.end());
+    const RouteSums sums = SumsOf(open, seen);
+    max_tasks = std::max(max_tasks, sums.tasks);
+    EXPECT_LE(sums.streams, 20u) << "round " << round;
+    for (const Task& t : open) {
+      EXPECT_GE(t.spec.streams, 1u);
+      EXPECT_LE(t.spec.streams, t.size > (1u << 20) ? 4u : 1u) << t.spec.path;
+      EXPECT_GT(t.spec.route_rate_bps, 0u);
+      EXPECT_LE(t.spec.route_rate_bps, route.route_rate_bps);
+    }
+    // One step gives all its tasks from one source node the same rate, and the rates it
+    // gives the source nodes add up to at most the route's rate.
+    std::uint64_t rate = 0;
+    for (const auto& [src, rates] : sums.new_rates_by_src) {
+      EXPECT_EQ(rates.size(), 1u) << src << " round " << round;
+      rate += *rates.begin();
+    }
+    EXPECT_LE(rate, route.route_rate_bps) << "round " << round;
+    if (Get(id_big).state == RequestState::kDone && Get(id_small).state == RequestState::kDone) break;
+    // Finish a few tasks per round, as agents would, so that new ones take their place.
+    int finished = 0;
+    for (const char* node : {"b1", "b2"}) {
+      for (int k = 0; k < 3; ++k) {
+        auto t = cat_->ClaimTask(node, "test", std::chrono::seconds(10));
+        if (!t.ok()) break;
+        ASSERT_TRUE(cat_->CompleteTask(t->id, "test").ok());
+        ++finished;
+      }
+    }
+  }
+  EXPECT_EQ(Get(id_big).state, RequestState::kDone);
+  EXPECT_EQ(Get(id_small).state, RequestState::kDone);
+  EXPECT_GE(max_tasks, 5u);  // the budget let several copies run at once
+}
+
+TEST_F(PlannerTest, ARouteWithoutABudgetLeavesStreamsToTheRouteAndPacesOneSourceAtTheFullRate) {
+  for (int i = 0; i < 3; ++i) Commit("/d/f" + std::to_string(i), 8 << 20, "a1");
+  catalog::Route route;
+  route.src_site = "A";
+  route.dst_site = "B";
+  route.route_rate_bps = 500'000'000;
+  ASSERT_TRUE(cat_->PutRoute(route).ok());
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d"};
+  spec.recursive = true;
+  spec.dst_sites = {"B"};
+  std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  std::vector<Task> open = Tasks(id);
+  ASSERT_EQ(open.size(), 3u);
+  for (const Task& t : open) {
+    EXPECT_EQ(t.spec.streams, 0u);  // the route's own per-copy streams
+    EXPECT_EQ(t.spec.route_rate_bps, route.route_rate_bps);  // one source node: all of it
+  }
+}
+
 TEST_F(PlannerTest, ParallelismLimitsOpenTasksOfOneRequest) {
   for (int i = 0; i < 6; ++i) Commit("/d/f" + std::to_string(i), 10, "a1");
   auto planner = MakePlanner();

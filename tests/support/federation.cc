@@ -69,7 +69,7 @@ RunResult FederationTest::Tool(std::vector<std::string> argv, std::chrono::secon
   std::string name = fs::path(argv[0]).filename();
   // Only the tools that talk to site agents take the shared key; the others (gfrep, gfwhere,
   // gfmv, ...) talk to the catalog only and refuse the flag.
-  if (name == "gfreg" || name == "gfexport" || name == "gfcp") {
+  if (name == "gfreg" || name == "gfexport" || name == "gfcp" || name == "gfprobe") {
     argv.push_back("--key-file");
     argv.push_back(key_);
   }

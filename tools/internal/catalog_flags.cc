@@ -114,8 +114,10 @@ nlohmann::json ToJson(const catalog::Route& r) {
           {"route_rate_bps", r.route_rate_bps},
           {"congestion_control", r.congestion_control},
           {"max_concurrent_tasks", r.max_concurrent_tasks},
+          {"total_streams", r.total_streams},
           {"rtt_ms", r.rtt_ms},
-          {"bandwidth_bps", r.bandwidth_bps}};
+          {"bandwidth_bps", r.bandwidth_bps},
+          {"measured_ns", r.measured_ns}};
 }
 
 }  // namespace gfrep::tools

@@ -41,7 +41,8 @@ struct SessionCache::Impl {
 
 namespace internal {
 // What a warm session must match to be reused: the agent and every setting of the route that
-// shaped its connections (streams, buffers, congestion control, pacing, TLS).
+// shaped its connections (streams, buffers, congestion control, per-stream pacing, TLS) and
+// the route's name (the agent's token bucket).
 std::string SessionKey(const Endpoint& agent, const TransferOptions& options);
 }  // namespace internal
 
