@@ -65,10 +65,10 @@ RouteAdvice Advise(const RouteMeasurement& m) {
     a.reasons.push_back(fmt::format("socket buffer {} per stream: 2 x BDP / {} streams{}",
                                     MiB(static_cast<double>(buffer)), streams, buffer_note));
   }
-  r.total_streams = static_cast<std::uint32_t>(std::clamp(16 * streams, 32, 64));
+  r.total_streams = static_cast<std::uint32_t>(std::clamp(32 * streams, 64, 128));
   a.reasons.push_back(fmt::format(
       "route stream budget {}: {} copies at full width (files in flight hide each file's round "
-      "trips), or as many small files as streams",
+      "trips; about half of the open ones move bytes at a time), or as many small files as streams",
       r.total_streams, r.total_streams / static_cast<std::uint32_t>(streams)));
   r.route_rate_bps = static_cast<std::uint64_t>(kPaceFraction * rate);
   a.reasons.push_back(fmt::format("route rate {}: {:.0f} % of the measured rate, shared by all source nodes",

@@ -31,6 +31,11 @@ bool Finished(catalog::Catalog& cat, std::uint64_t id) {
 
 using RouteKey = std::pair<std::string, std::string>;
 
+// Planner::FileList: how often a step looks at every file of a request, and after how many
+// files in a row that could not get a copy (windows full) a step stops looking.
+constexpr std::int64_t kFullSweepNs = 10'000'000'000;
+constexpr int kStarvedFiles = 64;
+
 // Shared by all files planned in one step: what is open or planned where.
 struct StepState {
   Topology topology;
@@ -275,8 +280,11 @@ std::int64_t Planner::Now() const {
 absl::StatusOr<Planner::FileList> Planner::Expand(const catalog::RequestSpec& spec) {
   FileList out;
   std::set<std::string> seen;
-  auto add = [&](std::string path) {
-    if (seen.insert(path).second) out.files.push_back(std::move(path));
+  auto add = [&](std::string path, std::uint64_t size) {
+    if (seen.insert(path).second) {
+      out.files.push_back(std::move(path));
+      out.sizes.push_back(size);
+    }
   };
   for (const std::string& raw : spec.paths) {
     absl::StatusOr<std::vector<std::string>> parts = catalog::SplitPath(raw);
@@ -292,7 +300,7 @@ absl::StatusOr<Planner::FileList> Planner::Expand(const catalog::RequestSpec& sp
       continue;
     }
     if (st->type == catalog::FileType::kFile) {
-      add(path);
+      add(path, st->size);
       continue;
     }
     if (!spec.recursive) {
@@ -317,7 +325,7 @@ absl::StatusOr<Planner::FileList> Planner::Expand(const catalog::RequestSpec& sp
           if (e.attributes.type == catalog::FileType::kDirectory) {
             stack.push_back(std::move(child));
           } else {
-            add(std::move(child));
+            add(std::move(child), e.attributes.size);
           }
         }
         if (entries->size() < list.limit) break;
@@ -329,6 +337,7 @@ absl::StatusOr<Planner::FileList> Planner::Expand(const catalog::RequestSpec& sp
       }
     }
   }
+  out.done.assign(out.files.size(), false);
   return out;
 }
 
@@ -444,7 +453,9 @@ absl::Status Planner::Step() {
       }
       it = expanded_.emplace(r.id, std::move(*files)).first;
     }
-    const FileList& files = it->second;
+    FileList& files = it->second;
+    const bool full_sweep = st.liveness.now_ns - files.last_full_ns >= kFullSweepNs;
+    if (full_sweep) files.last_full_ns = st.liveness.now_ns;
     // Open tasks of every request count for a file (copies are a property of the file, and
     // two requests must not copy it to the same node twice); failures only of this one.
     std::map<std::string, std::vector<const Task*>> by_path = open_by_path;
@@ -463,7 +474,19 @@ absl::Status Planner::Step() {
     std::uint64_t done = 0, bytes_total = 0, bytes_done = 0;
     std::vector<catalog::TaskSpec> specs;
     bool incomplete_view = false;
-    for (const std::string& path : files.files) {
+    int starved = 0;  // files in a row that wanted a copy and got none: the windows are full
+    for (std::size_t i = 0; i < files.files.size(); ++i) {
+      const std::string& path = files.files[i];
+      if (!full_sweep && files.done[i]) {
+        ++done;
+        bytes_total += files.sizes[i];
+        bytes_done += files.sizes[i];
+        continue;
+      }
+      if (!full_sweep && starved >= kStarvedFiles) {
+        bytes_total += files.sizes[i];  // pending; looked at when the windows open again
+        continue;
+      }
       absl::StatusOr<FileOutcome> o =
           PlanFile(cat, path, r.spec, by_path[path], st, options_, true, budget);
       if (!o.ok()) {
@@ -471,12 +494,19 @@ absl::Status Planner::Step() {
         incomplete_view = true;
         continue;
       }
+      files.sizes[i] = o->size;
+      files.done[i] = o->status == FileStatus::kDone;
       bytes_total += o->size;
       if (o->status == FileStatus::kDone) {
         ++done;
         bytes_done += o->size;
       } else if (o->status == FileStatus::kFailed) {
         failures.push_back({path, o->error});
+      } else if (!o->copies.empty()) {
+        starved = 0;
+      } else if (std::none_of(by_path[path].begin(), by_path[path].end(),
+                              [](const Task* t) { return IsOpen(*t); })) {
+        ++starved;  // wanted a copy (none in flight) and the windows gave none
       }
       for (const PlannedCopy& c : o->copies) {
         catalog::TaskSpec spec;

@@ -214,7 +214,21 @@ int main(int argc, char** argv) {
   snap.request = *created;
   bool timed_out = false;
   int transient = 0;
+  // The full snapshot lists every task of the request: at most one per second while it runs
+  // (taking one per catalog event cost the catalog and gfrep a listing per finished copy,
+  // quadratic in the files of the request); each event in between only reads the request.
+  auto last_full = std::chrono::steady_clock::time_point{};
   while (true) {
+    if (std::chrono::steady_clock::now() - last_full < std::chrono::seconds(1)) {
+      absl::StatusOr<catalog::Request> r = c.GetRequest(id);
+      if (r.ok() && !Finished(r->state)) {
+        absl::StatusOr<std::vector<catalog::Event>> events =
+            c.ReadEvents(seq, 10000, std::chrono::milliseconds(250));
+        if (events.ok() && !events->empty()) seq = events->back().seq;
+        continue;
+      }
+    }
+    last_full = std::chrono::steady_clock::now();
     absl::StatusOr<Snapshot> s = Take(c, id, site_of);
     if (!s.ok()) {
       // The catalog may be restarting: keep following for a while.

@@ -10,6 +10,7 @@
 # gfrep command, ratio to iperf3, and the transfer sessions the source agents opened).
 # TUNING=self (default): no route settings and no buffer flags, what a new user gets.
 # TUNING=hand: gfroute set a b --streams 8 --socket-buffer 32M --cc cubic, gfsited --buffer 32M.
+# TUNING=probe: gfprobe route SRC DST --apply first (its time is printed), no other settings.
 # WORKERS=N passes --workers N to gfsited; SESSION_REUSE=false turns warm sessions off.
 # Other topologies: SRC_SITE/DST_SITE (default a/b), PAIRS=K runs agents on the first K nodes
 # of each site only, IPERF_PAIRS="jp-n1:us-n1 jp-n4:us-n4" measures iperf3 on several node
@@ -92,6 +93,11 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 [[ $TUNING == hand ]] && ns "$FIRST_SRC" "$BIN/gfroute" set "$SRC_SITE" "$DST_SITE" --streams 8 --socket-buffer 32M --cc cubic
+if [[ $TUNING == probe ]]; then
+  p0=$(date +%s.%N)
+  ns "$FIRST_SRC" "$BIN/gfprobe" route "$SRC_SITE" "$DST_SITE" --key-file "$KEY" --apply >&2
+  echo "gfprobe route took $(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$p0" "$(date +%s.%N)") s" >&2
+fi
 echo "topology $TOPO (${#NODES[@]} nodes), tuning $TUNING, agent flags: ${AGENT_FLAGS[*]:-none}" >&2
 
 # iperf3's best on the route(s), same run: each pair at once, summed.

@@ -31,7 +31,7 @@ TEST(RouteTuningTest, ALongFatRouteOneStreamCanFillGetsTwoStreamsWithBdpBuffers)
   const double bdp = 1000e6 / 8 * 0.2;  // 25 MB
   EXPECT_EQ(a.route.streams, 2u);
   EXPECT_NEAR(static_cast<double>(a.route.socket_buffer_bytes), bdp, 1);  // 2 x BDP / 2
-  EXPECT_EQ(a.route.total_streams, 32u);
+  EXPECT_EQ(a.route.total_streams, 64u);
   EXPECT_EQ(a.route.route_rate_bps, static_cast<std::uint64_t>(0.97 * 1000e6));
   EXPECT_EQ(a.route.bandwidth_bps, 1000'000'000u);
   EXPECT_EQ(a.route.congestion_control, "bbr");
@@ -44,7 +44,7 @@ TEST(RouteTuningTest, AWeakSingleStreamAsksForEnoughStreamsToCarryTheRoute) {
   // One stream gets a ninth of the route (loss, or a small window): 1.25 x 9 -> 12.
   RouteAdvice a = Advise(Measured(200, 100e6, 900e6, 128 << 20));
   EXPECT_EQ(a.route.streams, 12u);
-  EXPECT_EQ(a.route.total_streams, 64u);
+  EXPECT_EQ(a.route.total_streams, 128u);
   EXPECT_THAT(a.reasons[1], HasSubstr("100 Mbit/s"));
 }
 

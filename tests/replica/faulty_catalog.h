@@ -49,7 +49,12 @@ class FaultyCatalog : public catalog::Catalog {
   }
   absl::Status Remove(std::string_view p, bool r) override { return c_->Remove(p, r); }
   absl::Status Rename(std::string_view f, std::string_view t) override { return c_->Rename(f, t); }
-  absl::StatusOr<catalog::Location> Locate(std::string_view p) override { return c_->Locate(p); }
+  absl::StatusOr<catalog::Location> Locate(std::string_view p) override {
+    ++locates;
+    return c_->Locate(p);
+  }
+  // Calls of Locate so far (the planner's per-file lookups).
+  std::uint64_t locates = 0;
   absl::StatusOr<std::vector<catalog::Replica>> GetReplicas(catalog::InodeId i) override {
     return c_->GetReplicas(i);
   }

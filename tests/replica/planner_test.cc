@@ -375,6 +375,75 @@ TEST_F(PlannerTest, ARouteWithoutABudgetLeavesStreamsToTheRouteAndPacesOneSource
   }
 }
 
+TEST_F(PlannerTest, AStepLooksUpOnlyFilesItCanPlanUntilTheFullSweep) {
+  // 600 files, 8 open tasks per destination node (b1, b2): a step used to look up all 600.
+  for (int i = 0; i < 600; ++i) Commit("/d/f" + std::to_string(i), 10, "a1");
+  testing::FaultyCatalog counting(cat_.get());
+  PlannerOptions o;
+  o.catalog = &counting;
+  o.clock = [this] { return now_.load(); };
+  o.max_open_tasks_per_node = 8;
+  auto planner = Planner::Create(o);
+  ASSERT_TRUE(planner.ok());
+  catalog::RequestSpec spec;
+  spec.paths = {"/d"};
+  spec.recursive = true;
+  spec.dst_sites = {"B"};
+  const std::uint64_t id = Request(spec);
+  ASSERT_TRUE((*planner)->Step().ok());  // the first step looks at every file once
+  EXPECT_EQ(Tasks(id).size(), 16u);
+  EXPECT_EQ(Get(id).files_total, 600u);
+  EXPECT_EQ(Get(id).bytes_total, 6000u);
+  int steps = 0;
+  std::uint64_t most = 0;
+  while (Get(id).state != RequestState::kDone && steps < 200) {
+    CompleteAll();
+    now_ += kSecond / 10;  // 0.1 s per step: a full sweep every 100 steps
+    const std::uint64_t before = counting.locates;
+    ASSERT_TRUE((*planner)->Step().ok());
+    ++steps;
+    if (steps % 100 != 0) most = std::max(most, counting.locates - before);
+  }
+  EXPECT_EQ(Get(id).state, RequestState::kDone);
+  EXPECT_EQ(Get(id).files_done, 600u);
+  EXPECT_EQ(Get(id).bytes_done, 6000u);
+  // Between full sweeps a step looks at the files just finished, those it plans and the
+  // run of 64 that found the windows full: far fewer than 600.
+  EXPECT_LE(most, 16u + 16u + 64u);
+  EXPECT_GE(steps, 38);  // 600 / 16 per step
+}
+
+TEST_F(PlannerTest, AFileThatLostItsCopyIsPlannedAgainAtTheNextFullSweep) {
+  for (int i = 0; i < 3; ++i) Commit("/d/f" + std::to_string(i), 10, "a1");
+  Commit("/d/slow", 10, "a1");
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d"};
+  spec.recursive = true;
+  spec.dst_sites = {"B"};
+  const std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  // Complete every copy but the one of /d/slow (claimed, held), so the request stays running.
+  for (const char* node : {"b1", "b2"}) {
+    while (true) {
+      auto c = cat_->ClaimTask(node, "test", std::chrono::seconds(1000));
+      if (!c.ok()) break;
+      if (c->spec.path != "/d/slow") ASSERT_TRUE(cat_->CompleteTask(c->id, "test").ok());
+    }
+  }
+  now_ += kSecond;
+  ASSERT_TRUE(planner->Step().ok());
+  // /d/f0 gets a new generation: its copy at b is stale and must be made again.
+  Commit("/d/f0", 20, "a1", "00bb");
+  now_ += kSecond;
+  ASSERT_TRUE(planner->Step().ok());
+  now_ += 11 * kSecond;  // past the full-sweep interval
+  ASSERT_TRUE(planner->Step().ok());
+  bool replanned = false;
+  for (const Task& t : Tasks(id)) replanned |= t.spec.path == "/d/f0";
+  EXPECT_TRUE(replanned);
+}
+
 TEST_F(PlannerTest, ParallelismLimitsOpenTasksOfOneRequest) {
   for (int i = 0; i < 6; ++i) Commit("/d/f" + std::to_string(i), 10, "a1");
   auto planner = MakePlanner();
