@@ -339,6 +339,32 @@ TEST_F(SiteAgentTest, ManySmallFilesReuseWarmSessionsInsteadOfAConnectionSetEach
   EXPECT_GE(a1.server->stats().files_on_warm_sessions, st.pulls_on_warm_sessions);
 }
 
+TEST_F(SiteAgentTest, CopiesUseTheirShareOfTheRouteStreamBudget) {
+  TestNode& a1 = StartNode("a1", "A");
+  StartNode("b1", "B");
+  Store("a1", "/budget/big", 8 << 20, 71);
+  Store("a1", "/budget/tiny", 64 << 10, 72);
+  // 8 streams per copy, but 3 for the whole route: the big file gets 3, and the tiny one
+  // (one stream per MiB) waits for them and gets 1.
+  catalog::Route route;
+  route.src_site = "A";
+  route.dst_site = "B";
+  route.streams = 8;
+  route.total_streams = 3;
+  ASSERT_TRUE(cat_->PutRoute(route).ok());
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/budget"};
+  spec.recursive = true;
+  spec.copies = 2;
+  catalog::Request r = Replicate(spec);
+  ASSERT_EQ(r.state, RequestState::kDone) << r.error;
+  EXPECT_EQ(Bytes("b1", "/budget/big"), Bytes("a1", "/budget/big"));
+  EXPECT_EQ(Bytes("b1", "/budget/tiny"), Bytes("a1", "/budget/tiny"));
+  // Two sessions: 1 control + 3 data connections, then 1 + 1 (not 1 + 8 each).
+  EXPECT_EQ(a1.server->stats().connections_accepted, 4u + 2u);
+}
+
 TEST_F(SiteAgentTest, ASourceKilledMidPipelineLeavesNoWrongReplicaAndTheRestFailClearly) {
   TestNode& a1 = StartNode("a1", "A");
   TestNode& b1 = StartNode("b1", "B");
