@@ -29,8 +29,10 @@ namespace {
 using namespace gfrep;
 
 struct RouteTotals {
-  std::uint64_t bytes = 0;
-  std::uint64_t files = 0;
+  std::uint64_t bytes = 0;      // of finished copies
+  std::uint64_t files = 0;      // finished copies
+  std::uint64_t in_flight = 0;  // open copies (queued or leased) now
+  std::uint64_t peak_in_flight = 0;  // the most seen at once while gfrep followed the request
 };
 
 struct FailedFile {
@@ -40,7 +42,7 @@ struct FailedFile {
 
 struct Snapshot {
   catalog::Request request;
-  std::map<std::string, RouteTotals> routes;  // "SRC->DST" of finished copies
+  std::map<std::string, RouteTotals> routes;  // "SRC->DST" of finished and open copies
   std::vector<FailedFile> failed;
   std::uint64_t copies_open = 0;
 };
@@ -62,8 +64,9 @@ absl::StatusOr<Snapshot> Take(catalog::Catalog& c, std::uint64_t id,
       auto it = site_of.find(node);
       return it == site_of.end() ? node : it->second;
     };
+    const std::string route = fmt::format("{}->{}", site(t.spec.src_node), site(t.spec.dst_node));
     if (t.state == catalog::TaskState::kDone) {
-      RouteTotals& rt = s.routes[fmt::format("{}->{}", site(t.spec.src_node), site(t.spec.dst_node))];
+      RouteTotals& rt = s.routes[route];
       rt.bytes += t.size;
       rt.files += 1;
     } else if (t.state == catalog::TaskState::kFailed) {
@@ -71,6 +74,7 @@ absl::StatusOr<Snapshot> Take(catalog::Catalog& c, std::uint64_t id,
                                             t.spec.dst_node, t.last_error, t.attempts);
     } else if (t.state == catalog::TaskState::kQueued || t.state == catalog::TaskState::kLeased) {
       s.copies_open += 1;
+      s.routes[route].in_flight += 1;
     }
   }
   for (auto& [path, error] : last_error) s.failed.push_back({path, error});
@@ -237,11 +241,14 @@ int main(int argc, char** argv) {
       continue;
     }
     transient = 0;
+    for (auto& [route, t] : s->routes) {
+      t.peak_in_flight = std::max(t.in_flight, snap.routes.count(route) ? snap.routes[route].peak_in_flight : 0);
+    }
     snap = std::move(*s);
     if (tty) {
       std::string routes;
       for (const auto& [route, t] : snap.routes) {
-        routes += fmt::format("  {} {:.0f} Mbit/s", route, Mbps(t.bytes, elapsed()));
+        routes += fmt::format("  {} {:.0f} Mbit/s, {} in flight", route, Mbps(t.bytes, elapsed()), t.in_flight);
       }
       std::cerr << fmt::format("\r\033[Krequest {}: files {}/{} failed {}  {} / {}  {} copies running{}",
                                id, snap.request.files_done, snap.request.files_total,
@@ -279,7 +286,8 @@ int main(int argc, char** argv) {
                         {"failed", nlohmann::json::array()}};
     for (const auto& [route, t] : snap.routes) {
       j["routes"].push_back({{"route", route}, {"files", t.files}, {"bytes", t.bytes},
-                             {"mbit_s", Mbps(t.bytes, secs)}});
+                             {"mbit_s", Mbps(t.bytes, secs)}, {"in_flight", t.in_flight},
+                             {"peak_in_flight", t.peak_in_flight}});
     }
     for (const FailedFile& f : snap.failed) {
       j["failed"].push_back({{"path", f.path}, {"error", f.error}});
@@ -292,8 +300,8 @@ int main(int argc, char** argv) {
                              r.files_done, r.files_total, r.files_failed, Human(moved), secs,
                              Mbps(moved, secs));
     for (const auto& [route, t] : snap.routes) {
-      std::cout << fmt::format("  route {}: {} files, {}, {:.0f} Mbit/s\n", route, t.files,
-                               Human(t.bytes), Mbps(t.bytes, secs));
+      std::cout << fmt::format("  route {}: {} files, {}, {:.0f} Mbit/s, up to {} in flight\n", route,
+                               t.files, Human(t.bytes), Mbps(t.bytes, secs), t.peak_in_flight);
     }
   }
   if (timed_out) {

@@ -11,7 +11,8 @@
 # TUNING=self (default): no route settings and no buffer flags, what a new user gets.
 # TUNING=hand: gfroute set a b --streams 8 --socket-buffer 32M --cc cubic, gfsited --buffer 32M.
 # TUNING=probe: gfprobe route SRC DST --apply first (its time is printed), no other settings.
-# WORKERS=N passes --workers N to gfsited; SESSION_REUSE=false turns warm sessions off.
+# WORKERS=N passes --workers N to gfsited; SESSION_REUSE=false turns warm sessions off;
+# CATALOG_FLAGS="--max-open-tasks-per-node 256" adds gfcatalogd flags.
 # Other topologies: SRC_SITE/DST_SITE (default a/b), PAIRS=K runs agents on the first K nodes
 # of each site only, IPERF_PAIRS="jp-n1:us-n1 jp-n4:us-n4" measures iperf3 on several node
 # pairs at once and sums them (the reference for a topology of several routes). A workload
@@ -77,7 +78,8 @@ TOPO_UP=1
 "$BIN/gftopo" up "$TOPO" >&2
 declare -A ADDR
 for n in "${NODES[@]}"; do ADDR[$n]=$("$BIN/gftopo" addr "$TOPO" "$n"); done
-start catalog "$FIRST_SRC" "$BIN/gfcatalogd" --db "$WORK/db" --listen "${ADDR[$FIRST_SRC]}:0"
+# shellcheck disable=SC2086
+start catalog "$FIRST_SRC" "$BIN/gfcatalogd" --db "$WORK/db" --listen "${ADDR[$FIRST_SRC]}:0" ${CATALOG_FLAGS:-}
 export GFREP_CATALOG=$LISTEN
 KEY=$WORK/key
 AGENT_FLAGS=()

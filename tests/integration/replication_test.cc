@@ -54,6 +54,15 @@ TEST_F(ReplicationTest, TwentyMixedFilesGetThreeCompleteReplicasWithMatchingByte
   EXPECT_EQ(j["state"], "done");
   EXPECT_EQ(j["files_done"], 20);
   EXPECT_EQ(j["files_failed"], 0);
+  // Per route: the copies it carried (two per file: to B and to C), none left in flight.
+  std::uint64_t copies = 0;
+  for (const nlohmann::json& route : j["routes"]) {
+    copies += route["files"].get<std::uint64_t>();
+    EXPECT_EQ(route["in_flight"], 0) << route;
+    EXPECT_TRUE(route.contains("peak_in_flight")) << route;
+    EXPECT_GT(route["mbit_s"].get<double>(), 0) << route;
+  }
+  EXPECT_EQ(copies, 40u) << j["routes"];
   for (const auto& [path, bytes] : want) {
     EXPECT_EQ(Replica("b1", path), bytes) << path;
     EXPECT_EQ(Replica("c1", path), bytes) << path;
