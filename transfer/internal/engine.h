@@ -62,11 +62,19 @@ bool ConstantTimeEqual(std::string_view a, std::string_view b);
 
 // Runs fn() on BlockingPool() and resumes on the caller's executor with its result. The job
 // runs on a copy of `fn`, so whatever it captures by value (e.g. a shared_ptr) stays alive
-// while it runs. `fn` must be a named object: GCC 12 mis-destroys closures with non-trivial
-// captures that are created inside a co_await expression.
+// while it runs, and is let go of before the caller resumes (a partial file's lock, held by
+// the last owner of its DestinationFile, used to be released on the pool's thread a moment
+// after the caller had its result, and an immediate retry found it "busy"). `fn` must be a
+// named object: GCC 12 mis-destroys closures with non-trivial captures that are created
+// inside a co_await expression.
 template <class T>
 asio::awaitable<T> OffThread(const std::function<T()>& fn) {
-  std::function<asio::awaitable<T>()> job = [fn]() -> asio::awaitable<T> { co_return fn(); };
+  auto held = std::make_shared<std::function<T()>>(fn);
+  std::function<asio::awaitable<T>()> job = [held]() -> asio::awaitable<T> {
+    T result = (*held)();
+    *held = nullptr;
+    co_return result;
+  };
   co_return co_await asio::co_spawn(BlockingPool(), job, asio::use_awaitable);
 }
 

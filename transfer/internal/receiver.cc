@@ -181,8 +181,11 @@ void StartFlush(const std::shared_ptr<ReceiverState>& st,
   st->pending_bytes = 0;
   asio::co_spawn(
       BlockingPool(),
-      [dst, ranges = std::move(ranges)]() -> asio::awaitable<absl::Status> {
-        co_return FlushRanges(*dst, ranges);
+      [held = std::make_shared<std::shared_ptr<DestinationFile>>(dst),
+       ranges = std::move(ranges)]() -> asio::awaitable<absl::Status> {
+        absl::Status s = FlushRanges(**held, ranges);
+        held->reset();  // before the completion runs (see OffThread)
+        co_return s;
       },
       asio::bind_executor(ex, [st](std::exception_ptr e, absl::Status s) {
         if (e) s = absl::InternalError("bug: exception in a journal flush");
