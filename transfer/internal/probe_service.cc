@@ -72,6 +72,12 @@ std::vector<std::string> ClientArgs(const std::filesystem::path& helper, const s
 Json ReadyJson(std::uint16_t port) { return Json{{"op", "probe_ready"}, {"port", port}}; }
 Json ResultJson(Json result) { return Json{{"op", "probe_result"}, {"result", std::move(result)}}; }
 
+// Tells the client why (as the agent's own refusals do) and ends the request with it.
+asio::awaitable<absl::Status> Refuse(Conn& conn, absl::Status s) {
+  (void)co_await conn.SendControl(ErrorJson(s));  // ignored: the client may have gone
+  co_return s;
+}
+
 absl::StatusOr<int> IntIn(const Json& j, std::string_view key, int lo, int hi) {
   absl::StatusOr<std::int64_t> v = GetInt(j, key);
   if (!v.ok()) return absl::InvalidArgumentError(fmt::format("probe request: {}", v.status().message()));
@@ -82,6 +88,15 @@ absl::StatusOr<int> IntIn(const Json& j, std::string_view key, int lo, int hi) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::pair<pid_t, int>> ProbeService::StartHelper(const std::vector<std::string>& args) {
+  absl::StatusOr<std::pair<pid_t, int>> child = Spawn(args);
+  if (child.ok()) {
+    busy_ = true;
+    children_.insert(child->first);
+  }
+  return child;
+}
 
 asio::awaitable<absl::Status> ProbeService::Serve(ConnPtr conn, const Json& request, spdlog::logger& log) {
   absl::StatusOr<std::string> op = GetString(request, "op");
@@ -95,15 +110,13 @@ asio::awaitable<absl::Status> ProbeService::Serve(ConnPtr conn, const Json& requ
     if (*op == "probe_serve") co_return co_await ServeServer(conn, request, log);
     co_return co_await ServeRun(conn, request, log);
   }
-  (void)co_await conn->SendControl(ErrorJson(refused));
-  co_return refused;
+  co_return co_await Refuse(*conn, refused);
 }
 
 asio::awaitable<absl::Status> ProbeService::ServeServer(ConnPtr conn, const Json& request, spdlog::logger& log) {
   absl::StatusOr<int> seconds = IntIn(request, "seconds", 1, 120);
   if (!seconds.ok()) {
-    (void)co_await conn->SendControl(ErrorJson(seconds.status()));
-    co_return seconds.status();
+    co_return co_await Refuse(*conn, seconds.status());
   }
   auto ex = co_await asio::this_coro::executor;
   // A free port on the agent's address (a race with another program taking it in the
@@ -118,15 +131,13 @@ asio::awaitable<absl::Status> ProbeService::ServeServer(ConnPtr conn, const Json
     if (!ec) port = a.local_endpoint(ec).port();
     if (ec || port == 0) {
       absl::Status s = absl::InternalError(fmt::format("no free port on {}: {}", bind_host_, ec.message()));
-      (void)co_await conn->SendControl(ErrorJson(s));
-      co_return s;
+      co_return co_await Refuse(*conn, s);
     }
   }
   const std::vector<std::string> args = ServerArgs(helper_, bind_host_, port, *seconds + 30);
   absl::StatusOr<std::pair<pid_t, int>> child = Spawn(args);
   if (!child.ok()) {
-    (void)co_await conn->SendControl(ErrorJson(child.status()));
-    co_return child.status();
+    co_return co_await Refuse(*conn, child.status());
   }
   busy_ = true;
   children_.insert(child->first);
@@ -165,15 +176,13 @@ asio::awaitable<absl::Status> ProbeService::ServeRun(ConnPtr conn, const Json& r
   if (bad.ok() && ec) bad = absl::InvalidArgumentError("probe request: host must be an IP address");
   if (bad.ok() && *window > (1ull << 30)) bad = absl::InvalidArgumentError("probe request: window must be <= 1 GiB");
   if (!bad.ok()) {
-    (void)co_await conn->SendControl(ErrorJson(bad));
-    co_return bad;
+    co_return co_await Refuse(*conn, bad);
   }
   const std::vector<std::string> args =
       ClientArgs(helper_, *host, *port, *rtt_port, *streams, *seconds, *omit, *window);
   absl::StatusOr<std::pair<pid_t, int>> child = Spawn(args);
   if (!child.ok()) {
-    (void)co_await conn->SendControl(ErrorJson(child.status()));
-    co_return child.status();
+    co_return co_await Refuse(*conn, child.status());
   }
   busy_ = true;
   children_.insert(child->first);
@@ -190,8 +199,7 @@ asio::awaitable<absl::Status> ProbeService::ServeRun(ConnPtr conn, const Json& r
                            : absl::InternalError("probe helper printed no JSON result");
   }
   if (!result.ok()) {
-    (void)co_await conn->SendControl(ErrorJson(result.status()));
-    co_return result.status();
+    co_return co_await Refuse(*conn, result.status());
   }
   const Json answer = ResultJson(std::move(*result));
   co_return co_await conn->SendControl(answer);

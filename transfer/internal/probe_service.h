@@ -24,6 +24,8 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "transfer/internal/engine.h"
 
@@ -46,6 +48,9 @@ class ProbeService {
  private:
   asio::awaitable<absl::Status> ServeServer(ConnPtr conn, const Json& request, spdlog::logger& log);
   asio::awaitable<absl::Status> ServeRun(ConnPtr conn, const Json& request, spdlog::logger& log);
+  // Spawn() of a helper that then counts as this agent's probe (busy_) and is killed by
+  // KillAll().
+  absl::StatusOr<std::pair<pid_t, int>> StartHelper(const std::vector<std::string>& args);
   // Reads the child's stdout to its end (at most 1 MiB), killing it after `limit`, and reaps
   // it. Returns its output, or an error naming how it ended.
   asio::awaitable<absl::StatusOr<std::string>> Collect(pid_t pid, int out_fd, std::chrono::seconds limit);
