@@ -226,6 +226,17 @@ class Catalog {
   virtual absl::StatusOr<Task> ClaimTask(std::string_view node, std::string_view owner,
                                          std::chrono::milliseconds lease) = 0;
 
+  // Claims up to owners.size() tasks for `node` in one atomic write, in ClaimTask's order
+  // (highest priority, then oldest): the i-th task returned is leased by owners[i], each
+  // exactly as ClaimTask would lease it, and carries the file's checksum (Task::checksum).
+  // Fewer (or none: an empty list, not an error) when fewer are claimable. Owners must be
+  // distinct and at most kMaxBatchPaths. One call instead of one per task: a site agent
+  // fills all its idle workers with one catalog round trip.
+  // The default implementation (for fakes) calls ClaimTask in a loop and is not atomic.
+  virtual absl::StatusOr<std::vector<Task>> ClaimTasks(std::string_view node,
+                                                       const std::vector<std::string>& owners,
+                                                       std::chrono::milliseconds lease);
+
   // Extends a lease. kFailedPrecondition if the task is not leased by `owner` (lease lost).
   virtual absl::StatusOr<Task> RenewLease(std::uint64_t id, std::string_view owner,
                                           std::chrono::milliseconds lease) = 0;
@@ -239,6 +250,14 @@ class Catalog {
   // no longer this task's (removed or replaced meanwhile): the task is then kCancelled and
   // planned again. kFailedPrecondition if not the owner.
   virtual absl::StatusOr<Task> CompleteTask(std::uint64_t id, std::string_view owner) = 0;
+
+  // CompleteTask for many tasks in one call: one result per item, in order, each exactly
+  // what CompleteTask would have returned for it (an item's error does not affect the
+  // others). The changes are made with as few durable writes as possible (one, unless two
+  // items concern the same file). At most kMaxBatchPaths items; the same task twice is
+  // kInvalidArgument for the second. The default implementation calls CompleteTask in a loop.
+  virtual absl::StatusOr<std::vector<absl::StatusOr<Task>>> CompleteTasks(
+      const std::vector<TaskCompletion>& items);
 
   // Records a failed attempt. If `retryable` and attempts < max_attempts the task goes
   // back to kQueued with next_attempt_ns = now + retry_after, else kFailed. The pending

@@ -472,6 +472,7 @@ class Service final : public v1::Catalog::CallbackService {
         if (!s.ok()) return s.status();
         f.state = *s;
       }
+      f.open_only = req->open_only();
       f.limit = Limit(req->limit(), kMaxListEntries);
       return FillList<Task, v1::Task>(catalog_.ListTasks(f), [resp] { return resp->add_tasks(); });
     });
@@ -483,6 +484,16 @@ class Service final : public v1::Catalog::CallbackService {
       return Fill(catalog_.ClaimTask(req->node(), req->owner(),
                                      std::chrono::milliseconds(req->lease_ms())),
                   resp);
+    });
+  }
+
+  grpc::ServerUnaryReactor* ClaimTasks(grpc::CallbackServerContext* c,
+                                       const v1::ClaimTasksRequest* req, v1::TaskList* resp) override {
+    return Offload(c, [this, req, resp] {
+      std::vector<std::string> owners(req->owners().begin(), req->owners().end());
+      return FillList<Task, v1::Task>(
+          catalog_.ClaimTasks(req->node(), owners, std::chrono::milliseconds(req->lease_ms())),
+          [resp] { return resp->add_tasks(); });
     });
   }
 
@@ -500,6 +511,28 @@ class Service final : public v1::Catalog::CallbackService {
                                          v1::Task* resp) override {
     return Offload(c, [this, req, resp] {
       return Fill(catalog_.CompleteTask(req->id(), req->owner()), resp);
+    });
+  }
+
+  grpc::ServerUnaryReactor* CompleteTasks(grpc::CallbackServerContext* c,
+                                          const v1::CompleteTasksRequest* req,
+                                          v1::CompleteTasksResponse* resp) override {
+    return Offload(c, [this, req, resp] {
+      std::vector<TaskCompletion> items;
+      items.reserve(static_cast<std::size_t>(req->items_size()));
+      for (const v1::CompleteTaskRequest& i : req->items()) items.push_back({i.id(), i.owner()});
+      absl::StatusOr<std::vector<absl::StatusOr<Task>>> results = catalog_.CompleteTasks(items);
+      if (!results.ok()) return results.status();
+      for (const absl::StatusOr<Task>& r : *results) {
+        v1::TaskResult* out = resp->add_results();
+        out->set_code(static_cast<int>(r.status().code()));
+        if (r.ok()) {
+          ToProto(*r, out->mutable_task());
+        } else {
+          out->set_message(std::string(r.status().message()));
+        }
+      }
+      return absl::OkStatus();
     });
   }
 

@@ -549,6 +549,7 @@ absl::StatusOr<std::vector<Task>> CatalogClient::ListTasks(const TaskFilter& f) 
   req.set_any_state(f.any_state);
   req.set_state(static_cast<v1::TaskState>(f.state));
   req.set_limit(f.limit);
+  req.set_open_only(f.open_only);
   v1::TaskList resp;
   if (absl::Status s = impl_->Call(&v1::Catalog::Stub::ListTasks, req, &resp); !s.ok()) return s;
   return Tasks(resp);
@@ -563,6 +564,23 @@ absl::StatusOr<Task> CatalogClient::ClaimTask(std::string_view node, std::string
   v1::Task resp;
   if (absl::Status s = impl_->Call(&v1::Catalog::Stub::ClaimTask, req, &resp); !s.ok()) return s;
   return FromProto(resp);
+}
+
+absl::StatusOr<std::vector<Task>> CatalogClient::ClaimTasks(std::string_view node,
+                                                            const std::vector<std::string>& owners,
+                                                            std::chrono::milliseconds lease) {
+  v1::ClaimTasksRequest req;
+  req.set_node(std::string(node));
+  for (const std::string& owner : owners) req.add_owners(owner);
+  req.set_lease_ms(static_cast<std::uint64_t>(std::max<std::int64_t>(lease.count(), 0)));
+  v1::TaskList resp;
+  absl::Status s = impl_->Call(&v1::Catalog::Stub::ClaimTasks, req, &resp);
+  if (absl::IsUnimplemented(s)) return Catalog::ClaimTasks(node, owners, lease);
+  if (!s.ok()) return s;
+  if (resp.tasks_size() > static_cast<int>(owners.size())) {
+    return absl::InternalError("ClaimTasks: more tasks than owners");
+  }
+  return Tasks(resp);
 }
 
 absl::StatusOr<Task> CatalogClient::RenewLease(std::uint64_t id, std::string_view owner,
@@ -585,6 +603,35 @@ absl::StatusOr<Task> CatalogClient::CompleteTask(std::uint64_t id, std::string_v
     return s;
   }
   return FromProto(resp);
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<Task>>> CatalogClient::CompleteTasks(
+    const std::vector<TaskCompletion>& items) {
+  v1::CompleteTasksRequest req;
+  for (const TaskCompletion& c : items) {
+    v1::CompleteTaskRequest* item = req.add_items();
+    item->set_id(c.id);
+    item->set_owner(c.owner);
+  }
+  v1::CompleteTasksResponse resp;
+  absl::Status s = impl_->Call(&v1::Catalog::Stub::CompleteTasks, req, &resp);
+  if (absl::IsUnimplemented(s)) return Catalog::CompleteTasks(items);
+  if (!s.ok()) return s;
+  if (resp.results_size() != static_cast<int>(items.size())) {
+    return absl::InternalError("CompleteTasks: result count does not match the tasks");
+  }
+  std::vector<absl::StatusOr<Task>> out;
+  out.reserve(items.size());
+  for (const v1::TaskResult& r : resp.results()) {
+    if (r.code() == 0) {
+      out.push_back(FromProto(r.task()));
+    } else if (r.code() < 0 || r.code() > 16) {
+      out.push_back(absl::InternalError("CompleteTasks: bad status code"));
+    } else {
+      out.push_back(absl::Status(static_cast<absl::StatusCode>(r.code()), r.message()));
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<Task> CatalogClient::FailTask(std::uint64_t id, std::string_view owner,

@@ -107,9 +107,16 @@ class CatalogClient final : public Catalog {
   absl::StatusOr<std::vector<Task>> ListTasks(const TaskFilter& filter) override;
   absl::StatusOr<Task> ClaimTask(std::string_view node, std::string_view owner,
                                  std::chrono::milliseconds lease) override;
+  // Against a catalog server without the batch calls (kUnimplemented), these fall back to
+  // one ClaimTask / CompleteTask call per item.
+  absl::StatusOr<std::vector<Task>> ClaimTasks(std::string_view node,
+                                               const std::vector<std::string>& owners,
+                                               std::chrono::milliseconds lease) override;
   absl::StatusOr<Task> RenewLease(std::uint64_t id, std::string_view owner,
                                   std::chrono::milliseconds lease) override;
   absl::StatusOr<Task> CompleteTask(std::uint64_t id, std::string_view owner) override;
+  absl::StatusOr<std::vector<absl::StatusOr<Task>>> CompleteTasks(
+      const std::vector<TaskCompletion>& items) override;
   absl::StatusOr<Task> FailTask(std::uint64_t id, std::string_view owner, std::string_view error,
                                 bool retryable, std::chrono::milliseconds retry_after) override;
   absl::StatusOr<std::size_t> ExpireLeases() override;

@@ -200,6 +200,36 @@ absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> Catalog::StatMany(
   return out;
 }
 
+absl::StatusOr<std::vector<Task>> Catalog::ClaimTasks(std::string_view node,
+                                                     const std::vector<std::string>& owners,
+                                                     std::chrono::milliseconds lease) {
+  if (owners.size() > kMaxBatchPaths) {
+    return absl::InvalidArgumentError(fmt::format("more than {} owners", kMaxBatchPaths));
+  }
+  std::vector<Task> out;
+  for (const std::string& owner : owners) {
+    absl::StatusOr<Task> t = ClaimTask(node, owner, lease);
+    if (absl::IsNotFound(t.status())) break;
+    if (!t.ok()) {
+      if (out.empty()) return t.status();
+      break;  // what was claimed stays claimed: hand it out
+    }
+    out.push_back(std::move(*t));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<Task>>> Catalog::CompleteTasks(
+    const std::vector<TaskCompletion>& items) {
+  if (items.size() > kMaxBatchPaths) {
+    return absl::InvalidArgumentError(fmt::format("more than {} tasks", kMaxBatchPaths));
+  }
+  std::vector<absl::StatusOr<Task>> out;
+  out.reserve(items.size());
+  for (const TaskCompletion& c : items) out.push_back(CompleteTask(c.id, c.owner));
+  return out;
+}
+
 std::int64_t SystemNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())

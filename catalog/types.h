@@ -219,6 +219,17 @@ struct Task {
   std::string last_error;
   std::int64_t created_ns = 0;
   std::int64_t updated_ns = 0;
+  // Set by ClaimTasks only (not stored): the file's checksum at the task's generation, as
+  // the catalog recorded it, so the claimant can check its copy without another call. Empty
+  // elsewhere (and from a catalog that predates it: ask StatInode then).
+  std::string checksum_algo;
+  std::string checksum;
+};
+
+// One item of Catalog::CompleteTasks.
+struct TaskCompletion {
+  std::uint64_t id = 0;
+  std::string owner;
 };
 
 struct TaskFilter {
@@ -226,6 +237,9 @@ struct TaskFilter {
   std::string dst_node;          // empty: any
   bool any_state = true;
   TaskState state = TaskState::kQueued;
+  // Only open (queued or leased) tasks, found through the open-task index: cheap however
+  // many finished tasks the request has (the planner's view of what is in flight).
+  bool open_only = false;
   std::size_t limit = 10000;
 };
 

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -376,48 +377,48 @@ absl::Status Planner::Step() {
     return a.spec.priority != b.spec.priority ? a.spec.priority > b.spec.priority : a.id < b.id;
   });
 
-  // First all open tasks, so that limits see every request's load.
-  std::map<std::uint64_t, std::vector<Task>> tasks_of;
-  for (const catalog::Request& r : active) {
-    catalog::TaskFilter f;
-    f.request_id = r.id;
-    f.limit = catalog::kMaxBatchPaths * 4;
-    absl::StatusOr<std::vector<Task>> tasks = cat.ListTasks(f);
-    if (!tasks.ok()) return tasks.status();
-    for (Task& t : *tasks) {
-      if (!IsOpen(t)) continue;
-      // A dead destination never finishes its tasks: end them (not a failed attempt of the
-      // file), so that the file is planned again below, onto a live node.
-      const catalog::Node* dst = st.topology.FindNode(t.spec.dst_node);
-      if (judge_liveness && (dst == nullptr || !IsLive(*dst, st.liveness))) {
-        absl::StatusOr<Task> ended =
-            cat.AbandonTask(t.id, fmt::format("destination node {} is down", t.spec.dst_node));
-        if (!ended.ok()) {
-          if (first_error.ok()) first_error = ended.status();
-        } else {
-          log_->warn("planner: request={} task={} path={}: {} ({})", r.id, t.id, t.spec.path,
-                     ended->last_error, catalog::ToString(ended->state));
-          t = std::move(*ended);
-          if (!IsOpen(t)) continue;
-        }
-      }
-      st.open_per_dst[t.spec.dst_node] += 1;
-      const RouteKey route{SiteOf(st.topology, t.spec.src_node), SiteOf(st.topology, t.spec.dst_node)};
-      st.open_per_route[route] += 1;
-      const catalog::Route* r = st.topology.FindRoute(route.first, route.second);
-      // A task made before its route had a budget uses the route's per-copy streams.
-      st.route_load.Add(route, t.spec.src_node,
-                        t.spec.streams > 0 ? t.spec.streams : (r != nullptr ? StreamsWanted(*r, t.size) : 0));
-      st.planned_src[t.spec.src_node] += 1;
-    }
-    tasks_of[r.id] = std::move(*tasks);
-  }
-
+  // First all open tasks, so that limits see every request's load. They come from the
+  // catalog's open-task index (cheap however many tasks have finished); each request's view
+  // of its other tasks is kept between steps (see TaskView).
+  std::set<std::uint64_t> active_ids;
+  for (const catalog::Request& r : active) active_ids.insert(r.id);
+  catalog::TaskFilter open_filter;
+  open_filter.open_only = true;
+  open_filter.limit = std::numeric_limits<std::size_t>::max();
+  absl::StatusOr<std::vector<Task>> open = cat.ListTasks(open_filter);
+  if (!open.ok()) return open.status();
+  if (absl::Status s = RefreshViews(active, *open); !s.ok()) return s;
+  std::map<std::uint64_t, int> open_of_request;
   std::map<std::string, std::vector<const Task*>> open_by_path;
-  for (const auto& [id, tasks] : tasks_of) {
-    for (const Task& t : tasks) {
-      if (IsOpen(t)) open_by_path[t.spec.path].push_back(&t);
+  for (const Task& listed : *open) {
+    if (!active_ids.count(listed.spec.request_id)) continue;
+    TaskView& view = views_[listed.spec.request_id];
+    Task& t = view.tasks[listed.id];  // the view holds it now (RefreshViews)
+    // A dead destination never finishes its tasks: end them (not a failed attempt of the
+    // file), so that the file is planned again below, onto a live node.
+    const catalog::Node* dst = st.topology.FindNode(t.spec.dst_node);
+    if (IsOpen(t) && judge_liveness && (dst == nullptr || !IsLive(*dst, st.liveness))) {
+      absl::StatusOr<Task> ended =
+          cat.AbandonTask(t.id, fmt::format("destination node {} is down", t.spec.dst_node));
+      if (!ended.ok()) {
+        if (first_error.ok()) first_error = ended.status();
+      } else {
+        log_->warn("planner: request={} task={} path={}: {} ({})", t.spec.request_id, t.id,
+                   t.spec.path, ended->last_error, catalog::ToString(ended->state));
+        t = std::move(*ended);
+      }
     }
+    if (!IsOpen(t)) continue;
+    open_of_request[t.spec.request_id] += 1;
+    open_by_path[t.spec.path].push_back(&t);
+    st.open_per_dst[t.spec.dst_node] += 1;
+    const RouteKey route{SiteOf(st.topology, t.spec.src_node), SiteOf(st.topology, t.spec.dst_node)};
+    st.open_per_route[route] += 1;
+    const catalog::Route* r = st.topology.FindRoute(route.first, route.second);
+    // A task made before its route had a budget uses the route's per-copy streams.
+    st.route_load.Add(route, t.spec.src_node,
+                      t.spec.streams > 0 ? t.spec.streams : (r != nullptr ? StreamsWanted(*r, t.size) : 0));
+    st.planned_src[t.spec.src_node] += 1;
   }
 
   // What one request's pass planned, created once every request has been planned.
@@ -458,15 +459,19 @@ absl::Status Planner::Step() {
     if (full_sweep) files.last_full_ns = st.liveness.now_ns;
     // Open tasks of every request count for a file (copies are a property of the file, and
     // two requests must not copy it to the same node twice); failures only of this one.
-    std::map<std::string, std::vector<const Task*>> by_path = open_by_path;
-    int open_in_request = 0;
-    for (const Task& t : tasks_of[r.id]) {
-      if (IsOpen(t)) {
-        ++open_in_request;
-      } else {
-        by_path[t.spec.path].push_back(&t);
+    const TaskView& view = views_[r.id];
+    auto tasks_for = [&](const std::string& path) {
+      std::vector<const Task*> here;
+      if (auto o = open_by_path.find(path); o != open_by_path.end()) here = o->second;
+      if (auto ids = view.by_path.find(path); ids != view.by_path.end()) {
+        for (std::uint64_t id : ids->second) {
+          const Task& t = view.tasks.at(id);
+          if (!IsOpen(t)) here.push_back(&t);
+        }
       }
-    }
+      return here;
+    };
+    const int open_in_request = open_of_request[r.id];
     int parallel = static_cast<int>(r.spec.parallel);
     int budget = parallel > 0 ? std::max(0, parallel - open_in_request) : -1;
 
@@ -487,8 +492,8 @@ absl::Status Planner::Step() {
         bytes_total += files.sizes[i];  // pending; looked at when the windows open again
         continue;
       }
-      absl::StatusOr<FileOutcome> o =
-          PlanFile(cat, path, r.spec, by_path[path], st, options_, true, budget);
+      const std::vector<const Task*> tasks = tasks_for(path);
+      absl::StatusOr<FileOutcome> o = PlanFile(cat, path, r.spec, tasks, st, options_, true, budget);
       if (!o.ok()) {
         if (first_error.ok()) first_error = o.status();
         incomplete_view = true;
@@ -504,8 +509,7 @@ absl::Status Planner::Step() {
         failures.push_back({path, o->error});
       } else if (!o->copies.empty()) {
         starved = 0;
-      } else if (std::none_of(by_path[path].begin(), by_path[path].end(),
-                              [](const Task* t) { return IsOpen(*t); })) {
+      } else if (std::none_of(tasks.begin(), tasks.end(), [](const Task* t) { return IsOpen(*t); })) {
         ++starved;  // wanted a copy (none in flight) and the windows gave none
       }
       for (const PlannedCopy& c : o->copies) {
@@ -559,6 +563,8 @@ absl::Status Planner::Step() {
         }
       } else {
         log_->debug("planner: request={} planned {} tasks", r.id, made->size());
+        // Known at once: one that finished before the next step is not in the open list.
+        for (Task& t : *made) views_[r.id].Put(std::move(t));
       }
     }
     if (p.incomplete_view) continue;
@@ -600,7 +606,50 @@ absl::Status Planner::Step() {
   for (auto it = expanded_.begin(); it != expanded_.end();) {
     it = live_ids.count(it->first) ? std::next(it) : expanded_.erase(it);
   }
+  for (auto it = views_.begin(); it != views_.end();) {
+    it = live_ids.count(it->first) ? std::next(it) : views_.erase(it);
+  }
   return first_error;
+}
+
+void Planner::TaskView::Put(Task t) {
+  auto [it, fresh] = tasks.try_emplace(t.id);
+  if (fresh) by_path[t.spec.path].push_back(t.id);
+  it->second = std::move(t);
+}
+
+absl::Status Planner::RefreshViews(const std::vector<catalog::Request>& active,
+                                   const std::vector<Task>& open) {
+  catalog::Catalog& cat = *options_.catalog;
+  const std::int64_t now = Now();
+  std::set<std::uint64_t> open_ids;
+  for (const Task& t : open) open_ids.insert(t.id);
+  for (const catalog::Request& r : active) {
+    TaskView& view = views_[r.id];
+    if (!view.loaded || now - view.loaded_ns >= kFullSweepNs) {
+      catalog::TaskFilter f;
+      f.request_id = r.id;
+      f.limit = std::numeric_limits<std::size_t>::max();
+      absl::StatusOr<std::vector<Task>> tasks = cat.ListTasks(f);
+      if (!tasks.ok()) return tasks.status();
+      view = TaskView{};
+      for (Task& t : *tasks) view.Put(std::move(t));
+      view.loaded = true;
+      view.loaded_ns = now;
+      continue;
+    }
+    // A task the view has open that is no longer in the open list has finished: read once.
+    for (auto& [id, t] : view.tasks) {
+      if (!IsOpen(t) || open_ids.count(id) > 0) continue;
+      absl::StatusOr<Task> now_is = cat.GetTask(id);
+      if (!now_is.ok()) return now_is.status();
+      t = std::move(*now_is);
+    }
+  }
+  for (const Task& t : open) {
+    if (auto v = views_.find(t.spec.request_id); v != views_.end()) v->second.Put(t);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<PlanPreview> Planner::Preview(const catalog::RequestSpec& spec) {

@@ -134,6 +134,21 @@ class Planner {
     std::vector<FileFailure> failures;
     std::int64_t last_full_ns = 0;     // when a step last looked at every file
   };
+  // A request's tasks as the planner last saw them. Loaded whole once (and every
+  // kFullSweep); then each step refreshes only what can have changed: the open tasks, from
+  // the catalog's open-task index, and a task that left it (finished), read once. Listing
+  // every task of a 10,000-file request in every step made a step cost O(files) and the
+  // request O(files^2).
+  struct TaskView {
+    std::map<std::uint64_t, catalog::Task> tasks;  // id -> task
+    std::map<std::string, std::vector<std::uint64_t>> by_path;
+    bool loaded = false;
+    std::int64_t loaded_ns = 0;
+    void Put(catalog::Task t);
+  };
+  // Brings views_ of the `active` requests up to date with `open` (every open task).
+  absl::Status RefreshViews(const std::vector<catalog::Request>& active,
+                            const std::vector<catalog::Task>& open);
   explicit Planner(PlannerOptions options);
   std::int64_t Now() const;
   absl::StatusOr<FileList> Expand(const catalog::RequestSpec& spec);
@@ -150,6 +165,7 @@ class Planner {
   // dead before the nodes had a chance to report.
   std::int64_t first_step_ns_ = 0;
   std::map<std::uint64_t, FileList> expanded_;  // request id -> files
+  std::map<std::uint64_t, TaskView> views_;     // request id -> tasks (guarded by step_mu_)
 
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -56,6 +56,12 @@ int StreamsWithinPeerLimit(int workers) {
   return std::max(1, transfer::kDefaultMaxConnectionsPerPeer / std::max(1, workers) - 1);
 }
 
+namespace {
+// Completer threads: each commits a batch while the other gathers the next (a commit is a
+// catalog round trip, across the WAN for a remote catalog).
+constexpr int kCompleters = 2;
+}  // namespace
+
 absl::Status Validate(const SiteAgentOptions& o) {
   if (o.catalog == nullptr) return absl::InvalidArgumentError("site agent needs a catalog");
   if (absl::Status s = catalog::ValidateName(o.site); !s.ok()) {
@@ -239,8 +245,9 @@ absl::Status SiteAgent::Start() {
   threads_.emplace_back([this] { RenewLoop(); });
   threads_.emplace_back([this] { WatchLoop(); });
   threads_.emplace_back([this] { SweepLoop(); });
+  threads_.emplace_back([this] { ClaimLoop(); });
   for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this] { WorkerLoop(); });
-  for (int i = 0; i < CompleterCount(); ++i) threads_.emplace_back([this] { CompleteLoop(); });
+  for (int i = 0; i < kCompleters; ++i) threads_.emplace_back([this] { CompleteLoop(); });
   return absl::OkStatus();
 }
 
@@ -255,8 +262,26 @@ void SiteAgent::Stop() {
     threads.swap(threads_);
   }
   wake_.notify_all();
+  claim_wake_.notify_all();
+  work_wake_.notify_all();
+  complete_wake_.notify_all();
   for (std::thread& t : threads) {
     if (t.joinable()) t.join();
+  }
+  std::deque<Claimed> unstarted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unstarted.swap(ready_);
+  }
+  GiveBack(std::move(unstarted));
+}
+
+void SiteAgent::GiveBack(std::deque<Claimed> tasks) {
+  for (const Claimed& c : tasks) {
+    absl::StatusOr<catalog::Task> failed = options_.catalog->FailTask(
+        c.task.id, c.owner, "the agent stopped before the copy began", true,
+        std::chrono::milliseconds(0));
+    if (!failed.ok()) log_->warn("task={} give back: {}", c.task.id, failed.status().ToString());
   }
 }
 
@@ -286,7 +311,7 @@ void SiteAgent::RenewLoop() {
       for (const auto& [owner, run] : running_) claims.emplace_back(owner, run->task_id);
       for (const Completion& c : completions_) claims.emplace_back(c.owner, c.task.id);
       for (const auto& [owner, id] : completing_) claims.emplace_back(owner, id);
-      for (const auto& [owner, id] : claimed_ahead_) claims.emplace_back(owner, id);
+      for (const Claimed& c : ready_) claims.emplace_back(c.owner, c.task.id);
     }
     // Every renewal is a catalog round trip (across the WAN for a remote catalog): made
     // concurrently, 32 at a time, so that a round over many claims stays well inside the
@@ -308,7 +333,9 @@ void SiteAgent::RenewLoop() {
         auto it = running_.find(owner);
         bool pending = std::any_of(completions_.begin(), completions_.end(),
                                    [&](const Completion& c) { return c.owner == owner; }) ||
-                       completing_.count(owner) > 0 || claimed_ahead_.count(owner) > 0;
+                       completing_.count(owner) > 0 ||
+                       std::any_of(ready_.begin(), ready_.end(),
+                                   [&](const Claimed& c) { return c.owner == owner; });
         if (it == running_.end() && !pending) continue;  // it ended meanwhile (done, say)
         if (absl::IsFailedPrecondition(t.status()) || absl::IsNotFound(t.status())) {
           log_->warn("task={} owner={} lease lost: {}", id, owner, t.status().ToString());
@@ -364,30 +391,67 @@ void SiteAgent::WatchLoop() {
         std::lock_guard<std::mutex> lock(mu_);
         ++wake_generation_;
       }
-      wake_.notify_all();
+      claim_wake_.notify_one();
     }
   }
 }
 
-namespace {
-// A worker copying a file no larger than this claims its next task meanwhile, so the claim's
-// catalog round trip is not paid between two small files. (Not for large files: the claimed
-// task would wait a long copy while another worker could take it.)
-constexpr std::uint64_t kClaimAheadMaxSize = 64ull << 20;
-}  // namespace
-
-SiteAgent::Claim SiteAgent::StartClaim(std::uint64_t seen) {
-  std::string owner = fmt::format("{}#{}", owner_, ++claims_);
-  auto result = std::async(std::launch::async, [this, owner] {
-    absl::StatusOr<catalog::Task> t =
-        options_.catalog->ClaimTask(options_.node, owner, options_.lease);
-    if (t.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      claimed_ahead_[owner] = t->id;  // renewed until its copy starts
+void SiteAgent::ClaimLoop() {
+  // Claims are made when the ready tasks fall to half of `workers` (so a claim leases many
+  // tasks at once, not one per finished copy), up to `workers` of them; again at once while
+  // the catalog had as many as asked for, else when a task for this node is queued (event),
+  // or after poll_interval (a task whose backoff ended makes no event).
+  const std::size_t high = static_cast<std::size_t>(options_.workers);
+  const std::size_t low = high / 2;
+  std::uint64_t seen = 0;
+  bool more = true;  // the last claim got all it asked for: the catalog may have more
+  auto last_claim = std::chrono::steady_clock::now() - options_.poll_interval;
+  while (true) {
+    std::size_t want = 0;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto due = [&] {
+        return more || wake_generation_ != seen ||
+               std::chrono::steady_clock::now() - last_claim >= options_.poll_interval;
+      };
+      auto room = [&] {
+        // A copy waiting for its catalog commit holds a lease: do not run far ahead of them.
+        return ready_.size() <= low &&
+               completions_.size() < static_cast<std::size_t>(4 * options_.workers);
+      };
+      while (!stop_ && !(room() && due())) {
+        if (room()) {
+          claim_wake_.wait_until(lock, last_claim + options_.poll_interval);
+        } else {
+          claim_wake_.wait(lock);
+        }
+      }
+      if (stop_) return;
+      seen = wake_generation_;
+      want = std::min(high - ready_.size(), catalog::kMaxBatchPaths);
     }
-    return t;
-  });
-  return Claim{std::move(owner), seen, std::move(result)};
+    std::vector<std::string> owners;
+    owners.reserve(want);
+    for (std::size_t i = 0; i < want; ++i) owners.push_back(fmt::format("{}#{}", owner_, ++claims_));
+    last_claim = std::chrono::steady_clock::now();
+    absl::StatusOr<std::vector<catalog::Task>> claimed =
+        options_.catalog->ClaimTasks(options_.node, owners, options_.lease);
+    if (!claimed.ok()) {
+      log_->warn("claim: {}", claimed.status().ToString());
+      more = false;
+      continue;
+    }
+    more = claimed->size() == want;
+    if (claimed->empty()) continue;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.claim_calls += 1;
+      for (std::size_t i = 0; i < claimed->size(); ++i) {
+        ready_.push_back(Claimed{std::move((*claimed)[i]), owners[i]});
+      }
+    }
+    for (std::size_t i = 0; i < claimed->size(); ++i) work_wake_.notify_one();
+  }
 }
 
 void SiteAgent::WorkerLoop() {
@@ -395,93 +459,79 @@ void SiteAgent::WorkerLoop() {
   // on `io`) are reused by its next copies from the same agent. Destroyed before `io`.
   asio::io_context io;
   transfer::SessionCache sessions;
-  std::optional<Claim> ahead;
-  auto current_generation = [this] {
-    std::lock_guard<std::mutex> lock(mu_);
-    return wake_generation_;
-  };
-  while (!stop_) {
+  const std::size_t low = static_cast<std::size_t>(options_.workers) / 2;
+  while (true) {
+    Claimed next;
+    bool claim_more;
     {
-      // A copy waiting for its catalog commit holds a lease; do not run far ahead of them.
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] {
+      ++idle_workers_;
+      work_wake_.wait(lock, [&] {
         return stop_.load() ||
-               completions_.size() < static_cast<std::size_t>(4 * options_.workers);
+               (!ready_.empty() &&
+                completions_.size() < static_cast<std::size_t>(4 * options_.workers));
       });
+      --idle_workers_;
       if (stop_) break;
+      next = std::move(ready_.front());
+      ready_.pop_front();
+      claim_more = ready_.size() <= low;
     }
-    Claim claim = ahead ? std::move(*ahead) : StartClaim(current_generation());
-    ahead.reset();
-    absl::StatusOr<catalog::Task> task = claim.result.get();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      claimed_ahead_.erase(claim.owner);
-    }
-    if (task.ok()) {
-      if (task->size <= kClaimAheadMaxSize && !stop_) ahead = StartClaim(current_generation());
-      Execute(*task, claim.owner, io, sessions);
-      continue;
-    }
-    if (!absl::IsNotFound(task.status())) {
-      log_->warn("claim: {}", task.status().ToString());
-    }
-    std::unique_lock<std::mutex> lock(mu_);
-    wake_.wait_for(lock, options_.poll_interval,
-                   [&] { return stop_.load() || wake_generation_ != claim.seen; });
-  }
-  if (ahead) {
-    // Stopping with a task claimed for the next copy: give it back for another attempt.
-    absl::StatusOr<catalog::Task> task = ahead->result.get();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      claimed_ahead_.erase(ahead->owner);
-    }
-    if (task.ok()) {
-      absl::StatusOr<catalog::Task> failed = options_.catalog->FailTask(
-          task->id, ahead->owner, "the agent stopped before the copy began", true,
-          std::chrono::milliseconds(0));
-      if (!failed.ok()) log_->warn("task={} give back: {}", task->id, failed.status().ToString());
-    }
+    if (claim_more) claim_wake_.notify_one();
+    Execute(next.task, next.owner, io, sessions);
   }
 }
-
-int SiteAgent::CompleterCount() const { return std::max(2, options_.workers / 2); }
 
 void SiteAgent::CompleteLoop() {
   catalog::Catalog& cat = *options_.catalog;
   for (;;) {
-    Completion c;
+    std::vector<Completion> batch;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_.load() || !completions_.empty(); });
+      complete_wake_.wait(lock, [&] { return stop_.load() || !completions_.empty(); });
       if (completions_.empty()) return;  // stopping, nothing left
-      c = std::move(completions_.front());
-      completions_.pop_front();
-      completing_[c.owner] = c.task.id;
+      while (!completions_.empty() && batch.size() < catalog::kMaxBatchPaths) {
+        completing_[completions_.front().owner] = completions_.front().task.id;
+        batch.push_back(std::move(completions_.front()));
+        completions_.pop_front();
+      }
     }
-    wake_.notify_all();  // a worker may wait for room in the queue
-    // The bytes are in place and verified; make it durable in the catalog. Retry transport
+    work_wake_.notify_all();  // workers may wait for room in the queue
+    claim_wake_.notify_one();  // and the claim loop too
+    std::vector<catalog::TaskCompletion> items;
+    items.reserve(batch.size());
+    for (const Completion& c : batch) items.push_back({c.task.id, c.owner});
+    // The bytes are in place and verified; make them durable in the catalog. Retry transport
     // errors until the lease would have run out (once only when stopping: the next claim
     // of the task finds the file in place).
     auto deadline = std::chrono::steady_clock::now() + options_.lease;
+    std::vector<absl::StatusOr<catalog::Task>> results;
     while (true) {
-      absl::StatusOr<catalog::Task> done = cat.CompleteTask(c.task.id, c.owner);
+      absl::StatusOr<std::vector<absl::StatusOr<catalog::Task>>> done = cat.CompleteTasks(items);
       if (done.ok()) {
-        log_->info("task={} done path={} bytes={}", c.task.id, c.task.spec.path, c.task.size);
-        std::lock_guard<std::mutex> lock(mu_);
-        stats_.tasks_done += 1;
-        stats_.bytes_received += c.bytes;
+        results = std::move(*done);
         break;
       }
       if (Transient(done.status()) && std::chrono::steady_clock::now() < deadline && !stop_) {
         SleepFor(std::chrono::milliseconds(200));
         continue;
       }
-      log_->warn("task={} complete: {}", c.task.id, done.status().ToString());
+      results.assign(items.size(), done.status());
       break;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    completing_.erase(c.owner);
+    stats_.complete_calls += 1;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const Completion& c = batch[i];
+      if (results[i].ok()) {
+        log_->info("task={} done path={} bytes={}", c.task.id, c.task.spec.path, c.task.size);
+        stats_.tasks_done += 1;
+        stats_.bytes_received += c.bytes;
+      } else {
+        log_->warn("task={} complete: {}", c.task.id, results[i].status().ToString());
+      }
+      completing_.erase(c.owner);
+    }
   }
 }
 
@@ -545,7 +595,7 @@ void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owne
   }
   catalog::Catalog& cat = *options_.catalog;
   if (result.ok()) {
-    wake_.notify_all();
+    complete_wake_.notify_one();
     return;
   }
   {
@@ -614,14 +664,20 @@ absl::StatusOr<catalog::Route> SiteAgent::LookupRoute(const std::string& src_sit
 
 absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
                              std::uint64_t& bytes_received) {
-  catalog::Catalog& cat = *options_.catalog;
-  // The catalog's record of the file is needed only to check the copy: asked for beside the
-  // pull, so its round trip (across the WAN for a remote catalog) is not paid per file.
-  std::future<absl::StatusOr<catalog::Attributes>> stat = std::async(
-      std::launch::async, [&cat, inode = task.inode] { return cat.StatInode(inode); });
+  // What the copy is checked against: the file's checksum at the task's generation, which
+  // the claim brought along (ClaimTasks); a catalog that predates that is asked here.
   std::optional<absl::StatusOr<catalog::Attributes>> attrs_result;
   auto attributes = [&]() -> absl::StatusOr<catalog::Attributes> {
-    if (!attrs_result) attrs_result = stat.get();
+    if (!attrs_result && !task.checksum.empty()) {
+      catalog::Attributes a;
+      a.inode = task.inode;
+      a.generation = task.generation;
+      a.size = task.size;
+      a.checksum_algo = task.checksum_algo;
+      a.checksum = task.checksum;
+      attrs_result = a;
+    }
+    if (!attrs_result) attrs_result = options_.catalog->StatInode(task.inode);
     const absl::StatusOr<catalog::Attributes>& attrs = *attrs_result;
     if (!attrs.ok()) {
       if (absl::IsNotFound(attrs.status())) {

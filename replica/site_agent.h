@@ -43,14 +43,22 @@
 // catalog's record of the file (to check the copy) is read beside the pull, and the
 // CompleteTask call is made by a completer thread while the worker goes on with its next
 // file (the lease stays renewed until the catalog answered; at most 4 x workers copies wait).
-// A worker copying a small file (<= 64 MiB) claims its next task meanwhile; a worker that
-// stops with such a task gives it back (FailTask, retryable, no backoff). A pull with nothing
-// to resume asks for the whole file, whose bytes then follow the offer at once.
+// A pull with nothing to resume asks for the whole file, whose bytes then follow the offer
+// at once.
+//
+// Claims and commits in batches: one claim thread keeps up to `workers` tasks claimed ahead
+// for the workers (a ClaimTasks call leases many at once, in one catalog write, whenever
+// the ready ones fall to half of that and the catalog has more), and each claimed task
+// carries the file's checksum, so a copy needs no catalog call of its own. Finished copies
+// are committed by completer threads with one CompleteTasks call for all that wait. So a
+// small file costs a fraction of a catalog round trip instead of three (claim, stat,
+// complete), and no thread is started per file. Tasks still ready at Stop() are given back
+// (FailTask, retryable, no backoff).
 //
 // Threading: Start() launches a heartbeat thread, a lease-renewal thread, an event
-// watcher, a sweep thread, `workers` copy threads and max(2, workers / 2) completer
-// threads; each worker runs its copies on its own io_context. A copy is cancelled (lease lost, Stop()) through an asio cancellation
-// signal emitted on that io_context, never by stopping it, so the engine's work on its
+// watcher, a sweep thread, a claim thread, `workers` copy threads and 2 completer threads;
+// each worker runs its copies on its own io_context. A copy is cancelled (lease lost, Stop())
+// through an asio cancellation signal emitted on that io_context, never by stopping it, so the engine's work on its
 // blocking pool always completes before the io_context goes away. Stop() (any thread)
 // cancels running copies (their tasks are failed as retryable so another attempt resumes
 // them) and joins everything.
@@ -138,6 +146,8 @@ struct SiteAgentStats {
   std::uint64_t garbage_files = 0;     // unrecorded files removed from .gfrep-data
   std::uint64_t pulls_on_new_sessions = 0;   // copies that opened a transfer session
   std::uint64_t pulls_on_warm_sessions = 0;  // copies that reused an open one
+  std::uint64_t claim_calls = 0;     // ClaimTasks calls that leased at least one task
+  std::uint64_t complete_calls = 0;  // CompleteTasks calls (each commits a batch)
 };
 
 class SiteAgent {
@@ -167,16 +177,15 @@ class SiteAgent {
   void HeartbeatLoop();
   void RenewLoop();
   void WatchLoop();
-  // A ClaimTask call running on its own thread, with the wake generation seen before it.
-  struct Claim {
-    std::string owner;
-    std::uint64_t seen = 0;
-    std::future<absl::StatusOr<catalog::Task>> result;
-  };
-  Claim StartClaim(std::uint64_t seen);
+  // Claims tasks for the workers in batches (one ClaimTasks call for many), keeping up to
+  // `workers` of them ready; see "Claims" above.
+  void ClaimLoop();
   void WorkerLoop();
+  // Commits finished copies in batches (one CompleteTasks call for all that wait).
   void CompleteLoop();
-  int CompleterCount() const;
+  // Gives tasks claimed but never started back to the catalog (retryable, no backoff).
+  struct Claimed;
+  void GiveBack(std::deque<Claimed> tasks);
   void SweepLoop();
   // One claimed attempt: copy, then CompleteTask or FailTask as `claim_owner`.
   void Execute(const catalog::Task& task, const std::string& claim_owner,
@@ -204,7 +213,12 @@ class SiteAgent {
   std::vector<std::thread> threads_;
 
   mutable std::mutex mu_;
-  std::condition_variable wake_;                      // guarded by mu_
+  // Each waits with mu_: wake_ for stop, sleeps and the sweep; the others for one loop's
+  // work, so that a finished copy or a claimed task wakes one thread, not every thread.
+  std::condition_variable wake_;
+  std::condition_variable claim_wake_;     // the claim loop: tasks queued, room for more
+  std::condition_variable work_wake_;      // workers: a task is ready, room for a commit
+  std::condition_variable complete_wake_;  // completers: a copy waits for its commit
   std::uint64_t wake_generation_ = 0;                 // guarded by mu_
   bool sweep_wanted_ = false;                         // guarded by mu_
   std::atomic<std::uint64_t> claims_{0};
@@ -219,7 +233,13 @@ class SiteAgent {
   };
   std::deque<Completion> completions_;
   std::map<std::string, std::uint64_t> completing_;  // owner -> task id, being committed
-  std::map<std::string, std::uint64_t> claimed_ahead_;  // owner -> task id, not started yet
+  // Claimed, not started yet, oldest first (renewed meanwhile; given back at Stop()).
+  struct Claimed {
+    catalog::Task task;
+    std::string owner;
+  };
+  std::deque<Claimed> ready_;  // guarded by mu_
+  int idle_workers_ = 0;       // guarded by mu_
   SiteAgentStats stats_;                              // guarded by mu_
   using Stamp = std::chrono::steady_clock::time_point;
   std::map<std::string, std::pair<catalog::Node, Stamp>> node_cache_;    // guarded by mu_

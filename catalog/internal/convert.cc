@@ -263,6 +263,8 @@ void ToProto(const Task& in, v1::Task* out) {
   out->set_last_error(in.last_error);
   out->set_created_ns(in.created_ns);
   out->set_updated_ns(in.updated_ns);
+  out->set_checksum_algo(in.checksum_algo);
+  out->set_checksum(in.checksum);
 }
 
 absl::StatusOr<Task> FromProto(const v1::Task& in) {
@@ -282,6 +284,8 @@ absl::StatusOr<Task> FromProto(const v1::Task& in) {
   t.last_error = in.last_error();
   t.created_ns = in.created_ns();
   t.updated_ns = in.updated_ns();
+  t.checksum_algo = in.checksum_algo();
+  t.checksum = in.checksum();
   return t;
 }
 

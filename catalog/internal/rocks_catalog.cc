@@ -170,9 +170,14 @@ class RocksCatalog final : public Catalog {
   absl::StatusOr<std::vector<Task>> ListTasks(const TaskFilter& filter) override;
   absl::StatusOr<Task> ClaimTask(std::string_view node, std::string_view owner,
                                  std::chrono::milliseconds lease) override;
+  absl::StatusOr<std::vector<Task>> ClaimTasks(std::string_view node,
+                                               const std::vector<std::string>& owners,
+                                               std::chrono::milliseconds lease) override;
   absl::StatusOr<Task> RenewLease(std::uint64_t id, std::string_view owner,
                                   std::chrono::milliseconds lease) override;
   absl::StatusOr<Task> CompleteTask(std::uint64_t id, std::string_view owner) override;
+  absl::StatusOr<std::vector<absl::StatusOr<Task>>> CompleteTasks(
+      const std::vector<TaskCompletion>& items) override;
   absl::StatusOr<Task> FailTask(std::uint64_t id, std::string_view owner, std::string_view error,
                                 bool retryable, std::chrono::milliseconds retry_after) override;
   absl::StatusOr<std::size_t> ExpireLeases() override;
@@ -304,7 +309,19 @@ class RocksCatalog final : public Catalog {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   // Why a claimable task can no longer do anything useful ("" if it can): its file is gone
   // or at a newer generation, or the destination's record is newer.
-  absl::StatusOr<std::string> ObsoleteReason(const Task& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // `attrs`, if non-null, receives the file's entry when it exists.
+  absl::StatusOr<std::string> ObsoleteReason(const Task& t, Attributes* attrs = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // The ids of `node`'s open tasks (the node_tasks index), from the remembered lowest one on:
+  // finished tasks leave deletion markers below it that a scan from the node's first key
+  // would step over, one by one, on every claim.
+  absl::StatusOr<std::vector<std::uint64_t>> OpenTaskIdsLocked(std::string_view node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // Adds the completion of the leased task `t` to `batch` (t becomes what it will be once
+  // written); `outcome` is what CompleteTask reports then: OK or kAborted. An error return
+  // added nothing.
+  absl::Status CompleteLeasedLocked(rocksdb::WriteBatch& batch, Task& t, absl::Status& outcome)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   absl::StatusOr<Task> LeasedTask(std::uint64_t id, std::string_view owner)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   absl::Status MarkSubtreeDeleted(rocksdb::WriteBatch& batch, const Attributes& a,
@@ -329,6 +346,9 @@ class RocksCatalog final : public Catalog {
   std::uint64_t committed_seq_ ABSL_GUARDED_BY(work_mu_) = 0;
   std::uint64_t last_request_ ABSL_GUARDED_BY(work_mu_) = 0;
   std::uint64_t last_task_ ABSL_GUARDED_BY(work_mu_) = 0;
+  // Per node, no open task of it has a lower id (ids only grow; a task that finished never
+  // opens again). Absent: scan from the start.
+  std::map<std::string, std::uint64_t, std::less<>> first_open_task_ ABSL_GUARDED_BY(work_mu_);
 };
 
 absl::StatusOr<std::uint64_t> LastU64Key(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
@@ -1422,7 +1442,20 @@ absl::StatusOr<Task> RocksCatalog::GetTask(std::uint64_t id) {
 absl::StatusOr<std::vector<Task>> RocksCatalog::ListTasks(const TaskFilter& f) {
   std::vector<std::uint64_t> ids;
   bool use_ids = false;
-  if (f.request_id != 0) {
+  if (f.open_only) {
+    // node_tasks holds exactly the open tasks, by destination node.
+    use_ids = true;
+    absl::Status s = Scan(kNodeTasks, f.dst_node.empty() ? std::string() : NodePrefix(f.dst_node), "",
+                          [&](std::string_view key, std::string_view) {
+                            if (key.size() < 8) return true;
+                            if (absl::StatusOr<std::uint64_t> id = GetBigEndian64(key, key.size() - 8);
+                                id.ok()) {
+                              ids.push_back(*id);
+                            }
+                            return true;
+                          });
+    if (!s.ok()) return s;
+  } else if (f.request_id != 0) {
     use_ids = true;
     std::string prefix = U64Key(f.request_id);
     absl::Status s = Scan(kRequestTasks, prefix, "", [&](std::string_view key, std::string_view) {
@@ -1444,6 +1477,7 @@ absl::StatusOr<std::vector<Task>> RocksCatalog::ListTasks(const TaskFilter& f) {
   }
   auto keep = [&](const Task& t) {
     return (f.any_state || t.state == f.state) &&
+           (!f.open_only || t.state == TaskState::kQueued || t.state == TaskState::kLeased) &&
            (f.dst_node.empty() || t.spec.dst_node == f.dst_node) &&
            (f.request_id == 0 || t.spec.request_id == f.request_id);
   };
@@ -1475,24 +1509,59 @@ absl::StatusOr<std::vector<Task>> RocksCatalog::ListTasks(const TaskFilter& f) {
 
 absl::StatusOr<Task> RocksCatalog::ClaimTask(std::string_view node, std::string_view owner,
                                              std::chrono::milliseconds lease) {
-  if (absl::Status s = ValidateName(node); !s.ok()) return s;
-  if (owner.empty()) return absl::InvalidArgumentError("empty lease owner");
-  if (absl::Status s = ValidateLabel("owner", owner); !s.ok()) return s;
-  if (absl::Status s = ValidateDelay("lease", lease, false); !s.ok()) return s;
-  WorkLock work(this);
-  std::int64_t now = Now();
+  std::vector<std::string> owners;
+  owners.emplace_back(owner);
+  absl::StatusOr<std::vector<Task>> claimed = ClaimTasks(node, owners, lease);
+  if (!claimed.ok()) return claimed.status();
+  if (claimed->empty()) {
+    return absl::NotFoundError(fmt::format("no claimable task for node {}", node));
+  }
+  return std::move(claimed->front());
+}
+
+absl::StatusOr<std::vector<std::uint64_t>> RocksCatalog::OpenTaskIdsLocked(std::string_view node) {
   std::vector<std::uint64_t> ids;
   std::string prefix = NodePrefix(node);
-  absl::Status s = Scan(kNodeTasks, prefix, "", [&](std::string_view key, std::string_view) {
+  auto hint = first_open_task_.find(node);
+  std::string start = NodeTaskKey(node, hint == first_open_task_.end() ? 0 : hint->second);
+  absl::Status s = Scan(kNodeTasks, prefix, start, [&](std::string_view key, std::string_view) {
     if (absl::StatusOr<std::uint64_t> id = GetBigEndian64(key, prefix.size()); id.ok()) {
       ids.push_back(*id);
     }
     return true;
   });
   if (!s.ok()) return s;
+  // Below the lowest open id only finished tasks remain; with none open, every task made
+  // from now on has a higher id than any made so far.
+  first_open_task_[std::string(node)] = ids.empty() ? last_task_ + 1 : ids.front();
+  return ids;
+}
+
+absl::StatusOr<std::vector<Task>> RocksCatalog::ClaimTasks(std::string_view node,
+                                                           const std::vector<std::string>& owners,
+                                                           std::chrono::milliseconds lease) {
+  if (absl::Status s = ValidateName(node); !s.ok()) return s;
+  if (owners.size() > kMaxBatchPaths) {
+    return absl::InvalidArgumentError(fmt::format("more than {} owners", kMaxBatchPaths));
+  }
+  std::set<std::string_view> distinct;
+  for (const std::string& owner : owners) {
+    if (owner.empty()) return absl::InvalidArgumentError("empty lease owner");
+    if (absl::Status s = ValidateLabel("owner", owner); !s.ok()) return s;
+    if (!distinct.insert(owner).second) {
+      return absl::InvalidArgumentError(fmt::format("lease owner {} given twice", owner));
+    }
+  }
+  if (absl::Status s = ValidateDelay("lease", lease, false); !s.ok()) return s;
+  std::vector<Task> claimed;
+  if (owners.empty()) return claimed;
+  WorkLock work(this);
+  std::int64_t now = Now();
+  absl::StatusOr<std::vector<std::uint64_t>> ids = OpenTaskIdsLocked(node);
+  if (!ids.ok()) return ids.status();
   rocksdb::WriteBatch batch;
   std::vector<Task> ready;
-  for (std::uint64_t id : ids) {
+  for (std::uint64_t id : *ids) {
     absl::StatusOr<Task> t = GetTask(id);
     if (!t.ok()) return t.status();
     if (t->state == TaskState::kLeased && t->lease_expiry_ns <= now) {
@@ -1505,48 +1574,56 @@ absl::StatusOr<Task> RocksCatalog::ClaimTask(std::string_view node, std::string_
   std::sort(ready.begin(), ready.end(), [](const Task& a, const Task& b) {
     return a.spec.priority != b.spec.priority ? a.spec.priority > b.spec.priority : a.id < b.id;
   });
-  Task* best = nullptr;
+  // Reads do not see this batch: a second task of a file already claimed here waits for the
+  // next claim, which sees the first one's replica record.
+  std::set<InodeId> inodes;
   for (Task& t : ready) {
-    absl::StatusOr<std::string> obsolete = ObsoleteReason(t);
+    if (claimed.size() == owners.size()) break;
+    if (inodes.count(t.inode) > 0) continue;
+    Attributes attrs;
+    absl::StatusOr<std::string> obsolete = ObsoleteReason(t, &attrs);
     if (!obsolete.ok()) return obsolete.status();
-    if (obsolete->empty()) {
-      best = &t;
-      break;
+    if (!obsolete->empty()) {
+      // Claiming it would put a pending record of an old generation over a newer one.
+      t.state = TaskState::kCancelled;
+      t.last_error = std::move(*obsolete);
+      t.updated_ns = now;
+      PutTaskLocked(batch, t);
+      continue;
     }
-    // Claiming it would put a pending record of an old generation over a newer one.
-    t.state = TaskState::kCancelled;
-    t.last_error = std::move(*obsolete);
+    inodes.insert(t.inode);
+    t.state = TaskState::kLeased;
+    t.attempts += 1;
+    t.lease_owner = owners[claimed.size()];
+    t.lease_expiry_ns = now + std::chrono::duration_cast<std::chrono::nanoseconds>(lease).count();
     t.updated_ns = now;
     PutTaskLocked(batch, t);
-  }
-  if (best == nullptr) {
-    if (batch.Count() > 0) {
-      if (absl::Status ws = WriteLocked(&batch, "expire leases"); !ws.ok()) return ws;
+    absl::StatusOr<std::optional<Replica>> existing = FindReplica(t.inode, node);
+    if (!existing.ok()) return existing.status();
+    // ObsoleteReason made sure an existing record is not newer than the task.
+    bool keep_existing = existing->has_value() && (*existing)->state == ReplicaState::kComplete &&
+                         (*existing)->generation == t.generation;
+    if (!keep_existing) {
+      Replica r;
+      r.inode = t.inode;
+      r.node = std::string(node);
+      r.state = ReplicaState::kPending;
+      r.generation = t.generation;
+      r.size = t.size;
+      PutReplicaLocked(batch, r, t.spec.path);
     }
-    return absl::NotFoundError(fmt::format("no claimable task for node {}", node));
+    // Not obsolete: the file is at the task's generation, so this is that generation's sum.
+    t.checksum_algo = attrs.checksum_algo;
+    t.checksum = attrs.checksum;
+    claimed.push_back(t);
   }
-  best->state = TaskState::kLeased;
-  best->attempts += 1;
-  best->lease_owner = std::string(owner);
-  best->lease_expiry_ns = now + std::chrono::duration_cast<std::chrono::nanoseconds>(lease).count();
-  best->updated_ns = now;
-  PutTaskLocked(batch, *best);
-  absl::StatusOr<std::optional<Replica>> existing = FindReplica(best->inode, node);
-  if (!existing.ok()) return existing.status();
-  // ObsoleteReason made sure an existing record is not newer than the task.
-  bool keep_existing = existing->has_value() && (*existing)->state == ReplicaState::kComplete &&
-                       (*existing)->generation == best->generation;
-  if (!keep_existing) {
-    Replica r;
-    r.inode = best->inode;
-    r.node = std::string(node);
-    r.state = ReplicaState::kPending;
-    r.generation = best->generation;
-    r.size = best->size;
-    PutReplicaLocked(batch, r, best->spec.path);
+  if (batch.Count() > 0) {
+    if (absl::Status ws = WriteLocked(&batch, claimed.empty() ? "expire leases" : "claim tasks");
+        !ws.ok()) {
+      return ws;
+    }
   }
-  if (absl::Status ws = WriteLocked(&batch, "claim task"); !ws.ok()) return ws;
-  return *best;
+  return claimed;
 }
 
 absl::Status RocksCatalog::ExpireLeaseLocked(rocksdb::WriteBatch& batch, Task& t,
@@ -1565,10 +1642,11 @@ absl::Status RocksCatalog::ExpireLeaseLocked(rocksdb::WriteBatch& batch, Task& t
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> RocksCatalog::ObsoleteReason(const Task& t) {
+absl::StatusOr<std::string> RocksCatalog::ObsoleteReason(const Task& t, Attributes* attrs) {
   absl::StatusOr<Attributes> a = StatInode(t.inode);
   if (absl::IsNotFound(a.status())) return std::string("obsolete: file was removed");
   if (!a.ok()) return a.status();
+  if (attrs != nullptr) *attrs = *a;
   if (a->generation > t.generation) {
     return fmt::format("obsolete: file is at generation {}", a->generation);
   }
@@ -1661,61 +1739,121 @@ absl::StatusOr<Task> RocksCatalog::CompleteTask(std::uint64_t id, std::string_vi
   WorkLock work(this);
   absl::StatusOr<Task> t = LeasedTask(id, owner);
   if (!t.ok()) return t.status();
+  rocksdb::WriteBatch batch;
+  absl::Status outcome;
+  if (absl::Status s = CompleteLeasedLocked(batch, *t, outcome); !s.ok()) return s;
+  if (absl::Status s = WriteLocked(&batch, "complete task"); !s.ok()) return s;
+  if (!outcome.ok()) return outcome;
+  return t;
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<Task>>> RocksCatalog::CompleteTasks(
+    const std::vector<TaskCompletion>& items) {
+  if (items.size() > kMaxBatchPaths) {
+    return absl::InvalidArgumentError(fmt::format("more than {} tasks", kMaxBatchPaths));
+  }
+  std::vector<absl::StatusOr<Task>> out(items.size(), absl::UnknownError("not completed"));
+  std::vector<absl::Status> outcome(items.size());
+  WorkLock work(this);
+  rocksdb::WriteBatch batch;
+  std::vector<std::size_t> in_batch;  // items whose changes `batch` holds
+  std::set<InodeId> inodes;           // their files
+  auto write = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) {
+    if (in_batch.empty()) return;
+    absl::Status s = WriteLocked(&batch, "complete tasks");
+    // A failed write changed nothing: its events' seqs are given back at once, so that a
+    // later write of this call leaves no gap.
+    if (!s.ok()) last_seq_ = committed_seq_;
+    for (std::size_t i : in_batch) {
+      if (!s.ok()) {
+        out[i] = s;
+      } else if (!outcome[i].ok()) {
+        out[i] = outcome[i];
+      }
+    }
+    batch.Clear();
+    in_batch.clear();
+    inodes.clear();
+  };
+  std::set<std::uint64_t> seen;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (!seen.insert(items[i].id).second) {
+      out[i] = absl::InvalidArgumentError(fmt::format("task {} given twice", items[i].id));
+      continue;
+    }
+    absl::StatusOr<Task> t = LeasedTask(items[i].id, items[i].owner);
+    if (!t.ok()) {
+      out[i] = t.status();
+      continue;
+    }
+    // Reads do not see `batch`: a second task of the same file waits for the first's write.
+    if (inodes.count(t->inode) > 0) write();
+    if (absl::Status s = CompleteLeasedLocked(batch, *t, outcome[i]); !s.ok()) {
+      out[i] = s;
+      continue;
+    }
+    inodes.insert(t->inode);
+    in_batch.push_back(i);
+    out[i] = std::move(*t);
+  }
+  write();
+  return out;
+}
+
+absl::Status RocksCatalog::CompleteLeasedLocked(rocksdb::WriteBatch& batch, Task& t,
+                                                absl::Status& outcome) {
   std::int64_t now = Now();
-  absl::StatusOr<Attributes> a = StatInode(t->inode);
+  absl::StatusOr<Attributes> a = StatInode(t.inode);
   if (!a.ok() && !absl::IsNotFound(a.status())) return a.status();
-  absl::StatusOr<std::optional<Replica>> existing = FindReplica(t->inode, t->spec.dst_node);
+  absl::StatusOr<std::optional<Replica>> existing = FindReplica(t.inode, t.spec.dst_node);
   if (!existing.ok()) return existing.status();
   const std::optional<Replica>& rec = *existing;
   // Only the record this task's claim made may change: pending at the task's generation.
   const bool ours =
-      rec.has_value() && rec->state == ReplicaState::kPending && rec->generation == t->generation;
-  rocksdb::WriteBatch batch;
+      rec.has_value() && rec->state == ReplicaState::kPending && rec->generation == t.generation;
   Replica r;
   if (rec.has_value()) r = *rec;
-  t->lease_owner.clear();
-  t->updated_ns = now;
-  absl::Status result = absl::OkStatus();
+  t.lease_owner.clear();
+  t.updated_ns = now;
+  outcome = absl::OkStatus();
   if (!a.ok()) {
     if (ours) {
       r.state = ReplicaState::kDeleting;
-      PutReplicaLocked(batch, r, t->spec.path);
+      PutReplicaLocked(batch, r, t.spec.path);
     }
-    t->state = TaskState::kFailed;
-    t->last_error = "file was removed during the copy";
-  } else if (a->generation != t->generation) {
+    t.state = TaskState::kFailed;
+    t.last_error = "file was removed during the copy";
+  } else if (a->generation != t.generation) {
     if (ours) {
       r.state = ReplicaState::kStale;  // valid bytes of an older generation
-      PutReplicaLocked(batch, r, t->spec.path);
+      PutReplicaLocked(batch, r, t.spec.path);
     }
-    t->state = TaskState::kFailed;
-    t->last_error = fmt::format("file changed to generation {} during the copy", a->generation);
+    t.state = TaskState::kFailed;
+    t.last_error = fmt::format("file changed to generation {} during the copy", a->generation);
   } else if (ours) {
     r.state = ReplicaState::kComplete;
-    r.size = t->size;
+    r.size = t.size;
     r.verified_ns = now;
-    PutReplicaLocked(batch, r, t->spec.path);
-    t->state = TaskState::kDone;
+    PutReplicaLocked(batch, r, t.spec.path);
+    t.state = TaskState::kDone;
   } else if (rec.has_value() && rec->state == ReplicaState::kComplete &&
-             rec->generation == t->generation) {
-    t->state = TaskState::kDone;  // the claim kept a complete record of this generation
+             rec->generation == t.generation) {
+    t.state = TaskState::kDone;  // the claim kept a complete record of this generation
   } else {
     // Removed or replaced by someone else meanwhile: not this task's record to change.
     // Cancelled, not failed, so that the planner copies the file again.
-    t->state = TaskState::kCancelled;
-    t->last_error =
+    t.state = TaskState::kCancelled;
+    t.last_error =
         rec.has_value()
             ? fmt::format("replica record of {} changed during the copy (now {} generation {})",
-                          t->spec.dst_node, ToString(rec->state), rec->generation)
-            : fmt::format("replica record of {} was removed during the copy", t->spec.dst_node);
+                          t.spec.dst_node, ToString(rec->state), rec->generation)
+            : fmt::format("replica record of {} was removed during the copy", t.spec.dst_node);
   }
-  if (t->state != TaskState::kDone) {
-    result = absl::AbortedError(fmt::format("task {}: {}", id, t->last_error));
+  if (t.state != TaskState::kDone) {
+    outcome = absl::AbortedError(fmt::format("task {}: {}", t.id, t.last_error));
   }
-  PutTaskLocked(batch, *t);
-  if (absl::Status s = WriteLocked(&batch, "complete task"); !s.ok()) return s;
-  if (!result.ok()) return result;
-  return t;
+  PutTaskLocked(batch, t);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Task> RocksCatalog::FailTask(std::uint64_t id, std::string_view owner,

@@ -111,6 +111,15 @@ class FaultyCatalog : public catalog::Catalog {
                                           std::chrono::milliseconds l) override {
     return c_->ClaimTask(n, o, l);
   }
+  absl::StatusOr<std::vector<catalog::Task>> ClaimTasks(const std::string_view n,
+                                                        const std::vector<std::string>& o,
+                                                        std::chrono::milliseconds l) override {
+    return c_->ClaimTasks(n, o, l);
+  }
+  absl::StatusOr<std::vector<absl::StatusOr<catalog::Task>>> CompleteTasks(
+      const std::vector<catalog::TaskCompletion>& items) override {
+    return c_->CompleteTasks(items);
+  }
   absl::StatusOr<catalog::Task> RenewLease(std::uint64_t id, std::string_view o,
                                            std::chrono::milliseconds l) override {
     if (on_renew) {
