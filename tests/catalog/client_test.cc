@@ -260,6 +260,44 @@ TEST_F(CatalogClientTest, RequestAndTaskCalls) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(CatalogClientTest, BatchedClaimsAndCompletionsCarryChecksumsAndPerItemResults) {
+  Topology();
+  FileContent content;
+  content.size = 9;
+  content.checksum_algo = "xxh3-128";
+  content.checksum = "0abc";
+  ASSERT_TRUE(client_->CommitFile("/g", content, "a1", std::nullopt).ok());
+  TaskSpec ts;
+  ts.src_node = "a1";
+  ts.dst_node = "b1";
+  ts.path = "/f";
+  TaskSpec tg = ts;
+  tg.path = "/g";
+  ASSERT_TRUE(client_->CreateTasks({ts, tg}).ok());
+  TaskFilter open;
+  open.open_only = true;
+  EXPECT_EQ(client_->ListTasks(open)->size(), 2u);
+  absl::StatusOr<std::vector<Task>> claimed = client_->ClaimTasks("b1", {"w#1", "w#2", "w#3"}, 30s);
+  ASSERT_TRUE(claimed.ok()) << claimed.status();
+  ASSERT_EQ(claimed->size(), 2u);
+  EXPECT_EQ((*claimed)[0].lease_owner, "w#1");
+  EXPECT_EQ((*claimed)[0].checksum, "00ff");  // /f, from Topology()
+  EXPECT_EQ((*claimed)[1].lease_owner, "w#2");
+  EXPECT_EQ((*claimed)[1].checksum, "0abc");
+  EXPECT_EQ((*claimed)[1].checksum_algo, "xxh3-128");
+  EXPECT_EQ(client_->ClaimTasks("b1", {"x", "x"}, 30s).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<std::vector<absl::StatusOr<Task>>> done =
+      client_->CompleteTasks({{(*claimed)[0].id, "w#1"}, {(*claimed)[1].id, "nobody"}});
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->size(), 2u);
+  ASSERT_TRUE((*done)[0].ok()) << (*done)[0].status();
+  EXPECT_EQ((*done)[0]->state, TaskState::kDone);
+  EXPECT_EQ((*done)[1].status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE((*done)[1].status().message().find("nobody"), std::string::npos);
+  EXPECT_EQ(client_->ListTasks(open)->size(), 1u);
+}
+
 TEST_F(CatalogClientTest, BeginWriteAndCommitOfTheReservedGeneration) {
   Topology();
   FileContent c;

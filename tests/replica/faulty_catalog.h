@@ -4,6 +4,7 @@
 // a hook (to fail a commit, lose a lease renewal, put a cancel between a planner's listing
 // and its writes, ...). Test-only.
 
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <utility>
@@ -21,6 +22,9 @@ class FaultyCatalog : public catalog::Catalog {
   std::function<std::optional<absl::Status>(std::uint64_t task)> on_renew;
   // Runs once, before the next CreateTasks is forwarded.
   std::function<void()> before_create_tasks;
+  // Called before the call is forwarded (to count calls, or to sleep like a distant catalog).
+  std::function<void(std::size_t items)> before_complete_tasks;
+  std::function<void(catalog::InodeId inode)> before_stat_inode;
 
   using A = catalog::Attributes;
   absl::StatusOr<A> Mkdir(std::string_view p, const catalog::MkdirOptions& o) override {
@@ -41,7 +45,10 @@ class FaultyCatalog : public catalog::Catalog {
     return c_->CommitFile(p, f, w, g);
   }
   absl::StatusOr<A> Stat(std::string_view p) override { return c_->Stat(p); }
-  absl::StatusOr<A> StatInode(catalog::InodeId i) override { return c_->StatInode(i); }
+  absl::StatusOr<A> StatInode(catalog::InodeId i) override {
+    if (before_stat_inode) before_stat_inode(i);
+    return c_->StatInode(i);
+  }
   absl::StatusOr<std::string> PathOf(catalog::InodeId i) override { return c_->PathOf(i); }
   absl::StatusOr<std::vector<catalog::DirEntry>> List(std::string_view p,
                                                       const catalog::ListOptions& o) override {
@@ -55,6 +62,8 @@ class FaultyCatalog : public catalog::Catalog {
   }
   // Calls of Locate so far (the planner's per-file lookups).
   std::uint64_t locates = 0;
+  // Tasks read so far: each GetTask, and each task a ListTasks returned.
+  std::atomic<std::uint64_t> tasks_read{0};
   absl::StatusOr<std::vector<catalog::Replica>> GetReplicas(catalog::InodeId i) override {
     return c_->GetReplicas(i);
   }
@@ -103,9 +112,14 @@ class FaultyCatalog : public catalog::Catalog {
     if (before_create_tasks) std::exchange(before_create_tasks, nullptr)();
     return c_->CreateTasks(s);
   }
-  absl::StatusOr<catalog::Task> GetTask(std::uint64_t id) override { return c_->GetTask(id); }
+  absl::StatusOr<catalog::Task> GetTask(std::uint64_t id) override {
+    ++tasks_read;
+    return c_->GetTask(id);
+  }
   absl::StatusOr<std::vector<catalog::Task>> ListTasks(const catalog::TaskFilter& f) override {
-    return c_->ListTasks(f);
+    absl::StatusOr<std::vector<catalog::Task>> tasks = c_->ListTasks(f);
+    if (tasks.ok()) tasks_read += tasks->size();
+    return tasks;
   }
   absl::StatusOr<catalog::Task> ClaimTask(std::string_view n, std::string_view o,
                                           std::chrono::milliseconds l) override {
@@ -118,6 +132,7 @@ class FaultyCatalog : public catalog::Catalog {
   }
   absl::StatusOr<std::vector<absl::StatusOr<catalog::Task>>> CompleteTasks(
       const std::vector<catalog::TaskCompletion>& items) override {
+    if (before_complete_tasks) before_complete_tasks(items.size());
     return c_->CompleteTasks(items);
   }
   absl::StatusOr<catalog::Task> RenewLease(std::uint64_t id, std::string_view o,

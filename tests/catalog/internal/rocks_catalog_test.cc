@@ -121,6 +121,12 @@ class RocksCatalogTest : public ::testing::Test {
     return tasks->front();
   }
 
+  Task GetTaskOrDie(std::uint64_t id) {
+    absl::StatusOr<Task> t = catalog_->GetTask(id);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? *t : Task{};
+  }
+
   // The replica record of (path's inode, node); kNotFound if none.
   absl::StatusOr<Replica> RecordOf(const std::string& path, const std::string& node) {
     absl::StatusOr<Location> loc = catalog_->Locate(path);
@@ -370,6 +376,207 @@ TEST_F(RocksCatalogTest, ExpiredLeaseIsGivenToTheNextClaimant) {
     EXPECT_EQ(r.generation, 1u);
   }
   EXPECT_TRUE(catalog_->ListTasks(OpenFor("b1"))->empty());
+}
+
+// Files /g1.. /gN of generation 1 on a1, each with its own checksum "sum-<i>".
+void CommitFiles(Catalog& c, int n) {
+  for (int i = 1; i <= n; ++i) {
+    FileContent content;
+    content.size = 100 + static_cast<std::uint64_t>(i);
+    content.checksum_algo = "xxh3-128";
+    content.checksum = fmt::format("sum-{}", i);
+    ASSERT_TRUE(c.CommitFile(fmt::format("/g{}", i), content, "a1", std::nullopt).ok());
+  }
+}
+
+TEST_F(RocksCatalogTest, ClaimTasksLeasesManyInClaimOrderWithTheirChecksums) {
+  MakeTopologyAndFile();
+  CommitFiles(*catalog_, 4);
+  ASSERT_TRUE(TaskTo("/g1", "b1", 0).ok());
+  ASSERT_TRUE(TaskTo("/g2", "b1", 5).ok());
+  ASSERT_TRUE(TaskTo("/g3", "b1", 0).ok());
+  ASSERT_TRUE(TaskTo("/g4", "b1", 5).ok());
+  const std::uint64_t seq = *catalog_->LastEventSeq();
+  absl::StatusOr<std::vector<Task>> first = catalog_->ClaimTasks("b1", {"w#1", "w#2", "w#3"}, 10s);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 3u);
+  // Highest priority first, then oldest; the i-th owner leases the i-th task.
+  EXPECT_EQ((*first)[0].spec.path, "/g2");
+  EXPECT_EQ((*first)[1].spec.path, "/g4");
+  EXPECT_EQ((*first)[2].spec.path, "/g1");
+  for (std::size_t i = 0; i < first->size(); ++i) {
+    const Task& t = (*first)[i];
+    EXPECT_EQ(t.state, TaskState::kLeased);
+    EXPECT_EQ(t.lease_owner, fmt::format("w#{}", i + 1));
+    EXPECT_EQ(t.attempts, 1u);
+    EXPECT_EQ(t.checksum_algo, "xxh3-128");
+    EXPECT_EQ(t.checksum, fmt::format("sum-{}", t.spec.path.substr(2)));
+    EXPECT_EQ(GetTaskOrDie(t.id).lease_owner, t.lease_owner);  // stored, not just returned
+    absl::StatusOr<Replica> pending = RecordOf(t.spec.path, "b1");
+    ASSERT_TRUE(pending.ok()) << t.spec.path;
+    EXPECT_EQ(pending->state, ReplicaState::kPending);
+  }
+  // One write: every change of the batch became visible at once, its events in one run.
+  absl::StatusOr<std::vector<Event>> events = catalog_->ReadEvents(seq, 100, 0ms);
+  ASSERT_TRUE(events.ok());
+  EXPECT_GE(events->size(), 6u);  // 3 tasks leased + 3 pending replicas
+  // Fewer claimable than owners: the rest, then nothing (an empty list, not an error).
+  absl::StatusOr<std::vector<Task>> rest = catalog_->ClaimTasks("b1", {"w#4", "w#5"}, 10s);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  ASSERT_EQ(rest->size(), 1u);
+  EXPECT_EQ(rest->front().spec.path, "/g3");
+  EXPECT_EQ(rest->front().lease_owner, "w#4");
+  absl::StatusOr<std::vector<Task>> none = catalog_->ClaimTasks("b1", {"w#6"}, 10s);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  EXPECT_EQ(catalog_->ClaimTask("b1", "w#7", 10s).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(RocksCatalogTest, ClaimTasksRefusesBadOwnersAndChangesNothing) {
+  MakeTopologyAndFile();
+  ASSERT_TRUE(OneTask().ok());
+  EXPECT_EQ(catalog_->ClaimTasks("b1", {"w#1", "w#1"}, 10s).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(catalog_->ClaimTasks("b1", {"w#1", ""}, 10s).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(catalog_->ClaimTasks("b1", std::vector<std::string>(kMaxBatchPaths + 1, "x"), 10s)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(catalog_->ClaimTasks("b1", {}, 10s)->empty());
+  EXPECT_EQ(catalog_->ListTasks(OpenFor("b1"))->size(), 1u);  // still queued
+}
+
+TEST_F(RocksCatalogTest, ClaimTasksFindsEveryOpenTaskAfterManyHaveFinished) {
+  // Claims start their scan at the node's lowest open task: a task that finished below it,
+  // one put back below it and ones made after it must all be handled right.
+  MakeTopologyAndFile();
+  CommitFiles(*catalog_, 6);
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(TaskTo(fmt::format("/g{}", i), "b1").ok());
+  absl::StatusOr<std::vector<Task>> got = catalog_->ClaimTasks("b1", {"o1", "o2", "o3"}, 10s);
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->size(), 3u);
+  ASSERT_TRUE(catalog_->CompleteTask((*got)[1].id, "o2").ok());  // the middle one finishes
+  // The lowest one goes back to the queue: still claimable.
+  ASSERT_TRUE(catalog_->FailTask((*got)[0].id, "o1", "try again", true, 0ms).ok());
+  absl::StatusOr<std::vector<Task>> again = catalog_->ClaimTasks("b1", {"o4", "o5"}, 10s);
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(again->size(), 1u);
+  EXPECT_EQ(again->front().id, (*got)[0].id);
+  ASSERT_TRUE(catalog_->CompleteTask((*got)[0].id, "o4").ok());
+  ASSERT_TRUE(catalog_->CompleteTask((*got)[2].id, "o3").ok());
+  // Nothing open now; tasks made after that are found.
+  EXPECT_TRUE(catalog_->ClaimTasks("b1", {"o6"}, 10s)->empty());
+  ASSERT_TRUE(TaskTo("/g4", "b1").ok());
+  ASSERT_TRUE(TaskTo("/g5", "b1").ok());
+  absl::StatusOr<std::vector<Task>> later = catalog_->ClaimTasks("b1", {"o7", "o8", "o9"}, 10s);
+  ASSERT_TRUE(later.ok());
+  ASSERT_EQ(later->size(), 2u);
+  EXPECT_EQ(later->front().spec.path, "/g4");
+  // And after a reopen (nothing remembered), the same.
+  ASSERT_TRUE(TaskTo("/g6", "b1").ok());
+  Open();
+  absl::StatusOr<std::vector<Task>> reopened = catalog_->ClaimTasks("b1", {"o10", "o11"}, 10s);
+  ASSERT_TRUE(reopened.ok());
+  ASSERT_EQ(reopened->size(), 1u);
+  EXPECT_EQ(reopened->front().spec.path, "/g6");
+}
+
+TEST_F(RocksCatalogTest, CompleteTasksGivesEachItemWhatCompleteTaskWould) {
+  MakeTopologyAndFile();
+  CommitFiles(*catalog_, 3);
+  for (int i = 1; i <= 3; ++i) ASSERT_TRUE(TaskTo(fmt::format("/g{}", i), "b1").ok());
+  absl::StatusOr<std::vector<Task>> got = catalog_->ClaimTasks("b1", {"o1", "o2", "o3"}, 10s);
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->size(), 3u);
+  // /g2 moves to generation 2 during its copy.
+  FileContent next;
+  next.size = 7;
+  next.checksum_algo = "xxh3-128";
+  next.checksum = "new";
+  ASSERT_TRUE(catalog_->CommitFile("/g2", next, "a1", 1).ok());
+  absl::StatusOr<std::vector<absl::StatusOr<Task>>> results = catalog_->CompleteTasks({
+      {(*got)[0].id, "o1"},      // fine
+      {(*got)[1].id, "o2"},      // the file changed: kAborted, its record stale
+      {(*got)[2].id, "other"},   // not the owner: kFailedPrecondition, nothing changes
+      {(*got)[0].id, "o1"},      // the same task twice: kInvalidArgument
+      {999999, "o1"},            // no such task
+  });
+  ASSERT_TRUE(results.ok()) << results.status();
+  ASSERT_EQ(results->size(), 5u);
+  ASSERT_TRUE((*results)[0].ok()) << (*results)[0].status();
+  EXPECT_EQ((*results)[0]->state, TaskState::kDone);
+  EXPECT_EQ((*results)[1].status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ((*results)[2].status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*results)[3].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*results)[4].status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(RecordOf("/g1", "b1")->state, ReplicaState::kComplete);
+  EXPECT_EQ(RecordOf("/g2", "b1")->state, ReplicaState::kStale);
+  EXPECT_EQ(RecordOf("/g3", "b1")->state, ReplicaState::kPending);
+  EXPECT_EQ(GetTaskOrDie((*got)[1].id).state, TaskState::kFailed);
+  EXPECT_EQ(GetTaskOrDie((*got)[2].id).state, TaskState::kLeased);
+  // The third one's owner completes it later, alone.
+  ASSERT_TRUE(catalog_->CompleteTask((*got)[2].id, "o3").ok());
+  EXPECT_EQ(RecordOf("/g3", "b1")->state, ReplicaState::kComplete);
+}
+
+TEST_F(RocksCatalogTest, CompleteTasksWhoseWriteFailsChangeNothing) {
+  MakeTopologyAndFile();
+  CommitFiles(*catalog_, 2);
+  for (int i = 1; i <= 2; ++i) ASSERT_TRUE(TaskTo(fmt::format("/g{}", i), "b1").ok());
+  absl::StatusOr<std::vector<Task>> got = catalog_->ClaimTasks("b1", {"o1", "o2"}, 10s);
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->size(), 2u);
+  const std::uint64_t seq = *catalog_->LastEventSeq();
+  fail_next_write_ = true;
+  absl::StatusOr<std::vector<absl::StatusOr<Task>>> results =
+      catalog_->CompleteTasks({{(*got)[0].id, "o1"}, {(*got)[1].id, "o2"}});
+  ASSERT_TRUE(results.ok());
+  for (const absl::StatusOr<Task>& r : *results) {
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  }
+  EXPECT_EQ(*catalog_->LastEventSeq(), seq);
+  EXPECT_EQ(RecordOf("/g1", "b1")->state, ReplicaState::kPending);
+  EXPECT_EQ(GetTaskOrDie((*got)[0].id).state, TaskState::kLeased);
+  // Retried, it goes through.
+  results = catalog_->CompleteTasks({{(*got)[0].id, "o1"}, {(*got)[1].id, "o2"}});
+  ASSERT_TRUE(results.ok());
+  EXPECT_TRUE((*results)[0].ok() && (*results)[1].ok());
+  EXPECT_EQ(RecordOf("/g2", "b1")->state, ReplicaState::kComplete);
+}
+
+TEST_F(RocksCatalogTest, OpenOnlyListsQueuedAndLeasedTasksOfEveryNode) {
+  MakeTopologyAndFile();
+  CommitFiles(*catalog_, 3);
+  absl::StatusOr<Request> req = catalog_->CreateRequest(Req("/g1"));
+  ASSERT_TRUE(req.ok());
+  TaskSpec spec;
+  spec.request_id = req->id;
+  spec.src_node = "a1";
+  spec.dst_node = "b1";
+  std::vector<TaskSpec> specs;
+  for (int i = 1; i <= 3; ++i) {
+    spec.path = fmt::format("/g{}", i);
+    specs.push_back(spec);
+  }
+  ASSERT_TRUE(catalog_->CreateTasks(specs).ok());
+  absl::StatusOr<std::vector<Task>> got = catalog_->ClaimTasks("b1", {"o1", "o2"}, 10s);
+  ASSERT_TRUE(got.ok());
+  ASSERT_TRUE(catalog_->CompleteTask((*got)[0].id, "o1").ok());
+  TaskFilter f;
+  f.open_only = true;
+  absl::StatusOr<std::vector<Task>> open = catalog_->ListTasks(f);
+  ASSERT_TRUE(open.ok());
+  ASSERT_EQ(open->size(), 2u);
+  for (const Task& t : *open) {
+    EXPECT_TRUE(t.state == TaskState::kQueued || t.state == TaskState::kLeased);
+    EXPECT_NE(t.id, (*got)[0].id);
+  }
+  f.request_id = req->id + 1;  // another request: none
+  EXPECT_TRUE(catalog_->ListTasks(f)->empty());
+  f.request_id = req->id;
+  f.dst_node = "a1";  // another node: none
+  EXPECT_TRUE(catalog_->ListTasks(f)->empty());
 }
 
 TEST_F(RocksCatalogTest, FailedAttemptsBackOffThenGiveUp) {
