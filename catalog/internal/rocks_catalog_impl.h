@@ -1,0 +1,325 @@
+#pragma once
+
+// The RocksCatalog class (the Catalog of rocks_catalog.h) shared by the files that implement
+// it, one job each:
+//   rocks_catalog.cc   opening the database, helpers, the namespace (entries, writes, rename)
+//   rocks_replicas.cc  replica records, the event log's writer, topology (sites, nodes, routes)
+//   rocks_tasks.cc     requests, transfer tasks (claims, leases, commits) and reading events
+// Locking and durability: see rocks_catalog.h.
+
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include <array>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "catalog/catalog.h"
+#include "catalog/internal/codec.h"
+#include "catalog/internal/rocks_catalog.h"
+#include "catalog/internal/rocks_status.h"
+
+namespace gfrep::catalog::internal {
+
+enum Cf : int {
+  kDefault = 0,  // meta: inode id high-water mark
+  kDentries,
+  kInodes,
+  kReplicas,
+  kNodeReplicas,
+  kSites,
+  kNodes,
+  kRoutes,
+  kRequests,
+  kTasks,
+  kNodeTasks,
+  kRequestTasks,
+  kEvents,
+  kNumCf
+};
+
+inline constexpr const char* kCfNames[kNumCf] = {
+    "default", "dentries", "inodes",   "replicas",  "node_replicas", "sites",  "nodes",
+    "routes",  "requests", "tasks",    "node_tasks", "request_tasks", "events"};
+
+inline constexpr char kInodeHwmKey[] = "inode_hwm";
+inline constexpr std::uint64_t kInodeBlock = 1u << 16;
+inline constexpr std::size_t kNameLockStripes = 512;
+inline constexpr std::uint32_t kMaxCopies = 64;
+inline constexpr std::uint32_t kMaxParallel = 100000;
+inline constexpr std::size_t kMaxLabels = 64;
+// Longest lease or retry delay: keeps now + delay (in ns) far from int64 overflow.
+inline constexpr std::chrono::milliseconds kMaxDelay = std::chrono::hours(24 * 7);
+
+absl::Status ValidateDelay(std::string_view what, std::chrono::milliseconds d, bool zero_ok);
+inline std::string_view View(const rocksdb::Slice& s) { return {s.data(), s.size()}; }
+inline rocksdb::Slice Sl(std::string_view s) { return {s.data(), s.size()}; }
+// At most kMaxLabelBytes, no NUL, valid UTF-8; kInvalidArgument naming `what` otherwise.
+absl::Status ValidateLabel(std::string_view what, std::string_view v);
+// An error text from outside (an agent, an operator) made storable: at most
+// kMaxLabelBytes, and valid UTF-8 so that the task stays readable over gRPC (a file name in
+// another encoding keeps its ASCII, the rest is marked).
+std::string ErrorText(std::string_view error);
+absl::Status ValidateContent(const FileContent& content);
+// The highest key of a column family keyed by U64Key (0 if empty).
+absl::StatusOr<std::uint64_t> LastU64Key(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h);
+
+class RocksCatalog final : public Catalog {
+ public:
+  RocksCatalog(const CatalogOptions& options, rocksdb::DB* db,
+               std::vector<rocksdb::ColumnFamilyHandle*> cfs)
+      : options_(options), db_(db), cfs_(std::move(cfs)) {
+    if (!options_.clock) options_.clock = SystemNowNs;
+    write_options_.sync = options_.sync;
+  }
+
+  ~RocksCatalog() override {
+    for (auto* h : cfs_) {
+      (void)db_->DestroyColumnFamilyHandle(h);  // ignored: shutting down
+    }
+    (void)db_->Close();  // ignored: nothing left to do with an error here
+    delete db_;
+  }
+
+  absl::Status Init();
+
+  absl::StatusOr<Attributes> Mkdir(std::string_view path, const MkdirOptions& options) override;
+  absl::StatusOr<Attributes> CreateFile(std::string_view path,
+                                        const FileContent& content) override;
+  absl::StatusOr<WriteReservation> BeginWrite(std::string_view path,
+                                              const FileContent& content) override;
+  absl::StatusOr<Attributes> CommitFile(std::string_view path, const FileContent& content,
+                                        std::string_view writer_node,
+                                        std::optional<std::uint64_t> expected_generation) override;
+  absl::StatusOr<std::vector<Attributes>> CreateFiles(const std::vector<NewFile>& files) override;
+  absl::StatusOr<Attributes> Stat(std::string_view path) override;
+  absl::StatusOr<Attributes> StatInode(InodeId inode) override;
+  absl::StatusOr<std::string> PathOf(InodeId inode) override;
+  absl::StatusOr<std::vector<DirEntry>> List(std::string_view path,
+                                             const ListOptions& options) override;
+  absl::Status Remove(std::string_view path, bool recursive) override;
+  absl::Status Rename(std::string_view from, std::string_view to) override;
+
+  absl::StatusOr<Location> Locate(std::string_view path) override;
+  absl::StatusOr<std::vector<Replica>> GetReplicas(InodeId inode) override;
+  absl::Status PutReplica(const Replica& replica) override;
+  absl::Status RemoveReplica(InodeId inode, std::string_view node) override;
+  absl::StatusOr<std::vector<Replica>> ListNodeReplicas(std::string_view node,
+                                                        InodeId start_after,
+                                                        std::size_t limit) override;
+
+  absl::Status PutSite(const Site& site) override;
+  absl::Status RemoveSite(std::string_view name) override;
+  absl::StatusOr<std::vector<Site>> ListSites() override;
+  absl::Status RegisterNode(const Node& node) override;
+  absl::Status RemoveNode(std::string_view name) override;
+  absl::StatusOr<Node> GetNode(std::string_view name) override;
+  absl::StatusOr<std::vector<Node>> ListNodes(std::string_view site) override;
+  absl::Status SendHeartbeat(const Heartbeat& heartbeat) override;
+  absl::Status PutRoute(const Route& route) override;
+  absl::Status RemoveRoute(std::string_view src_site, std::string_view dst_site) override;
+  absl::StatusOr<Route> GetRoute(std::string_view src_site, std::string_view dst_site) override;
+  absl::StatusOr<std::vector<Route>> ListRoutes() override;
+
+  absl::StatusOr<Request> CreateRequest(const RequestSpec& spec) override;
+  absl::StatusOr<Request> GetRequest(std::uint64_t id) override;
+  absl::StatusOr<std::vector<Request>> ListRequests(bool any_state, RequestState state,
+                                                    std::size_t limit) override;
+  absl::StatusOr<Request> UpdateRequest(const RequestUpdate& update) override;
+  absl::StatusOr<std::vector<Task>> CreateTasks(const std::vector<TaskSpec>& specs) override;
+  absl::StatusOr<Task> GetTask(std::uint64_t id) override;
+  absl::StatusOr<std::vector<Task>> ListTasks(const TaskFilter& filter) override;
+  absl::StatusOr<Task> ClaimTask(std::string_view node, std::string_view owner,
+                                 std::chrono::milliseconds lease) override;
+  absl::StatusOr<std::vector<Task>> ClaimTasks(std::string_view node,
+                                               const std::vector<std::string>& owners,
+                                               std::chrono::milliseconds lease) override;
+  absl::StatusOr<Task> RenewLease(std::uint64_t id, std::string_view owner,
+                                  std::chrono::milliseconds lease) override;
+  absl::StatusOr<Task> CompleteTask(std::uint64_t id, std::string_view owner) override;
+  absl::StatusOr<std::vector<absl::StatusOr<Task>>> CompleteTasks(
+      const std::vector<TaskCompletion>& items) override;
+  absl::StatusOr<Task> FailTask(std::uint64_t id, std::string_view owner, std::string_view error,
+                                bool retryable, std::chrono::milliseconds retry_after) override;
+  absl::StatusOr<std::size_t> ExpireLeases() override;
+  absl::StatusOr<Task> AbandonTask(std::uint64_t id, std::string_view reason) override;
+  absl::Status CancelRequest(std::uint64_t id) override;
+
+  absl::StatusOr<std::vector<Event>> ReadEvents(std::uint64_t after_seq, std::size_t max,
+                                                std::chrono::milliseconds wait) override;
+  absl::StatusOr<std::uint64_t> LastEventSeq() override;
+
+  absl::StatusOr<std::string> Property(std::string_view name) {
+    std::string value;
+    if (!db_->GetProperty(Sl(name), &value)) {
+      return absl::NotFoundError(fmt::format("no RocksDB property {}", name));
+    }
+    return value;
+  }
+
+ private:
+  rocksdb::ColumnFamilyHandle* cf(Cf c) const { return cfs_[c]; }
+  std::int64_t Now() const { return options_.clock(); }
+
+  absl::Status Write(rocksdb::WriteBatch* batch, std::string_view what) {
+    if (options_.write_fault) {
+      if (absl::Status s = options_.write_fault(what); !s.ok()) return s;
+    }
+    return FromRocks(db_->Write(write_options_, batch), what);
+  }
+
+  // Holds work_mu_. Events numbered by AddEvent count only once their batch is written
+  // (WriteLocked); on release, seqs taken for a batch that failed or was never written
+  // (an error return) are given back, before any waiter can look, so a failed mutation
+  // leaves no gap and wakes no ReadEvents/Watch waiter.
+  class ABSL_SCOPED_LOCKABLE WorkLock {
+   public:
+    explicit WorkLock(RocksCatalog* c) ABSL_EXCLUSIVE_LOCK_FUNCTION(c->work_mu_) : c_(c) {
+      c_->work_mu_.Lock();
+    }
+    ~WorkLock() ABSL_UNLOCK_FUNCTION() {
+      c_->last_seq_ = c_->committed_seq_;
+      c_->work_mu_.Unlock();
+    }
+    WorkLock(const WorkLock&) = delete;
+    WorkLock& operator=(const WorkLock&) = delete;
+
+   private:
+    RocksCatalog* c_;
+  };
+
+  // Write for batches built under a WorkLock: commits the seqs its events took.
+  absl::Status WriteLocked(rocksdb::WriteBatch* batch, std::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) {
+    absl::Status s = Write(batch, what);
+    if (s.ok()) committed_seq_ = last_seq_;
+    return s;
+  }
+
+  // Reads one value. kNotFound (with `what` in the message) when absent.
+  absl::StatusOr<std::string> Get(Cf c, std::string_view key, std::string_view what,
+                                  const rocksdb::ReadOptions& ro = rocksdb::ReadOptions()) {
+    std::string value;
+    rocksdb::Status s = db_->Get(ro, cf(c), Sl(key), &value);
+    if (s.IsNotFound()) return absl::NotFoundError(fmt::format("{}: not found", what));
+    if (!s.ok()) return FromRocks(s, what);
+    return value;
+  }
+
+  // Calls fn(key, value) for keys with `prefix` starting at `start` (>= prefix) until fn
+  // returns false.
+  absl::Status Scan(Cf c, std::string_view prefix, std::string_view start,
+                    const std::function<bool(std::string_view, std::string_view)>& fn) {
+    rocksdb::ReadOptions ro;
+    std::string upper = PrefixSuccessor(prefix);
+    rocksdb::Slice upper_slice(upper);
+    if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf(c)));
+    for (it->Seek(Sl(start.empty() ? prefix : start)); it->Valid(); it->Next()) {
+      if (!fn(View(it->key()), View(it->value()))) break;
+    }
+    return FromRocks(it->status(), "scan");
+  }
+
+  absl::StatusOr<Attributes> Root() { return GetDentry(0, ""); }
+  absl::StatusOr<Attributes> GetDentry(InodeId parent, std::string_view name,
+                                       const rocksdb::ReadOptions& ro = rocksdb::ReadOptions()) {
+    absl::StatusOr<std::string> v = Get(kDentries, DentryKey(parent, name), name, ro);
+    if (!v.ok()) return v.status();
+    return DecodeAttributes(*v);
+  }
+  // Resolves components; kNotFound / kFailedPrecondition name the failing prefix.
+  absl::StatusOr<Attributes> Resolve(const std::vector<std::string>& parts, std::size_t count);
+  absl::StatusOr<Attributes> ResolvePath(std::string_view path) {
+    absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
+    if (!parts.ok()) return parts.status();
+    return Resolve(*parts, parts->size());
+  }
+
+  absl::StatusOr<InodeId> AllocateInode();
+  absl::Mutex& NameLock(InodeId parent, std::string_view name) {
+    std::size_t h = std::hash<std::string_view>()(name) ^ (parent * 0x9e3779b97f4a7c15ull);
+    return name_locks_[h % kNameLockStripes];
+  }
+  // Creates (parent, name). With exist_ok, an existing directory is returned as is.
+  absl::StatusOr<Attributes> CreateEntry(const Attributes& parent, const std::string& name,
+                                         FileType type, const FileContent& content,
+                                         bool exist_ok);
+
+  void AddEvent(rocksdb::WriteBatch& batch, EventKind kind, std::uint64_t id,
+                std::string_view node, std::string_view state, std::string_view detail)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  void PutReplicaLocked(rocksdb::WriteBatch& batch, const Replica& r, std::string_view detail)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  void DeleteReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode, std::string_view node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  void PutTaskLocked(rocksdb::WriteBatch& batch, const Task& t)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // Deletes the replica (inode, node) if it is kPending at `generation` (the placeholder
+  // of an attempt at that generation); any other record is left alone.
+  absl::Status DropPendingReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode,
+                                        std::string_view node, std::uint64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // The record (inode, node), or nullopt if there is none.
+  absl::StatusOr<std::optional<Replica>> FindReplica(InodeId inode, std::string_view node);
+  // The highest generation reserved for `inode` by BeginWrite (0: none recorded).
+  absl::StatusOr<std::uint64_t> ReservedGeneration(InodeId inode);
+  // A lease that ran out: a failed attempt, back to kQueued (or kFailed when out of
+  // attempts), its pending replica dropped.
+  absl::Status ExpireLeaseLocked(rocksdb::WriteBatch& batch, Task& t, std::int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // Why a claimable task can no longer do anything useful ("" if it can): its file is gone
+  // or at a newer generation, or the destination's record is newer.
+  // `attrs`, if non-null, receives the file's entry when it exists.
+  absl::StatusOr<std::string> ObsoleteReason(const Task& t, Attributes* attrs = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // The ids of `node`'s open tasks (the node_tasks index), from the remembered lowest one on:
+  // finished tasks leave deletion markers below it that a scan from the node's first key
+  // would step over, one by one, on every claim.
+  absl::StatusOr<std::vector<std::uint64_t>> OpenTaskIdsLocked(std::string_view node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // Adds the completion of the leased task `t` to `batch` (t becomes what it will be once
+  // written); `outcome` is what CompleteTask reports then: OK or kAborted. An error return
+  // added nothing.
+  absl::Status CompleteLeasedLocked(rocksdb::WriteBatch& batch, Task& t, absl::Status& outcome)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  absl::StatusOr<Task> LeasedTask(std::uint64_t id, std::string_view owner)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  absl::Status MarkSubtreeDeleted(rocksdb::WriteBatch& batch, const Attributes& a,
+                                  std::size_t& count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+
+  // Constant after construction.
+  CatalogOptions options_;
+  rocksdb::DB* db_;
+  std::vector<rocksdb::ColumnFamilyHandle*> cfs_;
+  rocksdb::WriteOptions write_options_;
+
+  absl::Mutex tree_mu_;
+  std::array<absl::Mutex, kNameLockStripes> name_locks_;
+
+  absl::Mutex id_mu_;
+  InodeId next_inode_ ABSL_GUARDED_BY(id_mu_) = kRootInode + 1;
+  InodeId inode_hwm_ ABSL_GUARDED_BY(id_mu_) = kRootInode + 1;
+
+  absl::Mutex work_mu_;
+  std::uint64_t last_seq_ ABSL_GUARDED_BY(work_mu_) = 0;
+  // Seq of the last event whose batch was written (== last_seq_ whenever work_mu_ is free).
+  std::uint64_t committed_seq_ ABSL_GUARDED_BY(work_mu_) = 0;
+  std::uint64_t last_request_ ABSL_GUARDED_BY(work_mu_) = 0;
+  std::uint64_t last_task_ ABSL_GUARDED_BY(work_mu_) = 0;
+  // Per node, no open task of it has a lower id (ids only grow; a task that finished never
+  // opens again). Absent: scan from the start.
+  std::map<std::string, std::uint64_t, std::less<>> first_open_task_ ABSL_GUARDED_BY(work_mu_);
+};
+
+}  // namespace gfrep::catalog::internal

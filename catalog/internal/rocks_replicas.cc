@@ -1,0 +1,321 @@
+// RocksCatalog (rocks_catalog_impl.h): replica records, the event log's writer and the
+// topology tables (sites, nodes, routes).
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "catalog/internal/rocks_catalog_impl.h"
+
+namespace gfrep::catalog::internal {
+namespace {
+
+template <typename T>
+absl::StatusOr<std::vector<T>> ScanAll(
+    const std::function<absl::Status(const std::function<bool(std::string_view, std::string_view)>&)>&
+        scan,
+    absl::StatusOr<T> (*decode)(std::string_view), const std::function<bool(const T&)>& keep) {
+  std::vector<T> out;
+  absl::Status decode_status;
+  absl::Status s = scan([&](std::string_view, std::string_view v) {
+    absl::StatusOr<T> x = decode(v);
+    if (!x.ok()) {
+      decode_status = x.status();
+      return false;
+    }
+    if (keep(*x)) out.push_back(std::move(*x));
+    return true;
+  });
+  if (!s.ok()) return s;
+  if (!decode_status.ok()) return decode_status;
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Location> RocksCatalog::Locate(std::string_view path) {
+  absl::StatusOr<Attributes> a = ResolvePath(path);
+  if (!a.ok()) return a.status();
+  Location loc;
+  loc.path = std::string(path);
+  loc.attributes = *a;
+  if (a->type == FileType::kFile) {
+    absl::StatusOr<std::vector<Replica>> r = GetReplicas(a->inode);
+    if (!r.ok()) return r.status();
+    loc.replicas = std::move(*r);
+  }
+  return loc;
+}
+
+absl::StatusOr<std::vector<Replica>> RocksCatalog::GetReplicas(InodeId inode) {
+  std::vector<Replica> out;
+  absl::Status decode_status;
+  absl::Status s = Scan(kReplicas, U64Key(inode), "", [&](std::string_view, std::string_view v) {
+    absl::StatusOr<Replica> r = DecodeReplica(v);
+    if (!r.ok()) {
+      decode_status = r.status();
+      return false;
+    }
+    out.push_back(std::move(*r));
+    return true;
+  });
+  if (!s.ok()) return s;
+  if (!decode_status.ok()) return decode_status;
+  return out;
+}
+
+void RocksCatalog::AddEvent(rocksdb::WriteBatch& batch, EventKind kind, std::uint64_t id,
+                            std::string_view node, std::string_view state,
+                            std::string_view detail) {
+  Event e;
+  e.seq = ++last_seq_;
+  e.kind = kind;
+  e.time_ns = Now();
+  e.id = id;
+  e.node = std::string(node);
+  e.state = std::string(state);
+  e.detail = std::string(TruncateUtf8(detail, kMaxPathBytes));
+  batch.Put(cf(kEvents), U64Key(e.seq), EncodeEvent(e));
+  if (e.seq % 1024 == 0 && e.seq > options_.event_retention) {
+    batch.DeleteRange(cf(kEvents), U64Key(0), U64Key(e.seq - options_.event_retention));
+  }
+}
+
+void RocksCatalog::PutReplicaLocked(rocksdb::WriteBatch& batch, const Replica& in,
+                                    std::string_view detail) {
+  Replica r = in;
+  r.updated_ns = Now();
+  batch.Put(cf(kReplicas), ReplicaKey(r.inode, r.node), EncodeReplica(r));
+  batch.Put(cf(kNodeReplicas), NodeReplicaKey(r.node, r.inode), "");
+  AddEvent(batch, EventKind::kReplica, r.inode, r.node, ToString(r.state), detail);
+}
+
+void RocksCatalog::DeleteReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode,
+                                       std::string_view node) {
+  batch.Delete(cf(kReplicas), ReplicaKey(inode, node));
+  batch.Delete(cf(kNodeReplicas), NodeReplicaKey(node, inode));
+  AddEvent(batch, EventKind::kReplica, inode, node, "removed", "");
+}
+
+absl::StatusOr<std::optional<Replica>> RocksCatalog::FindReplica(InodeId inode,
+                                                                 std::string_view node) {
+  absl::StatusOr<std::string> v = Get(kReplicas, ReplicaKey(inode, node), "replica");
+  if (absl::IsNotFound(v.status())) return std::optional<Replica>();
+  if (!v.ok()) return v.status();
+  absl::StatusOr<Replica> r = DecodeReplica(*v);
+  if (!r.ok()) return r.status();
+  return std::optional<Replica>(std::move(*r));
+}
+
+absl::Status RocksCatalog::DropPendingReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode,
+                                                    std::string_view node,
+                                                    std::uint64_t generation) {
+  absl::StatusOr<std::optional<Replica>> r = FindReplica(inode, node);
+  if (!r.ok()) return r.status();
+  if (r->has_value() && (*r)->state == ReplicaState::kPending && (*r)->generation == generation) {
+    DeleteReplicaLocked(batch, inode, node);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RocksCatalog::PutReplica(const Replica& replica) {
+  if (absl::Status s = ValidateName(replica.node); !s.ok()) return s;
+  WorkLock work(this);
+  absl::StatusOr<Attributes> a = StatInode(replica.inode);
+  if (!a.ok()) return a.status();
+  if (a->type != FileType::kFile) {
+    return absl::FailedPreconditionError(fmt::format("inode {} is a directory", replica.inode));
+  }
+  if (absl::StatusOr<std::string> n = Get(kNodes, replica.node, fmt::format("node {}", replica.node));
+      !n.ok()) {
+    return n.status();
+  }
+  if (replica.state == ReplicaState::kComplete && replica.generation != a->generation) {
+    return absl::AbortedError(fmt::format("{}: generation is {}, replica holds {}", a->name,
+                                          a->generation, replica.generation));
+  }
+  rocksdb::WriteBatch batch;
+  PutReplicaLocked(batch, replica, a->name);
+  return WriteLocked(&batch, "put replica");
+}
+
+absl::Status RocksCatalog::RemoveReplica(InodeId inode, std::string_view node) {
+  if (absl::Status s = ValidateName(node); !s.ok()) return s;
+  WorkLock work(this);
+  absl::StatusOr<std::string> existing = Get(kReplicas, ReplicaKey(inode, node), "replica");
+  if (absl::IsNotFound(existing.status())) return absl::OkStatus();
+  if (!existing.ok()) return existing.status();
+  rocksdb::WriteBatch batch;
+  DeleteReplicaLocked(batch, inode, node);
+  return WriteLocked(&batch, "remove replica");
+}
+
+absl::StatusOr<std::vector<Replica>> RocksCatalog::ListNodeReplicas(std::string_view node,
+                                                                    InodeId start_after,
+                                                                    std::size_t limit) {
+  if (absl::Status s = ValidateName(node); !s.ok()) return s;
+  std::vector<InodeId> inodes;
+  std::string prefix = NodePrefix(node);
+  absl::Status s = Scan(kNodeReplicas, prefix, NodeReplicaKey(node, start_after + 1),
+                        [&](std::string_view key, std::string_view) {
+                          if (inodes.size() >= limit) return false;
+                          absl::StatusOr<std::uint64_t> id = GetBigEndian64(key, prefix.size());
+                          if (id.ok()) inodes.push_back(*id);
+                          return true;
+                        });
+  if (!s.ok()) return s;
+  std::vector<Replica> out;
+  for (InodeId id : inodes) {
+    absl::StatusOr<std::string> v = Get(kReplicas, ReplicaKey(id, node), "replica");
+    if (absl::IsNotFound(v.status())) continue;  // removed since the scan
+    if (!v.ok()) return v.status();
+    absl::StatusOr<Replica> r = DecodeReplica(*v);
+    if (!r.ok()) return r.status();
+    out.push_back(std::move(*r));
+  }
+  return out;
+}
+
+absl::Status RocksCatalog::PutSite(const Site& site) {
+  if (absl::Status s = ValidateName(site.name); !s.ok()) return s;
+  if (site.labels.size() > kMaxLabels) return absl::InvalidArgumentError("too many labels");
+  for (const auto& [k, v] : site.labels) {
+    if (absl::Status s = ValidateName(k); !s.ok()) {
+      return absl::InvalidArgumentError(fmt::format("bad label key: {}", std::string(s.message())));
+    }
+    if (absl::Status s = ValidateLabel("label value", v); !s.ok()) return s;
+  }
+  WorkLock work(this);
+  rocksdb::WriteBatch batch;
+  batch.Put(cf(kSites), site.name, EncodeSite(site));
+  return WriteLocked(&batch, "put site");
+}
+
+absl::Status RocksCatalog::RemoveSite(std::string_view name) {
+  if (absl::Status s = ValidateName(name); !s.ok()) return s;
+  WorkLock work(this);
+  if (absl::StatusOr<std::string> v = Get(kSites, name, fmt::format("site {}", name)); !v.ok()) {
+    return v.status();
+  }
+  absl::StatusOr<std::vector<Node>> nodes = ListNodes(name);
+  if (!nodes.ok()) return nodes.status();
+  if (!nodes->empty()) {
+    return absl::FailedPreconditionError(
+        fmt::format("site {} still has {} node(s)", name, nodes->size()));
+  }
+  rocksdb::WriteBatch batch;
+  batch.Delete(cf(kSites), Sl(name));
+  absl::StatusOr<std::vector<Route>> routes = ListRoutes();
+  if (!routes.ok()) return routes.status();
+  for (const Route& r : *routes) {
+    if (r.src_site == name || r.dst_site == name) {
+      batch.Delete(cf(kRoutes), RouteKey(r.src_site, r.dst_site));
+    }
+  }
+  return WriteLocked(&batch, "remove site");
+}
+absl::StatusOr<std::vector<Site>> RocksCatalog::ListSites() {
+  return ScanAll<Site>([&](const auto& fn) { return Scan(kSites, "", "", fn); }, DecodeSite,
+                       [](const Site&) { return true; });
+}
+
+absl::Status RocksCatalog::RegisterNode(const Node& node) {
+  if (absl::Status s = ValidateName(node.name); !s.ok()) return s;
+  if (absl::Status s = ValidateName(node.site); !s.ok()) return s;
+  for (auto [what, v] : {std::pair<std::string_view, std::string_view>{"address", node.address},
+                         {"spool", node.spool}}) {
+    if (absl::Status s = ValidateLabel(what, v); !s.ok()) return s;
+  }
+  WorkLock work(this);
+  if (absl::StatusOr<std::string> v = Get(kSites, node.site, fmt::format("site {}", node.site));
+      !v.ok()) {
+    return v.status();
+  }
+  Node n = node;
+  n.last_heartbeat_ns = Now();
+  rocksdb::WriteBatch batch;
+  batch.Put(cf(kNodes), n.name, EncodeNode(n));
+  AddEvent(batch, EventKind::kNode, 0, n.name, "registered", n.address);
+  return WriteLocked(&batch, "register node");
+}
+
+absl::Status RocksCatalog::RemoveNode(std::string_view name) {
+  if (absl::Status s = ValidateName(name); !s.ok()) return s;
+  WorkLock work(this);
+  if (absl::StatusOr<std::string> v = Get(kNodes, name, fmt::format("node {}", name)); !v.ok()) {
+    return v.status();
+  }
+  rocksdb::WriteBatch batch;
+  batch.Delete(cf(kNodes), Sl(name));
+  AddEvent(batch, EventKind::kNode, 0, name, "removed", "");
+  return WriteLocked(&batch, "remove node");
+}
+
+absl::StatusOr<Node> RocksCatalog::GetNode(std::string_view name) {
+  if (absl::Status s = ValidateName(name); !s.ok()) return s;
+  absl::StatusOr<std::string> v = Get(kNodes, name, fmt::format("node {}", name));
+  if (!v.ok()) return v.status();
+  return DecodeNode(*v);
+}
+
+absl::StatusOr<std::vector<Node>> RocksCatalog::ListNodes(std::string_view site) {
+  std::string s(site);
+  return ScanAll<Node>([&](const auto& fn) { return Scan(kNodes, "", "", fn); }, DecodeNode,
+                       [&](const Node& n) { return s.empty() || n.site == s; });
+}
+
+absl::Status RocksCatalog::SendHeartbeat(const Heartbeat& hb) {
+  if (absl::Status s = ValidateName(hb.node); !s.ok()) return s;
+  WorkLock work(this);
+  absl::StatusOr<Node> n = GetNode(hb.node);
+  if (!n.ok()) return n.status();
+  n->free_bytes = hb.free_bytes;
+  n->load = hb.load;
+  n->active_transfers = hb.active_transfers;
+  n->last_heartbeat_ns = Now();
+  rocksdb::WriteBatch batch;
+  batch.Put(cf(kNodes), n->name, EncodeNode(*n));
+  return WriteLocked(&batch, "heartbeat");
+}
+
+absl::Status RocksCatalog::PutRoute(const Route& route) {
+  if (absl::Status s = ValidateName(route.src_site); !s.ok()) return s;
+  if (absl::Status s = ValidateName(route.dst_site); !s.ok()) return s;
+  if (absl::Status s = ValidateLabel("congestion control", route.congestion_control); !s.ok()) {
+    return s;
+  }
+  if (route.streams > 4096) return absl::InvalidArgumentError("streams must be <= 4096");
+  if (route.total_streams > 65536) return absl::InvalidArgumentError("total_streams must be <= 65536");
+  WorkLock work(this);
+  for (const std::string& site : {route.src_site, route.dst_site}) {
+    if (absl::StatusOr<std::string> v = Get(kSites, site, fmt::format("site {}", site)); !v.ok()) {
+      return v.status();
+    }
+  }
+  rocksdb::WriteBatch batch;
+  batch.Put(cf(kRoutes), RouteKey(route.src_site, route.dst_site), EncodeRoute(route));
+  return WriteLocked(&batch, "put route");
+}
+
+absl::Status RocksCatalog::RemoveRoute(std::string_view src, std::string_view dst) {
+  WorkLock work(this);
+  if (absl::StatusOr<Route> r = GetRoute(src, dst); !r.ok()) return r.status();
+  rocksdb::WriteBatch batch;
+  batch.Delete(cf(kRoutes), RouteKey(src, dst));
+  return WriteLocked(&batch, "remove route");
+}
+
+absl::StatusOr<Route> RocksCatalog::GetRoute(std::string_view src, std::string_view dst) {
+  if (absl::Status s = ValidateName(src); !s.ok()) return s;
+  if (absl::Status s = ValidateName(dst); !s.ok()) return s;
+  absl::StatusOr<std::string> v = Get(kRoutes, RouteKey(src, dst), fmt::format("route {} -> {}", src, dst));
+  if (!v.ok()) return v.status();
+  return DecodeRoute(*v);
+}
+
+absl::StatusOr<std::vector<Route>> RocksCatalog::ListRoutes() {
+  return ScanAll<Route>([&](const auto& fn) { return Scan(kRoutes, "", "", fn); }, DecodeRoute,
+                        [](const Route&) { return true; });
+}
+
+}  // namespace gfrep::catalog::internal

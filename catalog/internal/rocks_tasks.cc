@@ -1,0 +1,708 @@
+// RocksCatalog (rocks_catalog_impl.h): requests, transfer tasks (claims, leases, commits,
+// expiry) and reading the event log.
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "catalog/internal/rocks_catalog_impl.h"
+
+namespace gfrep::catalog::internal {
+namespace {
+
+bool IsFinal(RequestState s) {
+  return s == RequestState::kDone || s == RequestState::kFailed || s == RequestState::kCancelled;
+}
+
+}  // namespace
+
+absl::StatusOr<Request> RocksCatalog::CreateRequest(const RequestSpec& spec) {
+  if (spec.paths.empty()) return absl::InvalidArgumentError("request without paths");
+  if (spec.paths.size() > kMaxBatchPaths) {
+    return absl::InvalidArgumentError(fmt::format("more than {} paths", kMaxBatchPaths));
+  }
+  for (const std::string& p : spec.paths) {
+    if (absl::StatusOr<std::vector<std::string>> parts = SplitPath(p); !parts.ok()) {
+      return parts.status();
+    }
+  }
+  if (spec.copies < 1 || spec.copies > kMaxCopies) {
+    return absl::InvalidArgumentError(fmt::format("copies must be 1..{}", kMaxCopies));
+  }
+  if (spec.parallel > kMaxParallel) {
+    return absl::InvalidArgumentError(fmt::format("parallel must be 0..{}", kMaxParallel));
+  }
+  if (!spec.src_site.empty()) {
+    if (absl::Status s = ValidateName(spec.src_site); !s.ok()) return s;
+  }
+  if (spec.dst_sites.size() > kMaxLabels) return absl::InvalidArgumentError("too many sites");
+  for (const std::string& d : spec.dst_sites) {
+    if (absl::Status s = ValidateName(d); !s.ok()) return s;
+  }
+  if (absl::Status s = ValidateLabel("owner", spec.owner); !s.ok()) return s;
+  WorkLock work(this);
+  Request r;
+  r.id = last_request_ + 1;
+  r.spec = spec;
+  r.created_ns = r.updated_ns = Now();
+  rocksdb::WriteBatch batch;
+  batch.Put(cf(kRequests), U64Key(r.id), EncodeRequest(r));
+  AddEvent(batch, EventKind::kRequest, r.id, "", ToString(r.state), "");
+  if (absl::Status s = WriteLocked(&batch, "create request"); !s.ok()) return s;
+  last_request_ = r.id;
+  return r;
+}
+
+absl::StatusOr<Request> RocksCatalog::GetRequest(std::uint64_t id) {
+  absl::StatusOr<std::string> v = Get(kRequests, U64Key(id), fmt::format("request {}", id));
+  if (!v.ok()) return v.status();
+  return DecodeRequest(*v);
+}
+
+absl::StatusOr<std::vector<Request>> RocksCatalog::ListRequests(bool any_state,
+                                                                RequestState state,
+                                                                std::size_t limit) {
+  std::vector<Request> out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf(kRequests)));
+  for (it->SeekToLast(); it->Valid() && out.size() < limit; it->Prev()) {
+    absl::StatusOr<Request> r = DecodeRequest(View(it->value()));
+    if (!r.ok()) return r.status();
+    if (any_state || r->state == state) out.push_back(std::move(*r));
+  }
+  if (absl::Status s = FromRocks(it->status(), "list requests"); !s.ok()) return s;
+  return out;
+}
+
+
+absl::StatusOr<Request> RocksCatalog::UpdateRequest(const RequestUpdate& u) {
+  if (absl::Status s = ValidateLabel("error", u.error); !s.ok()) return s;
+  WorkLock work(this);
+  absl::StatusOr<Request> r = GetRequest(u.id);
+  if (!r.ok()) return r.status();
+  bool state_changed = false;
+  if (u.set_state) {
+    state_changed = r->state != u.state;
+    // done/failed/cancelled are final (the planner only plans queued/running requests and
+    // never reopens one): a planner that read the request before a cancel must not revive it.
+    if (state_changed && IsFinal(r->state)) {
+      return absl::FailedPreconditionError(fmt::format(
+          "request {} is {}: cannot set it to {}", r->id, ToString(r->state), ToString(u.state)));
+    }
+    r->state = u.state;
+    r->error = u.error;
+  }
+  if (u.set_counters) {
+    r->files_total = u.files_total;
+    r->files_done = u.files_done;
+    r->files_failed = u.files_failed;
+    r->bytes_total = u.bytes_total;
+    r->bytes_done = u.bytes_done;
+  }
+  r->updated_ns = Now();
+  rocksdb::WriteBatch batch;
+  batch.Put(cf(kRequests), U64Key(r->id), EncodeRequest(*r));
+  if (state_changed || u.set_counters) {
+    AddEvent(batch, EventKind::kRequest, r->id, "", ToString(r->state),
+             fmt::format("files {}/{} failed {}", r->files_done, r->files_total, r->files_failed));
+  }
+  if (absl::Status s = WriteLocked(&batch, "update request"); !s.ok()) return s;
+  return r;
+}
+
+void RocksCatalog::PutTaskLocked(rocksdb::WriteBatch& batch, const Task& t) {
+  batch.Put(cf(kTasks), U64Key(t.id), EncodeTask(t));
+  bool open = t.state == TaskState::kQueued || t.state == TaskState::kLeased;
+  if (open) {
+    batch.Put(cf(kNodeTasks), NodeTaskKey(t.spec.dst_node, t.id), "");
+  } else {
+    batch.Delete(cf(kNodeTasks), NodeTaskKey(t.spec.dst_node, t.id));
+  }
+  AddEvent(batch, EventKind::kTask, t.id, t.spec.dst_node, ToString(t.state),
+           t.state == TaskState::kFailed || t.state == TaskState::kQueued ? t.last_error
+                                                                          : t.spec.path);
+}
+
+absl::StatusOr<std::vector<Task>> RocksCatalog::CreateTasks(const std::vector<TaskSpec>& specs) {
+  if (specs.size() > kMaxBatchPaths) {
+    return absl::InvalidArgumentError(fmt::format("more than {} tasks", kMaxBatchPaths));
+  }
+  std::vector<Task> out;
+  out.reserve(specs.size());
+  WorkLock work(this);
+  std::set<std::string> nodes_ok;
+  std::set<std::uint64_t> requests_ok;
+  rocksdb::WriteBatch batch;
+  std::uint64_t id = last_task_;
+  std::int64_t now = Now();
+  for (const TaskSpec& spec : specs) {
+    for (const std::string& n : {spec.src_node, spec.dst_node}) {
+      if (nodes_ok.count(n)) continue;
+      if (absl::Status s = ValidateName(n); !s.ok()) return s;
+      if (absl::StatusOr<std::string> v = Get(kNodes, n, fmt::format("node {}", n)); !v.ok()) {
+        return v.status();
+      }
+      nodes_ok.insert(n);
+    }
+    if (spec.src_node == spec.dst_node) {
+      return absl::InvalidArgumentError(fmt::format("{}: source and destination are both {}",
+                                                    spec.path, spec.src_node));
+    }
+    if (spec.max_attempts < 1 || spec.max_attempts > 1000) {
+      return absl::InvalidArgumentError("max_attempts must be 1..1000");
+    }
+    if (spec.request_id != 0 && !requests_ok.count(spec.request_id)) {
+      absl::StatusOr<Request> r = GetRequest(spec.request_id);
+      if (!r.ok()) return r.status();
+      if (r->state == RequestState::kCancelled) {
+        return absl::FailedPreconditionError(
+            fmt::format("request {} is cancelled: no new tasks", spec.request_id));
+      }
+      requests_ok.insert(spec.request_id);
+    }
+    absl::StatusOr<Attributes> a = ResolvePath(spec.path);
+    if (!a.ok()) return a.status();
+    if (a->type != FileType::kFile) {
+      return absl::FailedPreconditionError(fmt::format("{}: is a directory", spec.path));
+    }
+    Task t;
+    t.id = ++id;
+    t.spec = spec;
+    t.inode = a->inode;
+    t.generation = a->generation;
+    t.size = a->size;
+    t.next_attempt_ns = spec.not_before_ns;
+    t.created_ns = t.updated_ns = now;
+    PutTaskLocked(batch, t);
+    if (spec.request_id != 0) {
+      batch.Put(cf(kRequestTasks), RequestTaskKey(spec.request_id, t.id), "");
+    }
+    out.push_back(std::move(t));
+  }
+  if (absl::Status s = WriteLocked(&batch, "create tasks"); !s.ok()) return s;
+  last_task_ = id;
+  return out;
+}
+
+absl::StatusOr<Task> RocksCatalog::GetTask(std::uint64_t id) {
+  absl::StatusOr<std::string> v = Get(kTasks, U64Key(id), fmt::format("task {}", id));
+  if (!v.ok()) return v.status();
+  return DecodeTask(*v);
+}
+
+absl::StatusOr<std::vector<Task>> RocksCatalog::ListTasks(const TaskFilter& f) {
+  std::vector<std::uint64_t> ids;
+  bool use_ids = false;
+  if (f.open_only) {
+    // node_tasks holds exactly the open tasks, by destination node.
+    use_ids = true;
+    absl::Status s = Scan(kNodeTasks, f.dst_node.empty() ? std::string() : NodePrefix(f.dst_node), "",
+                          [&](std::string_view key, std::string_view) {
+                            if (key.size() < 8) return true;
+                            if (absl::StatusOr<std::uint64_t> id = GetBigEndian64(key, key.size() - 8);
+                                id.ok()) {
+                              ids.push_back(*id);
+                            }
+                            return true;
+                          });
+    if (!s.ok()) return s;
+  } else if (f.request_id != 0) {
+    use_ids = true;
+    std::string prefix = U64Key(f.request_id);
+    absl::Status s = Scan(kRequestTasks, prefix, "", [&](std::string_view key, std::string_view) {
+      if (absl::StatusOr<std::uint64_t> id = GetBigEndian64(key, 8); id.ok()) ids.push_back(*id);
+      return true;
+    });
+    if (!s.ok()) return s;
+  } else if (!f.dst_node.empty() &&
+             (!f.any_state && (f.state == TaskState::kQueued || f.state == TaskState::kLeased))) {
+    use_ids = true;
+    std::string prefix = NodePrefix(f.dst_node);
+    absl::Status s = Scan(kNodeTasks, prefix, "", [&](std::string_view key, std::string_view) {
+      if (absl::StatusOr<std::uint64_t> id = GetBigEndian64(key, prefix.size()); id.ok()) {
+        ids.push_back(*id);
+      }
+      return true;
+    });
+    if (!s.ok()) return s;
+  }
+  auto keep = [&](const Task& t) {
+    return (f.any_state || t.state == f.state) &&
+           (!f.open_only || t.state == TaskState::kQueued || t.state == TaskState::kLeased) &&
+           (f.dst_node.empty() || t.spec.dst_node == f.dst_node) &&
+           (f.request_id == 0 || t.spec.request_id == f.request_id);
+  };
+  std::vector<Task> out;
+  if (use_ids) {
+    for (std::uint64_t id : ids) {
+      if (out.size() >= f.limit) break;
+      absl::StatusOr<Task> t = GetTask(id);
+      if (!t.ok()) return t.status();
+      if (keep(*t)) out.push_back(std::move(*t));
+    }
+    return out;
+  }
+  absl::Status decode_status;
+  absl::Status s = Scan(kTasks, "", "", [&](std::string_view, std::string_view v) {
+    if (out.size() >= f.limit) return false;
+    absl::StatusOr<Task> t = DecodeTask(v);
+    if (!t.ok()) {
+      decode_status = t.status();
+      return false;
+    }
+    if (keep(*t)) out.push_back(std::move(*t));
+    return true;
+  });
+  if (!s.ok()) return s;
+  if (!decode_status.ok()) return decode_status;
+  return out;
+}
+
+absl::StatusOr<Task> RocksCatalog::ClaimTask(std::string_view node, std::string_view owner,
+                                             std::chrono::milliseconds lease) {
+  std::vector<std::string> owners;
+  owners.emplace_back(owner);
+  absl::StatusOr<std::vector<Task>> claimed = ClaimTasks(node, owners, lease);
+  if (!claimed.ok()) return claimed.status();
+  if (claimed->empty()) {
+    return absl::NotFoundError(fmt::format("no claimable task for node {}", node));
+  }
+  return std::move(claimed->front());
+}
+
+absl::StatusOr<std::vector<std::uint64_t>> RocksCatalog::OpenTaskIdsLocked(std::string_view node) {
+  std::vector<std::uint64_t> ids;
+  std::string prefix = NodePrefix(node);
+  auto hint = first_open_task_.find(node);
+  std::string start = NodeTaskKey(node, hint == first_open_task_.end() ? 0 : hint->second);
+  absl::Status s = Scan(kNodeTasks, prefix, start, [&](std::string_view key, std::string_view) {
+    if (absl::StatusOr<std::uint64_t> id = GetBigEndian64(key, prefix.size()); id.ok()) {
+      ids.push_back(*id);
+    }
+    return true;
+  });
+  if (!s.ok()) return s;
+  // Below the lowest open id only finished tasks remain; with none open, every task made
+  // from now on has a higher id than any made so far.
+  first_open_task_[std::string(node)] = ids.empty() ? last_task_ + 1 : ids.front();
+  return ids;
+}
+
+absl::StatusOr<std::vector<Task>> RocksCatalog::ClaimTasks(std::string_view node,
+                                                           const std::vector<std::string>& owners,
+                                                           std::chrono::milliseconds lease) {
+  if (absl::Status s = ValidateName(node); !s.ok()) return s;
+  if (owners.size() > kMaxBatchPaths) {
+    return absl::InvalidArgumentError(fmt::format("more than {} owners", kMaxBatchPaths));
+  }
+  std::set<std::string_view> distinct;
+  for (const std::string& owner : owners) {
+    if (owner.empty()) return absl::InvalidArgumentError("empty lease owner");
+    if (absl::Status s = ValidateLabel("owner", owner); !s.ok()) return s;
+    if (!distinct.insert(owner).second) {
+      return absl::InvalidArgumentError(fmt::format("lease owner {} given twice", owner));
+    }
+  }
+  if (absl::Status s = ValidateDelay("lease", lease, false); !s.ok()) return s;
+  std::vector<Task> claimed;
+  if (owners.empty()) return claimed;
+  WorkLock work(this);
+  std::int64_t now = Now();
+  absl::StatusOr<std::vector<std::uint64_t>> ids = OpenTaskIdsLocked(node);
+  if (!ids.ok()) return ids.status();
+  rocksdb::WriteBatch batch;
+  std::vector<Task> ready;
+  for (std::uint64_t id : *ids) {
+    absl::StatusOr<Task> t = GetTask(id);
+    if (!t.ok()) return t.status();
+    if (t->state == TaskState::kLeased && t->lease_expiry_ns <= now) {
+      if (absl::Status es = ExpireLeaseLocked(batch, *t, now); !es.ok()) return es;
+    }
+    if (t->state == TaskState::kQueued && t->next_attempt_ns <= now) {
+      ready.push_back(std::move(*t));
+    }
+  }
+  std::sort(ready.begin(), ready.end(), [](const Task& a, const Task& b) {
+    return a.spec.priority != b.spec.priority ? a.spec.priority > b.spec.priority : a.id < b.id;
+  });
+  // Reads do not see this batch: a second task of a file already claimed here waits for the
+  // next claim, which sees the first one's replica record.
+  std::set<InodeId> inodes;
+  for (Task& t : ready) {
+    if (claimed.size() == owners.size()) break;
+    if (inodes.count(t.inode) > 0) continue;
+    Attributes attrs;
+    absl::StatusOr<std::string> obsolete = ObsoleteReason(t, &attrs);
+    if (!obsolete.ok()) return obsolete.status();
+    if (!obsolete->empty()) {
+      // Claiming it would put a pending record of an old generation over a newer one.
+      t.state = TaskState::kCancelled;
+      t.last_error = std::move(*obsolete);
+      t.updated_ns = now;
+      PutTaskLocked(batch, t);
+      continue;
+    }
+    inodes.insert(t.inode);
+    t.state = TaskState::kLeased;
+    t.attempts += 1;
+    t.lease_owner = owners[claimed.size()];
+    t.lease_expiry_ns = now + std::chrono::duration_cast<std::chrono::nanoseconds>(lease).count();
+    t.updated_ns = now;
+    PutTaskLocked(batch, t);
+    absl::StatusOr<std::optional<Replica>> existing = FindReplica(t.inode, node);
+    if (!existing.ok()) return existing.status();
+    // ObsoleteReason made sure an existing record is not newer than the task.
+    bool keep_existing = existing->has_value() && (*existing)->state == ReplicaState::kComplete &&
+                         (*existing)->generation == t.generation;
+    if (!keep_existing) {
+      Replica r;
+      r.inode = t.inode;
+      r.node = std::string(node);
+      r.state = ReplicaState::kPending;
+      r.generation = t.generation;
+      r.size = t.size;
+      PutReplicaLocked(batch, r, t.spec.path);
+    }
+    // Not obsolete: the file is at the task's generation, so this is that generation's sum.
+    t.checksum_algo = attrs.checksum_algo;
+    t.checksum = attrs.checksum;
+    claimed.push_back(t);
+  }
+  if (batch.Count() > 0) {
+    if (absl::Status ws = WriteLocked(&batch, claimed.empty() ? "expire leases" : "claim tasks");
+        !ws.ok()) {
+      return ws;
+    }
+  }
+  return claimed;
+}
+
+absl::Status RocksCatalog::ExpireLeaseLocked(rocksdb::WriteBatch& batch, Task& t,
+                                             std::int64_t now) {
+  // The owner died or lost contact: that attempt failed.
+  if (absl::Status s = DropPendingReplicaLocked(batch, t.inode, t.spec.dst_node, t.generation);
+      !s.ok()) {
+    return s;
+  }
+  t.last_error = fmt::format("lease of {} expired", t.lease_owner);
+  t.lease_owner.clear();
+  t.updated_ns = now;
+  t.state = t.attempts >= t.spec.max_attempts ? TaskState::kFailed : TaskState::kQueued;
+  t.next_attempt_ns = now;
+  PutTaskLocked(batch, t);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> RocksCatalog::ObsoleteReason(const Task& t, Attributes* attrs) {
+  absl::StatusOr<Attributes> a = StatInode(t.inode);
+  if (absl::IsNotFound(a.status())) return std::string("obsolete: file was removed");
+  if (!a.ok()) return a.status();
+  if (attrs != nullptr) *attrs = *a;
+  if (a->generation > t.generation) {
+    return fmt::format("obsolete: file is at generation {}", a->generation);
+  }
+  absl::StatusOr<std::optional<Replica>> r = FindReplica(t.inode, t.spec.dst_node);
+  if (!r.ok()) return r.status();
+  if (r->has_value() && (*r)->generation > t.generation) {
+    return fmt::format("obsolete: {} holds generation {}", t.spec.dst_node, (*r)->generation);
+  }
+  return std::string();
+}
+
+absl::StatusOr<std::size_t> RocksCatalog::ExpireLeases() {
+  WorkLock work(this);
+  std::int64_t now = Now();
+  std::vector<std::uint64_t> ids;
+  // node_tasks holds the open tasks of every node: the leased ones are among them.
+  absl::Status s = Scan(kNodeTasks, "", "", [&](std::string_view key, std::string_view) {
+    if (key.size() < 8) return true;
+    if (absl::StatusOr<std::uint64_t> id = GetBigEndian64(key, key.size() - 8); id.ok()) {
+      ids.push_back(*id);
+    }
+    return true;
+  });
+  if (!s.ok()) return s;
+  rocksdb::WriteBatch batch;
+  std::size_t expired = 0;
+  for (std::uint64_t id : ids) {
+    absl::StatusOr<Task> t = GetTask(id);
+    if (!t.ok()) return t.status();
+    if (t->state != TaskState::kLeased || t->lease_expiry_ns > now) continue;
+    if (absl::Status es = ExpireLeaseLocked(batch, *t, now); !es.ok()) return es;
+    ++expired;
+  }
+  if (expired > 0) {
+    if (absl::Status ws = WriteLocked(&batch, "expire leases"); !ws.ok()) return ws;
+  }
+  return expired;
+}
+
+absl::StatusOr<Task> RocksCatalog::AbandonTask(std::uint64_t id, std::string_view reason) {
+  WorkLock work(this);
+  absl::StatusOr<Task> t = GetTask(id);
+  if (!t.ok()) return t.status();
+  if (t->state != TaskState::kQueued && t->state != TaskState::kLeased) return t;
+  rocksdb::WriteBatch batch;
+  if (t->state == TaskState::kLeased) {
+    // Its owner can no longer complete or fail it, so nobody else would drop its record.
+    if (absl::Status s = DropPendingReplicaLocked(batch, t->inode, t->spec.dst_node, t->generation);
+        !s.ok()) {
+      return s;
+    }
+  }
+  t->state = TaskState::kCancelled;
+  t->last_error = ErrorText(reason);
+  t->lease_owner.clear();
+  t->updated_ns = Now();
+  PutTaskLocked(batch, *t);
+  if (absl::Status s = WriteLocked(&batch, "abandon task"); !s.ok()) return s;
+  return t;
+}
+
+absl::StatusOr<Task> RocksCatalog::LeasedTask(std::uint64_t id, std::string_view owner) {
+  absl::StatusOr<Task> t = GetTask(id);
+  if (!t.ok()) return t.status();
+  if (t->state != TaskState::kLeased || t->lease_owner != owner) {
+    return absl::FailedPreconditionError(fmt::format(
+        "task {} is {} (owner '{}'), not leased by '{}'", id, ToString(t->state),
+        t->lease_owner, owner));
+  }
+  return t;
+}
+
+absl::StatusOr<Task> RocksCatalog::RenewLease(std::uint64_t id, std::string_view owner,
+                                              std::chrono::milliseconds lease) {
+  if (absl::Status s = ValidateDelay("lease", lease, false); !s.ok()) return s;
+  WorkLock work(this);
+  absl::StatusOr<Task> t = LeasedTask(id, owner);
+  if (!t.ok()) return t.status();
+  std::int64_t now = Now();
+  t->lease_expiry_ns = now + std::chrono::duration_cast<std::chrono::nanoseconds>(lease).count();
+  t->updated_ns = now;
+  rocksdb::WriteBatch batch;
+  // No event: renewals are frequent and change nothing a watcher acts on.
+  batch.Put(cf(kTasks), U64Key(t->id), EncodeTask(*t));
+  if (absl::Status s = WriteLocked(&batch, "renew lease"); !s.ok()) return s;
+  return t;
+}
+
+absl::StatusOr<Task> RocksCatalog::CompleteTask(std::uint64_t id, std::string_view owner) {
+  WorkLock work(this);
+  absl::StatusOr<Task> t = LeasedTask(id, owner);
+  if (!t.ok()) return t.status();
+  rocksdb::WriteBatch batch;
+  absl::Status outcome;
+  if (absl::Status s = CompleteLeasedLocked(batch, *t, outcome); !s.ok()) return s;
+  if (absl::Status s = WriteLocked(&batch, "complete task"); !s.ok()) return s;
+  if (!outcome.ok()) return outcome;
+  return t;
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<Task>>> RocksCatalog::CompleteTasks(
+    const std::vector<TaskCompletion>& items) {
+  if (items.size() > kMaxBatchPaths) {
+    return absl::InvalidArgumentError(fmt::format("more than {} tasks", kMaxBatchPaths));
+  }
+  std::vector<absl::StatusOr<Task>> out(items.size(), absl::UnknownError("not completed"));
+  std::vector<absl::Status> outcome(items.size());
+  WorkLock work(this);
+  rocksdb::WriteBatch batch;
+  std::vector<std::size_t> in_batch;  // items whose changes `batch` holds
+  std::set<InodeId> inodes;           // their files
+  auto write = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) {
+    if (in_batch.empty()) return;
+    absl::Status s = WriteLocked(&batch, "complete tasks");
+    // A failed write changed nothing: its events' seqs are given back at once, so that a
+    // later write of this call leaves no gap.
+    if (!s.ok()) last_seq_ = committed_seq_;
+    for (std::size_t i : in_batch) {
+      if (!s.ok()) {
+        out[i] = s;
+      } else if (!outcome[i].ok()) {
+        out[i] = outcome[i];
+      }
+    }
+    batch.Clear();
+    in_batch.clear();
+    inodes.clear();
+  };
+  std::set<std::uint64_t> seen;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (!seen.insert(items[i].id).second) {
+      out[i] = absl::InvalidArgumentError(fmt::format("task {} given twice", items[i].id));
+      continue;
+    }
+    absl::StatusOr<Task> t = LeasedTask(items[i].id, items[i].owner);
+    if (!t.ok()) {
+      out[i] = t.status();
+      continue;
+    }
+    // Reads do not see `batch`: a second task of the same file waits for the first's write.
+    if (inodes.count(t->inode) > 0) write();
+    if (absl::Status s = CompleteLeasedLocked(batch, *t, outcome[i]); !s.ok()) {
+      out[i] = s;
+      continue;
+    }
+    inodes.insert(t->inode);
+    in_batch.push_back(i);
+    out[i] = std::move(*t);
+  }
+  write();
+  return out;
+}
+
+absl::Status RocksCatalog::CompleteLeasedLocked(rocksdb::WriteBatch& batch, Task& t,
+                                                absl::Status& outcome) {
+  std::int64_t now = Now();
+  absl::StatusOr<Attributes> a = StatInode(t.inode);
+  if (!a.ok() && !absl::IsNotFound(a.status())) return a.status();
+  absl::StatusOr<std::optional<Replica>> existing = FindReplica(t.inode, t.spec.dst_node);
+  if (!existing.ok()) return existing.status();
+  const std::optional<Replica>& rec = *existing;
+  // Only the record this task's claim made may change: pending at the task's generation.
+  const bool ours =
+      rec.has_value() && rec->state == ReplicaState::kPending && rec->generation == t.generation;
+  Replica r;
+  if (rec.has_value()) r = *rec;
+  t.lease_owner.clear();
+  t.updated_ns = now;
+  outcome = absl::OkStatus();
+  if (!a.ok()) {
+    if (ours) {
+      r.state = ReplicaState::kDeleting;
+      PutReplicaLocked(batch, r, t.spec.path);
+    }
+    t.state = TaskState::kFailed;
+    t.last_error = "file was removed during the copy";
+  } else if (a->generation != t.generation) {
+    if (ours) {
+      r.state = ReplicaState::kStale;  // valid bytes of an older generation
+      PutReplicaLocked(batch, r, t.spec.path);
+    }
+    t.state = TaskState::kFailed;
+    t.last_error = fmt::format("file changed to generation {} during the copy", a->generation);
+  } else if (ours) {
+    r.state = ReplicaState::kComplete;
+    r.size = t.size;
+    r.verified_ns = now;
+    PutReplicaLocked(batch, r, t.spec.path);
+    t.state = TaskState::kDone;
+  } else if (rec.has_value() && rec->state == ReplicaState::kComplete &&
+             rec->generation == t.generation) {
+    t.state = TaskState::kDone;  // the claim kept a complete record of this generation
+  } else {
+    // Removed or replaced by someone else meanwhile: not this task's record to change.
+    // Cancelled, not failed, so that the planner copies the file again.
+    t.state = TaskState::kCancelled;
+    t.last_error =
+        rec.has_value()
+            ? fmt::format("replica record of {} changed during the copy (now {} generation {})",
+                          t.spec.dst_node, ToString(rec->state), rec->generation)
+            : fmt::format("replica record of {} was removed during the copy", t.spec.dst_node);
+  }
+  if (t.state != TaskState::kDone) {
+    outcome = absl::AbortedError(fmt::format("task {}: {}", t.id, t.last_error));
+  }
+  PutTaskLocked(batch, t);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Task> RocksCatalog::FailTask(std::uint64_t id, std::string_view owner,
+                                            std::string_view error, bool retryable,
+                                            std::chrono::milliseconds retry_after) {
+  if (absl::Status s = ValidateDelay("retry delay", retry_after, true); !s.ok()) return s;
+  WorkLock work(this);
+  absl::StatusOr<Task> t = LeasedTask(id, owner);
+  if (!t.ok()) return t.status();
+  std::int64_t now = Now();
+  t->last_error = ErrorText(error);
+  t->lease_owner.clear();
+  t->updated_ns = now;
+  if (retryable && t->attempts < t->spec.max_attempts) {
+    t->state = TaskState::kQueued;
+    t->next_attempt_ns =
+        now + std::chrono::duration_cast<std::chrono::nanoseconds>(retry_after).count();
+  } else {
+    t->state = TaskState::kFailed;
+  }
+  rocksdb::WriteBatch batch;
+  if (absl::Status s = DropPendingReplicaLocked(batch, t->inode, t->spec.dst_node, t->generation);
+      !s.ok()) {
+    return s;
+  }
+  PutTaskLocked(batch, *t);
+  if (absl::Status s = WriteLocked(&batch, "fail task"); !s.ok()) return s;
+  return t;
+}
+
+absl::Status RocksCatalog::CancelRequest(std::uint64_t id) {
+  TaskFilter f;
+  f.request_id = id;
+  f.limit = std::numeric_limits<std::size_t>::max();
+  WorkLock work(this);
+  absl::StatusOr<Request> r = GetRequest(id);
+  if (!r.ok()) return r.status();
+  absl::StatusOr<std::vector<Task>> tasks = ListTasks(f);
+  if (!tasks.ok()) return tasks.status();
+  std::int64_t now = Now();
+  rocksdb::WriteBatch batch;
+  for (Task& t : *tasks) {
+    if (t.state != TaskState::kQueued && t.state != TaskState::kLeased) continue;
+    if (t.state == TaskState::kLeased) {
+      // The owner loses its lease and cannot complete or fail the task any more, so the
+      // pending replica its claim made is dropped here (as FailTask would).
+      if (absl::Status s = DropPendingReplicaLocked(batch, t.inode, t.spec.dst_node, t.generation);
+          !s.ok()) {
+        return s;
+      }
+    }
+    t.state = TaskState::kCancelled;
+    t.lease_owner.clear();
+    t.updated_ns = now;
+    PutTaskLocked(batch, t);
+  }
+  r->state = RequestState::kCancelled;
+  r->updated_ns = now;
+  batch.Put(cf(kRequests), U64Key(id), EncodeRequest(*r));
+  AddEvent(batch, EventKind::kRequest, id, "", ToString(r->state), "");
+  return WriteLocked(&batch, "cancel request");
+}
+
+absl::StatusOr<std::vector<Event>> RocksCatalog::ReadEvents(std::uint64_t after_seq,
+                                                            std::size_t max,
+                                                            std::chrono::milliseconds wait) {
+  auto read = [&]() -> absl::StatusOr<std::vector<Event>> {
+    std::vector<Event> out;
+    absl::Status decode_status;
+    absl::Status s = Scan(kEvents, "", U64Key(after_seq + 1), [&](std::string_view, std::string_view v) {
+      if (out.size() >= max) return false;
+      absl::StatusOr<Event> e = DecodeEvent(v);
+      if (!e.ok()) {
+        decode_status = e.status();
+        return false;
+      }
+      out.push_back(std::move(*e));
+      return true;
+    });
+    if (!s.ok()) return s;
+    if (!decode_status.ok()) return decode_status;
+    return out;
+  };
+  if (max == 0) return std::vector<Event>{};
+  absl::StatusOr<std::vector<Event>> events = read();
+  if (!events.ok() || !events->empty() || wait.count() <= 0) return events;
+  {
+    absl::MutexLock l(&work_mu_);
+    auto newer = [this, after_seq]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) {
+      return last_seq_ > after_seq;
+    };
+    work_mu_.AwaitWithTimeout(absl::Condition(&newer), absl::FromChrono(wait));
+  }
+  return read();
+}
+
+absl::StatusOr<std::uint64_t> RocksCatalog::LastEventSeq() {
+  absl::MutexLock l(&work_mu_);
+  return last_seq_;
+}
+
+}  // namespace gfrep::catalog::internal
