@@ -443,6 +443,7 @@ void SiteAgent::ClaimLoop() {
     }
     more = claimed->size() == want;
     if (claimed->empty()) continue;
+    log_->info("claimed {} task(s) in one call", claimed->size());
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.claim_calls += 1;
@@ -519,6 +520,7 @@ void SiteAgent::CompleteLoop() {
       results.assign(items.size(), done.status());
       break;
     }
+    log_->info("committed {} copies in one call", batch.size());
     std::lock_guard<std::mutex> lock(mu_);
     stats_.complete_calls += 1;
     for (std::size_t i = 0; i < batch.size(); ++i) {
