@@ -559,7 +559,9 @@ absl::Status Planner::Step() {
           if (!one.ok()) {
             log_->warn("planner: cannot create task request={} path={} {}->{}: {}", r.id,
                        spec.path, spec.src_node, spec.dst_node, one.status().ToString());
+            continue;
           }
+          for (Task& t : *one) views_[r.id].Put(std::move(t));
         }
       } else {
         log_->debug("planner: request={} planned {} tasks", r.id, made->size());

@@ -466,13 +466,11 @@ void SiteAgent::WorkerLoop() {
     bool claim_more;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      ++idle_workers_;
       work_wake_.wait(lock, [&] {
         return stop_.load() ||
                (!ready_.empty() &&
                 completions_.size() < static_cast<std::size_t>(4 * options_.workers));
       });
-      --idle_workers_;
       if (stop_) break;
       next = std::move(ready_.front());
       ready_.pop_front();
@@ -509,6 +507,9 @@ void SiteAgent::CompleteLoop() {
     std::vector<absl::StatusOr<catalog::Task>> results;
     while (true) {
       absl::StatusOr<std::vector<absl::StatusOr<catalog::Task>>> done = cat.CompleteTasks(items);
+      if (done.ok() && done->size() != items.size()) {
+        done = absl::InternalError("the catalog answered a commit batch with another count");
+      }
       if (done.ok()) {
         results = std::move(*done);
         break;
@@ -520,19 +521,25 @@ void SiteAgent::CompleteLoop() {
       results.assign(items.size(), done.status());
       break;
     }
-    log_->info("committed {} copies in one call", batch.size());
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.complete_calls += 1;
+    std::size_t committed = 0;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const Completion& c = batch[i];
       if (results[i].ok()) {
+        ++committed;
         log_->info("task={} done path={} bytes={}", c.task.id, c.task.spec.path, c.task.size);
-        stats_.tasks_done += 1;
-        stats_.bytes_received += c.bytes;
       } else {
         log_->warn("task={} complete: {}", c.task.id, results[i].status().ToString());
       }
-      completing_.erase(c.owner);
+    }
+    log_->info("committed {} of {} copies in one call", committed, batch.size());
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.complete_calls += 1;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (results[i].ok()) {
+        stats_.tasks_done += 1;
+        stats_.bytes_received += batch[i].bytes;
+      }
+      completing_.erase(batch[i].owner);
     }
   }
 }

@@ -239,7 +239,6 @@ class SiteAgent {
     std::string owner;
   };
   std::deque<Claimed> ready_;  // guarded by mu_
-  int idle_workers_ = 0;       // guarded by mu_
   SiteAgentStats stats_;                              // guarded by mu_
   using Stamp = std::chrono::steady_clock::time_point;
   std::map<std::string, std::pair<catalog::Node, Stamp>> node_cache_;    // guarded by mu_
