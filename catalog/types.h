@@ -98,6 +98,10 @@ struct Node {
   double load = 0;  // e.g. 1-minute load average
   std::uint32_t active_transfers = 0;
   std::int64_t last_heartbeat_ns = 0;  // set by the catalog on register/heartbeat
+  // Copies its site agent runs at once (gfsited --workers; 0: not reported). The planner
+  // keeps at least 4 x this many tasks open for the node, so that claims made ahead and
+  // commits in flight do not starve the workers.
+  std::uint32_t workers = 0;
 };
 
 // What a node reports periodically.

@@ -63,6 +63,15 @@ std::string SiteOf(const Topology& topology, std::string_view node) {
   return n == nullptr ? std::string() : n->site;
 }
 
+// Open tasks a destination node may have: the planner's setting, or 4 per worker its agent
+// reported if that is more (tasks claimed ahead and copies waiting for their commit hold
+// tasks too; a node with 64 workers starved at 64 open tasks).
+int OpenTaskCap(const Topology& topology, const PlannerOptions& options, std::string_view node) {
+  const catalog::Node* n = topology.FindNode(node);
+  const std::uint32_t workers = n == nullptr ? 0 : std::min<std::uint32_t>(n->workers, 1u << 16);
+  return std::max(options.max_open_tasks_per_node, 4 * static_cast<int>(workers));
+}
+
 // Plans one file. `window` false: ignore per-node/route/request limits (dry run).
 // `request_budget`: tasks this request may still open (-1: unlimited); decremented.
 absl::StatusOr<FileOutcome> PlanFile(catalog::Catalog& catalog, const std::string& path,
@@ -162,7 +171,7 @@ absl::StatusOr<FileOutcome> PlanFile(catalog::Catalog& catalog, const std::strin
   }
   if (window) {
     for (const auto& [node, open] : st.open_per_dst) {
-      if (open >= options.max_open_tasks_per_node) place.exclude_nodes.insert(node);
+      if (open >= OpenTaskCap(st.topology, options, node)) place.exclude_nodes.insert(node);
     }
   }
   std::vector<catalog::Node> dsts =

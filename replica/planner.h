@@ -68,9 +68,11 @@ struct PlannerOptions {
   // (as destination) are abandoned and planned elsewhere.
   std::chrono::milliseconds heartbeat_timeout{30000};
   // Open tasks per destination node (keeps the agent's queue fed without planning
-  // thousands of files ahead). A site agent's worker holds a task while it copies, one it
-  // claimed ahead, and finished ones until the catalog commit returns: with 16 workers, 16
-  // starved them (13 copies in flight on average on lfn-1g), hence 64.
+  // thousands of files ahead). A site agent's worker holds a task while it copies, its agent
+  // claims up to one more per worker ahead, and finished ones hold theirs until the catalog
+  // commit returns: with 16 workers, 16 starved them (13 copies in flight on average on
+  // lfn-1g), hence 64. A node whose agent reports its workers (Node::workers) gets at least 4
+  // per worker.
   int max_open_tasks_per_node = 64;
   // Attempts per task (passed to TaskSpec::max_attempts).
   std::uint32_t max_attempts = 5;

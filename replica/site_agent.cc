@@ -177,6 +177,7 @@ absl::Status SiteAgent::Register() {
   node.free_bytes = hb.free_bytes;
   node.load = hb.load;
   node.active_transfers = hb.active_transfers;
+  node.workers = static_cast<std::uint32_t>(options_.workers);
   return cat.RegisterNode(node);
 }
 

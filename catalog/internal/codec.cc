@@ -305,6 +305,7 @@ std::string EncodeNode(const Node& x) {
   w.F64(x.load);
   w.U64(x.active_transfers);
   w.I64(x.last_heartbeat_ns);
+  w.U64(x.workers);
   return w.Take();
 }
 
@@ -320,6 +321,7 @@ absl::StatusOr<Node> DecodeNode(std::string_view in) {
   x.load = r.F64();
   x.active_transfers = r.U32();
   x.last_heartbeat_ns = r.I64();
+  if (!r.AtEnd()) x.workers = r.U32();  // added 2026-11-23: older records end here
   if (absl::Status s = r.Finish("node"); !s.ok()) return s;
   return x;
 }

@@ -103,6 +103,7 @@ void ToProto(const Node& in, v1::Node* out) {
   out->set_load(in.load);
   out->set_active_transfers(in.active_transfers);
   out->set_last_heartbeat_ns(in.last_heartbeat_ns);
+  out->set_workers(in.workers);
 }
 
 Node FromProto(const v1::Node& in) {
@@ -116,6 +117,7 @@ Node FromProto(const v1::Node& in) {
   n.load = in.load();
   n.active_transfers = in.active_transfers();
   n.last_heartbeat_ns = in.last_heartbeat_ns();
+  n.workers = in.workers();
   return n;
 }
 

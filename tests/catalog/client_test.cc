@@ -54,6 +54,7 @@ class CatalogClientTest : public ::testing::Test {
     n.address = "127.0.0.1:7001";
     n.spool = "/spool/a1";
     n.capacity_bytes = 1000;
+    n.workers = 12;
     ASSERT_TRUE(client_->RegisterNode(n).ok());
     n.name = "b1";
     n.site = "b";
@@ -167,6 +168,7 @@ TEST_F(CatalogClientTest, TopologyCalls) {
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(n->spool, "/spool/a1");
   EXPECT_EQ(n->capacity_bytes, 1000u);
+  EXPECT_EQ(n->workers, 12u);
   Heartbeat hb;
   hb.node = "a1";
   hb.free_bytes = 500;

@@ -421,6 +421,27 @@ TEST_F(PlannerTest, AStepLooksUpOnlyFilesItCanPlanUntilTheFullSweep) {
   EXPECT_GE(steps, 38);  // 600 / 16 per step
 }
 
+TEST_F(PlannerTest, ANodeWithManyWorkersGetsFourOpenTasksPerWorker) {
+  // b1's agent reports 16 workers: the window of 8 open tasks would starve it, so it gets 64;
+  // b2 reports none and keeps the planner's 8.
+  catalog::Node b1 = *cat_->GetNode("b1");
+  b1.workers = 16;
+  ASSERT_TRUE(cat_->RegisterNode(b1).ok());
+  EXPECT_EQ(cat_->GetNode("b1")->workers, 16u);  // stored
+  for (int i = 0; i < 200; ++i) Commit("/d/f" + std::to_string(i), 10, "a1");
+  auto planner = MakePlanner(8);
+  catalog::RequestSpec spec;
+  spec.paths = {"/d"};
+  spec.recursive = true;
+  spec.dst_sites = {"B"};
+  const std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  std::map<std::string, int> open;
+  for (const Task& t : Tasks(id)) open[t.spec.dst_node] += 1;
+  EXPECT_EQ(open["b1"], 64);
+  EXPECT_EQ(open["b2"], 8);
+}
+
 TEST_F(PlannerTest, AFileThatLostItsCopyIsPlannedAgainAtTheNextFullSweep) {
   for (int i = 0; i < 3; ++i) Commit("/d/f" + std::to_string(i), 10, "a1");
   Commit("/d/slow", 10, "a1");

@@ -377,6 +377,7 @@ TEST_F(SiteAgentTest, SmallFilesAreClaimedAndCommittedInBatchesWithNoCatalogCall
   EXPECT_LE(st.claim_calls, static_cast<std::uint64_t>(kFiles / 2)) << "claims were not batched";
   EXPECT_EQ(st.complete_calls, static_cast<std::uint64_t>(complete_calls.load()));
   EXPECT_EQ(stats_of_inodes.load(), 0) << "the checksum should come with the claim";
+  EXPECT_EQ(cat_->GetNode("b1")->workers, 8u);  // registered, for the planner's window
   nodes_.clear();  // the agents use `distant`: stop them before it goes
 }
 

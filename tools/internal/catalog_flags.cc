@@ -101,6 +101,7 @@ nlohmann::json ToJson(const catalog::Node& n) {
           {"free_bytes", n.free_bytes},
           {"load", n.load},
           {"active_transfers", n.active_transfers},
+          {"workers", n.workers},
           {"last_heartbeat", FormatTime(n.last_heartbeat_ns)}};
 }
 

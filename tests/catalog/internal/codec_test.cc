@@ -91,6 +91,28 @@ TEST(CodecTest, RecordsRoundTrip) {
   EXPECT_DOUBLE_EQ(DecodeRoute(EncodeRoute(r))->rtt_ms, 199.5);
 }
 
+TEST(CodecTest, NodeRecordsWithoutTheWorkerCountStillDecode) {
+  Node n;
+  n.name = "b1";
+  n.site = "b";
+  n.address = "10.0.0.2:7000";
+  n.last_heartbeat_ns = 123;
+  n.workers = 48;
+  absl::StatusOr<Node> back = DecodeNode(EncodeNode(n));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->workers, 48u);
+  EXPECT_EQ(back->last_heartbeat_ns, 123);
+  // A record written before the field existed ends after last_heartbeat_ns (the field is
+  // one varint byte for 0).
+  n.workers = 0;
+  std::string old = EncodeNode(n);
+  old.pop_back();
+  absl::StatusOr<Node> from_old = DecodeNode(old);
+  ASSERT_TRUE(from_old.ok()) << from_old.status();
+  EXPECT_EQ(from_old->workers, 0u);
+  EXPECT_EQ(from_old->address, "10.0.0.2:7000");
+}
+
 TEST(CodecTest, EveryTruncationIsDataLoss) {
   Request r;
   r.id = 12;
