@@ -39,6 +39,21 @@ absl::Status FillList(const absl::StatusOr<std::vector<T>>& result, Add add) {
   return result.status();
 }
 
+// One result per item of a batch call: code 0 and the payload, or the item's error.
+template <typename T, typename Add, typename Payload>
+absl::Status FillResults(const std::vector<absl::StatusOr<T>>& results, Add add, Payload payload) {
+  for (const absl::StatusOr<T>& r : results) {
+    auto* out = add();
+    out->set_code(static_cast<int>(r.status().code()));
+    if (r.ok()) {
+      ToProto(*r, payload(out));
+    } else {
+      out->set_message(std::string(r.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::size_t Limit(std::uint64_t requested, std::size_t max) {
   return requested == 0 || requested > max ? max : static_cast<std::size_t>(requested);
 }
@@ -212,16 +227,8 @@ class Service final : public v1::Catalog::CallbackService {
       std::vector<std::string> paths(req->paths().begin(), req->paths().end());
       absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> results = catalog_.StatMany(paths);
       if (!results.ok()) return results.status();
-      for (const absl::StatusOr<Attributes>& r : *results) {
-        v1::StatResult* out = resp->add_results();
-        out->set_code(static_cast<int>(r.status().code()));
-        if (r.ok()) {
-          ToProto(*r, out->mutable_attributes());
-        } else {
-          out->set_message(std::string(r.status().message()));
-        }
-      }
-      return absl::OkStatus();
+      return FillResults(*results, [resp] { return resp->add_results(); },
+                         [](v1::StatResult* out) { return out->mutable_attributes(); });
     });
   }
 
@@ -523,16 +530,8 @@ class Service final : public v1::Catalog::CallbackService {
       for (const v1::CompleteTaskRequest& i : req->items()) items.push_back({i.id(), i.owner()});
       absl::StatusOr<std::vector<absl::StatusOr<Task>>> results = catalog_.CompleteTasks(items);
       if (!results.ok()) return results.status();
-      for (const absl::StatusOr<Task>& r : *results) {
-        v1::TaskResult* out = resp->add_results();
-        out->set_code(static_cast<int>(r.status().code()));
-        if (r.ok()) {
-          ToProto(*r, out->mutable_task());
-        } else {
-          out->set_message(std::string(r.status().message()));
-        }
-      }
-      return absl::OkStatus();
+      return FillResults(*results, [resp] { return resp->add_results(); },
+                         [](v1::TaskResult* out) { return out->mutable_task(); });
     });
   }
 

@@ -206,6 +206,14 @@ absl::StatusOr<std::vector<Attributes>> CatalogClient::CreateFiles(
   return out;
 }
 
+namespace {
+// One item's error of a batch answer (code != 0: a google.rpc.Code).
+absl::Status ItemStatus(int code, const std::string& message, std::string_view call) {
+  if (code <= 0 || code > 16) return absl::InternalError(fmt::format("{}: bad status code", call));
+  return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
+}  // namespace
+
 absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> CatalogClient::StatMany(
     const std::vector<std::string>& paths) {
   v1::StatManyRequest req;
@@ -228,10 +236,8 @@ absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> CatalogClient::StatMany(
       out.push_back(local[out.size()]);
     } else if (r.code() == 0) {
       out.push_back(FromProto(r.attributes()));
-    } else if (r.code() < 0 || r.code() > 16) {
-      out.push_back(absl::InternalError("StatMany: bad status code"));
     } else {
-      out.push_back(absl::Status(static_cast<absl::StatusCode>(r.code()), r.message()));
+      out.push_back(ItemStatus(r.code(), r.message(), "StatMany"));
     }
   }
   return out;
@@ -625,10 +631,8 @@ absl::StatusOr<std::vector<absl::StatusOr<Task>>> CatalogClient::CompleteTasks(
   for (const v1::TaskResult& r : resp.results()) {
     if (r.code() == 0) {
       out.push_back(FromProto(r.task()));
-    } else if (r.code() < 0 || r.code() > 16) {
-      out.push_back(absl::InternalError("CompleteTasks: bad status code"));
     } else {
-      out.push_back(absl::Status(static_cast<absl::StatusCode>(r.code()), r.message()));
+      out.push_back(ItemStatus(r.code(), r.message(), "CompleteTasks"));
     }
   }
   return out;
