@@ -1,4 +1,6 @@
 // gfreg LOCALFILE GFPATH [--site S] [--node N]: stores a local file into the federation
+// (gfreg -r LOCALDIR GFDIR stores every regular file under LOCALDIR at the same relative path
+// under GFDIR, -j at once, and reports each failure without stopping the others)
 // with replica::Store (replica/writer.h): reserves a new generation, uploads the bytes to
 // the agent of a node (the named one, else the least busy live node of the site, else of
 // any site) under that generation's own name, then commits the generation with that node
@@ -6,8 +8,13 @@
 // leaves the previous version in place and served.
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <iostream>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -26,6 +33,58 @@ std::string EnvOr(const std::string& value, const char* name) {
   return env == nullptr ? "" : env;
 }
 
+// Regular files under `dir` (symbolic links are not followed), in name order.
+absl::StatusOr<std::vector<std::filesystem::path>> FilesUnder(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::vector<std::filesystem::path> files;
+  std::filesystem::recursive_directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file(ec) && !it->is_symlink(ec)) files.push_back(it->path());
+  }
+  if (ec) return absl::InvalidArgumentError(fmt::format("{}: {}", dir.string(), ec.message()));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// gfreg -r: stores `files` (under `dir`) at `gfdir`/<relative path>, `jobs` at once.
+int StoreTree(gfrep::catalog::Catalog& catalog, const std::filesystem::path& dir,
+              const std::vector<std::filesystem::path>& files, const std::string& gfdir,
+              const gfrep::replica::StoreOptions& options, int jobs, bool json) {
+  std::atomic<std::size_t> next{0};
+  std::mutex mu;
+  std::uint64_t bytes = 0;
+  std::size_t stored = 0;
+  std::vector<std::pair<std::string, std::string>> failed;  // path, error
+  auto worker = [&] {
+    for (std::size_t i = next++; i < files.size(); i = next++) {
+      const std::string rel = files[i].lexically_relative(dir).generic_string();
+      const std::string path = (gfdir == "/" ? "" : gfdir) + "/" + rel;
+      absl::StatusOr<gfrep::replica::StoreResult> r =
+          gfrep::replica::Store(catalog, files[i], path, options);
+      std::lock_guard<std::mutex> lock(mu);
+      if (r.ok()) {
+        ++stored;
+        bytes += r->attributes.size;
+      } else {
+        failed.emplace_back(path, gfrep::tools::ErrorText(r.status()));
+        if (!json) std::cerr << fmt::format("gfreg: {}: {}\n", path, failed.back().second);
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int j = 0; j < jobs; ++j) threads.emplace_back(worker);
+  for (std::thread& t : threads) t.join();
+  if (json) {
+    nlohmann::json f = nlohmann::json::array();
+    for (const auto& [path, error] : failed) f.push_back({{"path", path}, {"error", error}});
+    std::cout << nlohmann::json{{"files", stored}, {"bytes", bytes}, {"failed", f}}.dump() << "\n";
+  } else {
+    std::cout << fmt::format("{} files, {} bytes stored under {}{}\n", stored, bytes, gfdir,
+                             failed.empty() ? "" : fmt::format("; {} failed", failed.size()));
+  }
+  return failed.empty() ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -36,11 +95,18 @@ int main(int argc, char** argv) {
   tools::CatalogFlags cat;
   std::string local, path, site, node, key_file;
   int streams = 4;
+  int jobs = 4;
   bool json = false;
+  bool recursive = false;
   tools::AddCommonFlags(app, common);
   tools::AddCatalogFlags(app, cat);
-  app.add_option("LOCALFILE", local, "File to store")->required()->check(CLI::ExistingFile);
-  app.add_option("GFPATH", path, "Catalog path, e.g. /exp/run001.dat")->required();
+  app.add_option("LOCALFILE", local, "File to store (with -r: a directory)")->required()->check(CLI::ExistingPath);
+  app.add_option("GFPATH", path, "Catalog path, e.g. /exp/run001.dat (with -r: the directory to store under)")->required();
+  app.add_flag("-r,--recursive", recursive,
+               "Store every regular file under the directory LOCALFILE at its relative path under GFPATH");
+  app.add_option("-j,--jobs", jobs, "With -r: files stored at once")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   app.add_option("--site", site, "Store at a node of this site (default: $GFREP_SITE)");
   app.add_option("--node", node, "Store at this node (default: $GFREP_NODE)");
   app.add_option("--key-file", key_file, "Shared key file (default ~/.gfrep/shared_key)");
@@ -67,6 +133,21 @@ int main(int argc, char** argv) {
   options.transfer.route.streams = streams;
   options.transfer.logger = log;
   if (const char* user = std::getenv("USER"); user != nullptr) options.owner = user;
+  if (recursive) {
+    if (!std::filesystem::is_directory(local)) {
+      return tools::Fail(kProgram, fmt::format("{} is not a directory (-r)", local));
+    }
+    if (path.empty() || path[0] != '/') {
+      return tools::Fail(kProgram, fmt::format("{}: the catalog directory must be absolute", path));
+    }
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    absl::StatusOr<std::vector<std::filesystem::path>> files = FilesUnder(local);
+    if (!files.ok()) return tools::Fail(kProgram, tools::ErrorText(files.status()));
+    return StoreTree(**client, local, *files, path, options, jobs, json);
+  }
+  if (!std::filesystem::is_regular_file(local)) {
+    return tools::Fail(kProgram, fmt::format("{} is not a regular file (a directory needs -r)", local));
+  }
   absl::StatusOr<replica::StoreResult> stored = replica::Store(**client, local, path, options);
   if (!stored.ok()) return tools::Fail(kProgram, tools::ErrorText(stored.status()));
   const catalog::Attributes* a = &stored->attributes;

@@ -11,7 +11,7 @@
 # TUNING=self (default): no route settings and no buffer flags, what a new user gets.
 # TUNING=hand: gfroute set a b --streams 8 --socket-buffer 32M --cc cubic, gfsited --buffer 32M.
 # TUNING=probe: gfprobe route SRC DST --apply first (its time is printed), no other settings.
-# WORKERS=N passes --workers N to gfsited; SESSION_REUSE=false turns warm sessions off;
+# WORKERS=N passes --workers N to gfsited; CC=cubic sets only the route's congestion control; SESSION_REUSE=false turns warm sessions off;
 # CATALOG_FLAGS="--max-open-tasks-per-node 256" adds gfcatalogd flags.
 # Other topologies: SRC_SITE/DST_SITE (default a/b), PAIRS=K runs agents on the first K nodes
 # of each site only, IPERF_PAIRS="jp-n1:us-n1 jp-n4:us-n4" measures iperf3 on several node
@@ -95,6 +95,8 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 [[ $TUNING == hand ]] && ns "$FIRST_SRC" "$BIN/gfroute" set "$SRC_SITE" "$DST_SITE" --streams 8 --socket-buffer 32M --cc cubic
+# CC=cubic|bbr|reno sets only the route's congestion control (with any tuning).
+[[ -n ${CC:-} ]] && ns "$FIRST_SRC" "$BIN/gfroute" set "$SRC_SITE" "$DST_SITE" --cc "$CC"
 if [[ $TUNING == probe ]]; then
   p0=$(date +%s.%N)
   ns "$FIRST_SRC" "$BIN/gfprobe" route "$SRC_SITE" "$DST_SITE" --key-file "$KEY" --apply >&2
@@ -125,12 +127,18 @@ echo "iperf3 best: $IPERF Mbit/s ($IPERF_PAIRS)" >&2
 run() {  # run LABEL N KIB
   local label=$1 n=$2 kib=$3
   ((n > 0)) || return 0
-  mkdir -p "$WORK/src-$label"
+  # Files go round-robin to the source nodes: one directory per node, stored with one
+  # gfreg -r each (8 at once), at /LABEL/f<i>.
+  local node
   for i in $(seq 1 "$n"); do
-    local f="$WORK/src-$label/f$i" node=${SRC_NODES[$((i % ${#SRC_NODES[@]}))]}
-    head -c "$((kib * 1024))" /dev/urandom >"$f"
-    ns "$node" "$BIN/gfreg" "$f" "/$label/f$i" --node "$node" --key-file "$KEY" >/dev/null
-    rm -f "$f"
+    node=${SRC_NODES[$((i % ${#SRC_NODES[@]}))]}
+    mkdir -p "$WORK/src-$label-$node"
+    head -c "$((kib * 1024))" /dev/urandom >"$WORK/src-$label-$node/f$i"
+  done
+  for node in "${SRC_NODES[@]}"; do
+    [[ -d $WORK/src-$label-$node ]] || continue
+    ns "$node" "$BIN/gfreg" -r -j 8 "$WORK/src-$label-$node" "/$label" --node "$node" --key-file "$KEY" >/dev/null
+    rm -rf "$WORK/src-$label-$node"
   done
   local out t0 t1 fresh warm
   fresh=$(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=' || true)

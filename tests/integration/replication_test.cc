@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -71,6 +72,53 @@ TEST_F(ReplicationTest, TwentyMixedFilesGetThreeCompleteReplicasWithMatchingByte
                           {"a1", "complete"}, {"b1", "complete"}, {"c1", "complete"}}))
         << path;
   }
+}
+
+TEST_F(ReplicationTest, GfregStoresADirectoryTreeAndReportsEachFailure) {
+  // gfreg -r stores every regular file under a local directory at its relative path, several
+  // at once; a file it can not store is named on stderr and in the exit status, and the
+  // others are stored all the same.
+  const fs::path local = dir_.Sub("tree");
+  std::map<std::string, std::string> want;
+  for (int i = 0; i < 12; ++i) {
+    const std::string rel = (i % 3 == 0 ? "sub/deeper/f" : (i % 3 == 1 ? "sub/f" : "f")) + std::to_string(i);
+    fs::create_directories((local / rel).parent_path());
+    std::string bytes(1000 + 997 * i, '\0');
+    for (std::size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<char>((k * 31 + i) & 0xff);
+    std::ofstream(local / rel, std::ios::binary) << bytes;
+    want["/tree/" + rel] = bytes;
+  }
+  fs::create_symlink(local / "f2", local / "link");  // not followed
+  RunResult r = Tool({"gfreg", "-r", "-j", "3", "--node", "a1", "--json", local.string(), "/tree/"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["files"], 12);
+  EXPECT_TRUE(j["failed"].empty()) << j;
+  for (const auto& [path, bytes] : want) {
+    EXPECT_EQ(Replica("a1", path), bytes) << path;
+    EXPECT_EQ(States(path), (std::map<std::string, std::string>{{"a1", "complete"}})) << path;
+  }
+  EXPECT_FALSE(client_->Stat("/tree/link").ok());
+
+  // A catalog path that is a file where the tree needs a directory: those files fail, the
+  // rest are stored, and the exit status says so.
+  const fs::path second = dir_.Sub("second");
+  fs::create_directories(second / "f2");  // /tree/f2 is a file: f2/x can not go under it
+  std::ofstream(second / "f2" / "x") << "under a file";
+  std::ofstream(second / "ok") << "fine";
+  r = Tool({"gfreg", "-r", local.string() + "/../second", "/tree"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("/tree/f2/x"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("1 failed"), std::string::npos) << r.out;
+  EXPECT_EQ(Replica("a1", "/tree/ok"), "fine");
+  // Not a directory, or a directory without -r: clear errors.
+  r = Tool({"gfreg", "-r", (local / "f2").string(), "/x"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("not a directory"), std::string::npos) << r.err;
+  r = Tool({"gfreg", local.string(), "/x"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("needs -r"), std::string::npos) << r.err;
 }
 
 TEST_F(ReplicationTest, KilledDestinationAgentRestartsAndTheRequestFinishesWithRightBytes) {
