@@ -63,13 +63,14 @@ std::string SiteOf(const Topology& topology, std::string_view node) {
   return n == nullptr ? std::string() : n->site;
 }
 
-// Open tasks a destination node may have: the planner's setting, or 4 per worker its agent
-// reported if that is more (tasks claimed ahead and copies waiting for their commit hold
-// tasks too; a node with 64 workers starved at 64 open tasks).
+// Open tasks a destination node may have: the planner's setting, or 5 per worker its agent
+// reported if that is more (besides the running copies, up to 2 per worker are claimed ahead
+// and copies waiting for their commit hold tasks too; a node with 64 workers starved at 64
+// open tasks).
 int OpenTaskCap(const Topology& topology, const PlannerOptions& options, std::string_view node) {
   const catalog::Node* n = topology.FindNode(node);
   const std::uint32_t workers = n == nullptr ? 0 : std::min<std::uint32_t>(n->workers, 1u << 16);
-  return std::max(options.max_open_tasks_per_node, 4 * static_cast<int>(workers));
+  return std::max(options.max_open_tasks_per_node, 5 * static_cast<int>(workers));
 }
 
 // Plans one file. `window` false: ignore per-node/route/request limits (dry run).

@@ -17,6 +17,7 @@
 #include <random>
 #include <set>
 
+#include "replica/in_flight.h"
 #include "replica/internal/spool_keeper.h"
 #include "replica/spool.h"
 #include "transfer/agent.h"
@@ -56,6 +57,15 @@ int StreamsWithinPeerLimit(int workers) {
   return std::max(1, transfer::kDefaultMaxConnectionsPerPeer / std::max(1, workers) - 1);
 }
 
+// A copy without a route-budget share gets no more streams than its file has of these (the
+// engine's smallest block, internal/sender.h BlockSize).
+constexpr std::uint64_t kMinStreamBytes = 256 * 1024;
+
+std::size_t ClaimAhead(int workers) {
+  const std::size_t w = static_cast<std::size_t>(std::max(1, workers));
+  return w + std::min<std::size_t>(w, 128);
+}
+
 namespace {
 // Completer threads: each commits a batch while the other gathers the next (a commit is a
 // catalog round trip, across the WAN for a remote catalog).
@@ -75,6 +85,8 @@ absl::Status Validate(const SiteAgentOptions& o) {
   }
   if (o.spool.empty()) return absl::InvalidArgumentError("site agent needs a spool directory");
   if (o.workers < 1 || o.workers > 256) return absl::InvalidArgumentError("workers must be 1..256");
+  if (o.initial_in_flight < 1) return absl::InvalidArgumentError("initial copies in flight must be >= 1");
+  if (o.tune_period.count() < 10) return absl::InvalidArgumentError("tune period must be >= 10 ms");
   if (o.lease.count() < 300) return absl::InvalidArgumentError("lease must be >= 300 ms");
   if (o.heartbeat_interval.count() <= 0 || o.poll_interval.count() <= 0 ||
       o.sweep_interval.count() <= 0 || o.gc_interval.count() <= 0 ||
@@ -103,7 +115,12 @@ SiteAgent::SiteAgent(SiteAgentOptions options)
   k.stopping = [this] { return stop_.load(); };
   k.logger = log_;
   keeper_ = std::make_unique<internal::SpoolKeeper>(std::move(k));
+  in_flight_limit_ = options_.adapt_in_flight
+                         ? std::clamp(options_.initial_in_flight, 1, options_.workers)
+                         : options_.workers;
 }
+
+int SiteAgent::LimitLocked() const { return in_flight_limit_; }
 
 // One claimed attempt of a task, owned by the worker thread that runs it. The io_context is
 // the worker's (its warm transfer sessions live on it); the signal is this attempt's own, so
@@ -135,7 +152,9 @@ SiteAgent::~SiteAgent() { Stop(); }
 
 SiteAgentStats SiteAgent::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  SiteAgentStats s = stats_;
+  s.in_flight_limit = in_flight_limit_;
+  return s;
 }
 
 catalog::Heartbeat SiteAgent::MakeHeartbeat() const {
@@ -247,8 +266,9 @@ absl::Status SiteAgent::Start() {
   threads_.emplace_back([this] { WatchLoop(); });
   threads_.emplace_back([this] { SweepLoop(); });
   threads_.emplace_back([this] { ClaimLoop(); });
-  for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+  for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this, i] { WorkerLoop(i); });
   for (int i = 0; i < kCompleters; ++i) threads_.emplace_back([this] { CompleteLoop(); });
+  if (options_.adapt_in_flight) threads_.emplace_back([this] { TuneLoop(); });
   return absl::OkStatus();
 }
 
@@ -265,6 +285,7 @@ void SiteAgent::Stop() {
   wake_.notify_all();
   claim_wake_.notify_all();
   work_wake_.notify_all();
+  idle_wake_.notify_all();
   complete_wake_.notify_all();
   for (std::thread& t : threads) {
     if (t.joinable()) t.join();
@@ -315,9 +336,10 @@ void SiteAgent::RenewLoop() {
       for (const Claimed& c : ready_) claims.emplace_back(c.owner, c.task.id);
     }
     // Every renewal is a catalog round trip (across the WAN for a remote catalog): made
-    // concurrently, 32 at a time, so that a round over many claims stays well inside the
-    // lease (one after another, 40 claims at 200 ms took 8 s of a 15 s lease).
-    constexpr std::size_t kWave = 32;
+    // concurrently, 128 at a time, so that a round over many claims stays well inside the
+    // lease (one after another, 40 claims at 200 ms took 8 s of a 15 s lease; 256 copies at
+    // once hold about 900 claims with those ahead and those committing).
+    constexpr std::size_t kWave = 128;
     for (std::size_t begin = 0; begin < claims.size(); begin += kWave) {
       std::vector<std::future<absl::StatusOr<catalog::Task>>> renewals;
       std::size_t end = std::min(claims.size(), begin + kWave);
@@ -398,12 +420,10 @@ void SiteAgent::WatchLoop() {
 }
 
 void SiteAgent::ClaimLoop() {
-  // Claims are made when the ready tasks fall to half of `workers` (so a claim leases many
-  // tasks at once, not one per finished copy), up to `workers` of them; again at once while
+  // Claims are made when the ready tasks fall to half of ClaimAhead (so a claim leases many
+  // tasks at once, not one per finished copy), up to ClaimAhead of them; again at once while
   // the catalog had as many as asked for, else when a task for this node is queued (event),
   // or after poll_interval (a task whose backoff ended makes no event).
-  const std::size_t high = static_cast<std::size_t>(options_.workers);
-  const std::size_t low = high / 2;
   std::uint64_t seen = 0;
   bool more = true;  // the last claim got all it asked for: the catalog may have more
   auto last_claim = std::chrono::steady_clock::now() - options_.poll_interval;
@@ -411,13 +431,15 @@ void SiteAgent::ClaimLoop() {
     std::size_t want = 0;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      // Follows the copies allowed at once, which TuneLoop changes.
+      auto high = [&] { return ClaimAhead(LimitLocked()); };
       auto due = [&] {
         return more || wake_generation_ != seen ||
                std::chrono::steady_clock::now() - last_claim >= options_.poll_interval;
       };
       auto room = [&] {
         // A copy waiting for its catalog commit holds a lease: do not run far ahead of them.
-        return ready_.size() <= low &&
+        return ready_.size() <= high() / 2 &&
                completions_.size() < static_cast<std::size_t>(4 * options_.workers);
       };
       while (!stop_ && !(room() && due())) {
@@ -429,7 +451,7 @@ void SiteAgent::ClaimLoop() {
       }
       if (stop_) return;
       seen = wake_generation_;
-      want = std::min(high - ready_.size(), catalog::kMaxBatchPaths);
+      want = std::min(high() - ready_.size(), catalog::kMaxBatchPaths);
     }
     std::vector<std::string> owners;
     owners.reserve(want);
@@ -451,34 +473,57 @@ void SiteAgent::ClaimLoop() {
       for (std::size_t i = 0; i < claimed->size(); ++i) {
         ready_.push_back(Claimed{std::move((*claimed)[i]), owners[i]});
       }
+      if (copying_ >= LimitLocked()) limit_binding_ = true;  // for TuneLoop
     }
-    for (std::size_t i = 0; i < claimed->size(); ++i) work_wake_.notify_one();
+    // All of them: only workers below the limit wait here (WorkerLoop), and one that can
+    // not take a task (no room for its commit) must not swallow the wake-up.
+    work_wake_.notify_all();
   }
 }
 
-void SiteAgent::WorkerLoop() {
+void SiteAgent::WorkerLoop(int index) {
   // This worker's copies run on `io`; its warm sessions to source agents (connections open
   // on `io`) are reused by its next copies from the same agent. Destroyed before `io`.
   asio::io_context io;
   transfer::SessionCache sessions;
-  const std::size_t low = static_cast<std::size_t>(options_.workers) / 2;
   while (true) {
     Claimed next;
     bool claim_more;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      // Worker i copies only while i is below the limit, so the same workers, and with
+      // them the same warm sessions, carry the copies (128 workers taking turns at 32
+      // copies opened a session each). The others sleep apart, so that a claim wakes only
+      // workers that may take its tasks.
+      if (index >= LimitLocked()) {
+        idle_wake_.wait(lock, [&] { return stop_.load() || index < LimitLocked(); });
+        if (stop_) break;
+        continue;
+      }
       work_wake_.wait(lock, [&] {
-        return stop_.load() ||
-               (!ready_.empty() &&
+        return stop_.load() || index >= LimitLocked() ||
+               (!ready_.empty() && copying_ < LimitLocked() &&
                 completions_.size() < static_cast<std::size_t>(4 * options_.workers));
       });
       if (stop_) break;
+      if (index >= LimitLocked()) continue;
       next = std::move(ready_.front());
       ready_.pop_front();
-      claim_more = ready_.size() <= low;
+      claim_more = ready_.size() <= ClaimAhead(LimitLocked()) / 2;
+      ++copying_;
+      stats_.peak_in_flight = std::max(stats_.peak_in_flight, copying_);
+      // TuneLoop: tasks still wait and every copy allowed runs, so more could have run.
+      if (!ready_.empty() && copying_ >= LimitLocked()) limit_binding_ = true;
     }
     if (claim_more) claim_wake_.notify_one();
     Execute(next.task, next.owner, io, sessions);
+    bool freed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --copying_;
+      freed = index >= LimitLocked();  // the limit fell meanwhile: a slot for a worker below it
+    }
+    if (freed) work_wake_.notify_all();
   }
 }
 
@@ -569,6 +614,48 @@ void SiteAgent::SweepLoop() {
     wake_.wait_for(lock, options_.sweep_interval,
                    [&] { return stop_.load() || sweep_wanted_; });
     sweep_wanted_ = false;
+  }
+}
+
+void SiteAgent::TuneLoop() {
+  InFlightOptions o;
+  o.min = 1;
+  o.max = options_.workers;
+  o.start = options_.initial_in_flight;
+  InFlightLimit limit(o);
+  std::uint64_t last_bytes = live_bytes_.load();
+  auto last = std::chrono::steady_clock::now();
+  while (!stop_) {
+    SleepFor(options_.tune_period);
+    if (stop_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const std::uint64_t bytes = live_bytes_.load();
+    const std::uint64_t received = bytes - last_bytes;
+    const double seconds = std::chrono::duration<double>(now - last).count();
+    const double goodput = seconds > 0 ? static_cast<double>(received) / seconds : 0;
+    last = now;
+    last_bytes = bytes;
+    bool limited;
+    int was;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Held back now, or a ready task waited for a slot during the period.
+      limited = limit_binding_ || (!ready_.empty() && copying_ >= in_flight_limit_);
+      limit_binding_ = false;
+      was = in_flight_limit_;
+    }
+    // No bytes at all (sessions still being set up, or nothing to do): nothing learnt.
+    if (received == 0) continue;
+    const int next = limit.Update(goodput, limited);
+    if (next == was) continue;
+    log_->info("copies at once {} -> {}: {}", was, next, limit.reason());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      in_flight_limit_ = next;
+    }
+    work_wake_.notify_all();
+    idle_wake_.notify_all();
+    claim_wake_.notify_one();
   }
 }
 
@@ -733,22 +820,42 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   topts.route = ToRouteOptions(*route, topts.route);
   // The task's share of the route's budget (route_budget.h) wins over the route's settings;
   // the source agent paces all it sends on the route with one token bucket, by this name.
-  if (task.spec.streams > 0) topts.route.streams = static_cast<int>(task.spec.streams);
+  if (task.spec.streams > 0) {
+    topts.route.streams = static_cast<int>(task.spec.streams);
+  } else {
+    // No share from a route budget: still no stream without a block of its own (the engine
+    // cuts blocks of at least kMinStreamBytes; a 64 KiB file over 4 streams was one block and
+    // three idle connections to set up and keep).
+    topts.route.streams = static_cast<int>(std::min<std::uint64_t>(
+        static_cast<std::uint64_t>(std::max(1, topts.route.streams)),
+        std::max<std::uint64_t>(1, (task.size + kMinStreamBytes - 1) / kMinStreamBytes)));
+  }
   if (task.spec.route_rate_bps > 0) topts.route.route_rate_bps = task.spec.route_rate_bps;
   if (topts.route.route_rate_bps > 0) {
     topts.route.route_name = fmt::format("{}->{}", route->src_site, route->dst_site);
   }
   if (!topts.logger) topts.logger = log_;
-  // Every worker may hold a session (1 + streams connections) to the same source agent, warm
-  // or busy: keep them all within a source agent's default per-peer limit, or it would close
-  // the excess connections at once and copies would fail.
-  const int max_streams = StreamsWithinPeerLimit(options_.workers);
+  // Received bytes as they arrive (every 100 ms and at the end), for TuneLoop's goodput.
+  topts.progress = [this, counted = std::uint64_t{0}](const transfer::Progress& p) mutable {
+    const std::uint64_t now = p.bytes_done > p.resumed_bytes ? p.bytes_done - p.resumed_bytes : 0;
+    if (now > counted) live_bytes_.fetch_add(now - counted);
+    counted = std::max(counted, now);
+  };
+  // Every copy allowed at once may set up a session (1 + streams connections) to the same
+  // source agent at the same moment: keep them all within a source agent's default per-peer
+  // limit, or it would close the excess connections at once and copies would fail.
+  int at_once;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    at_once = LimitLocked();
+  }
+  const int max_streams = StreamsWithinPeerLimit(at_once);
   if (topts.route.streams > max_streams) {
     if (!warned_stream_cap_.exchange(true)) {
-      log_->warn("route {}->{} asks for {} streams; using {} so that {} workers x (streams + 1) "
+      log_->warn("route {}->{} asks for {} streams; using {} so that {} copies x (streams + 1) "
                  "connections stay within a source agent's limit of {} per peer",
                  route->src_site, route->dst_site, topts.route.streams, max_streams,
-                 options_.workers, transfer::kDefaultMaxConnectionsPerPeer);
+                 at_once, transfer::kDefaultMaxConnectionsPerPeer);
     }
     topts.route.streams = max_streams;
   }

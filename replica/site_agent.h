@@ -46,9 +46,10 @@
 // A pull with nothing to resume asks for the whole file, whose bytes then follow the offer
 // at once.
 //
-// Claims and commits in batches: one claim thread keeps up to `workers` tasks claimed ahead
-// for the workers (a ClaimTasks call leases many at once, in one catalog write, whenever
-// the ready ones fall to half of that and the catalog has more), and each claimed task
+// Claims and commits in batches: one claim thread keeps up to ClaimAhead(copies allowed at
+// once) tasks claimed ahead for the workers (a ClaimTasks call leases many at once, in one
+// catalog write, whenever the ready ones fall to half of that and the catalog has more), and
+// each claimed task
 // carries the file's checksum, so a copy needs no catalog call of its own. Finished copies
 // are committed by completer threads with one CompleteTasks call for all that wait. So a
 // small file costs a fraction of a catalog round trip instead of three (claim, stat,
@@ -56,8 +57,9 @@
 // (FailTask, retryable, no backoff).
 //
 // Threading: Start() launches a heartbeat thread, a lease-renewal thread, an event
-// watcher, a sweep thread, a claim thread, `workers` copy threads and 2 completer threads;
-// each worker runs its copies on its own io_context. A copy is cancelled (lease lost, Stop())
+// watcher, a sweep thread, a claim thread, `workers` copy threads, 2 completer threads and
+// (adapt_in_flight) a tuning thread; each worker runs its copies on its own io_context, and
+// only the workers below the copies allowed at once take tasks (README "Copies at once"). A copy is cancelled (lease lost, Stop())
 // through an asio cancellation signal emitted on that io_context, never by stopping it, so the engine's work on its
 // blocking pool always completes before the io_context goes away. Stop() (any thread)
 // cancels running copies (their tasks are failed as retryable so another attempt resumes
@@ -106,8 +108,14 @@ struct SiteAgentOptions {
   std::filesystem::path spool;
   // Create the site in the catalog if it does not exist yet.
   bool create_site = true;
-  // Parallel copies.
-  int workers = 16;
+  // Copies at once, at most (threads; also registered as Node::workers, which sizes the
+  // planner's window for this node).
+  int workers = 256;
+  // Tune the copies at once from measured goodput (in_flight.h) between 1 and `workers`,
+  // starting at `initial_in_flight`, every `tune_period`; false runs `workers` at once.
+  bool adapt_in_flight = true;
+  int initial_in_flight = 32;
+  std::chrono::milliseconds tune_period{1000};
   // Keep transfer sessions to source agents open between files (see Pipelining above);
   // false opens a new session per file (for comparison).
   bool reuse_sessions = true;
@@ -133,9 +141,16 @@ struct SiteAgentOptions {
 absl::Status Validate(const SiteAgentOptions& options);
 
 // The most streams per copy for which `workers` sessions to one source agent (1 + streams
-// connections each) stay within transfer::kDefaultMaxConnectionsPerPeer: a route asking for
+// connections each) stay within transfer::kDefaultMaxConnectionsPerPeer (the agent passes
+// the copies it allows at once now, see adapt_in_flight): a route asking for
 // more is reduced to this (logged once). At least 1.
 int StreamsWithinPeerLimit(int workers);
+
+// Tasks the claim thread keeps claimed ahead for `workers` copies at once: as many again (at
+// most 128 more), claiming again when half are left. A claim is a catalog round trip (across
+// the WAN for a remote catalog); with only `workers` ahead, small files used them up before
+// the next claim answered and every other copy waited one round trip for its task.
+std::size_t ClaimAhead(int workers);
 
 struct SiteAgentStats {
   std::uint64_t tasks_done = 0;
@@ -148,6 +163,8 @@ struct SiteAgentStats {
   std::uint64_t pulls_on_warm_sessions = 0;  // copies that reused an open one
   std::uint64_t claim_calls = 0;     // ClaimTasks calls that leased at least one task
   std::uint64_t complete_calls = 0;  // CompleteTasks calls (each commits a batch)
+  int in_flight_limit = 0;           // copies allowed at once now (adapt_in_flight)
+  int peak_in_flight = 0;            // most copies that ran at once
 };
 
 class SiteAgent {
@@ -178,15 +195,20 @@ class SiteAgent {
   void RenewLoop();
   void WatchLoop();
   // Claims tasks for the workers in batches (one ClaimTasks call for many), keeping up to
-  // `workers` of them ready; see "Claims" above.
+  // ClaimAhead(copies allowed at once) of them ready; see "Claims" above.
   void ClaimLoop();
-  void WorkerLoop();
+  // Worker `index` (0..workers-1) takes ready tasks while index < the copies allowed at once.
+  void WorkerLoop(int index);
   // Commits finished copies in batches (one CompleteTasks call for all that wait).
   void CompleteLoop();
   // Gives tasks claimed but never started back to the catalog (retryable, no backoff).
   struct Claimed;
   void GiveBack(std::deque<Claimed> tasks);
   void SweepLoop();
+  // Every tune_period: goodput and whether the limit held copies back -> InFlightLimit.
+  void TuneLoop();
+  // Copies allowed at once now (REQUIRES mu_ held).
+  int LimitLocked() const;
   // One claimed attempt: copy, then CompleteTask or FailTask as `claim_owner`.
   void Execute(const catalog::Task& task, const std::string& claim_owner,
                boost::asio::io_context& io, transfer::SessionCache& sessions);
@@ -217,7 +239,8 @@ class SiteAgent {
   // work, so that a finished copy or a claimed task wakes one thread, not every thread.
   std::condition_variable wake_;
   std::condition_variable claim_wake_;     // the claim loop: tasks queued, room for more
-  std::condition_variable work_wake_;      // workers: a task is ready, room for a commit
+  std::condition_variable work_wake_;      // workers below the limit: a task is ready, room
+  std::condition_variable idle_wake_;      // workers above the limit: it rose
   std::condition_variable complete_wake_;  // completers: a copy waits for its commit
   std::uint64_t wake_generation_ = 0;                 // guarded by mu_
   bool sweep_wanted_ = false;                         // guarded by mu_
@@ -239,6 +262,12 @@ class SiteAgent {
     std::string owner;
   };
   std::deque<Claimed> ready_;  // guarded by mu_
+  int copying_ = 0;             // workers running a copy (guarded by mu_)
+  int in_flight_limit_ = 0;     // guarded by mu_; see TuneLoop
+  bool limit_binding_ = false;  // a ready task waited for the limit (guarded by mu_)
+  // Bytes received by running copies so far (their progress reports): the goodput TuneLoop
+  // measures, also for large files that finish seldom.
+  std::atomic<std::uint64_t> live_bytes_{0};
   SiteAgentStats stats_;                              // guarded by mu_
   using Stamp = std::chrono::steady_clock::time_point;
   std::map<std::string, std::pair<catalog::Node, Stamp>> node_cache_;    // guarded by mu_

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   int open_per_node = replica::PlannerOptions{}.max_open_tasks_per_node;
   app.add_option("--max-open-tasks-per-node", open_per_node,
                  "Planner: queued or leased tasks per destination node at most; a node whose "
-                 "gfsited reports its --workers gets at least 4 per worker (claims ahead and "
+                 "gfsited reports its --workers gets at least 5 per worker (claims ahead and "
                  "commits in flight hold tasks too)")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();

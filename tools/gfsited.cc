@@ -2,9 +2,11 @@
 // receives files into it, and performs third-party pulls from other agents.
 //   gfsited --listen 127.0.0.1:0 --spool /data/spool
 
+#include <sys/resource.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <thread>
@@ -19,6 +21,27 @@
 
 namespace {
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+}  // namespace
+
+namespace {
+
+// Raises the soft RLIMIT_NOFILE to `want` (at most the hard limit).
+absl::Status RaiseOpenFileLimit(rlim_t want, spdlog::logger& log) {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return absl::InternalError("getrlimit(RLIMIT_NOFILE) failed");
+  if (rl.rlim_cur >= want) return absl::OkStatus();
+  const rlim_t was = rl.rlim_cur;
+  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
+  if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) return absl::InternalError("setrlimit(RLIMIT_NOFILE) failed");
+  log.info("open files limit {} -> {}", was, rl.rlim_cur);
+  if (rl.rlim_cur < want) {
+    return absl::ResourceExhaustedError(fmt::format(
+        "open files limited to {} (hard limit); --max-connections {} may not all be served",
+        rl.rlim_cur, want - 4096));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,13 +81,27 @@ int main(int argc, char** argv) {
   app.add_option("--test-corrupt-times", corrupt_times, "")->group("");
   // Catalog role (replica/site_agent.h): join a federation and execute its transfer tasks.
   std::string site, node, catalog_address, advertise;
-  int lease_s = 15, workers = 16;
+  int lease_s = 15;
+  const gfrep::replica::SiteAgentOptions agent_defaults;
+  int workers = agent_defaults.workers;
+  int initial_in_flight = agent_defaults.initial_in_flight;
+  bool adapt_in_flight = agent_defaults.adapt_in_flight;
   bool session_reuse = true;
   app.add_option("--site", site, "site this node belongs to (with --node and --catalog)");
   app.add_option("--node", node, "name of this node in the catalog");
   app.add_option("--catalog", catalog_address, "gfcatalogd HOST:PORT to join");
   app.add_option("--advertise", advertise, "HOST:PORT other agents reach us at (default: the bound address)");
-  app.add_option("--workers", workers, "parallel replica copies")->check(CLI::Range(1, 256));
+  app.add_option("--workers", workers, "replica copies at once, at most (threads)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--adapt-in-flight", adapt_in_flight,
+                 "tune the copies at once from measured goodput, up to --workers (true|false; "
+                 "false runs --workers at once)")
+      ->capture_default_str();
+  app.add_option("--initial-in-flight", initial_in_flight,
+                 "copies at once to start from when adapting")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   app.add_option("--session-reuse", session_reuse,
                  "keep transfer sessions to source agents open between files (true|false)");
   app.add_option("--lease", lease_s, "task lease, seconds (renewed while copying)")->check(CLI::Range(1, 3600));
@@ -78,6 +115,13 @@ int main(int argc, char** argv) {
   std::filesystem::path key_path = key_file.empty() ? gfrep::transfer::DefaultKeyPath() : std::filesystem::path(key_file);
   absl::StatusOr<std::string> key = gfrep::transfer::LoadOrCreateSharedKey(key_path);
   if (!key.ok()) return gfrep::tools::Fail("gfsited", Msg(key.status()));
+
+  // Every connection served and every data stream of a copy is a file descriptor: a soft
+  // limit of 1024 (the usual default) would make accept fail long before --max-connections.
+  if (absl::Status s = RaiseOpenFileLimit(static_cast<rlim_t>(max_connections) + 4096, *log);
+      !s.ok()) {
+    log->warn("{}", s.ToString());
+  }
 
   gfrep::transfer::AgentOptions options;
   options.listen = listen;
@@ -143,6 +187,8 @@ int main(int argc, char** argv) {
     so.address = advertise.empty() ? bound->ToString() : advertise;
     so.spool = spool;
     so.workers = workers;
+    so.adapt_in_flight = adapt_in_flight;
+    so.initial_in_flight = initial_in_flight;
     so.reuse_sessions = session_reuse;
     so.lease = std::chrono::seconds(lease_s);
     so.transfer = pull_defaults;

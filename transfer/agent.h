@@ -33,7 +33,7 @@ namespace gfrep::transfer {
 
 // Default of AgentOptions::max_connections_per_peer (clients that keep many sessions open,
 // such as a site agent's workers, size themselves to stay under it).
-inline constexpr int kDefaultMaxConnectionsPerPeer = 256;
+inline constexpr int kDefaultMaxConnectionsPerPeer = 2048;
 
 struct AgentOptions {
   // Address to bind, e.g. "127.0.0.1:0".
@@ -49,7 +49,8 @@ struct AgentOptions {
   // Defaults for pulls this agent makes (third-party) and limits for sessions it serves.
   TransferOptions defaults;
   // Connections served at once, from all peers; more are closed at once. 1..1,000,000.
-  int max_connections = 1024;
+  // (gfsited raises its open-file limit to fit.)
+  int max_connections = 4096;
   // Connections served at once from one peer address (a transfer with N streams uses N+1,
   // and one site agent runs several transfers). 1..max_connections.
   int max_connections_per_peer = kDefaultMaxConnectionsPerPeer;

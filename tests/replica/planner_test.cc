@@ -421,8 +421,9 @@ TEST_F(PlannerTest, AStepLooksUpOnlyFilesItCanPlanUntilTheFullSweep) {
   EXPECT_GE(steps, 38);  // 600 / 16 per step
 }
 
-TEST_F(PlannerTest, ANodeWithManyWorkersGetsFourOpenTasksPerWorker) {
-  // b1's agent reports 16 workers: the window of 8 open tasks would starve it, so it gets 64;
+TEST_F(PlannerTest, ANodeWithManyWorkersGetsFiveOpenTasksPerWorker) {
+  // b1's agent reports 16 workers: the window of 8 open tasks would starve it, so it gets 80
+  // (running, claimed ahead, waiting for the commit);
   // b2 reports none and keeps the planner's 8.
   catalog::Node b1 = *cat_->GetNode("b1");
   b1.workers = 16;
@@ -438,7 +439,7 @@ TEST_F(PlannerTest, ANodeWithManyWorkersGetsFourOpenTasksPerWorker) {
   ASSERT_TRUE(planner->Step().ok());
   std::map<std::string, int> open;
   for (const Task& t : Tasks(id)) open[t.spec.dst_node] += 1;
-  EXPECT_EQ(open["b1"], 64);
+  EXPECT_EQ(open["b1"], 80);
   EXPECT_EQ(open["b2"], 8);
 }
 

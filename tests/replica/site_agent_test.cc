@@ -172,6 +172,15 @@ class SiteAgentTest : public ::testing::Test {
     ASSERT_TRUE(cat_->RegisterNode(node).ok());
   }
 
+  // Two copies of every file under `dir` (one at the source, one to make).
+  catalog::Request ReplicateTree(const std::string& dir) {
+    catalog::RequestSpec spec;
+    spec.paths = {dir};
+    spec.recursive = true;
+    spec.copies = 2;
+    return Replicate(spec);
+  }
+
   catalog::Request Replicate(catalog::RequestSpec spec,
                              std::chrono::seconds timeout = std::chrono::seconds(60)) {
     auto r = cat_->CreateRequest(spec);
@@ -387,6 +396,54 @@ TEST_F(SiteAgentTest, SmallFilesAreClaimedAndCommittedInBatchesWithNoCatalogCall
   nodes_.clear();  // the agents use `distant`: stop them before it goes
 }
 
+TEST_F(SiteAgentTest, CopiesAtOnceStayWithinTheLimitWhileItHolds) {
+  // 16 workers, but the limit starts at 2 and the tuner never runs within the test: no more
+  // than 2 copies at once, yet every file arrives.
+  StartNode("a1", "A");
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  StartAgent(b1, [](SiteAgentOptions& o) {
+    o.workers = 16;
+    o.initial_in_flight = 2;
+    o.tune_period = std::chrono::hours(1);
+  });
+  for (int i = 0; i < 24; ++i) Store("a1", "/held/f" + std::to_string(i), 64 << 10, 400 + i);
+  StartPlanner();
+  ASSERT_EQ(ReplicateTree("/held").state, RequestState::kDone);
+  const SiteAgentStats st = b1.agent->stats();
+  EXPECT_EQ(st.in_flight_limit, 2);
+  EXPECT_LE(st.peak_in_flight, 2);
+  EXPECT_GE(st.peak_in_flight, 1);
+  EXPECT_LE(st.pulls_on_new_sessions, 2u);  // the same two workers, on their warm sessions
+}
+
+TEST_F(SiteAgentTest, CopiesAtOnceGrowWhileGoodputGrowsWithThem) {
+  // Every stream is paced to 4 Mbit/s (the route's per-stream cap): each copy moves at most
+  // 0.5 MB/s, so goodput grows with the copies at once, and the tuner (every 500 ms here)
+  // must raise the limit from 1. Blocks of 64 KiB: progress (and so the measured goodput)
+  // moves every 0.13 s of a copy, not once per file.
+  StartNode("a1", "A");
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  StartAgent(b1, [](SiteAgentOptions& o) {
+    o.workers = 8;
+    o.initial_in_flight = 1;
+    o.tune_period = std::chrono::milliseconds(500);
+  });
+  catalog::Route route;
+  route.src_site = "A";
+  route.dst_site = "B";
+  route.streams = 1;
+  route.stream_rate_bps = 4'000'000;
+  route.stripe_unit_bytes = 64 << 10;
+  ASSERT_TRUE(cat_->PutRoute(route).ok());
+  for (int i = 0; i < 40; ++i) Store("a1", "/paced/f" + std::to_string(i), 192 << 10, 500 + i);
+  StartPlanner();
+  ASSERT_EQ(ReplicateTree("/paced").state, RequestState::kDone);
+  const SiteAgentStats st = b1.agent->stats();
+  EXPECT_GE(st.in_flight_limit, 4);
+  EXPECT_GE(st.peak_in_flight, 4);
+  EXPECT_EQ(st.tasks_failed, 0u);
+}
+
 TEST_F(SiteAgentTest, CopiesUseTheirShareOfTheRouteStreamBudget) {
   TestNode& a1 = StartNode("a1", "A");
   StartNode("b1", "B");
@@ -463,32 +520,35 @@ TEST_F(SiteAgentTest, ASourceKilledMidPipelineLeavesNoWrongReplicaAndTheRestFail
 }
 
 TEST_F(SiteAgentTest, ManyWorkersWithManyStreamsStayWithinTheSourcesPerPeerLimit) {
-  EXPECT_EQ(StreamsWithinPeerLimit(16), 15);
-  EXPECT_EQ(StreamsWithinPeerLimit(4), 63);
-  EXPECT_EQ(StreamsWithinPeerLimit(256), 1);
-  // 16 workers opening sessions of 32 streams at once would be 16 x 33 = 528 connections
-  // from one address against the source's limit of 256: the excess is closed at once and
-  // those copies fail. The agent uses 15 streams instead.
+  EXPECT_EQ(StreamsWithinPeerLimit(128), 15);
+  EXPECT_EQ(StreamsWithinPeerLimit(16), 127);
+  EXPECT_EQ(StreamsWithinPeerLimit(256), 7);
+  EXPECT_EQ(StreamsWithinPeerLimit(4096), 1);
+  // 128 workers opening sessions of 32 streams at once could be 128 x 33 = 4,224
+  // connections from one address, twice the source's limit of 2,048: the excess would be
+  // closed at once and those copies fail. The agent uses 15 streams instead, which the 40
+  // copies below show in the connections they open.
   TestNode& a1 = StartNode("a1", "A");
   TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
-  StartAgent(b1, [](SiteAgentOptions& o) { o.workers = 16; });  // creates site B
+  StartAgent(b1, [](SiteAgentOptions& o) {  // creates site B
+    o.workers = 128;
+    o.adapt_in_flight = false;  // all at once
+  });
   catalog::Route route;
   route.src_site = "A";
   route.dst_site = "B";
   route.streams = 32;
   route.stripe_unit_bytes = 64 << 10;
   ASSERT_TRUE(cat_->PutRoute(route).ok());
-  constexpr int kFiles = 48;
-  for (int i = 0; i < kFiles; ++i) Store("a1", "/w/f" + std::to_string(i), 2 << 20, 300 + i);
+  constexpr int kFiles = 40;
+  // 8 MiB: blocks enough for 32 streams (a smaller file gets fewer streams).
+  for (int i = 0; i < kFiles; ++i) Store("a1", "/w/f" + std::to_string(i), 8 << 20, 300 + i);
   StartPlanner();
-  catalog::RequestSpec spec;
-  spec.paths = {"/w"};
-  spec.recursive = true;
-  spec.copies = 2;
-  catalog::Request r = Replicate(spec);
+  catalog::Request r = ReplicateTree("/w");
   ASSERT_EQ(r.state, RequestState::kDone) << r.error;
   EXPECT_EQ(b1.agent->stats().tasks_failed, 0u);
-  EXPECT_LE(a1.server->stats().connections_accepted, 16u * 16u + 16u);
+  EXPECT_LE(a1.server->stats().connections_accepted, kFiles * 16u);
+  EXPECT_GT(b1.agent->stats().peak_in_flight, 16);  // they did run at once
 }
 
 TEST_F(SiteAgentTest, RemovedFilesAreUnlinkedFromTheSpoolsAndTheirReplicasForgotten) {

@@ -1,0 +1,119 @@
+#include "replica/in_flight.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+
+namespace gfrep::replica {
+namespace {
+
+// A route whose goodput grows with the copies in flight up to `knee` copies (each adds
+// `per_copy` bytes/s, as latency-bound small files do) and then stays flat or falls.
+struct Route {
+  int knee;
+  double per_copy = 1e6;
+  double past_knee = 0;  // goodput change per copy beyond the knee (negative: worse)
+  double operator()(int in_flight) const {
+    const int below = std::min(in_flight, knee);
+    return below * per_copy + std::max(0, in_flight - knee) * past_knee;
+  }
+};
+
+// Runs `periods` periods with the limit held back every time (tasks always waiting).
+int RunPeriods(InFlightLimit& l, const std::function<double(int)>& route, int periods) {
+  for (int i = 0; i < periods; ++i) l.Update(route(l.limit()), true);
+  return l.limit();
+}
+
+TEST(InFlightLimitTest, ClimbsWhileGoodputRisesAndStopsNearTheKnee) {
+  InFlightOptions o;
+  o.min = 1;
+  o.max = 256;
+  o.start = 16;
+  o.step = 1.5;
+  InFlightLimit l(o);
+  EXPECT_EQ(l.limit(), 16);
+  // 16 -> 24 -> 36 -> 54 -> 81 (each +50 % goodput) -> 122, which gains only 5 % (the knee
+  // is at 85) and is undone; later probes to 122 are undone the same way.
+  const Route route{85};
+  RunPeriods(l, route, 12);
+  EXPECT_EQ(l.limit(), 81);
+  int at_81 = 0;
+  for (int i = 0; i < 60; ++i) {
+    l.Update(route(l.limit()), true);
+    EXPECT_TRUE(l.limit() == 81 || l.limit() == 122) << l.limit();
+    at_81 += l.limit() == 81;
+  }
+  EXPECT_GT(at_81, 40);  // mostly at the knee, with a short probe now and then
+}
+
+TEST(InFlightLimitTest, AProbeThatLowersGoodputIsUndone) {
+  InFlightOptions o;
+  o.start = 8;
+  o.max = 64;
+  o.step = 1.5;
+  InFlightLimit l(o);
+  // Beyond 8 copies, each extra copy costs goodput (a bottleneck queue overflowing).
+  Route r{8, 1e6, -0.5e6};
+  l.Update(r(l.limit()), true);  // probe: 8 -> 12
+  EXPECT_EQ(l.limit(), 12);
+  l.Update(r(l.limit()), true);  // settle
+  EXPECT_EQ(l.limit(), 12);
+  l.Update(r(l.limit()), true);  // judged: worse, back to 8
+  EXPECT_EQ(l.limit(), 8);
+  EXPECT_NE(l.reason().find("back"), std::string::npos);
+  for (int i = 0; i < 30; ++i) {
+    l.Update(r(l.limit()), true);
+    EXPECT_LE(l.limit(), 12);
+  }
+}
+
+TEST(InFlightLimitTest, NothingChangesWhileTheLimitHoldsNothingBack) {
+  InFlightOptions o;
+  o.start = 4;
+  InFlightLimit l(o);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(l.Update(1e6 * (i + 1), false), 4);
+}
+
+TEST(InFlightLimitTest, StaysWithinItsBounds) {
+  InFlightOptions o;
+  o.min = 2;
+  o.max = 10;
+  o.start = 50;
+  InFlightLimit l(o);
+  EXPECT_EQ(l.limit(), 10);  // start clamped
+  EXPECT_EQ(RunPeriods(l, Route{1000}, 30), 10);
+  o.start = 0;
+  InFlightLimit low(o);
+  EXPECT_EQ(low.limit(), 2);
+}
+
+TEST(InFlightLimitTest, AGoodputCollapseAtTheSameLimitStepsDown) {
+  InFlightOptions o;
+  o.start = 32;
+  o.max = 32;
+  InFlightLimit l(o);
+  l.Update(32e6, true);  // at max: hold and watch
+  l.Update(32e6, true);
+  EXPECT_EQ(l.limit(), 32);
+  l.Update(10e6, true);  // the route got much worse (loss): fewer copies
+  EXPECT_LT(l.limit(), 32);
+  EXPECT_NE(l.reason().find("fell"), std::string::npos);
+}
+
+TEST(InFlightLimitTest, ADemandDropDuringAProbeEndsItWithoutJudging) {
+  InFlightOptions o;
+  o.start = 8;
+  o.step = 1.5;
+  InFlightLimit l(o);
+  l.Update(8e6, true);   // probe 8 -> 12
+  l.Update(0, true);     // settle
+  l.Update(1e6, false);  // the work ran out: no verdict, the limit stays
+  EXPECT_EQ(l.limit(), 12);
+  l.Update(12e6, true);  // a new probe from 12
+  EXPECT_EQ(l.limit(), 18);
+}
+
+}  // namespace
+}  // namespace gfrep::replica
