@@ -150,7 +150,11 @@ int main(int argc, char** argv) {
                      {"bytes_transferred", stats->bytes_transferred}, {"seconds", stats->seconds},
                      {"mbit_per_s", mbit}, {"streams", stats->streams}, {"checksum", stats->checksum},
                      {"resumed_bytes", stats->resumed_bytes}, {"congestion", stats->congestion},
-                     {"resend_rounds", stats->resend_rounds}};
+                     {"resend_rounds", stats->resend_rounds},
+                     {"tcp", {{"bytes_sent", stats->tcp.bytes_sent},
+                              {"bytes_retrans", stats->tcp.bytes_retrans},
+                              {"srtt_ms", stats->tcp.srtt_ms},
+                              {"min_rtt_ms", stats->tcp.min_rtt_ms}}}};
     std::printf("%s\n", j.dump().c_str());
   } else if (tty) {
     std::fprintf(stderr, "copied %s in %.2f s (%.1f MB/s, %d streams%s) %s\n",

@@ -630,7 +630,8 @@ struct AgentServer::Impl {
     const TransferStats& st = *result;
     Json done{{"op", "done"}, {"bytes", st.bytes}, {"bytes_transferred", st.bytes_transferred},
               {"resumed_bytes", st.resumed_bytes}, {"seconds", st.seconds}, {"streams", st.streams},
-              {"checksum", st.checksum}, {"congestion", st.congestion}, {"resend_rounds", st.resend_rounds}};
+              {"checksum", st.checksum}, {"congestion", st.congestion}, {"resend_rounds", st.resend_rounds},
+              {"tcp", internal::TcpFiguresToJson(st.tcp)}};
     absl::Status w = co_await conn->SendControl(done);
     (void)w;  // ignored: the copy is complete whether or not the client hears it
     if (options.on_file_committed) options.on_file_committed(*final_path, st);

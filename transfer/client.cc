@@ -9,6 +9,7 @@
 #include "transfer/internal/receiver.h"
 #include "transfer/internal/sender.h"
 #include "transfer/internal/session_cache.h"
+#include "transfer/internal/tcp_stats.h"
 
 namespace gfrep::transfer {
 
@@ -264,8 +265,10 @@ absl::StatusOr<TransferStats> ParseDone(const Json& m) {
   absl::StatusOr<std::string> checksum = GetString(m, "checksum");
   absl::StatusOr<std::string> congestion = GetString(m, "congestion");
   absl::StatusOr<std::int64_t> rounds = internal::GetInt(m, "resend_rounds");
+  absl::StatusOr<TcpFigures> tcp = internal::TcpFiguresFromJson(m);
   for (const absl::Status& s : {bytes.status(), transferred.status(), resumed.status(), seconds.status(),
-                                streams.status(), checksum.status(), congestion.status(), rounds.status()}) {
+                                streams.status(), checksum.status(), congestion.status(), rounds.status(),
+                                tcp.status()}) {
     if (!s.ok()) return s;
   }
   TransferStats st;
@@ -277,6 +280,7 @@ absl::StatusOr<TransferStats> ParseDone(const Json& m) {
   st.checksum = *checksum;
   st.congestion = *congestion;
   st.resend_rounds = static_cast<int>(std::clamp<std::int64_t>(*rounds, 0, 100));
+  st.tcp = *tcp;
   return st;
 }
 
@@ -457,6 +461,10 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
       co_await RunReceiver(*ctrl_conn, data, *dst, p->options, session_congestion);
   if (stats.ok()) {
     stats->reused_session = warm.has_value();
+    if (stats->tcp.min_rtt_ms == 0) {
+      // A sender that did not say: our own control connection's least RTT (its handshake).
+      stats->tcp.min_rtt_ms = ReadTcpSample(ctrl_conn->socket().native_handle()).min_rtt_us / 1000.0;
+    }
     if (cache != nullptr) {
       // Only a pull that ended cleanly leaves its connections at a message boundary.
       cache->impl().Put(SessionCache::Impl::Warm{key, ctrl_conn, std::move(data), p->tls,

@@ -31,6 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "transfer/options.h"
+#include "transfer/tcp_figures.h"
 
 namespace gfrep::transfer {
 
@@ -66,6 +67,10 @@ struct TransferStats {
   std::uint64_t checksum_read_back_bytes = 0;
   // The pull ran on a warm session of a SessionCache (no connection was opened for it).
   bool reused_session = false;
+  // The data connections as the sender's TCP saw them during this file (tcp_figures.h;
+  // zeros from a peer built before 2026-11-24). A pull whose sender did not say takes the
+  // least RTT of its own control connection.
+  TcpFigures tcp;
 };
 
 // local file -> agent:remote_path.

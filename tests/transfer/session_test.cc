@@ -116,6 +116,30 @@ TEST_F(SessionTest, ManyFilesFlowOverOneSetOfConnections) {
   EXPECT_EQ(server_->stats().files_on_warm_sessions, static_cast<std::uint64_t>(kFiles - 1));
 }
 
+TEST_F(SessionTest, EachPullReportsTheSendersTcpFiguresForItsOwnFile) {
+  // The sender reads TCP_INFO of its data connections before and after each file, so a file
+  // on a warm session reports what it sent, not what the session sent since it opened (bytes
+  // still in the socket buffers when a file ends count toward the next one: tcp_figures.h).
+  StartAgent();
+  std::uint64_t sent = 0;
+  testing::WriteRandomFile(dir_.path() / "spool" / "a", 3 << 20, 1);
+  testing::WriteRandomFile(dir_.path() / "spool" / "b", 1 << 20, 2);
+  asio::io_context io;
+  SessionCache cache;
+  for (const auto& [name, size] : {std::pair<std::string, std::uint64_t>{"a", 3 << 20}, {"b", 1 << 20}}) {
+    absl::StatusOr<TransferStats> s = PullOne(io, cache, name);
+    ASSERT_TRUE(s.ok()) << name << ": " << s.status();
+    EXPECT_GT(s->tcp.bytes_sent, 0u) << name;
+    sent += s->tcp.bytes_sent;
+    EXPECT_LE(s->tcp.bytes_retrans, s->tcp.bytes_sent) << name;
+    EXPECT_GT(s->tcp.min_rtt_ms, 0) << name;
+    EXPECT_LT(s->tcp.min_rtt_ms, 100) << name;  // loopback
+    EXPECT_GT(s->tcp.srtt_ms, 0) << name;
+  }
+  // Both files' bytes and frame headers, none counted twice.
+  EXPECT_LE(sent, (4u << 20) + 4096u);
+}
+
 TEST_F(SessionTest, ASessionTheAgentDroppedWhileIdleIsReplacedTransparently) {
   StartAgent(/*session_idle=*/200ms);
   testing::WriteRandomFile(dir_.path() / "spool" / "a", 3 << 20, 1);

@@ -604,6 +604,37 @@ absl::Status RouteFromJson(const Json& j, TransferOptions& o) {
   return Validate(o.route);
 }
 
+Json TcpFiguresToJson(const TcpFigures& f) {
+  return Json{{"sent", f.bytes_sent},
+              {"retrans", f.bytes_retrans},
+              {"srtt_us", static_cast<std::uint64_t>(f.srtt_ms * 1000)},
+              {"min_rtt_us", static_cast<std::uint64_t>(f.min_rtt_ms * 1000)}};
+}
+
+absl::StatusOr<TcpFigures> TcpFiguresFromJson(const Json& message) {
+  TcpFigures f;
+  if (!message.is_object() || !message.contains("tcp")) return f;
+  absl::StatusOr<const Json*> tcp = GetObject(message, "tcp");
+  if (!tcp.ok()) return tcp.status();
+  absl::StatusOr<std::uint64_t> sent = GetUint(**tcp, "sent");
+  absl::StatusOr<std::uint64_t> retrans = GetUint(**tcp, "retrans");
+  absl::StatusOr<std::uint64_t> srtt = GetUint(**tcp, "srtt_us");
+  absl::StatusOr<std::uint64_t> min_rtt = GetUint(**tcp, "min_rtt_us");
+  for (const absl::Status& s : {sent.status(), retrans.status(), srtt.status(), min_rtt.status()}) {
+    if (!s.ok()) return s;
+  }
+  // RTTs beyond a minute are nonsense from a peer; counters are taken as they are.
+  constexpr std::uint64_t kMaxRttUs = 60'000'000;
+  if (*srtt > kMaxRttUs || *min_rtt > kMaxRttUs) {
+    return absl::InvalidArgumentError("field 'tcp' has an RTT over 60 s");
+  }
+  f.bytes_sent = *sent;
+  f.bytes_retrans = std::min(*retrans, *sent);
+  f.srtt_ms = static_cast<double>(*srtt) / 1000;
+  f.min_rtt_ms = static_cast<double>(*min_rtt) / 1000;
+  return f;
+}
+
 Json RangesToJson(const std::vector<ByteRange>& ranges) {
   Json a = Json::array();
   for (const ByteRange& r : ranges) a.push_back({r.begin, r.end});

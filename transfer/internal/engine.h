@@ -220,6 +220,10 @@ absl::Status RouteFromJson(const Json& j, TransferOptions& o);
 // An ordered list of [begin, end) pairs within [0, size) (at most 100,000).
 absl::StatusOr<std::vector<ByteRange>> RangesFromJson(const Json& j, std::uint64_t size);
 Json RangesToJson(const std::vector<ByteRange>& ranges);
+// The "tcp" object of finish and done messages: {"sent","retrans","srtt_us","min_rtt_us"}.
+Json TcpFiguresToJson(const TcpFigures& f);
+// `message`'s "tcp" object; zeros when it has none (a peer built before 2026-11-24).
+absl::StatusOr<TcpFigures> TcpFiguresFromJson(const Json& message);
 
 // Progress of one transfer for TransferOptions::progress (at most every 100 ms).
 class ProgressReporter {

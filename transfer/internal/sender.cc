@@ -14,12 +14,20 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "transfer/internal/tcp_stats.h"
 #include "transfer/internal/token_bucket.h"
 
 namespace gfrep::transfer::internal {
 namespace {
 
 using SteadyTime = std::chrono::steady_clock;
+
+std::vector<TcpSample> SampleTcp(const std::vector<ConnPtr>& conns) {
+  std::vector<TcpSample> out;
+  out.reserve(conns.size());
+  for (const ConnPtr& c : conns) out.push_back(ReadTcpSample(c->socket().native_handle()));
+  return out;
+}
 
 std::string SourceId(const struct stat& st) {
   return fmt::format("{}:{}.{:09}:{}", st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
@@ -295,6 +303,9 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
   };
 
   ProgressReporter progress(o, src->size, resumed_bytes, static_cast<int>(data.size()));
+  // This file's share of the data connections' TCP counters (a warm session's connections
+  // carried earlier files too).
+  const std::vector<TcpSample> tcp_before = SampleTcp(data);
   st.corrupt_left = o.test_corrupt_times;
   int round = 0;
   std::optional<absl::StatusOr<std::string>> file_sum;
@@ -337,8 +348,12 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
     const absl::StatusOr<std::string>& sum = *file_sum;
     if (!sum.ok()) co_return co_await fail(sum.status());
     if (absl::Status c = CheckSourceUnchanged(*src); !c.ok()) co_return co_await fail(c);
-    Json msg3 = {
-        {"op", "finish"}, {"checksum", *sum}, {"round", round}, {"congestion", congestion}};
+    const TcpFigures tcp = Difference(tcp_before, SampleTcp(data));
+    Json msg3 = {{"op", "finish"},
+                 {"checksum", *sum},
+                 {"round", round},
+                 {"congestion", congestion},
+                 {"tcp", TcpFiguresToJson(tcp)}};
     if (absl::Status w = co_await ctrl.SendControl(msg3); !w.ok()) co_return w;
     absl::StatusOr<Json> reply = co_await ctrl.ReadControl();
     if (!reply.ok()) co_return reply.status();
@@ -368,6 +383,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
     stats.checksum = *sum;
     stats.congestion = congestion;
     stats.resend_rounds = round;
+    stats.tcp = tcp;
     progress.SetDone(src->size);
     co_return stats;
   }
