@@ -187,10 +187,14 @@ class Catalog {
   virtual absl::StatusOr<Node> GetNode(std::string_view name) = 0;
   // All nodes, or those of one site.
   virtual absl::StatusOr<std::vector<Node>> ListNodes(std::string_view site) = 0;
-  // kNotFound if the node was never registered.
+  // kNotFound if the node was never registered. The heartbeat's route observations are
+  // folded into Route::observed of each route from their source site into the node's site
+  // (a route without a record gets one), in the same write; an observation out of bounds
+  // is kInvalidArgument (Validate(RouteObservation)) and nothing is written.
   virtual absl::Status SendHeartbeat(const Heartbeat& heartbeat) = 0;
 
-  // Creates or replaces the route src_site -> dst_site (both sites must exist).
+  // Creates or replaces the route src_site -> dst_site (both sites must exist). Its
+  // `observed` part is not taken from `route`: the stored one stays.
   virtual absl::Status PutRoute(const Route& route) = 0;
   virtual absl::Status RemoveRoute(std::string_view src_site, std::string_view dst_site) = 0;
   virtual absl::StatusOr<Route> GetRoute(std::string_view src_site,

@@ -362,14 +362,7 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* SendHeartbeat(grpc::CallbackServerContext* c,
                                           const v1::HeartbeatRequest* req, v1::Empty*) override {
-    return Offload(c, [this, req] {
-      Heartbeat h;
-      h.node = req->node();
-      h.free_bytes = req->free_bytes();
-      h.load = req->load();
-      h.active_transfers = req->active_transfers();
-      return catalog_.SendHeartbeat(h);
-    });
+    return Offload(c, [this, req] { return catalog_.SendHeartbeat(FromProto(*req)); });
   }
 
   grpc::ServerUnaryReactor* PutRoute(grpc::CallbackServerContext* c, const v1::Route* req,

@@ -421,10 +421,7 @@ absl::StatusOr<std::vector<Node>> CatalogClient::ListNodes(std::string_view site
 
 absl::Status CatalogClient::SendHeartbeat(const Heartbeat& heartbeat) {
   v1::HeartbeatRequest req;
-  req.set_node(heartbeat.node);
-  req.set_free_bytes(heartbeat.free_bytes);
-  req.set_load(heartbeat.load);
-  req.set_active_transfers(heartbeat.active_transfers);
+  ToProto(heartbeat, &req);
   v1::Empty resp;
   return impl_->Call(&v1::Catalog::Stub::SendHeartbeat, req, &resp);
 }

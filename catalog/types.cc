@@ -75,6 +75,38 @@ std::string_view ToString(EventKind kind) {
   return "unknown";
 }
 
+absl::Status Validate(const RouteObservation& o) {
+  if (absl::Status s = ValidateName(o.src_site); !s.ok()) {
+    return absl::InvalidArgumentError(fmt::format("route observation: {}", std::string(s.message())));
+  }
+  auto bad = [&](std::string_view field) {
+    return absl::InvalidArgumentError(
+        fmt::format("route observation from {}: {} out of range", o.src_site, field));
+  };
+  // Written so that NaN fails every check.
+  if (!(o.min_rtt_ms >= 0 && o.min_rtt_ms <= kMaxObservedRttMs)) return bad("min_rtt_ms");
+  if (!(o.srtt_ms >= 0 && o.srtt_ms <= kMaxObservedRttMs)) return bad("srtt_ms");
+  if (!(o.loss >= 0 && o.loss <= 1)) return bad("loss");
+  if (o.peak_bps > kMaxObservedBps) return bad("peak_bps");
+  return absl::OkStatus();
+}
+
+RouteObserved WithObservation(RouteObserved r, const RouteObservation& o, std::int64_t now_ns) {
+  constexpr std::int64_t kDayNs = 24LL * 3600 * 1'000'000'000;
+  if (o.min_rtt_ms > 0) {
+    r.rtt_ms = o.min_rtt_ms;
+    r.srtt_ms = o.srtt_ms;
+    r.loss = o.loss;
+  }
+  if (o.peak_bps > 0 && (o.peak_bps > r.peak_bps || now_ns - r.peak_ns > kDayNs)) {
+    r.peak_bps = o.peak_bps;
+    r.peak_ns = now_ns;
+  }
+  r.bytes += o.bytes;
+  r.at_ns = now_ns;
+  return r;
+}
+
 absl::Status ValidateName(std::string_view name) {
   if (name.empty()) return absl::InvalidArgumentError("empty name");
   if (name == "." || name == "..") {

@@ -105,11 +105,40 @@ struct Node {
 };
 
 // What a node reports periodically.
+// What a destination node saw of the traffic from one source site since its last heartbeat
+// (passive route learning: the copies themselves are the measurement, no probe traffic).
+struct RouteObservation {
+  std::string src_site;
+  std::uint64_t bytes = 0;     // received over the route in the period
+  double min_rtt_ms = 0;       // least RTT the senders' TCP saw on the copies (0: none ended)
+  double srtt_ms = 0;          // their smoothed RTT, averaged by bytes (0: unknown)
+  double loss = 0;             // bytes re-sent / sent by the senders' TCP, 0..1
+  std::uint64_t peak_bps = 0;  // best 10-s average goodput in the period (bit/s)
+};
+// Bounds a heartbeat's observations are checked against (kInvalidArgument otherwise).
+inline constexpr std::size_t kMaxRouteObservations = 1024;
+inline constexpr double kMaxObservedRttMs = 60'000;
+inline constexpr std::uint64_t kMaxObservedBps = 10'000'000'000'000ull;  // 10 Tbit/s
+
 struct Heartbeat {
   std::string node;
   std::uint64_t free_bytes = 0;
   double load = 0;
   std::uint32_t active_transfers = 0;
+  std::vector<RouteObservation> routes;  // routes into this node's site that carried copies
+};
+// kInvalidArgument naming the field for a NaN, negative or out-of-bounds observation.
+absl::Status Validate(const RouteObservation& o);
+
+// What the copies over a route taught the catalog (RouteObservation folded in).
+struct RouteObserved {
+  double rtt_ms = 0;            // least RTT of the latest copies (0: none yet)
+  double srtt_ms = 0;           // their smoothed RTT (well above rtt_ms: a standing queue)
+  double loss = 0;              // share of bytes re-sent, latest report
+  std::uint64_t peak_bps = 0;   // best 10-s goodput one destination node reached
+  std::int64_t peak_ns = 0;     // when (a peak older than a day gives way to a newer one)
+  std::uint64_t bytes = 0;      // bytes copied over the route, all nodes together
+  std::int64_t at_ns = 0;       // latest observation
 };
 
 // Transfer settings and measurements for traffic from src_site to dst_site.
@@ -129,7 +158,16 @@ struct Route {
   double rtt_ms = 0;                       // measured
   std::uint64_t bandwidth_bps = 0;         // measured
   std::int64_t measured_ns = 0;
+  // Learned passively from the copies (destination agents' heartbeats); only heartbeats
+  // write it: PutRoute keeps the stored one.
+  RouteObserved observed;
 };
+
+// `learned` with observation `o` (from one destination node, at `now_ns`) folded in: RTTs
+// and loss from the latest report that has them, the peak kept unless beaten or older than
+// a day, bytes summed. REQUIRES Validate(o).ok().
+RouteObserved WithObservation(RouteObserved learned, const RouteObservation& o,
+                              std::int64_t now_ns);
 
 enum class RequestState : std::uint8_t {
   kQueued = 1,     // created, not yet planned

@@ -21,9 +21,17 @@ int InFlightLimit::Grown() const {
   return std::min(o_.max, std::max(limit_ + 1, grown));
 }
 
-int InFlightLimit::Update(double goodput, bool limited) {
+bool InFlightLimit::Congested(const InFlightSample& s) const {
+  return s.loss > o_.max_loss || s.rtt_inflation > o_.max_rtt_inflation;
+}
+
+int InFlightLimit::Update(const InFlightSample& sample) {
   reason_.clear();
+  const double goodput = sample.goodput;
+  const bool limited = sample.limited;
+  const bool congested = Congested(sample);
   const int was = limit_;
+  auto mbit = [](double bytes_per_s) { return bytes_per_s * 8 / 1e6; };
   auto hold_at = [&](int l, double measured) {
     limit_ = l;
     phase_ = Phase::kHold;
@@ -37,30 +45,50 @@ int InFlightLimit::Update(double goodput, bool limited) {
     }
     before_limit_ = limit_;
     before_goodput_ = goodput;
+    before_congested_ = congested;
     limit_ = Grown();
     phase_ = Phase::kSettle;
+  };
+  // The probe made a clean path congested: its gain would not last.
+  auto vetoed = [&] { return congested && !before_congested_; };
+  auto congestion_text = [&] {
+    return fmt::format("{:.2f} % re-sent, RTT x{:.2f}", sample.loss * 100, sample.rtt_inflation);
+  };
+  auto keep = [&] {
+    const double before = before_goodput_;
+    probe();  // it helped: keep it and try more
+    reason_ = fmt::format("goodput {:.0f} -> {:.0f} Mbit/s", mbit(before), mbit(goodput));
+  };
+  auto undo = [&](std::string why) {
+    reason_ = std::move(why);
+    hold_at(before_limit_, 0);
   };
   switch (phase_) {
     case Phase::kMeasure:
       if (limited) probe();
-      if (limit_ != was) {
-        reason_ = fmt::format("probing: {:.0f} Mbit/s at {}", goodput * 8 / 1e6, was);
-      }
+      if (limit_ != was) reason_ = fmt::format("probing: {:.0f} Mbit/s at {}", mbit(goodput), was);
       break;
     case Phase::kSettle:
-      phase_ = Phase::kJudge;
+      if (!limited) {
+        phase_ = Phase::kMeasure;  // demand fell below the limit: this probe says nothing
+      } else if (vetoed()) {
+        undo(fmt::format("congestion at {} ({}); back", limit_, congestion_text()));
+      } else if (goodput >= before_goodput_ * o_.gain) {
+        keep();  // the gain showed at once
+      } else {
+        phase_ = Phase::kJudge;
+      }
       break;
     case Phase::kJudge:
       if (!limited) {
-        phase_ = Phase::kMeasure;  // demand fell below the limit: this probe says nothing
+        phase_ = Phase::kMeasure;
+      } else if (vetoed()) {
+        undo(fmt::format("congestion at {} ({}); back", limit_, congestion_text()));
       } else if (goodput >= before_goodput_ * o_.gain) {
-        const double before = before_goodput_;
-        probe();  // it helped: keep it and try more
-        reason_ = fmt::format("goodput {:.0f} -> {:.0f} Mbit/s", before * 8 / 1e6, goodput * 8 / 1e6);
+        keep();
       } else {
-        reason_ = fmt::format("goodput {:.0f} -> {:.0f} Mbit/s, not {:.0f} % more; back",
-                              before_goodput_ * 8 / 1e6, goodput * 8 / 1e6, (o_.gain - 1) * 100);
-        hold_at(before_limit_, 0);
+        undo(fmt::format("goodput {:.0f} -> {:.0f} Mbit/s, not {:.0f} % more; back",
+                         mbit(before_goodput_), mbit(goodput), (o_.gain - 1) * 100));
       }
       break;
     case Phase::kHold:
@@ -70,7 +98,7 @@ int InFlightLimit::Update(double goodput, bool limited) {
         } else if (goodput < held_goodput_ / 2) {
           const int lower = std::max(o_.min, static_cast<int>(std::floor(limit_ / o_.step)));
           reason_ = fmt::format("goodput fell {:.0f} -> {:.0f} Mbit/s at the same limit",
-                                held_goodput_ * 8 / 1e6, goodput * 8 / 1e6);
+                                mbit(held_goodput_), mbit(goodput));
           hold_at(lower, 0);
           break;
         }

@@ -5,16 +5,24 @@
 // link every few minutes; a destination agent does it every few seconds.
 //
 // A hill climb on one number, the limit L (between `min` and `max`, starting at `start`):
-// - Every period the agent reports the bytes its copies received (goodput) and whether the
-//   limit held copies back (tasks were ready while L copies ran). A period in which it did
-//   not says nothing about L, and nothing changes.
-// - Probe: L grows by `step` (x2, at least +1, at most `max`). The period right after a
-//   change is skipped (new copies open sessions and leave slow start then), the next one is
-//   compared with the goodput measured before the change.
+// - Every period the agent reports a sample: the bytes its copies received (goodput),
+//   whether the limit held copies back (tasks were ready while L copies ran), and how TCP
+//   fared for the copies that ended (the senders' TCP_INFO: share of bytes re-sent, smoothed
+//   over least RTT). A period in which the limit held nothing back says nothing about L, and
+//   nothing changes.
+// - Probe: L grows by `step` (x2, at least +1, at most `max`). The first period after a
+//   change may already show the gain (warm sessions, small files): then the probe is kept at
+//   once. Otherwise that period is taken as settling (new copies open sessions and leave
+//   slow start), and the next one is compared with the goodput measured before the change.
 // - Kept if goodput rose by at least `gain` (10 %), and the next probe follows; else L goes
 //   back to where it was, and stays there for `hold` periods before the next probe. A probe
-//   that lowered goodput by more than `gain` (more streams overflowed the bottleneck queue,
-//   or the source's disks or CPU ran out) is undone the same way.
+//   that lowered goodput (more streams overflowed the bottleneck queue, or the source's
+//   disks or CPU ran out) is undone the same way.
+// - Congestion vetoes a probe: one that turned a clean path into a congested one (more than
+//   `max_loss` of the bytes re-sent, or a smoothed RTT over `max_rtt_inflation` times the
+//   least: a standing queue at the bottleneck) is undone even if goodput rose, because that
+//   gain does not last (FTS3's optimizer backs off on errors the same way; TCP would lose
+//   the windows of every copy at the next overflow).
 // - While L holds, a goodput that falls by more than half at the same L (loss on the route,
 //   a slower source) steps L down by the same factor, so a route that got worse is not
 //   kept at a level that only suited the better days; the climb then starts again.
@@ -33,15 +41,24 @@ struct InFlightOptions {
   double step = 2;     // growth per probe (at least +1)
   double gain = 1.10;  // a probe is kept when goodput grew by this factor
   int hold = 5;        // periods to wait after a failed probe
+  double max_loss = 0.01;          // re-sent share of bytes sent above which a path is congested
+  double max_rtt_inflation = 1.5;  // smoothed / least RTT above which a path is congested
+};
+
+// One period's measurement.
+struct InFlightSample {
+  double goodput = 0;         // bytes received per second
+  bool limited = false;       // the limit held copies back
+  double loss = 0;            // re-sent / sent bytes of the copies that ended (0: unknown)
+  double rtt_inflation = 0;   // their smoothed / least RTT (0: unknown)
 };
 
 class InFlightLimit {
  public:
   explicit InFlightLimit(InFlightOptions options);
 
-  // One period's measurement: bytes received per second, and whether the limit held copies
-  // back. Returns the limit for the next period.
-  int Update(double goodput, bool limited);
+  // One period's measurement. Returns the limit for the next period.
+  int Update(const InFlightSample& sample);
 
   int limit() const { return limit_; }
   // Why the last Update changed the limit ("" when it did not); for the agent's log.
@@ -50,12 +67,14 @@ class InFlightLimit {
  private:
   enum class Phase { kMeasure, kSettle, kJudge, kHold };
   int Grown() const;
+  bool Congested(const InFlightSample& s) const;
 
   InFlightOptions o_;
   int limit_;
   Phase phase_ = Phase::kMeasure;
   int before_limit_ = 0;       // L before the probe being judged
   double before_goodput_ = 0;  // goodput measured at before_limit_
+  bool before_congested_ = false;  // the path was congested at before_limit_
   double held_goodput_ = 0;    // goodput at L while holding (0: not measured yet)
   int hold_left_ = 0;
   std::string reason_;

@@ -89,7 +89,12 @@ std::vector<SourceChoice> RankSources(const catalog::Location& location, const R
         measured = 0;
         neg_bandwidth = -static_cast<double>(route->bandwidth_bps);
       }
-      if (route->rtt_ms > 0) rtt = route->rtt_ms;
+      // Measured (gfprobe, gfroute set), else learned from earlier copies on the route.
+      if (route->rtt_ms > 0) {
+        rtt = route->rtt_ms;
+      } else if (route->observed.rtt_ms > 0) {
+        rtt = route->observed.rtt_ms;
+      }
     }
     int busy = static_cast<int>(node->active_transfers);
     if (auto it = planned.find(node->name); it != planned.end()) busy += it->second;

@@ -5,7 +5,8 @@
 //   1. a replica on the same node (no network at all),
 //   2. else one on a node of the same site,
 //   3. else the site with the best route to the reader (highest measured bandwidth, then
-//      lowest RTT; unmeasured routes rank after measured ones), and within that site the
+//      lowest RTT, measured or else learned from earlier copies (Route::observed);
+//      unmeasured routes rank after measured ones), and within that site the
 //      least busy node (active transfers + transfers already planned from it, then load).
 // Only complete replicas of the file's current generation count; nodes that are not
 // registered or whose heartbeat is older than `heartbeat_timeout` are skipped.

@@ -314,7 +314,11 @@ void SiteAgent::SleepFor(std::chrono::milliseconds d) {
 
 void SiteAgent::HeartbeatLoop() {
   while (!stop_) {
-    absl::Status s = options_.catalog->SendHeartbeat(MakeHeartbeat());
+    catalog::Heartbeat hb = MakeHeartbeat();
+    // What the copies taught of their routes since the last heartbeat (lost with it if it
+    // fails: the next one reports what came after).
+    hb.routes = learner_.Report();
+    absl::Status s = options_.catalog->SendHeartbeat(hb);
     if (absl::IsNotFound(s)) {
       // The catalog forgot us (restored or rebuilt): register again.
       s = Register();
@@ -635,18 +639,23 @@ void SiteAgent::TuneLoop() {
     const double goodput = seconds > 0 ? static_cast<double>(received) / seconds : 0;
     last = now;
     last_bytes = bytes;
-    bool limited;
+    InFlightSample sample;
+    sample.goodput = goodput;
+    // The senders' TCP figures of the copies that ended in the period: congestion signals.
+    const TcpTally tcp = learner_.TakeRecent();
+    sample.loss = tcp.loss();
+    sample.rtt_inflation = tcp.rtt_inflation();
     int was;
     {
       std::lock_guard<std::mutex> lock(mu_);
       // Held back now, or a ready task waited for a slot during the period.
-      limited = limit_binding_ || (!ready_.empty() && copying_ >= in_flight_limit_);
+      sample.limited = limit_binding_ || (!ready_.empty() && copying_ >= in_flight_limit_);
       limit_binding_ = false;
       was = in_flight_limit_;
     }
     // No bytes at all (sessions still being set up, or nothing to do): nothing learnt.
     if (received == 0) continue;
-    const int next = limit.Update(goodput, limited);
+    const int next = limit.Update(sample);
     if (next == was) continue;
     log_->info("copies at once {} -> {}: {}", was, next, limit.reason());
     {
@@ -835,10 +844,15 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
     topts.route.route_name = fmt::format("{}->{}", route->src_site, route->dst_site);
   }
   if (!topts.logger) topts.logger = log_;
-  // Received bytes as they arrive (every 100 ms and at the end), for TuneLoop's goodput.
-  topts.progress = [this, counted = std::uint64_t{0}](const transfer::Progress& p) mutable {
+  // Received bytes as they arrive (every 100 ms and at the end), for TuneLoop's goodput and
+  // the route's learnt goodput.
+  topts.progress = [this, site = route->src_site,
+                    counted = std::uint64_t{0}](const transfer::Progress& p) mutable {
     const std::uint64_t now = p.bytes_done > p.resumed_bytes ? p.bytes_done - p.resumed_bytes : 0;
-    if (now > counted) live_bytes_.fetch_add(now - counted);
+    if (now > counted) {
+      live_bytes_.fetch_add(now - counted);
+      learner_.AddBytes(site, now - counted, RouteLearner::Clock::now());
+    }
     counted = std::max(counted, now);
   };
   // Every copy allowed at once may set up a session (1 + streams connections) to the same
@@ -901,6 +915,7 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   }
   const transfer::TransferStats& stats = **result;
   bytes_received = stats.bytes_transferred;
+  learner_.AddCopy(route->src_site, stats.tcp);
   {
     std::lock_guard<std::mutex> lock(mu_);
     (stats.reused_session ? stats_.pulls_on_warm_sessions : stats_.pulls_on_new_sessions) += 1;

@@ -56,6 +56,12 @@
 // complete), and no thread is started per file. Tasks still ready at Stop() are given back
 // (FailTask, retryable, no backoff).
 //
+// Routes learnt from the copies (route_learner.h): each copy's received bytes and its
+// sender's TCP figures (least and smoothed RTT, bytes re-sent) go into a RouteLearner; each
+// heartbeat carries one observation per route that moved something, which the catalog folds
+// into Route::observed (source selection ranks unmeasured routes by that RTT), and the
+// tuner of the copies at once takes the same figures as its congestion signals.
+//
 // Threading: Start() launches a heartbeat thread, a lease-renewal thread, an event
 // watcher, a sweep thread, a claim thread, `workers` copy threads, 2 completer threads and
 // (adapt_in_flight) a tuning thread; each worker runs its copies on its own io_context, and
@@ -85,6 +91,7 @@
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
 #include "replica/retry.h"
+#include "replica/route_learner.h"
 #include "transfer/client.h"
 #include "transfer/options.h"
 
@@ -268,6 +275,9 @@ class SiteAgent {
   // Bytes received by running copies so far (their progress reports): the goodput TuneLoop
   // measures, also for large files that finish seldom.
   std::atomic<std::uint64_t> live_bytes_{0};
+  // What the copies teach of their routes: sent with heartbeats, and TuneLoop's congestion
+  // signals (thread-safe on its own).
+  RouteLearner learner_;
   SiteAgentStats stats_;                              // guarded by mu_
   using Stamp = std::chrono::steady_clock::time_point;
   std::map<std::string, std::pair<catalog::Node, Stamp>> node_cache_;    // guarded by mu_

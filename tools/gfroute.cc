@@ -17,6 +17,14 @@ void PrintRoute(const gfrep::catalog::Route& r) {
       r.src_site, r.dst_site, r.streams, r.socket_buffer_bytes, r.stripe_unit_bytes,
       r.stream_rate_bps, r.route_rate_bps, r.congestion_control.empty() ? "-" : r.congestion_control,
       r.max_concurrent_tasks, r.total_streams, r.rtt_ms, r.bandwidth_bps);
+  const gfrep::catalog::RouteObserved& o = r.observed;
+  if (o.at_ns != 0) {
+    // What the copies themselves showed (site agents' heartbeats).
+    std::cout << fmt::format(
+        "    learnt from copies: rtt_ms={:.1f} srtt_ms={:.1f} loss={:.4f}% peak={:.0f} Mbit/s "
+        "copied={} bytes\n",
+        o.rtt_ms, o.srtt_ms, o.loss * 100, static_cast<double>(o.peak_bps) / 1e6, o.bytes);
+  }
 }
 
 }  // namespace

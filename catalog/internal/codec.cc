@@ -341,6 +341,13 @@ std::string EncodeRoute(const Route& x) {
   w.U64(x.bandwidth_bps);
   w.I64(x.measured_ns);
   w.U64(x.total_streams);
+  w.F64(x.observed.rtt_ms);
+  w.F64(x.observed.srtt_ms);
+  w.F64(x.observed.loss);
+  w.U64(x.observed.peak_bps);
+  w.I64(x.observed.peak_ns);
+  w.U64(x.observed.bytes);
+  w.I64(x.observed.at_ns);
   return w.Take();
 }
 
@@ -360,6 +367,15 @@ absl::StatusOr<Route> DecodeRoute(std::string_view in) {
   x.bandwidth_bps = r.U64();
   x.measured_ns = r.I64();
   if (!r.AtEnd()) x.total_streams = r.U32();
+  if (!r.AtEnd()) {  // added 2026-11-24: older records end here
+    x.observed.rtt_ms = r.F64();
+    x.observed.srtt_ms = r.F64();
+    x.observed.loss = r.F64();
+    x.observed.peak_bps = r.U64();
+    x.observed.peak_ns = r.I64();
+    x.observed.bytes = r.U64();
+    x.observed.at_ns = r.I64();
+  }
   if (absl::Status s = r.Finish("route"); !s.ok()) return s;
   return x;
 }

@@ -135,6 +135,13 @@ void ToProto(const Route& in, v1::Route* out) {
   out->set_rtt_ms(in.rtt_ms);
   out->set_bandwidth_bps(in.bandwidth_bps);
   out->set_measured_ns(in.measured_ns);
+  out->set_observed_rtt_ms(in.observed.rtt_ms);
+  out->set_observed_srtt_ms(in.observed.srtt_ms);
+  out->set_observed_loss(in.observed.loss);
+  out->set_observed_peak_bps(in.observed.peak_bps);
+  out->set_observed_peak_ns(in.observed.peak_ns);
+  out->set_observed_bytes(in.observed.bytes);
+  out->set_observed_ns(in.observed.at_ns);
 }
 
 Route FromProto(const v1::Route& in) {
@@ -152,7 +159,50 @@ Route FromProto(const v1::Route& in) {
   r.rtt_ms = in.rtt_ms();
   r.bandwidth_bps = in.bandwidth_bps();
   r.measured_ns = in.measured_ns();
+  r.observed.rtt_ms = in.observed_rtt_ms();
+  r.observed.srtt_ms = in.observed_srtt_ms();
+  r.observed.loss = in.observed_loss();
+  r.observed.peak_bps = in.observed_peak_bps();
+  r.observed.peak_ns = in.observed_peak_ns();
+  r.observed.bytes = in.observed_bytes();
+  r.observed.at_ns = in.observed_ns();
   return r;
+}
+
+void ToProto(const Heartbeat& in, v1::HeartbeatRequest* out) {
+  out->set_node(in.node);
+  out->set_free_bytes(in.free_bytes);
+  out->set_load(in.load);
+  out->set_active_transfers(in.active_transfers);
+  for (const RouteObservation& o : in.routes) {
+    v1::RouteObservation* p = out->add_routes();
+    p->set_src_site(o.src_site);
+    p->set_bytes(o.bytes);
+    p->set_min_rtt_ms(o.min_rtt_ms);
+    p->set_srtt_ms(o.srtt_ms);
+    p->set_loss(o.loss);
+    p->set_peak_bps(o.peak_bps);
+  }
+}
+
+Heartbeat FromProto(const v1::HeartbeatRequest& in) {
+  Heartbeat h;
+  h.node = in.node();
+  h.free_bytes = in.free_bytes();
+  h.load = in.load();
+  h.active_transfers = in.active_transfers();
+  h.routes.reserve(static_cast<std::size_t>(in.routes_size()));
+  for (const v1::RouteObservation& p : in.routes()) {
+    RouteObservation o;
+    o.src_site = p.src_site();
+    o.bytes = p.bytes();
+    o.min_rtt_ms = p.min_rtt_ms();
+    o.srtt_ms = p.srtt_ms();
+    o.loss = p.loss();
+    o.peak_bps = p.peak_bps();
+    h.routes.push_back(std::move(o));
+  }
+  return h;
 }
 
 void ToProto(const RequestSpec& in, v1::RequestSpec* out) {

@@ -31,6 +31,8 @@ void ToProto(const Node& in, v1::Node* out);
 Node FromProto(const v1::Node& in);
 void ToProto(const Route& in, v1::Route* out);
 Route FromProto(const v1::Route& in);
+void ToProto(const Heartbeat& in, v1::HeartbeatRequest* out);
+Heartbeat FromProto(const v1::HeartbeatRequest& in);
 void ToProto(const RequestSpec& in, v1::RequestSpec* out);
 RequestSpec FromProto(const v1::RequestSpec& in);
 void ToProto(const Request& in, v1::Request* out);

@@ -266,15 +266,41 @@ absl::StatusOr<std::vector<Node>> RocksCatalog::ListNodes(std::string_view site)
 
 absl::Status RocksCatalog::SendHeartbeat(const Heartbeat& hb) {
   if (absl::Status s = ValidateName(hb.node); !s.ok()) return s;
+  if (hb.routes.size() > kMaxRouteObservations) {
+    return absl::InvalidArgumentError(
+        fmt::format("a heartbeat carries at most {} route observations", kMaxRouteObservations));
+  }
+  for (const RouteObservation& o : hb.routes) {
+    if (absl::Status s = Validate(o); !s.ok()) return s;
+  }
   WorkLock work(this);
   absl::StatusOr<Node> n = GetNode(hb.node);
   if (!n.ok()) return n.status();
+  const std::int64_t now = Now();
   n->free_bytes = hb.free_bytes;
   n->load = hb.load;
   n->active_transfers = hb.active_transfers;
-  n->last_heartbeat_ns = Now();
+  n->last_heartbeat_ns = now;
   rocksdb::WriteBatch batch;
   batch.Put(cf(kNodes), n->name, EncodeNode(*n));
+  // Routes into the node's site learn from what its copies saw. A route without a record
+  // gets one (its settings all "default"); a source site removed meanwhile is skipped.
+  for (const RouteObservation& o : hb.routes) {
+    if (o.src_site == n->site) continue;
+    Route route;
+    if (absl::StatusOr<Route> r = GetRoute(o.src_site, n->site); r.ok()) {
+      route = *r;
+    } else if (!absl::IsNotFound(r.status())) {
+      return r.status();
+    } else if (!Get(kSites, o.src_site, "site").ok()) {
+      continue;
+    } else {
+      route.src_site = o.src_site;
+      route.dst_site = n->site;
+    }
+    route.observed = WithObservation(route.observed, o, now);
+    batch.Put(cf(kRoutes), RouteKey(route.src_site, route.dst_site), EncodeRoute(route));
+  }
   return WriteLocked(&batch, "heartbeat");
 }
 
@@ -292,8 +318,16 @@ absl::Status RocksCatalog::PutRoute(const Route& route) {
       return v.status();
     }
   }
+  // Settings and measurements come from the caller; what the copies taught stays.
+  Route stored = route;
+  stored.observed = {};
+  if (absl::StatusOr<Route> old = GetRoute(route.src_site, route.dst_site); old.ok()) {
+    stored.observed = old->observed;
+  } else if (!absl::IsNotFound(old.status())) {
+    return old.status();
+  }
   rocksdb::WriteBatch batch;
-  batch.Put(cf(kRoutes), RouteKey(route.src_site, route.dst_site), EncodeRoute(route));
+  batch.Put(cf(kRoutes), RouteKey(route.src_site, route.dst_site), EncodeRoute(stored));
   return WriteLocked(&batch, "put route");
 }
 

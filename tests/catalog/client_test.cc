@@ -174,11 +174,25 @@ TEST_F(CatalogClientTest, TopologyCalls) {
   hb.free_bytes = 500;
   hb.load = 1.25;
   hb.active_transfers = 3;
+  hb.routes = {{"b", 123, 150.5, 170.25, 0.002, 5'000'000}};
   ASSERT_TRUE(client_->SendHeartbeat(hb).ok());
   n = client_->GetNode("a1");
   EXPECT_EQ(n->free_bytes, 500u);
   EXPECT_DOUBLE_EQ(n->load, 1.25);
   EXPECT_EQ(n->active_transfers, 3u);
+  // The observation crossed the wire whole and taught the route b -> a.
+  absl::StatusOr<Route> learnt = client_->GetRoute("b", "a");
+  ASSERT_TRUE(learnt.ok()) << learnt.status();
+  EXPECT_EQ(learnt->observed.bytes, 123u);
+  EXPECT_DOUBLE_EQ(learnt->observed.rtt_ms, 150.5);
+  EXPECT_DOUBLE_EQ(learnt->observed.srtt_ms, 170.25);
+  EXPECT_DOUBLE_EQ(learnt->observed.loss, 0.002);
+  EXPECT_EQ(learnt->observed.peak_bps, 5'000'000u);
+  EXPECT_GT(learnt->observed.at_ns, 0);
+  hb.routes = {{"b", 1, -5, 0, 0, 0}};
+  EXPECT_EQ(client_->SendHeartbeat(hb).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(client_->RemoveRoute("b", "a").ok());
+  hb.routes.clear();
   EXPECT_EQ(client_->ListNodes("b")->size(), 1u);
   Route route;
   route.src_site = "a";

@@ -22,7 +22,7 @@ struct Route {
 
 // Runs `periods` periods with the limit held back every time (tasks always waiting).
 int RunPeriods(InFlightLimit& l, const std::function<double(int)>& route, int periods) {
-  for (int i = 0; i < periods; ++i) l.Update(route(l.limit()), true);
+  for (int i = 0; i < periods; ++i) l.Update({route(l.limit()), true});
   return l.limit();
 }
 
@@ -41,7 +41,7 @@ TEST(InFlightLimitTest, ClimbsWhileGoodputRisesAndStopsNearTheKnee) {
   EXPECT_EQ(l.limit(), 81);
   int at_81 = 0;
   for (int i = 0; i < 60; ++i) {
-    l.Update(route(l.limit()), true);
+    l.Update({route(l.limit()), true});
     EXPECT_TRUE(l.limit() == 81 || l.limit() == 122) << l.limit();
     at_81 += l.limit() == 81;
   }
@@ -56,15 +56,15 @@ TEST(InFlightLimitTest, AProbeThatLowersGoodputIsUndone) {
   InFlightLimit l(o);
   // Beyond 8 copies, each extra copy costs goodput (a bottleneck queue overflowing).
   Route r{8, 1e6, -0.5e6};
-  l.Update(r(l.limit()), true);  // probe: 8 -> 12
+  l.Update({r(l.limit()), true});  // probe: 8 -> 12
   EXPECT_EQ(l.limit(), 12);
-  l.Update(r(l.limit()), true);  // settle
+  l.Update({r(l.limit()), true});  // settle
   EXPECT_EQ(l.limit(), 12);
-  l.Update(r(l.limit()), true);  // judged: worse, back to 8
+  l.Update({r(l.limit()), true});  // judged: worse, back to 8
   EXPECT_EQ(l.limit(), 8);
   EXPECT_NE(l.reason().find("back"), std::string::npos);
   for (int i = 0; i < 30; ++i) {
-    l.Update(r(l.limit()), true);
+    l.Update({r(l.limit()), true});
     EXPECT_LE(l.limit(), 12);
   }
 }
@@ -73,7 +73,7 @@ TEST(InFlightLimitTest, NothingChangesWhileTheLimitHoldsNothingBack) {
   InFlightOptions o;
   o.start = 4;
   InFlightLimit l(o);
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(l.Update(1e6 * (i + 1), false), 4);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(l.Update({1e6 * (i + 1), false}), 4);
 }
 
 TEST(InFlightLimitTest, StaysWithinItsBounds) {
@@ -94,10 +94,10 @@ TEST(InFlightLimitTest, AGoodputCollapseAtTheSameLimitStepsDown) {
   o.start = 32;
   o.max = 32;
   InFlightLimit l(o);
-  l.Update(32e6, true);  // at max: hold and watch
-  l.Update(32e6, true);
+  l.Update({32e6, true});  // at max: hold and watch
+  l.Update({32e6, true});
   EXPECT_EQ(l.limit(), 32);
-  l.Update(10e6, true);  // the route got much worse (loss): fewer copies
+  l.Update({10e6, true});  // the route got much worse (loss): fewer copies
   EXPECT_LT(l.limit(), 32);
   EXPECT_NE(l.reason().find("fell"), std::string::npos);
 }
@@ -107,12 +107,69 @@ TEST(InFlightLimitTest, ADemandDropDuringAProbeEndsItWithoutJudging) {
   o.start = 8;
   o.step = 1.5;
   InFlightLimit l(o);
-  l.Update(8e6, true);   // probe 8 -> 12
-  l.Update(0, true);     // settle
-  l.Update(1e6, false);  // the work ran out: no verdict, the limit stays
+  l.Update({8e6, true});   // probe 8 -> 12
+  l.Update({0, true});     // settle
+  l.Update({1e6, false});  // the work ran out: no verdict, the limit stays
   EXPECT_EQ(l.limit(), 12);
-  l.Update(12e6, true);  // a new probe from 12
+  l.Update({12e6, true});  // a new probe from 12
   EXPECT_EQ(l.limit(), 18);
+}
+
+TEST(InFlightLimitTest, AGainThatShowsAtOnceIsKeptWithoutASettlingPeriod) {
+  // Warm sessions and small files: more copies give more goodput in the very next period, so
+  // the limit doubles every period (32 -> 256 in 3 periods, not 6).
+  InFlightOptions o;
+  o.start = 32;
+  o.max = 256;
+  InFlightLimit l(o);
+  const Route route{1000};
+  l.Update({route(l.limit()), true});
+  EXPECT_EQ(l.limit(), 64);
+  l.Update({route(l.limit()), true});
+  EXPECT_EQ(l.limit(), 128);
+  l.Update({route(l.limit()), true});
+  EXPECT_EQ(l.limit(), 256);
+}
+
+TEST(InFlightLimitTest, AProbeThatMakesACleanPathCongestedIsUndoneDespiteMoreGoodput) {
+  // Goodput keeps growing with the copies, but beyond 16 copies the senders re-send 2 % of
+  // their bytes (the bottleneck queue overflows): the probe to 32 is undone.
+  InFlightOptions o;
+  o.start = 8;
+  o.max = 256;
+  InFlightLimit l(o);
+  auto sample = [](int in_flight) {
+    return InFlightSample{in_flight * 1e6, true, in_flight > 16 ? 0.02 : 0.0001, 1.1};
+  };
+  l.Update(sample(l.limit()));  // 8 -> 16
+  l.Update(sample(l.limit()));  // 16 helped at once -> 32
+  EXPECT_EQ(l.limit(), 32);
+  l.Update(sample(l.limit()));  // congested at 32: back to 16
+  EXPECT_EQ(l.limit(), 16);
+  EXPECT_NE(l.reason().find("congestion"), std::string::npos) << l.reason();
+  for (int i = 0; i < 40; ++i) {
+    l.Update(sample(l.limit()));
+    EXPECT_LE(l.limit(), 32);
+  }
+  // A standing queue (smoothed RTT twice the least) vetoes the same way.
+  InFlightLimit q(o);
+  auto queued = [](int in_flight) {
+    return InFlightSample{in_flight * 1e6, true, 0, in_flight > 16 ? 2.0 : 1.05};
+  };
+  q.Update(queued(q.limit()));
+  q.Update(queued(q.limit()));
+  q.Update(queued(q.limit()));
+  EXPECT_EQ(q.limit(), 16);
+}
+
+TEST(InFlightLimitTest, OnAPathCongestedAlreadyAProbeIsJudgedByGoodputAlone) {
+  // Loss that does not come from us (a lossy route): it vetoes nothing, goodput decides.
+  InFlightOptions o;
+  o.start = 8;
+  o.max = 64;
+  InFlightLimit l(o);
+  for (int i = 0; i < 3; ++i) l.Update({l.limit() * 1e6, true, 0.03, 1.0});
+  EXPECT_EQ(l.limit(), 64);
 }
 
 }  // namespace

@@ -94,6 +94,30 @@ TEST(SelectSourceTest, PrefersTheRouteWithMoreBandwidthThenLowerRtt) {
   EXPECT_EQ(got->node.name, "b1");
 }
 
+TEST(SelectSourceTest, UnmeasuredRoutesRankByTheRttTheirCopiesShowed) {
+  // No probe measured either route; earlier copies showed B -> A at 220 ms and C -> A at
+  // 80 ms (Route::observed). C is nearer although c1 is busier than b1.
+  Topology t = ThreeSites();
+  t.nodes[3].active_transfers = 5;  // c1
+  catalog::Route ba;
+  ba.src_site = "B";
+  ba.dst_site = "A";
+  ba.observed.rtt_ms = 220;
+  catalog::Route ca = ba;
+  ca.src_site = "C";
+  ca.observed.rtt_ms = 80;
+  t.routes = {ba, ca};
+  auto got = SelectSource(MakeLocation({MakeReplica("b1"), MakeReplica("c1")}), {"A", "a1"}, t,
+                          Live());
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->node.name, "c1");
+  // A measured RTT wins over a learnt one.
+  t.routes[0].rtt_ms = 10;
+  got = SelectSource(MakeLocation({MakeReplica("b1"), MakeReplica("c1")}), {"A", "a1"}, t, Live());
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->node.name, "b1");
+}
+
 TEST(SelectSourceTest, PrefersTheLeastBusyNodeOfASite) {
   Topology t = ThreeSites();
   auto got = SelectSource(MakeLocation({MakeReplica("c2"), MakeReplica("c1")}), {"A", "a1"}, t,

@@ -444,6 +444,32 @@ TEST_F(SiteAgentTest, CopiesAtOnceGrowWhileGoodputGrowsWithThem) {
   EXPECT_EQ(st.tasks_failed, 0u);
 }
 
+TEST_F(SiteAgentTest, TheRouteLearnsFromTheCopiesWhatTheySaw) {
+  // No route A -> B exists and nothing measured it; after copies from A, B's agent has told
+  // the catalog what they saw: their bytes, the senders' least RTT (loopback: well under a
+  // millisecond), and no more than all bytes re-sent.
+  StartNode("a1", "A");
+  StartNode("b1", "B");
+  constexpr int kFiles = 6;
+  constexpr std::uint64_t kSize = 1 << 20;
+  for (int i = 0; i < kFiles; ++i) Store("a1", "/learn/f" + std::to_string(i), kSize, 700 + i);
+  ASSERT_EQ(cat_->GetRoute("A", "B").status().code(), absl::StatusCode::kNotFound);
+  StartPlanner();
+  ASSERT_EQ(ReplicateTree("/learn").state, RequestState::kDone);
+  absl::StatusOr<catalog::Route> route;
+  ASSERT_TRUE(WaitForCatalog([&] {
+    route = cat_->GetRoute("A", "B");
+    return route.ok() && route->observed.bytes >= kFiles * kSize;
+  })) << "the route never learnt the copies' bytes";
+  EXPECT_GT(route->observed.rtt_ms, 0);
+  EXPECT_LT(route->observed.rtt_ms, 50);
+  EXPECT_GE(route->observed.srtt_ms, 0);
+  EXPECT_LE(route->observed.loss, 1);
+  EXPECT_GT(route->observed.at_ns, 0);
+  EXPECT_EQ(route->streams, 0u);  // settings untouched
+  EXPECT_EQ(cat_->GetRoute("B", "A").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(SiteAgentTest, CopiesUseTheirShareOfTheRouteStreamBudget) {
   TestNode& a1 = StartNode("a1", "A");
   StartNode("b1", "B");

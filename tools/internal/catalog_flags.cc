@@ -118,7 +118,15 @@ nlohmann::json ToJson(const catalog::Route& r) {
           {"total_streams", r.total_streams},
           {"rtt_ms", r.rtt_ms},
           {"bandwidth_bps", r.bandwidth_bps},
-          {"measured_ns", r.measured_ns}};
+          {"measured_ns", r.measured_ns},
+          {"observed",
+           {{"rtt_ms", r.observed.rtt_ms},
+            {"srtt_ms", r.observed.srtt_ms},
+            {"loss", r.observed.loss},
+            {"peak_bps", r.observed.peak_bps},
+            {"peak_ns", r.observed.peak_ns},
+            {"bytes", r.observed.bytes},
+            {"at_ns", r.observed.at_ns}}}};
 }
 
 }  // namespace gfrep::tools

@@ -113,6 +113,36 @@ TEST(CodecTest, NodeRecordsWithoutTheWorkerCountStillDecode) {
   EXPECT_EQ(from_old->address, "10.0.0.2:7000");
 }
 
+TEST(CodecTest, RouteRecordsRoundTripWhatCopiesTaughtAndOlderOnesStillDecode) {
+  Route r;
+  r.src_site = "a";
+  r.dst_site = "b";
+  r.total_streams = 96;
+  r.observed = {201.5, 290.25, 0.0001, 940'000'000, 77, 1 << 30, 88};
+  absl::StatusOr<Route> back = DecodeRoute(EncodeRoute(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->total_streams, 96u);
+  EXPECT_DOUBLE_EQ(back->observed.rtt_ms, 201.5);
+  EXPECT_DOUBLE_EQ(back->observed.srtt_ms, 290.25);
+  EXPECT_DOUBLE_EQ(back->observed.loss, 0.0001);
+  EXPECT_EQ(back->observed.peak_bps, 940'000'000u);
+  EXPECT_EQ(back->observed.peak_ns, 77);
+  EXPECT_EQ(back->observed.bytes, 1u << 30);
+  EXPECT_EQ(back->observed.at_ns, 88);
+  // A record written before 2026-11-24 ends after total_streams: three doubles (24 bytes)
+  // and four zero varints (one byte each) shorter.
+  r.observed = {};
+  std::string old = EncodeRoute(r);
+  old.resize(old.size() - 28);
+  absl::StatusOr<Route> from_old = DecodeRoute(old);
+  ASSERT_TRUE(from_old.ok()) << from_old.status();
+  EXPECT_EQ(from_old->total_streams, 96u);
+  EXPECT_EQ(from_old->observed.at_ns, 0);
+  // Cut inside the new fields: damaged, not silently short.
+  EXPECT_EQ(DecodeRoute(EncodeRoute(r).substr(0, old.size() + 5)).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
 TEST(CodecTest, EveryTruncationIsDataLoss) {
   Request r;
   r.id = 12;

@@ -313,6 +313,72 @@ TEST_F(RocksCatalogTest, DataAndIdsSurviveReopen) {
   EXPECT_EQ(catalog_->GetNode("b1")->site, "b");
 }
 
+TEST_F(RocksCatalogTest, HeartbeatsTeachRoutesWhatTheCopiesSaw) {
+  MakeTopologyAndFile();  // sites a, b; nodes a1, b1
+  // b1 received copies from site a: the route a -> b gets a record with what they saw.
+  Heartbeat hb = Beat("b1", 1, 0);
+  hb.routes = {{"a", 5'000'000, 200.5, 260.0, 0.001, 800'000'000}};
+  ASSERT_TRUE(catalog_->SendHeartbeat(hb).ok());
+  absl::StatusOr<Route> r = catalog_->GetRoute("a", "b");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->streams, 0u);  // settings untouched: defaults
+  EXPECT_DOUBLE_EQ(r->observed.rtt_ms, 200.5);
+  EXPECT_DOUBLE_EQ(r->observed.srtt_ms, 260.0);
+  EXPECT_DOUBLE_EQ(r->observed.loss, 0.001);
+  EXPECT_EQ(r->observed.peak_bps, 800'000'000u);
+  EXPECT_EQ(r->observed.bytes, 5'000'000u);
+  EXPECT_EQ(r->observed.at_ns, now_.load());
+  // gfroute set replaces the settings and keeps what was learnt.
+  Route set;
+  set.src_site = "a";
+  set.dst_site = "b";
+  set.streams = 8;
+  set.observed.rtt_ms = 1;  // ignored
+  ASSERT_TRUE(catalog_->PutRoute(set).ok());
+  r = catalog_->GetRoute("a", "b");
+  EXPECT_EQ(r->streams, 8u);
+  EXPECT_DOUBLE_EQ(r->observed.rtt_ms, 200.5);
+  // A later report: bytes add up, a lower peak does not replace the best one, a report
+  // without RTT (no copy ended) keeps the RTT; a day later a lower peak does replace it.
+  now_ += 2'000'000'000;
+  hb.routes = {{"a", 1'000, 0, 0, 0, 300'000'000}};
+  ASSERT_TRUE(catalog_->SendHeartbeat(hb).ok());
+  r = catalog_->GetRoute("a", "b");
+  EXPECT_EQ(r->observed.bytes, 5'001'000u);
+  EXPECT_EQ(r->observed.peak_bps, 800'000'000u);
+  EXPECT_DOUBLE_EQ(r->observed.rtt_ms, 200.5);
+  now_ += 25LL * 3600 * 1'000'000'000;
+  ASSERT_TRUE(catalog_->SendHeartbeat(hb).ok());
+  EXPECT_EQ(catalog_->GetRoute("a", "b")->observed.peak_bps, 300'000'000u);
+  // Observations about the node's own site, or from a site that is gone, change nothing.
+  hb.routes = {{"b", 9, 1, 1, 0, 1}, {"nosuch", 9, 1, 1, 0, 1}};
+  ASSERT_TRUE(catalog_->SendHeartbeat(hb).ok());
+  EXPECT_EQ(catalog_->GetRoute("b", "b").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(catalog_->ListRoutes()->size(), 1u);
+}
+
+TEST_F(RocksCatalogTest, AHeartbeatWithABadRouteObservationChangesNothing) {
+  MakeTopologyAndFile();
+  const std::int64_t before = catalog_->GetNode("b1")->last_heartbeat_ns;
+  now_ += 1'000'000'000;
+  for (RouteObservation bad : {RouteObservation{"a", 1, std::nan(""), 0, 0, 0},
+                               RouteObservation{"a", 1, -1, 0, 0, 0},
+                               RouteObservation{"a", 1, 1e9, 0, 0, 0},
+                               RouteObservation{"a", 1, 200, 0, 1.5, 0},
+                               RouteObservation{"a", 1, 200, 0, 0, kMaxObservedBps + 1},
+                               RouteObservation{"../x", 1, 200, 0, 0, 0}}) {
+    Heartbeat hb = Beat("b1", 1, 0);
+    hb.routes = {bad};
+    EXPECT_EQ(catalog_->SendHeartbeat(hb).code(), absl::StatusCode::kInvalidArgument)
+        << bad.src_site << " " << bad.min_rtt_ms;
+  }
+  Heartbeat many = Beat("b1", 1, 0);
+  many.routes.assign(kMaxRouteObservations + 1, RouteObservation{"a", 1, 200, 0, 0, 0});
+  EXPECT_EQ(catalog_->SendHeartbeat(many).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(catalog_->GetNode("b1")->last_heartbeat_ns, before);  // not even the heartbeat
+  EXPECT_EQ(catalog_->GetRoute("a", "b").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(RocksCatalogTest, TopologyTablesValidateReferences) {
   Node orphan;
   orphan.name = "n";
