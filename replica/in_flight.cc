@@ -16,6 +16,17 @@ InFlightLimit::InFlightLimit(InFlightOptions options) : o_(options) {
   limit_ = std::clamp(o_.start, o_.min, o_.max);
 }
 
+void InFlightLimit::Restart(int start) {
+  limit_ = std::clamp(start, o_.min, o_.max);
+  phase_ = Phase::kMeasure;
+  before_limit_ = 0;
+  before_goodput_ = 0;
+  before_congested_ = false;
+  held_goodput_ = 0;
+  hold_left_ = 0;
+  reason_.clear();
+}
+
 int InFlightLimit::Grown() const {
   const int grown = static_cast<int>(std::ceil(limit_ * o_.step));
   return std::min(o_.max, std::max(limit_ + 1, grown));

@@ -60,6 +60,10 @@ class InFlightLimit {
   // One period's measurement. Returns the limit for the next period.
   int Update(const InFlightSample& sample);
 
+  // Starts the climb afresh from `start` (clamped), forgetting every measurement: for a new
+  // burst of work after the agent was idle, whose files may want another level.
+  void Restart(int start);
+
   int limit() const { return limit_; }
   // Why the last Update changed the limit ("" when it did not); for the agent's log.
   const std::string& reason() const { return reason_; }

@@ -8,9 +8,11 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <future>
 #include <optional>
@@ -87,6 +89,7 @@ absl::Status Validate(const SiteAgentOptions& o) {
   if (o.workers < 1 || o.workers > 256) return absl::InvalidArgumentError("workers must be 1..256");
   if (o.initial_in_flight < 1) return absl::InvalidArgumentError("initial copies in flight must be >= 1");
   if (o.tune_period.count() < 10) return absl::InvalidArgumentError("tune period must be >= 10 ms");
+  if (o.io_threads < 1 || o.io_threads > 64) return absl::InvalidArgumentError("io threads must be 1..64");
   if (o.lease.count() < 300) return absl::InvalidArgumentError("lease must be >= 300 ms");
   if (o.heartbeat_interval.count() <= 0 || o.poll_interval.count() <= 0 ||
       o.sweep_interval.count() <= 0 || o.gc_interval.count() <= 0 ||
@@ -118,19 +121,57 @@ SiteAgent::SiteAgent(SiteAgentOptions options)
   in_flight_limit_ = options_.adapt_in_flight
                          ? std::clamp(options_.initial_in_flight, 1, options_.workers)
                          : options_.workers;
+  if (options_.adapt_in_flight) {
+    InFlightOptions o;
+    o.min = 1;
+    o.max = options_.workers;
+    o.start = options_.initial_in_flight;
+    tuner_.emplace(o);
+  }
 }
 
 int SiteAgent::LimitLocked() const { return in_flight_limit_; }
 
-// One claimed attempt of a task, owned by the worker thread that runs it. The io_context is
-// the worker's (its warm transfer sessions live on it); the signal is this attempt's own, so
-// a cancellation posted just as the attempt ended reaches nothing.
+int SiteAgent::BurstStartLocked(const std::vector<catalog::Task>& tasks) const {
+  if (tasks.empty() || options_.start_in_flight_bytes == 0) return options_.initial_in_flight;
+  // Bytes to keep in flight: the route's bandwidth-delay product when its RTT and bandwidth
+  // (measured, else learnt from copies) are known here without asking the catalog.
+  double target = static_cast<double>(options_.start_in_flight_bytes);
+  if (auto n = node_cache_.find(tasks.front().spec.src_node); n != node_cache_.end()) {
+    if (auto r = route_cache_.find(n->second.first.site); r != route_cache_.end()) {
+      const catalog::Route& route = r->second.first;
+      const double rtt_ms = route.rtt_ms > 0 ? route.rtt_ms : route.observed.rtt_ms;
+      const double bps = static_cast<double>(route.bandwidth_bps > 0 ? route.bandwidth_bps
+                                                                     : route.observed.peak_bps);
+      if (rtt_ms > 0 && bps > 0) target = std::clamp(rtt_ms / 1000 * bps / 8, 1e6, 1e9);
+    }
+  }
+  double bytes = 0;
+  for (const catalog::Task& t : tasks) bytes += static_cast<double>(t.size);
+  const double mean = std::max(1.0, bytes / static_cast<double>(tasks.size()));
+  const double copies = std::ceil(target / mean);
+  return static_cast<int>(std::clamp(copies, static_cast<double>(options_.initial_in_flight),
+                                     static_cast<double>(options_.workers)));
+}
+
+// An I/O thread of the copies: its io_context runs the pulls dealt to it, and its
+// SessionCache (used only on that thread) keeps their warm sessions, as many as there are
+// workers. Declared in this order so that the cache goes before the io_context.
+struct SiteAgent::CopyIo {
+  explicit CopyIo(std::size_t max_idle) : sessions(std::chrono::seconds(20), max_idle) {}
+  asio::io_context io;
+  transfer::SessionCache sessions;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work{io.get_executor()};
+  std::thread thread;
+};
+
+// One claimed attempt of a task, owned by the worker thread that runs it; its pull runs on
+// `io`. The signal is this attempt's own, so a cancellation posted just as the attempt ended
+// reaches nothing.
 struct SiteAgent::Running {
-  Running(std::uint64_t id, asio::io_context& io, transfer::SessionCache& sessions)
-      : task_id(id), io(io), sessions(sessions) {}
+  Running(std::uint64_t id, CopyIo& io) : task_id(id), io(io) {}
   std::uint64_t task_id;
-  asio::io_context& io;
-  transfer::SessionCache& sessions;
+  CopyIo& io;
   std::shared_ptr<asio::cancellation_signal> cancel =
       std::make_shared<asio::cancellation_signal>();  // used only on io's thread
   bool cancelled = false;   // guarded by mu_
@@ -143,7 +184,7 @@ void SiteAgent::CancelLocked(Running& run) {
   // engine still does on its blocking pool outlives it. `cancelled` covers a request that
   // comes before the copy has started (Copy checks it once the coroutine runs).
   run.cancelled = true;
-  asio::post(run.io, [signal = std::weak_ptr<asio::cancellation_signal>(run.cancel)] {
+  asio::post(run.io.io, [signal = std::weak_ptr<asio::cancellation_signal>(run.cancel)] {
     if (auto s = signal.lock()) s->emit(asio::cancellation_type::terminal);
   });
 }
@@ -261,6 +302,11 @@ absl::Status SiteAgent::Start() {
   // Under mu_ so that a concurrent Stop() either sees every thread or none.
   std::lock_guard<std::mutex> lock(mu_);
   if (stop_) return absl::CancelledError("stopped before the agent started");
+  for (int i = 0; i < options_.io_threads; ++i) {
+    auto c = std::make_unique<CopyIo>(static_cast<std::size_t>(options_.workers));
+    c->thread = std::thread([io = &c->io] { io->run(); });
+    copy_io_.push_back(std::move(c));
+  }
   threads_.emplace_back([this] { HeartbeatLoop(); });
   threads_.emplace_back([this] { RenewLoop(); });
   threads_.emplace_back([this] { WatchLoop(); });
@@ -289,6 +335,17 @@ void SiteAgent::Stop() {
   complete_wake_.notify_all();
   for (std::thread& t : threads) {
     if (t.joinable()) t.join();
+  }
+  // No copy runs any more: close the warm sessions on their own threads and let them end.
+  std::vector<std::unique_ptr<CopyIo>> copy_io;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    copy_io.swap(copy_io_);
+  }
+  for (std::unique_ptr<CopyIo>& c : copy_io) {
+    asio::post(c->io, [sessions = &c->sessions] { sessions->Clear(); });
+    c->work.reset();
+    if (c->thread.joinable()) c->thread.join();
   }
   std::deque<Claimed> unstarted;
   {
@@ -474,6 +531,17 @@ void SiteAgent::ClaimLoop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.claim_calls += 1;
+      // Work for an idle agent: a burst whose files may want another level than the last.
+      if (tuner_ && ready_.empty() && copying_ == 0) {
+        const int start = BurstStartLocked(*claimed);
+        tuner_->Restart(start);
+        if (start != in_flight_limit_) {
+          log_->info("copies at once {} -> {}: new work ({} tasks claimed)", in_flight_limit_,
+                     tuner_->limit(), claimed->size());
+          in_flight_limit_ = tuner_->limit();
+          idle_wake_.notify_all();
+        }
+      }
       for (std::size_t i = 0; i < claimed->size(); ++i) {
         ready_.push_back(Claimed{std::move((*claimed)[i]), owners[i]});
       }
@@ -486,10 +554,12 @@ void SiteAgent::ClaimLoop() {
 }
 
 void SiteAgent::WorkerLoop(int index) {
-  // This worker's copies run on `io`; its warm sessions to source agents (connections open
-  // on `io`) are reused by its next copies from the same agent. Destroyed before `io`.
-  asio::io_context io;
-  transfer::SessionCache sessions;
+  // This worker's pulls run on one of the I/O threads, with the warm sessions kept there.
+  CopyIo* io;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    io = copy_io_[static_cast<std::size_t>(index) % copy_io_.size()].get();
+  }
   while (true) {
     Claimed next;
     bool claim_more;
@@ -520,7 +590,7 @@ void SiteAgent::WorkerLoop(int index) {
       if (!ready_.empty() && copying_ >= LimitLocked()) limit_binding_ = true;
     }
     if (claim_more) claim_wake_.notify_one();
-    Execute(next.task, next.owner, io, sessions);
+    Execute(next.task, next.owner, *io);
     bool freed;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -622,11 +692,6 @@ void SiteAgent::SweepLoop() {
 }
 
 void SiteAgent::TuneLoop() {
-  InFlightOptions o;
-  o.min = 1;
-  o.max = options_.workers;
-  o.start = options_.initial_in_flight;
-  InFlightLimit limit(o);
   std::uint64_t last_bytes = live_bytes_.load();
   auto last = std::chrono::steady_clock::now();
   while (!stop_) {
@@ -645,21 +710,17 @@ void SiteAgent::TuneLoop() {
     const TcpTally tcp = learner_.TakeRecent();
     sample.loss = tcp.loss();
     sample.rtt_inflation = tcp.rtt_inflation();
-    int was;
     {
       std::lock_guard<std::mutex> lock(mu_);
       // Held back now, or a ready task waited for a slot during the period.
       sample.limited = limit_binding_ || (!ready_.empty() && copying_ >= in_flight_limit_);
       limit_binding_ = false;
-      was = in_flight_limit_;
-    }
-    // No bytes at all (sessions still being set up, or nothing to do): nothing learnt.
-    if (received == 0) continue;
-    const int next = limit.Update(sample);
-    if (next == was) continue;
-    log_->info("copies at once {} -> {}: {}", was, next, limit.reason());
-    {
-      std::lock_guard<std::mutex> lock(mu_);
+      // No bytes at all (sessions still being set up, or nothing to do): nothing learnt.
+      if (received == 0) continue;
+      const int was = in_flight_limit_;
+      const int next = tuner_->Update(sample);
+      if (next == was) continue;
+      log_->info("copies at once {} -> {}: {}", was, next, tuner_->reason());
       in_flight_limit_ = next;
     }
     work_wake_.notify_all();
@@ -668,12 +729,11 @@ void SiteAgent::TuneLoop() {
   }
 }
 
-void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owner,
-                        asio::io_context& io, transfer::SessionCache& sessions) {
+void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owner, CopyIo& io) {
   log_->info("task={} claimed path={} from={} attempt={}/{} owner={}", task.id, task.spec.path,
              task.spec.src_node, task.attempts, task.spec.max_attempts, claim_owner);
   ++active_;
-  Running run(task.id, io, sessions);
+  Running run(task.id, io);
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_[claim_owner] = &run;
@@ -879,31 +939,33 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   fs::create_directories(staging.parent_path(), ec);
   if (ec) return absl::InternalError(fmt::format("create {}: {}", staging.parent_path().string(), ec.message()));
 
-  std::optional<absl::StatusOr<transfer::TransferStats>> result;
+  // The pull runs on the I/O thread; this worker sleeps until it has ended. The handler owns
+  // what it touches (the promise, the signal), whatever this frame does meanwhile.
+  auto done = std::make_shared<std::promise<absl::StatusOr<transfer::TransferStats>>>();
+  std::future<absl::StatusOr<transfer::TransferStats>> finished = done->get_future();
   asio::co_spawn(
-      run.io,
+      run.io.io,
       transfer::AsyncPull(*endpoint, transfer::ReplicaRelativePath(task.inode, task.generation),
-                          staging, tmp, topts, options_.reuse_sessions ? &run.sessions : nullptr),
+                          staging, tmp, topts, options_.reuse_sessions ? &run.io.sessions : nullptr),
       asio::bind_cancellation_slot(
           run.cancel->slot(),
-          [&](std::exception_ptr e, absl::StatusOr<transfer::TransferStats> r) {
-            if (e) {
-              result = absl::InternalError("bug: exception escaped AsyncPull");
-              return;
-            }
-            result = std::move(r);
+          [done, signal = run.cancel](std::exception_ptr e,
+                                      absl::StatusOr<transfer::TransferStats> r) {
+            signal->slot().clear();
+            done->set_value(e ? absl::InternalError("bug: exception escaped AsyncPull")
+                              : std::move(r));
           }));
-  asio::post(run.io, [this, &run] {
-    bool cancelled;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      cancelled = run.cancelled;
+  {
+    // A cancellation asked for before the pull began reached no handler: emit it again, now
+    // that the pull's start is queued ahead of it on the same thread.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (run.cancelled) {
+      asio::post(run.io.io, [signal = std::weak_ptr<asio::cancellation_signal>(run.cancel)] {
+        if (auto s = signal.lock()) s->emit(asio::cancellation_type::terminal);
+      });
     }
-    if (cancelled) run.cancel->emit(asio::cancellation_type::terminal);
-  });
-  run.io.restart();
-  run.io.run();
-  run.cancel->slot().clear();
+  }
+  std::optional<absl::StatusOr<transfer::TransferStats>> result = finished.get();
   if (!result) return absl::InternalError("bug: copy ended without a result");
   if (!result->ok()) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -63,13 +63,18 @@
 // tuner of the copies at once takes the same figures as its congestion signals.
 //
 // Threading: Start() launches a heartbeat thread, a lease-renewal thread, an event
-// watcher, a sweep thread, a claim thread, `workers` copy threads, 2 completer threads and
-// (adapt_in_flight) a tuning thread; each worker runs its copies on its own io_context, and
-// only the workers below the copies allowed at once take tasks (README "Copies at once"). A copy is cancelled (lease lost, Stop())
-// through an asio cancellation signal emitted on that io_context, never by stopping it, so the engine's work on its
-// blocking pool always completes before the io_context goes away. Stop() (any thread)
-// cancels running copies (their tasks are failed as retryable so another attempt resumes
-// them) and joins everything.
+// watcher, a sweep thread, a claim thread, `workers` copy threads, 2 completer threads,
+// `io_threads` I/O threads and (adapt_in_flight) a tuning thread. Only the workers below the
+// copies allowed at once take tasks (README "Copies at once"). A worker does a copy's file
+// system work itself and hands its network side (the pull) to an I/O thread, worker i to
+// thread i mod io_threads, whose io_context runs the pulls of many copies at once and whose
+// SessionCache keeps their warm sessions; the worker sleeps until the pull has ended. (Each
+// worker used to run its own io_context: 256 threads each waking for every socket event of
+// their copy spent most of the CPU of small files on context switches.) A copy is cancelled
+// (lease lost, Stop()) through an asio cancellation signal emitted on its I/O thread, never
+// by stopping the io_context, so the engine's work on its blocking pool always completes.
+// Stop() (any thread) cancels running copies (their tasks are failed as retryable so
+// another attempt resumes them), joins the workers and then the I/O threads.
 
 #include <spdlog/logger.h>
 
@@ -90,6 +95,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
+#include "replica/in_flight.h"
 #include "replica/retry.h"
 #include "replica/route_learner.h"
 #include "transfer/client.h"
@@ -118,14 +124,22 @@ struct SiteAgentOptions {
   // Copies at once, at most (threads; also registered as Node::workers, which sizes the
   // planner's window for this node).
   int workers = 256;
-  // Tune the copies at once from measured goodput (in_flight.h) between 1 and `workers`,
-  // starting at `initial_in_flight`, every `tune_period`; false runs `workers` at once.
+  // Tune the copies at once from measured goodput (in_flight.h) between 1 and `workers`
+  // every `tune_period`, starting each burst of work (tasks claimed by an idle agent) from
+  // enough copies to keep a bandwidth-delay product in flight, at least
+  // `initial_in_flight`; false runs `workers` at once.
   bool adapt_in_flight = true;
   int initial_in_flight = 32;
+  // Bytes a burst starts with in flight where the route's bandwidth-delay product is not
+  // known (0: start every burst at initial_in_flight).
+  std::uint64_t start_in_flight_bytes = 16 << 20;
   std::chrono::milliseconds tune_period{1000};
   // Keep transfer sessions to source agents open between files (see Pipelining above);
   // false opens a new session per file (for comparison).
   bool reuse_sessions = true;
+  // Threads that run the network side of every copy (1..64); copies are dealt to them by
+  // worker, and each keeps the warm sessions of its copies.
+  int io_threads = 2;
   // Lease per claim; renewed every lease/3 while copying.
   std::chrono::milliseconds lease{15000};
   std::chrono::milliseconds heartbeat_interval{2000};
@@ -216,9 +230,15 @@ class SiteAgent {
   void TuneLoop();
   // Copies allowed at once now (REQUIRES mu_ held).
   int LimitLocked() const;
+  // Copies at once to start a burst of work with (REQUIRES mu_ held): enough to keep the
+  // route's bandwidth-delay product in flight with files of the claimed tasks' mean size
+  // (start_in_flight_bytes where the route's RTT and bandwidth are not in the lookup cache),
+  // between initial_in_flight and workers.
+  int BurstStartLocked(const std::vector<catalog::Task>& tasks) const;
+  // An I/O thread of the copies (io_threads of them; see Copy).
+  struct CopyIo;
   // One claimed attempt: copy, then CompleteTask or FailTask as `claim_owner`.
-  void Execute(const catalog::Task& task, const std::string& claim_owner,
-               boost::asio::io_context& io, transfer::SessionCache& sessions);
+  void Execute(const catalog::Task& task, const std::string& claim_owner, CopyIo& io);
   struct Running;
   absl::Status Copy(const catalog::Task& task, Running& run, std::uint64_t& bytes_received);
   // Asks a running copy to stop (from any thread; REQUIRES mu_ held).
@@ -240,6 +260,9 @@ class SiteAgent {
   std::atomic<bool> stop_{false};
   std::atomic<int> active_{0};
   std::vector<std::thread> threads_;
+  // Created by Start(), stopped by Stop() after every worker has ended (guarded by mu_
+  // while they change; workers use their entry without the lock).
+  std::vector<std::unique_ptr<CopyIo>> copy_io_;
 
   mutable std::mutex mu_;
   // Each waits with mu_: wake_ for stop, sleeps and the sweep; the others for one loop's
@@ -272,6 +295,9 @@ class SiteAgent {
   int copying_ = 0;             // workers running a copy (guarded by mu_)
   int in_flight_limit_ = 0;     // guarded by mu_; see TuneLoop
   bool limit_binding_ = false;  // a ready task waited for the limit (guarded by mu_)
+  // The tuner of in_flight_limit_ (adapt_in_flight): updated by TuneLoop, restarted by the
+  // claim loop when work comes to an idle agent (BurstStartLocked). Guarded by mu_.
+  std::optional<InFlightLimit> tuner_;
   // Bytes received by running copies so far (their progress reports): the goodput TuneLoop
   // measures, also for large files that finish seldom.
   std::atomic<std::uint64_t> live_bytes_{0};

@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
   const gfrep::replica::SiteAgentOptions agent_defaults;
   int workers = agent_defaults.workers;
   int initial_in_flight = agent_defaults.initial_in_flight;
+  int io_threads = agent_defaults.io_threads;
   bool adapt_in_flight = agent_defaults.adapt_in_flight;
   bool session_reuse = true;
   app.add_option("--site", site, "site this node belongs to (with --node and --catalog)");
@@ -101,6 +102,10 @@ int main(int argc, char** argv) {
   app.add_option("--initial-in-flight", initial_in_flight,
                  "copies at once to start from when adapting")
       ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--io-threads", io_threads,
+                 "threads that run the network side of the replica copies (all copies share them)")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--session-reuse", session_reuse,
                  "keep transfer sessions to source agents open between files (true|false)");
@@ -189,6 +194,7 @@ int main(int argc, char** argv) {
     so.workers = workers;
     so.adapt_in_flight = adapt_in_flight;
     so.initial_in_flight = initial_in_flight;
+    so.io_threads = io_threads;
     so.reuse_sessions = session_reuse;
     so.lease = std::chrono::seconds(lease_s);
     so.transfer = pull_defaults;

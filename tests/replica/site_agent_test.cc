@@ -397,8 +397,8 @@ TEST_F(SiteAgentTest, SmallFilesAreClaimedAndCommittedInBatchesWithNoCatalogCall
 }
 
 TEST_F(SiteAgentTest, CopiesAtOnceStayWithinTheLimitWhileItHolds) {
-  // 16 workers, but the limit starts at 2 and the tuner never runs within the test: no more
-  // than 2 copies at once, yet every file arrives.
+  // 16 workers, but the limit starts at 2 (8 MiB files: 16 MiB in flight is 2 copies) and the
+  // tuner never runs within the test: no more than 2 copies at once, yet every file arrives.
   StartNode("a1", "A");
   TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
   StartAgent(b1, [](SiteAgentOptions& o) {
@@ -406,7 +406,7 @@ TEST_F(SiteAgentTest, CopiesAtOnceStayWithinTheLimitWhileItHolds) {
     o.initial_in_flight = 2;
     o.tune_period = std::chrono::hours(1);
   });
-  for (int i = 0; i < 24; ++i) Store("a1", "/held/f" + std::to_string(i), 64 << 10, 400 + i);
+  for (int i = 0; i < 12; ++i) Store("a1", "/held/f" + std::to_string(i), 8 << 20, 400 + i);
   StartPlanner();
   ASSERT_EQ(ReplicateTree("/held").state, RequestState::kDone);
   const SiteAgentStats st = b1.agent->stats();
@@ -414,6 +414,25 @@ TEST_F(SiteAgentTest, CopiesAtOnceStayWithinTheLimitWhileItHolds) {
   EXPECT_LE(st.peak_in_flight, 2);
   EXPECT_GE(st.peak_in_flight, 1);
   EXPECT_LE(st.pulls_on_new_sessions, 2u);  // the same two workers, on their warm sessions
+}
+
+TEST_F(SiteAgentTest, ABurstOfSmallFilesStartsWithEnoughCopiesToKeep16MiBInFlight) {
+  // 120 files of 16 KiB claimed by an idle agent: 16 MiB in flight would be 1,024 copies, so
+  // the burst starts at all 32 workers, not at the initial 2, with no tuning period needed.
+  StartNode("a1", "A");
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  StartAgent(b1, [](SiteAgentOptions& o) {
+    o.workers = 32;
+    o.initial_in_flight = 2;
+    o.tune_period = std::chrono::hours(1);
+  });
+  for (int i = 0; i < 120; ++i) Store("a1", "/burst/f" + std::to_string(i), 16 << 10, 900 + i);
+  StartPlanner();
+  ASSERT_EQ(ReplicateTree("/burst").state, RequestState::kDone);
+  const SiteAgentStats st = b1.agent->stats();
+  EXPECT_EQ(st.in_flight_limit, 32);
+  EXPECT_GT(st.peak_in_flight, 2);
+  EXPECT_EQ(st.tasks_failed, 0u);
 }
 
 TEST_F(SiteAgentTest, CopiesAtOnceGrowWhileGoodputGrowsWithThem) {
@@ -426,6 +445,7 @@ TEST_F(SiteAgentTest, CopiesAtOnceGrowWhileGoodputGrowsWithThem) {
   StartAgent(b1, [](SiteAgentOptions& o) {
     o.workers = 8;
     o.initial_in_flight = 1;
+    o.start_in_flight_bytes = 0;  // the climb, not the burst start, must get there
     o.tune_period = std::chrono::milliseconds(500);
   });
   catalog::Route route;
