@@ -12,23 +12,28 @@ InFlightLimit::InFlightLimit(InFlightOptions options) : o_(options) {
   o_.max = std::max(o_.min, o_.max);
   o_.step = std::max(1.0, o_.step);
   o_.gain = std::max(1.0, o_.gain);
+  o_.fine_step = std::max(1.0, o_.fine_step);
   o_.hold = std::max(1, o_.hold);
+  o_.max_hold = std::max(o_.hold, o_.max_hold);
   limit_ = std::clamp(o_.start, o_.min, o_.max);
 }
 
 void InFlightLimit::Restart(int start) {
   limit_ = std::clamp(start, o_.min, o_.max);
-  phase_ = Phase::kMeasure;
+  phase_ = Phase::kWarmup;
+  climbing_ = true;
+  failures_ = 0;
   before_limit_ = 0;
   before_goodput_ = 0;
   before_congested_ = false;
   held_goodput_ = 0;
+  low_periods_ = 0;
   hold_left_ = 0;
   reason_.clear();
 }
 
 int InFlightLimit::Grown() const {
-  const int grown = static_cast<int>(std::ceil(limit_ * o_.step));
+  const int grown = static_cast<int>(std::ceil(limit_ * (climbing_ ? o_.step : o_.fine_step)));
   return std::min(o_.max, std::max(limit_ + 1, grown));
 }
 
@@ -43,15 +48,16 @@ int InFlightLimit::Update(const InFlightSample& sample) {
   const bool congested = Congested(sample);
   const int was = limit_;
   auto mbit = [](double bytes_per_s) { return bytes_per_s * 8 / 1e6; };
-  auto hold_at = [&](int l, double measured) {
+  auto hold_at = [&](int l, double measured, int periods) {
     limit_ = l;
     phase_ = Phase::kHold;
-    hold_left_ = o_.hold;
+    hold_left_ = periods;
     held_goodput_ = measured;
+    low_periods_ = 0;
   };
   auto probe = [&] {
     if (limit_ >= o_.max) {
-      hold_at(limit_, goodput);
+      hold_at(limit_, goodput, o_.hold);
       return;
     }
     before_limit_ = limit_;
@@ -67,14 +73,21 @@ int InFlightLimit::Update(const InFlightSample& sample) {
   };
   auto keep = [&] {
     const double before = before_goodput_;
+    failures_ = 0;
     probe();  // it helped: keep it and try more
     reason_ = fmt::format("goodput {:.0f} -> {:.0f} Mbit/s", mbit(before), mbit(goodput));
   };
   auto undo = [&](std::string why) {
-    reason_ = std::move(why);
-    hold_at(before_limit_, 0);
+    climbing_ = false;
+    ++failures_;
+    const int periods = std::min(o_.max_hold, o_.hold << std::min(failures_ - 1, 20));
+    reason_ = fmt::format("{}; holding {} periods", why, periods);
+    hold_at(before_limit_, 0, periods);
   };
   switch (phase_) {
+    case Phase::kWarmup:
+      phase_ = Phase::kMeasure;  // sessions were still being set up: not a measurement
+      break;
     case Phase::kMeasure:
       if (limited) probe();
       if (limit_ != was) reason_ = fmt::format("probing: {:.0f} Mbit/s at {}", mbit(goodput), was);
@@ -106,12 +119,17 @@ int InFlightLimit::Update(const InFlightSample& sample) {
       if (limited) {
         if (held_goodput_ == 0) {
           held_goodput_ = goodput;
-        } else if (goodput < held_goodput_ / 2) {
+        } else if (goodput < held_goodput_ / 2 && ++low_periods_ >= 2) {
+          // Two periods in a row: one alone is often just files ending together.
           const int lower = std::max(o_.min, static_cast<int>(std::floor(limit_ / o_.step)));
           reason_ = fmt::format("goodput fell {:.0f} -> {:.0f} Mbit/s at the same limit",
                                 mbit(held_goodput_), mbit(goodput));
-          hold_at(lower, 0);
+          climbing_ = false;
+          hold_at(lower, 0, o_.hold);
           break;
+        } else if (goodput >= held_goodput_ / 2) {
+          low_periods_ = 0;
+          held_goodput_ = (held_goodput_ + goodput) / 2;  // follows the level, smoothly
         }
       }
       if (--hold_left_ <= 0) phase_ = Phase::kMeasure;

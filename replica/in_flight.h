@@ -4,28 +4,33 @@
 // "while goodput rises with more files in flight, add them"). FTS3's optimizer does this per
 // link every few minutes; a destination agent does it every few seconds.
 //
-// A hill climb on one number, the limit L (between `min` and `max`, starting at `start`):
+// A hill climb on one number, the limit L (between `min` and `max`, starting at `start`),
+// shaped like TCP's own: a fast climb, then careful probes that back off.
 // - Every period the agent reports a sample: the bytes its copies received (goodput),
 //   whether the limit held copies back (tasks were ready while L copies ran), and how TCP
 //   fared for the copies that ended (the senders' TCP_INFO: share of bytes re-sent, smoothed
 //   over least RTT). A period in which the limit held nothing back says nothing about L, and
-//   nothing changes.
-// - Probe: L grows by `step` (x2, at least +1, at most `max`). The first period after a
-//   change may already show the gain (warm sessions, small files): then the probe is kept at
-//   once. Otherwise that period is taken as settling (new copies open sessions and leave
-//   slow start), and the next one is compared with the goodput measured before the change.
+//   nothing changes. The first period with bytes after a (re)start is not a measurement
+//   either: it holds the copies' session setup and slow start.
+// - Probe: L grows by `step` (x2) while no probe has failed since the start ("climbing"),
+//   then by `fine_step` (x1.25), at least +1, at most `max`. The first period after a change
+//   may already show the gain (warm sessions, small files): then the probe is kept at once.
+//   Otherwise that period is taken as settling (new copies open sessions and leave slow
+//   start), and the next one is compared with the goodput measured before the change.
 // - Kept if goodput rose by at least `gain` (10 %), and the next probe follows; else L goes
-//   back to where it was, and stays there for `hold` periods before the next probe. A probe
-//   that lowered goodput (more streams overflowed the bottleneck queue, or the source's
-//   disks or CPU ran out) is undone the same way.
+//   back to where it was and holds there before the next probe: `hold` periods after one
+//   failed probe, twice as long after each further one in a row (at most `max_hold`), since
+//   every probe beyond the route's level costs its copies a burst of loss. A probe that
+//   lowered goodput (more streams overflowed the bottleneck queue, or the source's disks or
+//   CPU ran out) is undone the same way.
 // - Congestion vetoes a probe: one that turned a clean path into a congested one (more than
 //   `max_loss` of the bytes re-sent, or a smoothed RTT over `max_rtt_inflation` times the
 //   least: a standing queue at the bottleneck) is undone even if goodput rose, because that
 //   gain does not last (FTS3's optimizer backs off on errors the same way; TCP would lose
 //   the windows of every copy at the next overflow).
-// - While L holds, a goodput that falls by more than half at the same L (loss on the route,
-//   a slower source) steps L down by the same factor, so a route that got worse is not
-//   kept at a level that only suited the better days; the climb then starts again.
+// - While L holds, a goodput that falls below half of its level at the same L for two
+//   periods in a row (loss on the route, a slower source) steps L down by `step`, so a
+//   route that got worse is not kept at a level that only suited the better days.
 //
 // Thread safety: none; the site agent calls it from one thread.
 
@@ -38,9 +43,11 @@ struct InFlightOptions {
   int min = 1;
   int max = 64;
   int start = 16;      // clamped to [min, max]
-  double step = 2;     // growth per probe (at least +1)
-  double gain = 1.10;  // a probe is kept when goodput grew by this factor
-  int hold = 5;        // periods to wait after a failed probe
+  double step = 2;         // growth per probe while climbing (at least +1)
+  double fine_step = 1.25; // growth per probe once a probe failed (at least +1)
+  double gain = 1.10;      // a probe is kept when goodput grew by this factor
+  int hold = 5;            // periods to wait after a failed probe...
+  int max_hold = 40;       // ...doubling with each further failure in a row, up to this
   double max_loss = 0.01;          // re-sent share of bytes sent above which a path is congested
   double max_rtt_inflation = 1.5;  // smoothed / least RTT above which a path is congested
 };
@@ -69,17 +76,20 @@ class InFlightLimit {
   const std::string& reason() const { return reason_; }
 
  private:
-  enum class Phase { kMeasure, kSettle, kJudge, kHold };
+  enum class Phase { kWarmup, kMeasure, kSettle, kJudge, kHold };
   int Grown() const;
   bool Congested(const InFlightSample& s) const;
 
   InFlightOptions o_;
   int limit_;
-  Phase phase_ = Phase::kMeasure;
+  Phase phase_ = Phase::kWarmup;
+  bool climbing_ = true;  // no probe failed since the start
+  int failures_ = 0;      // failed probes in a row
   int before_limit_ = 0;       // L before the probe being judged
   double before_goodput_ = 0;  // goodput measured at before_limit_
   bool before_congested_ = false;  // the path was congested at before_limit_
-  double held_goodput_ = 0;    // goodput at L while holding (0: not measured yet)
+  double held_goodput_ = 0;    // goodput at L while holding, smoothed (0: not measured yet)
+  int low_periods_ = 0;        // periods in a row below half of it
   int hold_left_ = 0;
   std::string reason_;
 };

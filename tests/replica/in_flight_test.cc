@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <vector>
 
 namespace gfrep::replica {
 namespace {
@@ -26,26 +27,34 @@ int RunPeriods(InFlightLimit& l, const std::function<double(int)>& route, int pe
   return l.limit();
 }
 
-TEST(InFlightLimitTest, ClimbsWhileGoodputRisesAndStopsNearTheKnee) {
+// The first period after a start holds session setup: it is not measured.
+void Warmup(InFlightLimit& l) { l.Update({1, true}); }
+
+TEST(InFlightLimitTest, ClimbsFastThenProbesGentlyAndLessOftenNearTheKnee) {
   InFlightOptions o;
   o.min = 1;
   o.max = 256;
   o.start = 16;
-  o.step = 1.5;
   InFlightLimit l(o);
   EXPECT_EQ(l.limit(), 16);
-  // 16 -> 24 -> 36 -> 54 -> 81 (each +50 % goodput) -> 122, which gains only 5 % (the knee
-  // is at 85) and is undone; later probes to 122 are undone the same way.
+  // Warmup, then 16 -> 32 -> 64 -> 128 (each kept at once: goodput grew with it) -> 256,
+  // which gains nothing (the knee is at 85) and is undone after its judging period.
   const Route route{85};
-  RunPeriods(l, route, 12);
-  EXPECT_EQ(l.limit(), 81);
-  int at_81 = 0;
-  for (int i = 0; i < 60; ++i) {
+  RunPeriods(l, route, 7);
+  EXPECT_EQ(l.limit(), 128);
+  EXPECT_NE(l.reason().find("back"), std::string::npos) << l.reason();
+  // From now on probes go up by a quarter, and each failed one waits twice as long.
+  std::vector<int> probes;
+  for (int i = 0; i < 150; ++i) {
     l.Update({route(l.limit()), true});
-    EXPECT_TRUE(l.limit() == 81 || l.limit() == 122) << l.limit();
-    at_81 += l.limit() == 81;
+    EXPECT_TRUE(l.limit() == 128 || l.limit() == 160) << l.limit();
+    if (l.limit() == 160 && (probes.empty() || probes.back() != i - 1)) probes.push_back(i);
   }
-  EXPECT_GT(at_81, 40);  // mostly at the knee, with a short probe now and then
+  ASSERT_GE(probes.size(), 4u);
+  for (std::size_t k = 2; k < probes.size(); ++k) {
+    EXPECT_GE(probes[k] - probes[k - 1], probes[k - 1] - probes[k - 2]) << "probe " << k;
+  }
+  EXPECT_LE(probes.size(), 7u);  // 5, 10, 20, 40, 40 periods apart
 }
 
 TEST(InFlightLimitTest, AProbeThatLowersGoodputIsUndone) {
@@ -56,17 +65,42 @@ TEST(InFlightLimitTest, AProbeThatLowersGoodputIsUndone) {
   InFlightLimit l(o);
   // Beyond 8 copies, each extra copy costs goodput (a bottleneck queue overflowing).
   Route r{8, 1e6, -0.5e6};
+  Warmup(l);
   l.Update({r(l.limit()), true});  // probe: 8 -> 12
   EXPECT_EQ(l.limit(), 12);
-  l.Update({r(l.limit()), true});  // settle
+  l.Update({r(l.limit()), true});  // settle: no gain showed at once
   EXPECT_EQ(l.limit(), 12);
   l.Update({r(l.limit()), true});  // judged: worse, back to 8
   EXPECT_EQ(l.limit(), 8);
   EXPECT_NE(l.reason().find("back"), std::string::npos);
   for (int i = 0; i < 30; ++i) {
     l.Update({r(l.limit()), true});
-    EXPECT_LE(l.limit(), 12);
+    EXPECT_LE(l.limit(), 10);  // a quarter more at most, now
   }
+}
+
+TEST(InFlightLimitTest, TheFirstPeriodAfterAStartIsNotAMeasurement) {
+  // The first period's goodput is low (sessions being set up): a probe judged against it
+  // would look like a gain whatever it did. The baseline is the second period.
+  InFlightOptions o;
+  o.start = 32;
+  o.max = 256;
+  InFlightLimit l(o);
+  l.Update({1e6, true});  // setup
+  EXPECT_EQ(l.limit(), 32);
+  l.Update({100e6, true});  // measured: probe
+  EXPECT_EQ(l.limit(), 64);
+  l.Update({105e6, true});  // 5 %: not kept at once
+  EXPECT_EQ(l.limit(), 64);
+  l.Update({105e6, true});  // nor after settling
+  EXPECT_EQ(l.limit(), 32);
+  // A restart (new work) forgets it all and warms up again.
+  l.Restart(200);
+  EXPECT_EQ(l.limit(), 200);
+  l.Update({1e6, true});
+  EXPECT_EQ(l.limit(), 200);
+  l.Update({50e6, true});
+  EXPECT_EQ(l.limit(), 256);  // climbing again (x2, capped)
 }
 
 TEST(InFlightLimitTest, NothingChangesWhileTheLimitHoldsNothingBack) {
@@ -87,6 +121,8 @@ TEST(InFlightLimitTest, StaysWithinItsBounds) {
   o.start = 0;
   InFlightLimit low(o);
   EXPECT_EQ(low.limit(), 2);
+  low.Restart(-5);
+  EXPECT_EQ(low.limit(), 2);
 }
 
 TEST(InFlightLimitTest, AGoodputCollapseAtTheSameLimitStepsDown) {
@@ -94,10 +130,16 @@ TEST(InFlightLimitTest, AGoodputCollapseAtTheSameLimitStepsDown) {
   o.start = 32;
   o.max = 32;
   InFlightLimit l(o);
+  Warmup(l);
   l.Update({32e6, true});  // at max: hold and watch
   l.Update({32e6, true});
   EXPECT_EQ(l.limit(), 32);
-  l.Update({10e6, true});  // the route got much worse (loss): fewer copies
+  l.Update({10e6, true});  // one bad period: files ending together, say
+  EXPECT_EQ(l.limit(), 32);
+  l.Update({32e6, true});
+  l.Update({10e6, true});
+  EXPECT_EQ(l.limit(), 32);
+  l.Update({10e6, true});  // two in a row: the route got much worse (loss), fewer copies
   EXPECT_LT(l.limit(), 32);
   EXPECT_NE(l.reason().find("fell"), std::string::npos);
 }
@@ -107,8 +149,8 @@ TEST(InFlightLimitTest, ADemandDropDuringAProbeEndsItWithoutJudging) {
   o.start = 8;
   o.step = 1.5;
   InFlightLimit l(o);
+  Warmup(l);
   l.Update({8e6, true});   // probe 8 -> 12
-  l.Update({0, true});     // settle
   l.Update({1e6, false});  // the work ran out: no verdict, the limit stays
   EXPECT_EQ(l.limit(), 12);
   l.Update({12e6, true});  // a new probe from 12
@@ -123,6 +165,7 @@ TEST(InFlightLimitTest, AGainThatShowsAtOnceIsKeptWithoutASettlingPeriod) {
   o.max = 256;
   InFlightLimit l(o);
   const Route route{1000};
+  Warmup(l);
   l.Update({route(l.limit()), true});
   EXPECT_EQ(l.limit(), 64);
   l.Update({route(l.limit()), true});
@@ -141,6 +184,7 @@ TEST(InFlightLimitTest, AProbeThatMakesACleanPathCongestedIsUndoneDespiteMoreGoo
   auto sample = [](int in_flight) {
     return InFlightSample{in_flight * 1e6, true, in_flight > 16 ? 0.02 : 0.0001, 1.1};
   };
+  Warmup(l);
   l.Update(sample(l.limit()));  // 8 -> 16
   l.Update(sample(l.limit()));  // 16 helped at once -> 32
   EXPECT_EQ(l.limit(), 32);
@@ -149,13 +193,14 @@ TEST(InFlightLimitTest, AProbeThatMakesACleanPathCongestedIsUndoneDespiteMoreGoo
   EXPECT_NE(l.reason().find("congestion"), std::string::npos) << l.reason();
   for (int i = 0; i < 40; ++i) {
     l.Update(sample(l.limit()));
-    EXPECT_LE(l.limit(), 32);
+    EXPECT_LE(l.limit(), 20);
   }
   // A standing queue (smoothed RTT twice the least) vetoes the same way.
   InFlightLimit q(o);
   auto queued = [](int in_flight) {
     return InFlightSample{in_flight * 1e6, true, 0, in_flight > 16 ? 2.0 : 1.05};
   };
+  Warmup(q);
   q.Update(queued(q.limit()));
   q.Update(queued(q.limit()));
   q.Update(queued(q.limit()));
@@ -168,6 +213,7 @@ TEST(InFlightLimitTest, OnAPathCongestedAlreadyAProbeIsJudgedByGoodputAlone) {
   o.start = 8;
   o.max = 64;
   InFlightLimit l(o);
+  Warmup(l);
   for (int i = 0; i < 3; ++i) l.Update({l.limit() * 1e6, true, 0.03, 1.0});
   EXPECT_EQ(l.limit(), 64);
 }
