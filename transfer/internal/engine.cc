@@ -6,6 +6,8 @@
 #include <openssl/crypto.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -264,6 +266,42 @@ asio::awaitable<absl::Status> Conn::WriteData(const FrameHeader& header, const v
   co_return co_await Write(bufs, "send data");
 }
 
+namespace {
+
+// sendfile(2) that never raises SIGPIPE: a peer that closed its end makes it fail with EPIPE
+// instead of killing the process (send has MSG_NOSIGNAL; sendfile has no such flag, and a
+// library must not rely on its program ignoring SIGPIPE). SIGPIPE is blocked in this thread
+// around the call, and one the call raised (also with a partial success: a later chunk of
+// the same call failed) is taken back before the mask is restored.
+ssize_t SendfileNoSignal(int sock, int fd, off_t* offset, std::size_t count) {
+  sigset_t pipe_only;
+  sigset_t old;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+  sigset_t pending;
+  sigemptyset(&pending);
+  ::sigpending(&pending);
+  const bool pending_before = sigismember(&pending, SIGPIPE) == 1;
+  ssize_t n = ::sendfile(sock, fd, offset, count);
+  const int saved = errno;
+  // The signal may come with a partial success too (a later chunk of the same call failed).
+  if (!pending_before) {
+    sigemptyset(&pending);
+    ::sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE) == 1) {
+      const struct timespec now {};
+      while (::sigtimedwait(&pipe_only, nullptr, &now) < 0 && errno == EINTR) {
+      }
+    }
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  errno = saved;
+  return n;
+}
+
+}  // namespace
+
 asio::awaitable<absl::Status> Conn::WriteDataFromFile(const FrameHeader& header, int fd) {
   HeaderBytes hb = EncodeHeader(header);
   int sock = socket_.native_handle();
@@ -282,7 +320,7 @@ asio::awaitable<absl::Status> Conn::WriteDataFromFile(const FrameHeader& header,
   off_t off = static_cast<off_t>(header.offset);
   std::size_t left = header.length;
   while (left > 0) {
-    ssize_t n = ::sendfile(sock, fd, &off, left);
+    ssize_t n = SendfileNoSignal(sock, fd, &off, left);
     if (n > 0) {
       left -= static_cast<std::size_t>(n);
       activity_ += static_cast<std::uint64_t>(n);

@@ -13,6 +13,8 @@
 #include <optional>
 #include <thread>
 
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
 #include "absl/status/status.h"
 #include "transfer/internal/tcp_stats.h"
 #include "transfer/internal/token_bucket.h"
@@ -107,7 +109,7 @@ struct SenderState {
   // in the same pass as the block checksums: `file_hasher` covers [0, hashed_upto).
   std::unique_ptr<FileHasher> file_hasher;
   std::uint64_t hashed_upto = 0;
-  // Rate-limit timers of the running streams, cancelled when the round fails.
+  // Rate-limit and backlog timers of the running streams, cancelled when the round fails.
   std::vector<asio::steady_timer*> timers;
   void Stop() {
     failed = true;
@@ -154,23 +156,52 @@ absl::StatusOr<std::uint64_t> ReadAndHashBlock(SenderState& st, const SourceFile
   return alg == BlockChecksumAlgorithm::kXxh3_64 ? XXH3_64bits_digest(xxh) : crc;
 }
 
+// Waits until socket `c` has fewer than `low_water` bytes that TCP has not sent yet. A block
+// written into a socket belongs to that stream until TCP sends it: a stream whose window
+// shrank (a loss, an RTO backoff) would otherwise sit on megabytes of queued blocks that the
+// other streams could have taken, and the file would end with that one stream (32 streams x
+// 32 MiB buffers left the last 3 s of a 2 GiB copy to a few slow streams). The wait ends on
+// writability (TCP_NOTSENT_LOWAT makes it mean "backlog below low_water"), or after 20 ms
+// at the latest to look again, so a lost wakeup only costs a moment.
+asio::awaitable<void> WaitForBacklogBelow(Conn& c, std::uint64_t low_water, const SenderState& st,
+                                          asio::steady_timer& timer) {
+  using namespace asio::experimental::awaitable_operators;
+  const int fd = c.socket().native_handle();
+  while (!st.failed && UnsentBytes(fd) >= low_water) {
+    timer.expires_after(std::chrono::milliseconds(20));
+    co_await (c.socket().async_wait(tcp::socket::wait_write, kNoThrow) ||
+              timer.async_wait(kNoThrow));
+  }
+}
+
 asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, const SourceFile& src,
                                          const TransferOptions& o, BlockChecksumAlgorithm alg,
-                                         TokenBucket* bucket, ProgressReporter& progress) {
+                                         TokenBucket* bucket, ProgressReporter& progress,
+                                         std::uint64_t low_water) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
+  asio::steady_timer drain(co_await asio::this_coro::executor);
   st.timers.push_back(&timer);
+  st.timers.push_back(&drain);
   struct Unregister {
     SenderState& st;
     asio::steady_timer* t;
-    ~Unregister() { std::erase(st.timers, t); }
-  } unregister{st, &timer};
+    asio::steady_timer* d;
+    ~Unregister() {
+      std::erase(st.timers, t);
+      std::erase(st.timers, d);
+    }
+  } unregister{st, &timer, &drain};
   StreamBuffers bufs;
   XXH3_state_t* xxh = XXH3_createState();
   struct Free {
     XXH3_state_t* s;
     ~Free() { XXH3_freeState(s); }
   } free_xxh{xxh};
+  SetUnsentLowWater(c.socket().native_handle(), low_water);  // ignored if refused: the 20-ms look remains
   while (!st.failed && !st.queue.empty()) {
+    // Take the next block only once this stream can send it soon (see WaitForBacklogBelow).
+    co_await WaitForBacklogBelow(c, low_water, st, drain);
+    if (st.failed || st.queue.empty()) break;
     ByteRange b = st.queue.front();
     st.queue.pop_front();
     auto len = static_cast<std::uint32_t>(b.size());
@@ -312,14 +343,16 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
   for (;;) {
     std::uint64_t missing_bytes = 0;
     for (const ByteRange& r : missing) missing_bytes += r.size();
-    std::vector<ByteRange> blocks =
-        SplitBlocks(missing, BlockSize(missing_bytes, data.size(), o.route.stripe_unit));
+    const std::uint64_t block = BlockSize(missing_bytes, data.size(), o.route.stripe_unit);
+    std::vector<ByteRange> blocks = SplitBlocks(missing, block);
+    // A stream holds at most about this much unsent besides the block it writes.
+    const std::uint64_t low_water = std::clamp<std::uint64_t>(block, 256 * 1024, 4 * 1024 * 1024);
     st.queue.assign(blocks.begin(), blocks.end());
     st.failed = false;
     std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
     for (const ConnPtr& c : data) {
       tasks.push_back(
-          [&, c]() { return SendStream(*c, st, *src, o, alg, bucket.get(), progress); });
+          [&, c]() { return SendStream(*c, st, *src, o, alg, bucket.get(), progress, low_water); });
     }
     absl::Status s = co_await RunConcurrently(std::move(tasks), [&] {
       st.Stop();

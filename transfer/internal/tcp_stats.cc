@@ -1,7 +1,9 @@
 #include "transfer/internal/tcp_stats.h"
 
+#include <linux/sockios.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -25,6 +27,17 @@ TcpSample ReadTcpSample(int fd) {
     s.bytes_retrans = info.tcpi_bytes_retrans;
   }
   return s;
+}
+
+std::uint64_t UnsentBytes(int fd) {
+  int unsent = 0;
+  if (::ioctl(fd, SIOCOUTQNSD, &unsent) != 0 || unsent < 0) return 0;
+  return static_cast<std::uint64_t>(unsent);
+}
+
+bool SetUnsentLowWater(int fd, std::uint64_t bytes) {
+  const int v = static_cast<int>(std::min<std::uint64_t>(bytes, 1u << 30));
+  return ::setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof(v)) == 0;
 }
 
 TcpFigures Difference(const std::vector<TcpSample>& before, const std::vector<TcpSample>& after) {

@@ -22,6 +22,14 @@ struct TcpSample {
 // TCP_INFO of socket `fd`; all zero when the kernel does not say (not TCP, or too old).
 TcpSample ReadTcpSample(int fd);
 
+// Bytes written to socket `fd` that TCP has not sent yet (SIOCOUTQNSD); 0 if unknown.
+std::uint64_t UnsentBytes(int fd);
+
+// Makes `fd` report writable only while fewer than `bytes` are unsent (TCP_NOTSENT_LOWAT),
+// so a wait for writability ends when the socket's backlog has drained to that. False if
+// the kernel refused.
+bool SetUnsentLowWater(int fd, std::uint64_t bytes);
+
 // A file's share of its data connections' counters: the difference between samples taken
 // before and after it, summed; RTTs from the later samples (mean smoothed RTT, least minimum).
 TcpFigures Difference(const std::vector<TcpSample>& before, const std::vector<TcpSample>& after);
