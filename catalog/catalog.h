@@ -169,6 +169,17 @@ class Catalog {
   // Forgets a replica record (after the node deleted the bytes). OK if absent.
   virtual absl::Status RemoveReplica(InodeId inode, std::string_view node) = 0;
 
+  // Compare-and-set transitions of replica records (see ReplicaTransition for the ones
+  // allowed), in one atomic write: one result per item, in order. OK: applied. kAborted: the
+  // record is not in `from` at `generation` (changed meanwhile; nothing done for it).
+  // kNotFound: no such record. kInvalidArgument: a transition not allowed (or a second change
+  // of a record changed earlier in the same call). kFailedPrecondition: complete -> deleting of the last complete replica.
+  // How agents report what their checks found, readers a replica they refused, and the
+  // repairer drops bad records once the copy is made again. At most kMaxBatchPaths items.
+  // The default implementation (for fakes) reads and puts each record: not atomic.
+  virtual absl::StatusOr<std::vector<absl::Status>> TransitionReplicas(
+      const std::vector<ReplicaTransition>& items);
+
   // The replicas a node holds, via the (node, inode) index, in inode order.
   virtual absl::StatusOr<std::vector<Replica>> ListNodeReplicas(std::string_view node,
                                                                 InodeId start_after,

@@ -520,11 +520,47 @@ class Service final : public v1::Catalog::CallbackService {
     return Offload(c, [this, req, resp] {
       std::vector<TaskCompletion> items;
       items.reserve(static_cast<std::size_t>(req->items_size()));
-      for (const v1::CompleteTaskRequest& i : req->items()) items.push_back({i.id(), i.owner()});
+      for (const v1::CompleteTaskRequest& i : req->items()) {
+        items.push_back({i.id(), i.owner(), i.mtime_ns()});
+      }
       absl::StatusOr<std::vector<absl::StatusOr<Task>>> results = catalog_.CompleteTasks(items);
       if (!results.ok()) return results.status();
       return FillResults(*results, [resp] { return resp->add_results(); },
                          [](v1::TaskResult* out) { return out->mutable_task(); });
+    });
+  }
+
+  grpc::ServerUnaryReactor* TransitionReplicas(grpc::CallbackServerContext* c,
+                                               const v1::TransitionReplicasRequest* req,
+                                               v1::TransitionReplicasResponse* resp) override {
+    return Offload(c, [this, req, resp]() -> absl::Status {
+      std::vector<ReplicaTransition> items;
+      items.reserve(static_cast<std::size_t>(req->items_size()));
+      for (const v1::ReplicaTransition& i : req->items()) {
+        for (v1::ReplicaState s : {i.from(), i.to()}) {
+          if (s < v1::PENDING || s > v1::LOST) {
+            return absl::InvalidArgumentError(fmt::format("bad replica state {}", static_cast<int>(s)));
+          }
+        }
+        ReplicaTransition t;
+        t.inode = i.inode();
+        t.node = i.node();
+        t.generation = i.generation();
+        t.from = static_cast<ReplicaState>(i.from());
+        t.to = static_cast<ReplicaState>(i.to());
+        t.verified = i.verified();
+        t.mtime_ns = i.mtime_ns();
+        t.note = i.note();
+        items.push_back(std::move(t));
+      }
+      absl::StatusOr<std::vector<absl::Status>> results = catalog_.TransitionReplicas(items);
+      if (!results.ok()) return results.status();
+      for (const absl::Status& r : *results) {
+        v1::TransitionResult* out = resp->add_results();
+        out->set_code(static_cast<int>(r.code()));
+        out->set_message(std::string(r.message()));
+      }
+      return absl::OkStatus();
     });
   }
 

@@ -615,6 +615,7 @@ absl::StatusOr<std::vector<absl::StatusOr<Task>>> CatalogClient::CompleteTasks(
     v1::CompleteTaskRequest* item = req.add_items();
     item->set_id(c.id);
     item->set_owner(c.owner);
+    item->set_mtime_ns(c.mtime_ns);
   }
   v1::CompleteTasksResponse resp;
   absl::Status s = impl_->Call(&v1::Catalog::Stub::CompleteTasks, req, &resp);
@@ -631,6 +632,36 @@ absl::StatusOr<std::vector<absl::StatusOr<Task>>> CatalogClient::CompleteTasks(
     } else {
       out.push_back(ItemStatus(r.code(), r.message(), "CompleteTasks"));
     }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<absl::Status>> CatalogClient::TransitionReplicas(
+    const std::vector<ReplicaTransition>& items) {
+  v1::TransitionReplicasRequest req;
+  for (const ReplicaTransition& t : items) {
+    v1::ReplicaTransition* item = req.add_items();
+    item->set_inode(t.inode);
+    item->set_node(t.node);
+    item->set_generation(t.generation);
+    item->set_from(static_cast<v1::ReplicaState>(t.from));
+    item->set_to(static_cast<v1::ReplicaState>(t.to));
+    item->set_verified(t.verified);
+    item->set_mtime_ns(t.mtime_ns);
+    item->set_note(t.note);
+  }
+  v1::TransitionReplicasResponse resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::TransitionReplicas, req, &resp); !s.ok()) {
+    return s;
+  }
+  if (resp.results_size() != static_cast<int>(items.size())) {
+    return absl::InternalError("TransitionReplicas: result count does not match the items");
+  }
+  std::vector<absl::Status> out;
+  out.reserve(items.size());
+  for (const v1::TransitionResult& r : resp.results()) {
+    out.push_back(r.code() == 0 ? absl::OkStatus()
+                                : ItemStatus(r.code(), r.message(), "TransitionReplicas"));
   }
   return out;
 }

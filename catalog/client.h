@@ -117,6 +117,8 @@ class CatalogClient final : public Catalog {
   absl::StatusOr<Task> CompleteTask(std::uint64_t id, std::string_view owner) override;
   absl::StatusOr<std::vector<absl::StatusOr<Task>>> CompleteTasks(
       const std::vector<TaskCompletion>& items) override;
+  absl::StatusOr<std::vector<absl::Status>> TransitionReplicas(
+      const std::vector<ReplicaTransition>& items) override;
   absl::StatusOr<Task> FailTask(std::uint64_t id, std::string_view owner, std::string_view error,
                                 bool retryable, std::chrono::milliseconds retry_after) override;
   absl::StatusOr<std::size_t> ExpireLeases() override;

@@ -15,13 +15,18 @@ std::string_view ToString(ReplicaState state) {
     case ReplicaState::kStale: return "stale";
     case ReplicaState::kCorrupt: return "corrupt";
     case ReplicaState::kDeleting: return "deleting";
+    case ReplicaState::kLost: return "lost";
   }
   return "unknown";
 }
 
+bool IsBad(ReplicaState state) {
+  return state == ReplicaState::kCorrupt || state == ReplicaState::kLost;
+}
+
 absl::StatusOr<ReplicaState> ParseReplicaState(std::string_view text) {
   for (ReplicaState s : {ReplicaState::kPending, ReplicaState::kComplete, ReplicaState::kStale,
-                         ReplicaState::kCorrupt, ReplicaState::kDeleting}) {
+                         ReplicaState::kCorrupt, ReplicaState::kDeleting, ReplicaState::kLost}) {
     if (ToString(s) == text) return s;
   }
   return absl::InvalidArgumentError(fmt::format("unknown replica state '{}'", text));
@@ -259,6 +264,76 @@ absl::StatusOr<std::vector<absl::StatusOr<Task>>> Catalog::CompleteTasks(
   std::vector<absl::StatusOr<Task>> out;
   out.reserve(items.size());
   for (const TaskCompletion& c : items) out.push_back(CompleteTask(c.id, c.owner));
+  return out;
+}
+
+absl::Status Validate(const ReplicaTransition& t) {
+  if (absl::Status s = ValidateName(t.node); !s.ok()) return s;
+  if (t.note.size() > kMaxLabelBytes || !IsValidUtf8(t.note)) {
+    return absl::InvalidArgumentError("a replica note must be UTF-8 of at most 1024 bytes");
+  }
+  using S = ReplicaState;
+  const bool allowed =
+      (t.from == S::kComplete &&
+       (t.to == S::kComplete || t.to == S::kCorrupt || t.to == S::kLost || t.to == S::kDeleting)) ||
+      ((IsBad(t.from) || t.from == S::kStale) && t.to == S::kDeleting);
+  if (!allowed) {
+    return absl::InvalidArgumentError(fmt::format("replica transition {} -> {} is not allowed",
+                                                  ToString(t.from), ToString(t.to)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<absl::Status>> Catalog::TransitionReplicas(
+    const std::vector<ReplicaTransition>& items) {
+  if (items.size() > kMaxBatchPaths) {
+    return absl::InvalidArgumentError(fmt::format("more than {} replicas", kMaxBatchPaths));
+  }
+  std::vector<absl::Status> out;
+  out.reserve(items.size());
+  for (const ReplicaTransition& t : items) {
+    if (absl::Status s = Validate(t); !s.ok()) {
+      out.push_back(s);
+      continue;
+    }
+    absl::StatusOr<std::vector<Replica>> all = GetReplicas(t.inode);
+    if (!all.ok()) {
+      out.push_back(all.status());
+      continue;
+    }
+    const Replica* rec = nullptr;
+    int other_complete = 0;
+    for (const Replica& r : *all) {
+      if (r.node == t.node) {
+        rec = &r;
+      } else if (r.state == ReplicaState::kComplete && r.generation == t.generation) {
+        ++other_complete;
+      }
+    }
+    if (rec == nullptr) {
+      out.push_back(absl::NotFoundError(fmt::format("no replica of inode {} on {}", t.inode, t.node)));
+      continue;
+    }
+    if (rec->state != t.from || rec->generation != t.generation) {
+      out.push_back(absl::AbortedError(fmt::format("replica of inode {} on {} is {} at generation {}",
+                                                   t.inode, t.node, ToString(rec->state),
+                                                   rec->generation)));
+      continue;
+    }
+    if (t.from == ReplicaState::kComplete && t.to == ReplicaState::kDeleting && other_complete == 0) {
+      out.push_back(absl::FailedPreconditionError("the last complete replica is never removed"));
+      continue;
+    }
+    Replica r = *rec;
+    r.state = t.to;
+    if (t.to == ReplicaState::kComplete) {
+      if (t.verified) r.verified_ns = SystemNowNs();
+      if (t.mtime_ns != 0) r.mtime_ns = t.mtime_ns;
+    } else {
+      r.note = t.note;
+    }
+    out.push_back(PutReplica(r));
+  }
   return out;
 }
 

@@ -61,7 +61,11 @@ enum class ReplicaState : std::uint8_t {
   kStale = 3,     // holds an older generation; never served
   kCorrupt = 4,   // failed verification; never served
   kDeleting = 5,  // file removed (or replica dropped); the node should unlink and forget it
+  kLost = 6,      // its bytes are gone from the node (found missing); never served
 };
+// True for the states that say a replica's bytes are damaged or gone (corrupt, lost): the
+// copy it was must be made again elsewhere or on the same node (replica/repairer.h).
+bool IsBad(ReplicaState state);
 std::string_view ToString(ReplicaState state);
 absl::StatusOr<ReplicaState> ParseReplicaState(std::string_view text);
 
@@ -74,6 +78,33 @@ struct Replica {
   std::uint64_t size = 0;
   std::int64_t verified_ns = 0;  // when the bytes were last verified; 0 never
   std::int64_t updated_ns = 0;   // set by the catalog
+  // The replica file's modification time as its node saw it when the replica became
+  // complete (or was last verified): a file whose mtime differs was written since and is
+  // not served as complete. 0: not recorded (then only the size is checked on read).
+  std::int64_t mtime_ns = 0;
+  // Why the record is in its state, for corrupt and lost ones ("checksum ... != catalog ...",
+  // "missing"); empty otherwise.
+  std::string note;
+};
+
+// A compare-and-set on one replica record (Catalog::TransitionReplicas): applied only if the
+// record (inode, node) is in state `from` at `generation`. The transitions allowed:
+//   complete -> complete   re-verified: verified_ns = now if `verified`, mtime_ns if non-zero
+//                          (no event: a scrub pass over 10,000 replicas writes no log)
+//   complete -> corrupt    the bytes do not match (size, mtime stamp or checksum); `note` why
+//   complete -> lost       the file is missing
+//   corrupt|lost|stale -> deleting   the node should unlink what is left and forget the record
+//   complete -> deleting   only while another complete replica of the generation remains
+//                          (kFailedPrecondition otherwise: never the last one)
+struct ReplicaTransition {
+  InodeId inode = 0;
+  std::string node;
+  std::uint64_t generation = 0;
+  ReplicaState from = ReplicaState::kComplete;
+  ReplicaState to = ReplicaState::kComplete;
+  bool verified = false;    // complete -> complete: the checksum was computed just now
+  std::int64_t mtime_ns = 0;  // complete -> complete: the stamp to record (0: keep)
+  std::string note;           // why (kept on the record and in the event's detail)
 };
 
 // Where a path's bytes are: the entry plus its replicas.
@@ -268,10 +299,16 @@ struct Task {
   std::string checksum;
 };
 
+// kInvalidArgument unless `t` is one of the transitions ReplicaTransition allows (and its
+// node a valid name, its note at most kMaxLabelBytes of UTF-8).
+absl::Status Validate(const ReplicaTransition& t);
+
 // One item of Catalog::CompleteTasks.
 struct TaskCompletion {
   std::uint64_t id = 0;
   std::string owner;
+  // The replica file's mtime on the destination node (Replica::mtime_ns); 0: unknown.
+  std::int64_t mtime_ns = 0;
 };
 
 struct TaskFilter {

@@ -251,6 +251,8 @@ std::string EncodeReplica(const Replica& x) {
   w.U64(x.size);
   w.I64(x.verified_ns);
   w.I64(x.updated_ns);
+  w.I64(x.mtime_ns);
+  w.Str(x.note);
   return w.Take();
 }
 
@@ -260,11 +262,15 @@ absl::StatusOr<Replica> DecodeReplica(std::string_view in) {
   bool ok = true;
   x.inode = r.U64();
   x.node = r.Str();
-  x.state = EnumIn<ReplicaState>(r, 1, 5, ok);
+  x.state = EnumIn<ReplicaState>(r, 1, 6, ok);
   x.generation = r.U64();
   x.size = r.U64();
   x.verified_ns = r.I64();
   x.updated_ns = r.I64();
+  if (!r.AtEnd()) {  // added 2026-11-24: older records end here
+    x.mtime_ns = r.I64();
+    x.note = r.Str();
+  }
   if (!ok) return absl::DataLossError("corrupt replica record: bad state");
   if (absl::Status s = r.Finish("replica"); !s.ok()) return s;
   return x;

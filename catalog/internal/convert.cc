@@ -64,10 +64,12 @@ void ToProto(const Replica& in, v1::Replica* out) {
   out->set_size(in.size);
   out->set_verified_ns(in.verified_ns);
   out->set_updated_ns(in.updated_ns);
+  out->set_mtime_ns(in.mtime_ns);
+  out->set_note(in.note);
 }
 
 absl::StatusOr<Replica> FromProto(const v1::Replica& in) {
-  if (in.state() < v1::PENDING || in.state() > v1::DELETING) {
+  if (in.state() < v1::PENDING || in.state() > v1::LOST) {
     return absl::InvalidArgumentError(fmt::format("bad replica state {}", static_cast<int>(in.state())));
   }
   Replica r;
@@ -78,6 +80,8 @@ absl::StatusOr<Replica> FromProto(const v1::Replica& in) {
   r.size = in.size();
   r.verified_ns = in.verified_ns();
   r.updated_ns = in.updated_ns();
+  r.mtime_ns = in.mtime_ns();
+  r.note = in.note();
   return r;
 }
 

@@ -146,6 +146,8 @@ class RocksCatalog final : public Catalog {
                                                std::chrono::milliseconds lease) override;
   absl::StatusOr<Task> RenewLease(std::uint64_t id, std::string_view owner,
                                   std::chrono::milliseconds lease) override;
+  absl::StatusOr<std::vector<absl::Status>> TransitionReplicas(
+      const std::vector<ReplicaTransition>& items) override;
   absl::StatusOr<Task> CompleteTask(std::uint64_t id, std::string_view owner) override;
   absl::StatusOr<std::vector<absl::StatusOr<Task>>> CompleteTasks(
       const std::vector<TaskCompletion>& items) override;
@@ -291,7 +293,8 @@ class RocksCatalog final : public Catalog {
   // Adds the completion of the leased task `t` to `batch` (t becomes what it will be once
   // written); `outcome` is what CompleteTask reports then: OK or kAborted. An error return
   // added nothing.
-  absl::Status CompleteLeasedLocked(rocksdb::WriteBatch& batch, Task& t, absl::Status& outcome)
+  absl::Status CompleteLeasedLocked(rocksdb::WriteBatch& batch, Task& t, std::int64_t mtime_ns,
+                                    absl::Status& outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   absl::StatusOr<Task> LeasedTask(std::uint64_t id, std::string_view owner)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);

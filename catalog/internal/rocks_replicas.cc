@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "catalog/internal/rocks_catalog_impl.h"
@@ -137,6 +138,80 @@ absl::Status RocksCatalog::PutReplica(const Replica& replica) {
   rocksdb::WriteBatch batch;
   PutReplicaLocked(batch, replica, a->name);
   return WriteLocked(&batch, "put replica");
+}
+
+absl::StatusOr<std::vector<absl::Status>> RocksCatalog::TransitionReplicas(
+    const std::vector<ReplicaTransition>& items) {
+  if (items.size() > kMaxBatchPaths) {
+    return absl::InvalidArgumentError(fmt::format("more than {} replicas", kMaxBatchPaths));
+  }
+  std::vector<absl::Status> out(items.size());
+  WorkLock work(this);
+  rocksdb::WriteBatch batch;
+  std::vector<std::size_t> applied;
+  // Records this batch changes (reads do not see the batch): a second change of one is
+  // refused, and "never the last complete replica" counts the batch's own removals.
+  std::set<std::pair<InodeId, std::string>> touched;
+  std::map<InodeId, int> complete_removed;
+  const std::int64_t now = Now();
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const ReplicaTransition& t = items[i];
+    if (absl::Status s = Validate(t); !s.ok()) {
+      out[i] = s;
+      continue;
+    }
+    if (touched.count({t.inode, t.node}) > 0) {
+      out[i] = absl::InvalidArgumentError(
+          fmt::format("replica of inode {} on {} given twice", t.inode, t.node));
+      continue;
+    }
+    absl::StatusOr<std::optional<Replica>> rec = FindReplica(t.inode, t.node);
+    if (!rec.ok()) return rec.status();
+    if (!rec->has_value()) {
+      out[i] = absl::NotFoundError(fmt::format("no replica of inode {} on {}", t.inode, t.node));
+      continue;
+    }
+    Replica r = **rec;
+    if (r.state != t.from || r.generation != t.generation) {
+      out[i] = absl::AbortedError(fmt::format("replica of inode {} on {} is {} at generation {}",
+                                              t.inode, t.node, ToString(r.state), r.generation));
+      continue;
+    }
+    if (t.from == ReplicaState::kComplete && t.to == ReplicaState::kDeleting) {
+      absl::StatusOr<std::vector<Replica>> all = GetReplicas(t.inode);
+      if (!all.ok()) return all.status();
+      int others = -complete_removed[t.inode];
+      for (const Replica& o : *all) {
+        if (o.node != t.node && o.state == ReplicaState::kComplete && o.generation == t.generation) {
+          ++others;
+        }
+      }
+      if (others <= 0) {
+        out[i] = absl::FailedPreconditionError(fmt::format(
+            "replica of inode {} on {} is the last complete one: never removed", t.inode, t.node));
+        continue;
+      }
+      ++complete_removed[t.inode];
+    }
+    r.state = t.to;
+    if (t.to == ReplicaState::kComplete) {
+      // Re-verified: the record changes, its state does not; no event.
+      if (t.verified) r.verified_ns = now;
+      if (t.mtime_ns != 0) r.mtime_ns = t.mtime_ns;
+      r.updated_ns = now;
+      batch.Put(cf(kReplicas), ReplicaKey(r.inode, r.node), EncodeReplica(r));
+    } else {
+      r.note = t.note;
+      PutReplicaLocked(batch, r, t.note);
+    }
+    applied.push_back(i);
+    touched.insert({t.inode, t.node});
+  }
+  if (applied.empty()) return out;
+  if (absl::Status s = WriteLocked(&batch, "transition replicas"); !s.ok()) {
+    for (std::size_t i : applied) out[i] = s;
+  }
+  return out;
 }
 
 absl::Status RocksCatalog::RemoveReplica(InodeId inode, std::string_view node) {

@@ -491,7 +491,7 @@ absl::StatusOr<Task> RocksCatalog::CompleteTask(std::uint64_t id, std::string_vi
   if (!t.ok()) return t.status();
   rocksdb::WriteBatch batch;
   absl::Status outcome;
-  if (absl::Status s = CompleteLeasedLocked(batch, *t, outcome); !s.ok()) return s;
+  if (absl::Status s = CompleteLeasedLocked(batch, *t, 0, outcome); !s.ok()) return s;
   if (absl::Status s = WriteLocked(&batch, "complete task"); !s.ok()) return s;
   if (!outcome.ok()) return outcome;
   return t;
@@ -538,7 +538,8 @@ absl::StatusOr<std::vector<absl::StatusOr<Task>>> RocksCatalog::CompleteTasks(
     }
     // Reads do not see `batch`: a second task of the same file waits for the first's write.
     if (inodes.count(t->inode) > 0) write();
-    if (absl::Status s = CompleteLeasedLocked(batch, *t, outcome[i]); !s.ok()) {
+    if (absl::Status s = CompleteLeasedLocked(batch, *t, items[i].mtime_ns, outcome[i]);
+        !s.ok()) {
       out[i] = s;
       continue;
     }
@@ -551,7 +552,7 @@ absl::StatusOr<std::vector<absl::StatusOr<Task>>> RocksCatalog::CompleteTasks(
 }
 
 absl::Status RocksCatalog::CompleteLeasedLocked(rocksdb::WriteBatch& batch, Task& t,
-                                                absl::Status& outcome) {
+                                                std::int64_t mtime_ns, absl::Status& outcome) {
   std::int64_t now = Now();
   absl::StatusOr<Attributes> a = StatInode(t.inode);
   if (!a.ok() && !absl::IsNotFound(a.status())) return a.status();
@@ -584,6 +585,8 @@ absl::Status RocksCatalog::CompleteLeasedLocked(rocksdb::WriteBatch& batch, Task
     r.state = ReplicaState::kComplete;
     r.size = t.size;
     r.verified_ns = now;
+    r.mtime_ns = mtime_ns;
+    r.note.clear();
     PutReplicaLocked(batch, r, t.spec.path);
     t.state = TaskState::kDone;
   } else if (rec.has_value() && rec->state == ReplicaState::kComplete &&

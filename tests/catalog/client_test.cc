@@ -304,7 +304,7 @@ TEST_F(CatalogClientTest, BatchedClaimsAndCompletionsCarryChecksumsAndPerItemRes
   EXPECT_EQ(client_->ClaimTasks("b1", {"x", "x"}, 30s).status().code(),
             absl::StatusCode::kInvalidArgument);
   absl::StatusOr<std::vector<absl::StatusOr<Task>>> done =
-      client_->CompleteTasks({{(*claimed)[0].id, "w#1"}, {(*claimed)[1].id, "nobody"}});
+      client_->CompleteTasks({{(*claimed)[0].id, "w#1", 4242}, {(*claimed)[1].id, "nobody"}});
   ASSERT_TRUE(done.ok()) << done.status();
   ASSERT_EQ(done->size(), 2u);
   ASSERT_TRUE((*done)[0].ok()) << (*done)[0].status();
@@ -312,6 +312,52 @@ TEST_F(CatalogClientTest, BatchedClaimsAndCompletionsCarryChecksumsAndPerItemRes
   EXPECT_EQ((*done)[1].status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE((*done)[1].status().message().find("nobody"), std::string::npos);
   EXPECT_EQ(client_->ListTasks(open)->size(), 1u);
+  // The mtime stamp travelled with the completion.
+  absl::StatusOr<Location> loc = client_->Locate("/f");
+  ASSERT_TRUE(loc.ok());
+  bool seen = false;
+  for (const Replica& r : loc->replicas) {
+    if (r.node != "b1") continue;
+    seen = true;
+    EXPECT_EQ(r.mtime_ns, 4242);
+  }
+  EXPECT_TRUE(seen);
+}
+
+TEST_F(CatalogClientTest, ReplicaTransitionsTravelWithTheirResultsAndNotes) {
+  Topology();
+  absl::StatusOr<Attributes> f = client_->Stat("/f");
+  ASSERT_TRUE(f.ok());
+  ReplicaTransition bad;
+  bad.inode = f->inode;
+  bad.node = "a1";
+  bad.generation = f->generation;
+  bad.from = ReplicaState::kComplete;
+  bad.to = ReplicaState::kCorrupt;
+  bad.note = "checksum a != b";
+  ReplicaTransition wrong = bad;
+  wrong.node = "b1";  // no record there
+  ReplicaTransition refused = bad;
+  refused.node = "nope/x";  // not a valid name
+  absl::StatusOr<std::vector<absl::Status>> r = client_->TransitionReplicas({bad, wrong, refused});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_TRUE((*r)[0].ok()) << (*r)[0];
+  EXPECT_TRUE(absl::IsNotFound((*r)[1])) << (*r)[1];
+  EXPECT_TRUE(absl::IsInvalidArgument((*r)[2])) << (*r)[2];
+  absl::StatusOr<Location> loc = client_->Locate("/f");
+  ASSERT_TRUE(loc.ok());
+  ASSERT_EQ(loc->replicas.size(), 1u);
+  EXPECT_EQ(loc->replicas[0].state, ReplicaState::kCorrupt);
+  EXPECT_EQ(loc->replicas[0].note, "checksum a != b");
+  // A lost one reads back as lost (the proto enum carries the new state).
+  ReplicaTransition drop = bad;
+  drop.from = ReplicaState::kCorrupt;
+  drop.to = ReplicaState::kDeleting;
+  r = client_->TransitionReplicas({drop});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE((*r)[0].ok()) << (*r)[0];
+  EXPECT_EQ(client_->Locate("/f")->replicas[0].state, ReplicaState::kDeleting);
 }
 
 TEST_F(CatalogClientTest, BeginWriteAndCommitOfTheReservedGeneration) {

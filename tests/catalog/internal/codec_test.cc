@@ -113,6 +113,37 @@ TEST(CodecTest, NodeRecordsWithoutTheWorkerCountStillDecode) {
   EXPECT_EQ(from_old->address, "10.0.0.2:7000");
 }
 
+TEST(CodecTest, ReplicaRecordsKeepTheirStampAndNoteAndOlderOnesStillDecode) {
+  Replica r;
+  r.inode = 7;
+  r.node = "c1";
+  r.state = ReplicaState::kLost;
+  r.generation = 3;
+  r.size = 1000;
+  r.verified_ns = 11;
+  r.updated_ns = 12;
+  r.mtime_ns = 1'700'000'000'123'456'789;
+  r.note = "missing from the spool";
+  absl::StatusOr<Replica> back = DecodeReplica(EncodeReplica(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->state, ReplicaState::kLost);
+  EXPECT_EQ(back->mtime_ns, r.mtime_ns);
+  EXPECT_EQ(back->note, r.note);
+  EXPECT_EQ(back->updated_ns, 12);
+  // A record written before the two fields existed ends after updated_ns (each is one byte
+  // for 0 and "").
+  r.state = ReplicaState::kComplete;
+  r.mtime_ns = 0;
+  r.note.clear();
+  std::string old = EncodeReplica(r);
+  old.resize(old.size() - 2);
+  absl::StatusOr<Replica> from_old = DecodeReplica(old);
+  ASSERT_TRUE(from_old.ok()) << from_old.status();
+  EXPECT_EQ(from_old->mtime_ns, 0);
+  EXPECT_EQ(from_old->updated_ns, 12);
+  EXPECT_EQ(from_old->state, ReplicaState::kComplete);
+}
+
 TEST(CodecTest, RouteRecordsRoundTripWhatCopiesTaughtAndOlderOnesStillDecode) {
   Route r;
   r.src_site = "a";

@@ -1350,5 +1350,165 @@ TEST_F(RocksCatalogTest, FinalRequestStatesAreNotOverwrittenAndCancelledTakeNoTa
   EXPECT_TRUE(catalog_->UpdateRequest(u).ok());  // same state: not a change
 }
 
+
+ReplicaTransition Move(InodeId inode, std::string node, std::uint64_t gen, ReplicaState from,
+                       ReplicaState to, std::string note = "") {
+  ReplicaTransition t;
+  t.inode = inode;
+  t.node = std::move(node);
+  t.generation = gen;
+  t.from = from;
+  t.to = to;
+  t.note = std::move(note);
+  return t;
+}
+
+TEST_F(RocksCatalogTest, AReplicaFoundDamagedBecomesCorruptWithItsReasonAndAnEvent) {
+  MakeTopologyAndFile();
+  absl::StatusOr<Attributes> f = catalog_->Stat("/f");
+  ASSERT_TRUE(f.ok());
+  absl::StatusOr<std::uint64_t> seq = catalog_->LastEventSeq();
+  ASSERT_TRUE(seq.ok());
+  absl::StatusOr<std::vector<absl::Status>> r = catalog_->TransitionReplicas(
+      {Move(f->inode, "a1", 1, ReplicaState::kComplete, ReplicaState::kCorrupt, "checksum x != y")});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_TRUE((*r)[0].ok()) << (*r)[0];
+  absl::StatusOr<Replica> rec = RecordOf("/f", "a1");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->state, ReplicaState::kCorrupt);
+  EXPECT_EQ(rec->note, "checksum x != y");
+  absl::StatusOr<std::vector<Event>> events = catalog_->ReadEvents(*seq, 10, 0ms);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].kind, EventKind::kReplica);
+  EXPECT_EQ((*events)[0].id, f->inode);
+  EXPECT_EQ((*events)[0].state, "corrupt");
+  EXPECT_EQ((*events)[0].detail, "checksum x != y");
+  // The note and state survive a restart (stored with the record).
+  Open();
+  rec = RecordOf("/f", "a1");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->state, ReplicaState::kCorrupt);
+  EXPECT_EQ(rec->note, "checksum x != y");
+}
+
+TEST_F(RocksCatalogTest, AReplicaTransitionIsACompareAndSet) {
+  MakeTopologyAndFile();
+  absl::StatusOr<Attributes> f = catalog_->Stat("/f");
+  ASSERT_TRUE(f.ok());
+  absl::StatusOr<std::vector<absl::Status>> r = catalog_->TransitionReplicas({
+      Move(f->inode, "a1", 2, ReplicaState::kComplete, ReplicaState::kLost),   // other generation
+      Move(f->inode, "b1", 1, ReplicaState::kComplete, ReplicaState::kLost),   // no record
+      Move(f->inode, "a1", 1, ReplicaState::kStale, ReplicaState::kDeleting),  // other state
+      Move(f->inode, "a1", 1, ReplicaState::kPending, ReplicaState::kComplete),  // not allowed
+  });
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 4u);
+  EXPECT_TRUE(absl::IsAborted((*r)[0])) << (*r)[0];
+  EXPECT_TRUE(absl::IsNotFound((*r)[1])) << (*r)[1];
+  EXPECT_TRUE(absl::IsAborted((*r)[2])) << (*r)[2];
+  EXPECT_TRUE(absl::IsInvalidArgument((*r)[3])) << (*r)[3];
+  absl::StatusOr<Replica> rec = RecordOf("/f", "a1");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->state, ReplicaState::kComplete);
+  // The same record twice in one call: the second is refused, the first applied.
+  r = catalog_->TransitionReplicas(
+      {Move(f->inode, "a1", 1, ReplicaState::kComplete, ReplicaState::kLost, "missing"),
+       Move(f->inode, "a1", 1, ReplicaState::kComplete, ReplicaState::kCorrupt)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE((*r)[0].ok());
+  EXPECT_TRUE(absl::IsInvalidArgument((*r)[1])) << (*r)[1];
+  rec = RecordOf("/f", "a1");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->state, ReplicaState::kLost);
+  // A failed write changes nothing.
+  fail_next_write_ = true;
+  r = catalog_->TransitionReplicas(
+      {Move(f->inode, "a1", 1, ReplicaState::kLost, ReplicaState::kDeleting)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE((*r)[0].ok());
+  rec = RecordOf("/f", "a1");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->state, ReplicaState::kLost);
+}
+
+TEST_F(RocksCatalogTest, TheLastCompleteReplicaIsNeverDropped) {
+  MakeTopologyAndFile();
+  absl::StatusOr<Attributes> f = catalog_->Stat("/f");
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE(catalog_->PutReplica(Rep(f->inode, "b1", ReplicaState::kComplete, 1)).ok());
+  // Both in one call: one may go, the other is then the last.
+  absl::StatusOr<std::vector<absl::Status>> r = catalog_->TransitionReplicas(
+      {Move(f->inode, "a1", 1, ReplicaState::kComplete, ReplicaState::kDeleting),
+       Move(f->inode, "b1", 1, ReplicaState::kComplete, ReplicaState::kDeleting)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE((*r)[0].ok()) << (*r)[0];
+  EXPECT_TRUE(absl::IsFailedPrecondition((*r)[1])) << (*r)[1];
+  EXPECT_EQ(RecordOf("/f", "a1")->state, ReplicaState::kDeleting);
+  EXPECT_EQ(RecordOf("/f", "b1")->state, ReplicaState::kComplete);
+  r = catalog_->TransitionReplicas(
+      {Move(f->inode, "b1", 1, ReplicaState::kComplete, ReplicaState::kDeleting)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition((*r)[0])) << (*r)[0];
+}
+
+TEST_F(RocksCatalogTest, AReverifiedReplicaKeepsItsStateAndGetsItsStampWithoutAnEvent) {
+  MakeTopologyAndFile();
+  absl::StatusOr<Attributes> f = catalog_->Stat("/f");
+  ASSERT_TRUE(f.ok());
+  absl::StatusOr<std::uint64_t> seq = catalog_->LastEventSeq();
+  now_ += 5'000'000'000;
+  ReplicaTransition t = Move(f->inode, "a1", 1, ReplicaState::kComplete, ReplicaState::kComplete);
+  t.verified = true;
+  t.mtime_ns = 123456789;
+  absl::StatusOr<std::vector<absl::Status>> r = catalog_->TransitionReplicas({t});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE((*r)[0].ok()) << (*r)[0];
+  absl::StatusOr<Replica> rec = RecordOf("/f", "a1");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->state, ReplicaState::kComplete);
+  EXPECT_EQ(rec->verified_ns, now_.load());
+  EXPECT_EQ(rec->mtime_ns, 123456789);
+  EXPECT_EQ(*catalog_->LastEventSeq(), *seq);
+}
+
+TEST_F(RocksCatalogTest, ACommittedCopyRecordsTheMtimeItsNodeSaw) {
+  MakeTopologyAndFile();
+  absl::StatusOr<Task> t = OneTask();
+  ASSERT_TRUE(t.ok());
+  absl::StatusOr<std::vector<Task>> claimed = catalog_->ClaimTasks("b1", {"w"}, 10s);
+  ASSERT_TRUE(claimed.ok() && claimed->size() == 1);
+  absl::StatusOr<std::vector<absl::StatusOr<Task>>> done =
+      catalog_->CompleteTasks({{t->id, "w", 987654321}});
+  ASSERT_TRUE(done.ok());
+  ASSERT_TRUE((*done)[0].ok()) << (*done)[0].status();
+  absl::StatusOr<Replica> rec = RecordOf("/f", "b1");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->state, ReplicaState::kComplete);
+  EXPECT_EQ(rec->mtime_ns, 987654321);
+}
+
+TEST_F(RocksCatalogTest, AClaimReplacesACorruptRecordOfItsNode) {
+  MakeTopologyAndFile();
+  absl::StatusOr<Attributes> f = catalog_->Stat("/f");
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE(catalog_->PutReplica(Rep(f->inode, "b1", ReplicaState::kComplete, 1)).ok());
+  ASSERT_TRUE(catalog_
+                  ->TransitionReplicas({Move(f->inode, "b1", 1, ReplicaState::kComplete,
+                                             ReplicaState::kCorrupt, "bad")})
+                  .ok());
+  absl::StatusOr<Task> t = OneTask();
+  ASSERT_TRUE(t.ok());
+  absl::StatusOr<std::vector<Task>> claimed = catalog_->ClaimTasks("b1", {"w"}, 10s);
+  ASSERT_TRUE(claimed.ok() && claimed->size() == 1);
+  absl::StatusOr<Replica> rec = RecordOf("/f", "b1");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->state, ReplicaState::kPending);
+  EXPECT_EQ(rec->note, "");
+  ASSERT_TRUE(catalog_->CompleteTask(t->id, "w").ok());
+  EXPECT_EQ(RecordOf("/f", "b1")->state, ReplicaState::kComplete);
+}
+
 }  // namespace
 }  // namespace gfrep::catalog
