@@ -73,6 +73,13 @@ int OpenTaskCap(const Topology& topology, const PlannerOptions& options, std::st
   return std::max(options.max_open_tasks_per_node, 5 * static_cast<int>(workers));
 }
 
+// True if `node` holds a complete replica of `generation` of the located file.
+bool HoldsComplete(const catalog::Location& loc, std::string_view node, std::uint64_t generation) {
+  return std::any_of(loc.replicas.begin(), loc.replicas.end(), [&](const catalog::Replica& r) {
+    return r.node == node && r.state == catalog::ReplicaState::kComplete && r.generation == generation;
+  });
+}
+
 // Plans one file. `window` false: ignore per-node/route/request limits (dry run).
 // `request_budget`: tasks this request may still open (-1: unlimited); decremented.
 absl::StatusOr<FileOutcome> PlanFile(catalog::Catalog& catalog, const std::string& path,
@@ -127,7 +134,10 @@ absl::StatusOr<FileOutcome> PlanFile(catalog::Catalog& catalog, const std::strin
         per_site[site] += 1;
         if (eligible_site(site)) ++inflight;
       }
-    } else if (t->state == TaskState::kFailed && t->generation == generation) {
+    } else if (t->state == TaskState::kFailed && t->generation == generation &&
+               HoldsComplete(*loc, t->spec.src_node, generation)) {
+      // A copy that failed from a source whose replica has since been found bad (lost,
+      // corrupt) or dropped is not the file's failure: plan it again from a good one.
       if (failed == nullptr || t->id > failed->id) failed = t;
     }
   }

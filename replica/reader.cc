@@ -26,8 +26,10 @@ absl::Status Errno(std::string_view what, int err) {
   return absl::InternalError(msg);
 }
 
-// Opens `file`, checks it is a regular file of `size` bytes.
-absl::StatusOr<int> OpenChecked(const fs::path& file, std::uint64_t size) {
+// Opens `file`, checks it is a regular file of `size` bytes and, if `mtime_ns` is not 0,
+// that its mtime is that stamp.
+absl::StatusOr<int> OpenChecked(const fs::path& file, std::uint64_t size,
+                                std::int64_t mtime_ns = 0) {
   int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return Errno(fmt::format("open {}", file.string()), errno);
   struct stat st {};
@@ -36,7 +38,44 @@ absl::StatusOr<int> OpenChecked(const fs::path& file, std::uint64_t size) {
     ::close(fd);
     return absl::DataLossError(fmt::format("{}: not a regular file of {} bytes", file.string(), size));
   }
+  const std::int64_t mtime =
+      static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  if (mtime_ns != 0 && mtime != mtime_ns) {
+    ::close(fd);
+    return absl::DataLossError(fmt::format(
+        "{}: modified after it was committed (mtime {} ns, recorded {} ns)", file.string(), mtime,
+        mtime_ns));
+  }
   return fd;
+}
+
+// Tells the catalog that this node's replica `r` is not what its record says.
+void ReportLocal(catalog::Catalog& catalog, const catalog::Replica& r, const absl::Status& why) {
+  catalog::ReplicaTransition t;
+  t.inode = r.inode;
+  t.node = r.node;
+  t.generation = r.generation;
+  t.from = catalog::ReplicaState::kComplete;
+  t.to = absl::IsNotFound(why) ? catalog::ReplicaState::kLost : catalog::ReplicaState::kCorrupt;
+  t.note = std::string(catalog::TruncateUtf8(
+      fmt::format("found by a reader: {}", std::string(why.message())), catalog::kMaxLabelBytes));
+  // Best effort: the reader goes on with a remote replica either way, and the node's own
+  // checks find the same again.
+  (void)catalog.TransitionReplicas({t});
+}
+
+// Checks the checksum of the open replica `fd` against the catalog's (kDataLoss if not).
+absl::Status VerifyOpenFile(int fd, const catalog::Attributes& attributes) {
+  absl::StatusOr<transfer::ChecksumAlgorithm> algo =
+      transfer::ParseChecksumAlgorithm(attributes.checksum_algo);
+  if (!algo.ok()) return algo.status();
+  absl::StatusOr<std::string> sum = transfer::ComputeFdChecksum(fd, attributes.size, *algo);
+  if (!sum.ok()) return absl::DataLossError(sum.status().message());
+  const std::string expected = CatalogChecksum(attributes);
+  if (*sum != expected) {
+    return absl::DataLossError(fmt::format("checksum {}, the catalog says {}", *sum, expected));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -85,8 +124,22 @@ absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std:
       if (!self.ok()) break;
       absl::StatusOr<int> fd = OpenChecked(
           ReplicaFile(self->spool, loc->attributes.inode, loc->attributes.generation),
-          reader->size_);
-      if (!fd.ok()) break;  // fall back to a remote replica
+          reader->size_, r.mtime_ns);
+      if (fd.ok() && options.verify_local) {
+        absl::Status v = VerifyOpenFile(*fd, loc->attributes);
+        if (!v.ok()) {
+          ::close(*fd);
+          fd = v;
+        }
+      }
+      if (!fd.ok()) {
+        // Not the bytes the catalog vouches for (or gone): never served; fall back to a
+        // remote replica.
+        if (absl::IsNotFound(fd.status()) || absl::IsDataLoss(fd.status())) {
+          ReportLocal(catalog, r, fd.status());
+        }
+        break;
+      }
       reader->fd_ = *fd;
       reader->local_ = true;
       reader->source_node_ = r.node;

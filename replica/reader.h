@@ -17,8 +17,13 @@
 //     and read from there. Whole-file fetch-then-read: simple, verified before the first
 //     byte is served, at the cost of a first-byte latency of one transfer and temporary
 //     disk space of one file. If a source fails, the next best is tried.
-// Stale, pending or corrupt replicas are never read. A reader with no identity is a
-// client outside every site (always the remote path).
+// Stale, pending, corrupt or lost replicas are never read. This node's own replica is read
+// only if its file is a regular file of the recorded size whose mtime is the stamp the node
+// recorded when the replica became complete (Replica::mtime_ns; and, with verify_local,
+// whose checksum is the catalog's); otherwise the reader reports it to the catalog (lost if
+// missing, else corrupt: the repairer makes the copy again, replica/repairer.h) and reads a
+// remote replica instead. A reader with no identity is a client outside every site (always
+// the remote path).
 //
 // Error codes: kNotFound (no such path, or no complete replica of the current
 // generation), kFailedPrecondition (a directory; a file without content), kUnavailable
@@ -50,6 +55,10 @@ struct ReaderOptions {
   std::filesystem::path tmp_dir;
   // Nodes silent for longer are not read from.
   std::chrono::milliseconds heartbeat_timeout{30000};
+  // Also checksum this node's own replica before serving it (gfexport --verify): one more
+  // read of the file, which then comes from the page cache. Without it the local replica is
+  // served when its size and mtime stamp are as recorded at commit.
+  bool verify_local = false;
 };
 
 class FileReader {

@@ -121,8 +121,16 @@ absl::StatusOr<SourceChoice> SelectSource(const catalog::Location& location,
   if (!ranked.empty()) return std::move(ranked.front());
   std::vector<catalog::Replica> current = CurrentReplicas(location);
   if (current.empty()) {
-    return absl::NotFoundError(fmt::format("{}: no complete replica of generation {}",
-                                           location.path, location.attributes.generation));
+    // Say what became of the copies there were: found damaged or missing, and why.
+    std::string bad;
+    for (const catalog::Replica& r : location.replicas) {
+      if (!catalog::IsBad(r.state) || r.generation != location.attributes.generation) continue;
+      bad += fmt::format("{}{} {}{}{}", bad.empty() ? "" : "; ", r.node, catalog::ToString(r.state),
+                         r.note.empty() ? "" : ": ", r.note);
+    }
+    return absl::NotFoundError(fmt::format("{}: no complete replica of generation {}{}{}",
+                                           location.path, location.attributes.generation,
+                                           bad.empty() ? "" : " (", bad.empty() ? "" : bad + ")"));
   }
   std::string nodes;
   for (const catalog::Replica& r : current) {

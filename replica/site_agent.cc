@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -12,7 +14,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <future>
 #include <optional>
@@ -21,6 +25,7 @@
 
 #include "replica/in_flight.h"
 #include "replica/internal/spool_keeper.h"
+#include "replica/replica_check.h"
 #include "replica/spool.h"
 #include "transfer/agent.h"
 #include "transfer/checksum.h"
@@ -93,7 +98,8 @@ absl::Status Validate(const SiteAgentOptions& o) {
   if (o.lease.count() < 300) return absl::InvalidArgumentError("lease must be >= 300 ms");
   if (o.heartbeat_interval.count() <= 0 || o.poll_interval.count() <= 0 ||
       o.sweep_interval.count() <= 0 || o.gc_interval.count() <= 0 ||
-      o.orphan_grace.count() < 0) {
+      o.orphan_grace.count() < 0 || o.check_interval.count() < 0 ||
+      o.scrub_period.count() < 0) {
     return absl::InvalidArgumentError("intervals must be positive");
   }
   if (absl::Status s = Validate(o.retry); !s.ok()) return s;
@@ -311,6 +317,9 @@ absl::Status SiteAgent::Start() {
   threads_.emplace_back([this] { RenewLoop(); });
   threads_.emplace_back([this] { WatchLoop(); });
   threads_.emplace_back([this] { SweepLoop(); });
+  if (options_.check_interval.count() > 0 || options_.scrub_rate_bytes > 0) {
+    threads_.emplace_back([this] { CheckLoop(); });
+  }
   threads_.emplace_back([this] { ClaimLoop(); });
   for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this, i] { WorkerLoop(i); });
   for (int i = 0; i < kCompleters; ++i) threads_.emplace_back([this] { CompleteLoop(); });
@@ -333,6 +342,7 @@ void SiteAgent::Stop() {
   work_wake_.notify_all();
   idle_wake_.notify_all();
   complete_wake_.notify_all();
+  check_wake_.notify_all();
   for (std::thread& t : threads) {
     if (t.joinable()) t.join();
   }
@@ -619,7 +629,7 @@ void SiteAgent::CompleteLoop() {
     claim_wake_.notify_one();  // and the claim loop too
     std::vector<catalog::TaskCompletion> items;
     items.reserve(batch.size());
-    for (const Completion& c : batch) items.push_back({c.task.id, c.owner});
+    for (const Completion& c : batch) items.push_back({c.task.id, c.owner, c.mtime_ns});
     // The bytes are in place and verified; make them durable in the catalog. Retry transport
     // errors until the lease would have run out (once only when stopping: the next claim
     // of the task finds the file in place).
@@ -740,7 +750,8 @@ void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owne
     if (stop_) CancelLocked(run);
   }
   std::uint64_t bytes = 0;
-  absl::Status result = Copy(task, run, bytes);
+  std::int64_t mtime_ns = 0;
+  absl::Status result = Copy(task, run, bytes, mtime_ns);
   bool lost;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -749,7 +760,7 @@ void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owne
     if (!lost && result.ok()) {
       // Committed to the catalog by a completer thread, so this worker goes on with the next
       // file at once; the lease is renewed meanwhile.
-      completions_.push_back(Completion{task, claim_owner, bytes});
+      completions_.push_back(Completion{task, claim_owner, bytes, mtime_ns});
     }
   }
   --active_;
@@ -829,7 +840,17 @@ absl::StatusOr<catalog::Route> SiteAgent::LookupRoute(const std::string& src_sit
 }
 
 absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
-                             std::uint64_t& bytes_received) {
+                             std::uint64_t& bytes_received, std::int64_t& mtime_ns) {
+  // The stamp the catalog records with the replica (replica_check.h): read after the rename
+  // and the directory sync, from the file that is the replica.
+  auto stamp = [&](const fs::path& file) -> absl::Status {
+    struct stat st {};
+    if (::lstat(file.c_str(), &st) != 0) {
+      return absl::InternalError(fmt::format("stat {}: {}", file.string(), std::strerror(errno)));
+    }
+    mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+    return absl::OkStatus();
+  };
   // What the copy is checked against: the file's checksum at the task's generation, which
   // the claim brought along (ClaimTasks); a catalog that predates that is asked here.
   std::optional<absl::StatusOr<catalog::Attributes>> attrs_result;
@@ -870,7 +891,10 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
     absl::Status v = VerifyFile(final_path, *attrs);
     if (v.ok()) {
       log_->info("task={} already in place: {}", task.id, final_path.string());
-      return SyncDirectoryChain(options_.spool, final_path.parent_path());
+      if (absl::Status s = SyncDirectoryChain(options_.spool, final_path.parent_path()); !s.ok()) {
+        return s;
+      }
+      return stamp(final_path);
     }
     log_->warn("task={} {} (removed, copying again)", task.id, v.ToString());
     fs::remove(final_path, ec);
@@ -1004,9 +1028,15 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   }
   if (got != expected || stats.bytes != task.size) {
     fs::remove(staging, ec);
-    return absl::DataLossError(fmt::format(
-        "copy does not match the catalog (generation {}): {} bytes {}, catalog {} bytes {}",
-        task.generation, stats.bytes, got, task.size, expected));
+    // The engine checked end to end that these are the bytes the source read from its
+    // replica file: the source's replica is what is wrong. Report it, and fail this task for
+    // good: the planner copies the file again from a good replica.
+    std::string note = fmt::format(
+        "sent {} bytes {} to {}; the catalog says {} bytes {} (generation {})", stats.bytes,
+        got, options_.node, task.size, expected, task.generation);
+    ReportBadSource(task, note);
+    return absl::FailedPreconditionError(
+        fmt::format("source replica on {} does not match the catalog: {}", task.spec.src_node, note));
   }
   fs::create_directories(final_path.parent_path(), ec);
   if (ec) return absl::InternalError(fmt::format("create {}: {}", final_path.parent_path().string(), ec.message()));
@@ -1028,7 +1058,100 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
                                            std::string(s.message())));
   }
   fs::remove_all(tmp, ec);  // ignored: only leftovers of a finished copy
-  return absl::OkStatus();
+  return stamp(final_path);
+}
+
+void SiteAgent::ReportBadSource(const catalog::Task& task, const std::string& note) {
+  catalog::ReplicaTransition t;
+  t.inode = task.inode;
+  t.node = task.spec.src_node;
+  t.generation = task.generation;
+  t.from = catalog::ReplicaState::kComplete;
+  t.to = catalog::ReplicaState::kCorrupt;
+  t.note = std::string(catalog::TruncateUtf8(note, catalog::kMaxLabelBytes));
+  absl::StatusOr<std::vector<absl::Status>> r = options_.catalog->TransitionReplicas({t});
+  absl::Status s = r.ok() ? (r->empty() ? absl::InternalError("no result") : r->front()) : r.status();
+  if (s.ok()) {
+    log_->warn("task={} source replica of {} on {} reported corrupt: {}", task.id, task.spec.path,
+               task.spec.src_node, note);
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.replicas_corrupt += 1;
+  } else {
+    log_->warn("task={} source replica on {} is bad ({}); report: {}", task.id,
+               task.spec.src_node, note, s.ToString());
+  }
+}
+
+void SiteAgent::CheckLoop() {
+  // Scrub reads must not slow the copies or the readers: the idle I/O class for this thread.
+  constexpr int kIoprioClassIdle = 3;
+  constexpr int kIoprioClassShift = 13;
+  constexpr int kIoprioWhoProcess = 1;
+  if (::syscall(SYS_ioprio_set, kIoprioWhoProcess, 0, kIoprioClassIdle << kIoprioClassShift) != 0) {
+    log_->debug("ioprio_set(idle): {}", std::strerror(errno));
+  }
+  ReplicaCheckerOptions o;
+  o.catalog = options_.catalog;
+  o.node = options_.node;
+  o.spool = options_.spool;
+  o.scrub_rate_bytes = options_.scrub_rate_bytes;
+  o.scrub_period = options_.scrub_period;
+  o.logger = log_;
+  auto next_stat = std::chrono::steady_clock::now();
+  auto stat_due = [&] {
+    return options_.check_interval.count() > 0 && std::chrono::steady_clock::now() >= next_stat;
+  };
+  o.stopping = [this] { return stop_.load(); };
+  ReplicaChecker checker(o);
+  auto add = [&](const CheckSummary& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.replicas_checked += s.checked;
+    stats_.replicas_lost += s.lost;
+    stats_.replicas_corrupt += s.corrupt;
+    stats_.scrub_bytes += s.bytes_read;
+  };
+  while (!stop_) {
+    if (stat_due()) {
+      next_stat = std::chrono::steady_clock::now() + options_.check_interval;
+      absl::StatusOr<CheckSummary> s = checker.StatPass();
+      if (!s.ok()) {
+        log_->warn("replica check: {}", s.status().ToString());
+      } else {
+        add(*s);
+        if (s->lost + s->corrupt > 0) {
+          log_->warn("replica check: {} checked, {} lost, {} corrupt ({} reported)", s->checked,
+                     s->lost, s->corrupt, s->reported);
+        }
+      }
+    }
+    bool scrubbed_all = true;
+    if (options_.scrub_rate_bytes > 0 && !stop_) {
+      // Ends before its next replica once the next stat check is due; the next pass starts
+      // over (replicas verified meanwhile are skipped).
+      absl::StatusOr<CheckSummary> s = checker.ScrubPass(
+          false, options_.check_interval.count() > 0 ? next_stat
+                                                     : std::chrono::steady_clock::time_point::max());
+      if (!s.ok()) {
+        log_->warn("scrub: {}", s.status().ToString());
+      } else {
+        add(*s);
+        scrubbed_all = !s->partial;
+        if (s->checked > 0) {
+          log_->info("scrub: {} replicas read ({} bytes), {} good, {} lost, {} corrupt", s->checked,
+                     s->bytes_read, s->good, s->lost, s->corrupt);
+        }
+      }
+    }
+    if (!scrubbed_all) continue;
+    // Nothing left to scrub: sleep until the next stat check (at most 10 s, when the scrub
+    // looks again for replicas whose verification has aged).
+    const auto until = std::min(options_.check_interval.count() > 0
+                                    ? next_stat
+                                    : std::chrono::steady_clock::time_point::max(),
+                                std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    std::unique_lock<std::mutex> lock(mu_);
+    check_wake_.wait_until(lock, until, [&] { return stop_.load(); });
+  }
 }
 
 }  // namespace gfrep::replica

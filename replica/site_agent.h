@@ -151,6 +151,13 @@ struct SiteAgentOptions {
   std::chrono::milliseconds gc_interval{600000};
   // Unrecorded replica files younger than this are kept (uploads awaiting their commit).
   std::chrono::milliseconds orphan_grace{3600000};
+  // Consistency checks (replica/replica_check.h): a stat check of every complete replica
+  // this often (0: none), and a checksum scrub at scrub_rate_bytes per second (0: none, at
+  // idle I/O priority) that re-reads a replica once its last verification is older than
+  // scrub_period. What they find is reported to the catalog (lost, corrupt).
+  std::chrono::milliseconds check_interval{60000};
+  std::uint64_t scrub_rate_bytes = 32ull << 20;
+  std::chrono::seconds scrub_period{std::chrono::hours(24 * 7)};
   RetryOptions retry;
   // Engine settings for pulls (shared key, TLS, checksum, timeouts); route fields are the
   // defaults that the catalog's route table overrides.
@@ -184,6 +191,10 @@ struct SiteAgentStats {
   std::uint64_t pulls_on_warm_sessions = 0;  // copies that reused an open one
   std::uint64_t claim_calls = 0;     // ClaimTasks calls that leased at least one task
   std::uint64_t complete_calls = 0;  // CompleteTasks calls (each commits a batch)
+  std::uint64_t replicas_checked = 0;  // by stat checks and scrubs
+  std::uint64_t replicas_lost = 0;     // found missing (reported lost)
+  std::uint64_t replicas_corrupt = 0;  // found damaged (reported corrupt), sources included
+  std::uint64_t scrub_bytes = 0;       // read by scrubs
   int in_flight_limit = 0;           // copies allowed at once now (adapt_in_flight)
   int peak_in_flight = 0;            // most copies that ran at once
 };
@@ -226,6 +237,10 @@ class SiteAgent {
   struct Claimed;
   void GiveBack(std::deque<Claimed> tasks);
   void SweepLoop();
+  // Stat checks every check_interval, scrubbing in between (replica_check.h).
+  void CheckLoop();
+  // Reports the copy's source replica corrupt (its bytes did not match the catalog).
+  void ReportBadSource(const catalog::Task& task, const std::string& note);
   // Every tune_period: goodput and whether the limit held copies back -> InFlightLimit.
   void TuneLoop();
   // Copies allowed at once now (REQUIRES mu_ held).
@@ -240,7 +255,9 @@ class SiteAgent {
   // One claimed attempt: copy, then CompleteTask or FailTask as `claim_owner`.
   void Execute(const catalog::Task& task, const std::string& claim_owner, CopyIo& io);
   struct Running;
-  absl::Status Copy(const catalog::Task& task, Running& run, std::uint64_t& bytes_received);
+  // On success `mtime_ns` is the replica file's mtime (recorded by the commit).
+  absl::Status Copy(const catalog::Task& task, Running& run, std::uint64_t& bytes_received,
+                    std::int64_t& mtime_ns);
   // Asks a running copy to stop (from any thread; REQUIRES mu_ held).
   static void CancelLocked(Running& run);
   catalog::Heartbeat MakeHeartbeat() const;
@@ -272,6 +289,7 @@ class SiteAgent {
   std::condition_variable work_wake_;      // workers below the limit: a task is ready, room
   std::condition_variable idle_wake_;      // workers above the limit: it rose
   std::condition_variable complete_wake_;  // completers: a copy waits for its commit
+  std::condition_variable check_wake_;     // CheckLoop: only Stop() wakes it early
   std::uint64_t wake_generation_ = 0;                 // guarded by mu_
   bool sweep_wanted_ = false;                         // guarded by mu_
   std::atomic<std::uint64_t> claims_{0};
@@ -283,6 +301,7 @@ class SiteAgent {
     catalog::Task task;
     std::string owner;
     std::uint64_t bytes = 0;
+    std::int64_t mtime_ns = 0;
   };
   std::deque<Completion> completions_;
   std::map<std::string, std::uint64_t> completing_;  // owner -> task id, being committed

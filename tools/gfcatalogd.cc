@@ -12,6 +12,7 @@
 #include "catalog/catalog.h"
 #include "catalog/catalog_service.h"
 #include "replica/planner.h"
+#include "replica/repairer.h"
 #include "tools/internal/cli.h"
 
 namespace {
@@ -63,6 +64,15 @@ int main(int argc, char** argv) {
                  "commits in flight hold tasks too)")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
+  bool no_repair = false;
+  app.add_flag("--no-repair", no_repair,
+               "Do not repair lost and corrupt replicas (no repair requests are made)");
+  double repair_scan_s = 600;
+  app.add_option("--repair-scan-interval", repair_scan_s,
+                 "Repairer: seconds between full scans of every node's replica records for bad "
+                 "ones (lost and corrupt ones are also acted on as they are reported)")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   auto log = tools::MakeLogger(kProgram, common);
 
@@ -111,10 +121,23 @@ int main(int argc, char** argv) {
     planner = std::move(*p);
     planner->Start();
   }
+  // The repairer makes the copies of lost and corrupt replicas again (replica/repairer.h),
+  // through requests the planner runs.
+  std::unique_ptr<replica::Repairer> repairer;
+  if (!no_repair) {
+    replica::RepairerOptions repair_options;
+    repair_options.catalog = store->get();
+    repair_options.logger = log;
+    repair_options.scan_interval =
+        std::chrono::milliseconds(static_cast<std::int64_t>(repair_scan_s * 1000));
+    repairer = std::make_unique<replica::Repairer>(repair_options);
+    repairer->Start();
+  }
 
   int sig = 0;
   sigwait(&signals, &sig);
   log->info("signal {}: shutting down", sig);
+  if (repairer) repairer->Stop();
   if (planner) planner->Stop();
   (*server)->Shutdown();
   server->reset();

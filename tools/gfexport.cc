@@ -2,7 +2,8 @@
 // (replica/reader.h): this node's complete replica through a plain descriptor when it has
 // one, else the best remote replica (fetched and verified first). The reader is named by
 // --site/--node or $GFREP_SITE/$GFREP_NODE; with neither it reads as a client outside
-// every site.
+// every site. A local replica is served only if it is as recorded at commit (size, mtime
+// stamp; with --verify also its checksum); else it is reported and a remote one is read.
 #include <unistd.h>
 
 #include <cerrno>
@@ -43,6 +44,10 @@ int main(int argc, char** argv) {
   app.add_option("--node", node, "Name of the reading node (default: $GFREP_NODE)");
   app.add_option("--key-file", key_file, "Shared key file (default ~/.gfrep/shared_key)");
   app.add_option("--tmp-dir", tmp_dir, "Where a remote replica is staged (default: $TMPDIR or /tmp)");
+  bool verify = false;
+  app.add_flag("--verify", verify,
+               "Also checksum this node's own replica before the first byte is written (a "
+               "mismatch is reported and another replica is read)");
   CLI11_PARSE(app, argc, argv);
   auto log = tools::MakeLogger(kProgram, common);
   std::signal(SIGPIPE, SIG_IGN);
@@ -53,6 +58,7 @@ int main(int argc, char** argv) {
   options.identity.site = EnvOr(site, "GFREP_SITE");
   options.identity.node = EnvOr(node, "GFREP_NODE");
   options.tmp_dir = tmp_dir;
+  options.verify_local = verify;
   options.transfer.logger = log;
   std::filesystem::path key_path =
       key_file.empty() ? transfer::DefaultKeyPath() : std::filesystem::path(key_file);

@@ -110,6 +110,24 @@ int main(int argc, char** argv) {
   app.add_option("--session-reuse", session_reuse,
                  "keep transfer sessions to source agents open between files (true|false)");
   app.add_option("--lease", lease_s, "task lease, seconds (renewed while copying)")->check(CLI::Range(1, 3600));
+  double check_interval_s =
+      std::chrono::duration<double>(agent_defaults.check_interval).count();
+  std::string scrub_rate = "32M";
+  double scrub_period_h =
+      std::chrono::duration<double, std::ratio<3600>>(agent_defaults.scrub_period).count();
+  app.add_option("--check-interval", check_interval_s,
+                 "seconds between stat checks of every replica (missing: lost; other size or "
+                 "mtime: corrupt); 0: none")
+      ->check(CLI::Range(0.0, 86400.0 * 30))
+      ->capture_default_str();
+  app.add_option("--scrub-rate", scrub_rate,
+                 "bytes per second the checksum scrub reads at idle I/O priority (e.g. 32M); 0: "
+                 "no scrub")
+      ->capture_default_str();
+  app.add_option("--scrub-period", scrub_period_h,
+                 "hours after which a replica's checksum is verified again by the scrub")
+      ->check(CLI::Range(0.0, 24.0 * 3650))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   auto log = gfrep::tools::MakeLogger("gfsited", common);
 
@@ -117,6 +135,10 @@ int main(int argc, char** argv) {
   if (!buf.ok()) return gfrep::tools::Fail("gfsited", Msg(buf.status()));
   absl::StatusOr<std::uint64_t> jint = gfrep::tools::ParseSize(journal_interval);
   if (!jint.ok()) return gfrep::tools::Fail("gfsited", Msg(jint.status()));
+  absl::StatusOr<std::uint64_t> scrub_bytes = gfrep::tools::ParseSize(scrub_rate);
+  if (!scrub_bytes.ok()) {
+    return gfrep::tools::Fail("gfsited", "--scrub-rate: " + Msg(scrub_bytes.status()));
+  }
   std::filesystem::path key_path = key_file.empty() ? gfrep::transfer::DefaultKeyPath() : std::filesystem::path(key_file);
   absl::StatusOr<std::string> key = gfrep::transfer::LoadOrCreateSharedKey(key_path);
   if (!key.ok()) return gfrep::tools::Fail("gfsited", Msg(key.status()));
@@ -197,6 +219,9 @@ int main(int argc, char** argv) {
     so.io_threads = io_threads;
     so.reuse_sessions = session_reuse;
     so.lease = std::chrono::seconds(lease_s);
+    so.check_interval = std::chrono::milliseconds(static_cast<std::int64_t>(check_interval_s * 1000));
+    so.scrub_rate_bytes = *scrub_bytes;
+    so.scrub_period = std::chrono::seconds(static_cast<std::int64_t>(scrub_period_h * 3600));
     so.transfer = pull_defaults;
     so.logger = log;
     auto agent = gfrep::replica::SiteAgent::Create(so);

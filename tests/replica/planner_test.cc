@@ -534,6 +534,49 @@ TEST_F(PlannerTest, PermanentTaskFailureFailsTheFileWithTheRecordedReason) {
   EXPECT_TRUE(Tasks(id).empty());
 }
 
+TEST_F(PlannerTest, ACopyThatFailedBecauseItsSourceWasBadIsPlannedAgainFromAGoodOne) {
+  Commit("/d/f1", 10, "a1");
+  auto f = cat_->Stat("/d/f1");
+  ASSERT_TRUE(f.ok());
+  catalog::Replica second;
+  second.inode = f->inode;
+  second.node = "b1";
+  second.state = catalog::ReplicaState::kComplete;
+  second.generation = f->generation;
+  second.size = 10;
+  ASSERT_TRUE(cat_->PutReplica(second).ok());
+  auto planner = MakePlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d/f1"};
+  spec.dst_sites = {"C"};
+  spec.copies = 1;
+  std::uint64_t id = Request(spec);
+  ASSERT_TRUE(planner->Step().ok());
+  auto t = cat_->ClaimTask("c1", "agent", std::chrono::seconds(10));
+  ASSERT_TRUE(t.ok()) << t.status();
+  const std::string bad_source = t->spec.src_node;
+  // The destination found the source's bytes wrong: it reports the source replica corrupt
+  // and fails the task for good (as the site agent does).
+  catalog::ReplicaTransition report;
+  report.inode = f->inode;
+  report.node = bad_source;
+  report.generation = f->generation;
+  report.from = catalog::ReplicaState::kComplete;
+  report.to = catalog::ReplicaState::kCorrupt;
+  report.note = "checksum mismatch";
+  ASSERT_TRUE(cat_->TransitionReplicas({report}).ok());
+  ASSERT_TRUE(cat_->FailTask(t->id, "agent", "FAILED_PRECONDITION: source replica is bad", false,
+                             std::chrono::milliseconds(0))
+                  .ok());
+  ASSERT_TRUE(planner->Step().ok());
+  catalog::Request r = Get(id);
+  EXPECT_EQ(r.state, RequestState::kRunning) << r.error;
+  std::vector<Task> open = Tasks(id);
+  ASSERT_EQ(open.size(), 1u);
+  EXPECT_NE(open[0].spec.src_node, bad_source);
+  EXPECT_EQ(open[0].spec.dst_node, "c1");
+}
+
 TEST_F(PlannerTest, DownNodesAreNotDestinationsAndADownOnlySourceIsStillTried) {
   Commit("/d/f1", 10, "a1");
   auto planner = MakePlanner();

@@ -1,9 +1,12 @@
 #include "replica/site_agent.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <csignal>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <map>
@@ -11,6 +14,7 @@
 
 #include "replica/planner.h"
 #include "replica/reader.h"
+#include "replica/repairer.h"
 #include "replica/spool.h"
 #include "replica/writer.h"
 #include "tests/replica/faulty_catalog.h"
@@ -61,6 +65,7 @@ class SiteAgentTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    if (repairer_) repairer_->Stop();
     if (planner_) planner_->Stop();
     nodes_.clear();
   }
@@ -81,6 +86,11 @@ class SiteAgentTest : public ::testing::Test {
     a.retry.max = std::chrono::milliseconds(200);
     a.transfer.shared_key = kKey;
     a.transfer.io_timeout = std::chrono::milliseconds(5000);
+    // Consistency checks only where a test asks for them (they judge spool files that some
+    // tests arrange by hand).
+    a.check_interval = check_interval_;
+    a.scrub_rate_bytes = scrub_rate_;
+    a.scrub_period = std::chrono::seconds(0);
     return a;
   }
 
@@ -113,6 +123,13 @@ class SiteAgentTest : public ::testing::Test {
     ASSERT_TRUE(agent.ok()) << agent.status();
     n.agent = std::move(*agent);
     ASSERT_TRUE(n.agent->Start().ok());
+  }
+
+  void StartRepairer() {
+    RepairerOptions o;
+    o.catalog = cat_.get();
+    repairer_ = std::make_unique<Repairer>(o);
+    repairer_->Start();
   }
 
   void StartPlanner() {
@@ -283,6 +300,9 @@ class SiteAgentTest : public ::testing::Test {
   catalog::Catalog* agent_catalog_ = nullptr;  // what agents talk to (default: cat_)
   std::map<std::string, std::unique_ptr<TestNode>> nodes_;
   std::unique_ptr<Planner> planner_;
+  std::unique_ptr<Repairer> repairer_;
+  std::chrono::milliseconds check_interval_{0};
+  std::uint64_t scrub_rate_ = 0;
 };
 
 TEST_F(SiteAgentTest, ReplicatesFilesToEverySiteWithMatchingBytes) {
@@ -746,11 +766,175 @@ TEST_F(SiteAgentTest, BytesThatDoNotMatchTheCatalogNeverBecomeACompleteReplica) 
   spec.copies = 2;
   catalog::Request r = Replicate(spec);
   EXPECT_EQ(r.state, RequestState::kFailed);
-  EXPECT_NE(r.error.find("does not match the catalog"), std::string::npos) << r.error;
+  // The destination saw that the source's bytes are not the catalog's: the source replica
+  // is reported corrupt (never served again), and the request says why nothing is left.
+  EXPECT_NE(r.error.find("no complete replica"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("a1 corrupt"), std::string::npos) << r.error;
   auto loc = cat_->Locate("/bad/f");
   ASSERT_TRUE(loc.ok());
-  for (const auto& rep : loc->replicas) EXPECT_NE(rep.node, "b1");
+  for (const auto& rep : loc->replicas) {
+    EXPECT_NE(rep.node, "b1");
+    if (rep.node == "a1") {
+      EXPECT_EQ(rep.state, catalog::ReplicaState::kCorrupt);
+      EXPECT_NE(rep.note.find("the catalog says"), std::string::npos) << rep.note;
+    }
+  }
   EXPECT_FALSE(HasFilesOf("b1", loc->attributes.inode));
+}
+
+// Overwrites one byte in place (size kept; the mtime moves, as any write makes it).
+void FlipByteOf(const fs::path& file, std::uint64_t offset) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << file;
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x01);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+TEST_F(SiteAgentTest, ADamagedReplicaIsNeverReadAndIsRepairedWithoutAnyoneAsking) {
+  check_interval_ = std::chrono::milliseconds(300);
+  StartNode("a1", "A");
+  StartNode("b1", "B");
+  StartNode("c1", "C");
+  Store("a1", "/heal/f", 300000, 11);
+  StartPlanner();
+  StartRepairer();
+  catalog::RequestSpec spec;
+  spec.paths = {"/heal/f"};
+  spec.copies = 3;
+  ASSERT_EQ(Replicate(spec).state, RequestState::kDone);
+  const std::string good = Bytes("a1", "/heal/f");
+  ASSERT_EQ(Bytes("b1", "/heal/f"), good);
+  ASSERT_EQ(Bytes("c1", "/heal/f"), good);
+  auto f = cat_->Stat("/heal/f");
+  ASSERT_TRUE(f.ok());
+  auto seq = cat_->LastEventSeq();
+  ASSERT_TRUE(seq.ok());
+
+  // One byte flipped at b, the replica at c deleted (the reproduction).
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a later mtime than the commit's
+  FlipByteOf(ReplicaFile(nodes_.at("b1")->spool, f->inode, f->generation), 1234);
+  fs::remove(ReplicaFile(nodes_.at("c1")->spool, f->inode, f->generation));
+
+  // A reader at b never gets the damaged bytes: its local replica is refused (by its stamp)
+  // and a good one is read instead.
+  auto reader = Open(*cat_, "/heal/f", ReadAs("B", "b1"));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_FALSE((*reader)->local());
+  EXPECT_EQ(ReadAll(**reader), good);
+
+  // Found, reported and repaired, with nobody typing anything.
+  bool healed = WaitForCatalog([&] {
+    auto b = RecordOf("/heal/f", "b1");
+    auto c = RecordOf("/heal/f", "c1");
+    return b && c && b->state == catalog::ReplicaState::kComplete &&
+           c->state == catalog::ReplicaState::kComplete && b->mtime_ns != 0 &&
+           Bytes("b1", "/heal/f") == good && Bytes("c1", "/heal/f") == good;
+  }, std::chrono::seconds(60));
+  EXPECT_TRUE(healed);
+  auto events = cat_->ReadEvents(*seq, 10000, std::chrono::milliseconds(0));
+  ASSERT_TRUE(events.ok());
+  bool b_corrupt = false, c_lost = false;
+  for (const catalog::Event& e : *events) {
+    if (e.kind != catalog::EventKind::kReplica || e.id != f->inode) continue;
+    if (e.node == "b1" && e.state == "corrupt") b_corrupt = true;
+    if (e.node == "c1" && e.state == "lost") c_lost = true;
+  }
+  EXPECT_TRUE(b_corrupt);
+  EXPECT_TRUE(c_lost);
+  auto repairs = cat_->ListRequests(true, RequestState::kQueued, 100);
+  ASSERT_TRUE(repairs.ok());
+  int made = 0;
+  for (const catalog::Request& r : *repairs) {
+    if (r.spec.owner == kRepairOwner) {
+      ++made;
+      EXPECT_EQ(r.state, RequestState::kDone) << r.error;
+    }
+  }
+  EXPECT_GE(made, 1);
+  // And the local replica is read locally again.
+  reader = Open(*cat_, "/heal/f", ReadAs("B", "b1"));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_TRUE((*reader)->local());
+  EXPECT_EQ(ReadAll(**reader), good);
+}
+
+TEST_F(SiteAgentTest, TheScrubFindsBitRotThatLeavesNoTraceAndItIsRepaired) {
+  check_interval_ = std::chrono::milliseconds(300);
+  scrub_rate_ = 64ull << 20;
+  StartNode("a1", "A");
+  StartNode("b1", "B");
+  Store("a1", "/rot/f", 500000, 12);
+  StartPlanner();
+  StartRepairer();
+  catalog::RequestSpec spec;
+  spec.paths = {"/rot/f"};
+  spec.copies = 2;
+  ASSERT_EQ(Replicate(spec).state, RequestState::kDone);
+  const std::string good = Bytes("a1", "/rot/f");
+  auto f = cat_->Stat("/rot/f");
+  ASSERT_TRUE(f.ok());
+  auto seq = cat_->LastEventSeq();
+  ASSERT_TRUE(seq.ok());
+  // A flipped bit with the mtime put back: size and stamp as recorded, bytes not.
+  fs::path file = ReplicaFile(nodes_.at("b1")->spool, f->inode, f->generation);
+  struct stat st {};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  FlipByteOf(file, 400000);
+  struct timespec times[2] = {st.st_atim, st.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
+
+  bool repaired = WaitForCatalog([&] {
+    auto b = RecordOf("/rot/f", "b1");
+    return b && b->state == catalog::ReplicaState::kComplete && b->verified_ns > 0 &&
+           Bytes("b1", "/rot/f") == good;
+  }, std::chrono::seconds(60));
+  EXPECT_TRUE(repaired);
+  auto events = cat_->ReadEvents(*seq, 10000, std::chrono::milliseconds(0));
+  ASSERT_TRUE(events.ok());
+  std::string found;
+  for (const catalog::Event& e : *events) {
+    if (e.kind == catalog::EventKind::kReplica && e.node == "b1" && e.state == "corrupt") {
+      found = e.detail;
+    }
+  }
+  EXPECT_NE(found.find("checksum"), std::string::npos) << found;
+  EXPECT_GT(nodes_.at("b1")->agent->stats().scrub_bytes, 0u);
+}
+
+TEST_F(SiteAgentTest, AVerifyingReaderRefusesALocalReplicaWhoseBytesRotted) {
+  StartNode("a1", "A");
+  StartNode("b1", "B");
+  Store("a1", "/v/f", 300000, 13);
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/v/f"};
+  spec.copies = 2;
+  ASSERT_EQ(Replicate(spec).state, RequestState::kDone);
+  const std::string good = Bytes("a1", "/v/f");
+  auto f = cat_->Stat("/v/f");
+  ASSERT_TRUE(f.ok());
+  fs::path file = ReplicaFile(nodes_.at("b1")->spool, f->inode, f->generation);
+  struct stat st {};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  FlipByteOf(file, 100);
+  struct timespec times[2] = {st.st_atim, st.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
+  // gfexport --verify: the local replica is checksummed before the first byte, refused,
+  // reported, and another replica is read.
+  ReaderOptions verify = ReadAs("B", "b1");
+  verify.verify_local = true;
+  auto reader = Open(*cat_, "/v/f", verify);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_FALSE((*reader)->local());
+  EXPECT_EQ(ReadAll(**reader), good);
+  auto rec = RecordOf("/v/f", "b1");
+  ASSERT_TRUE(rec.has_value());
+  EXPECT_EQ(rec->state, catalog::ReplicaState::kCorrupt);
+  EXPECT_NE(rec->note.find("found by a reader: checksum"), std::string::npos) << rec->note;
 }
 
 TEST_F(SiteAgentTest, AFileWhoseOnlySourceIsDownFailsClearlyAfterItsRetries) {

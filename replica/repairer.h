@@ -1,0 +1,102 @@
+#pragma once
+
+// Repairer: makes the copies of lost and corrupt replicas again, without anyone typing.
+//
+// Agents (replica/replica_check.h), readers and destinations that received bad bytes from a
+// source mark a replica record `lost` or `corrupt` in the catalog. The repairer follows the
+// catalog's event log for those transitions (and, at start and every `scan_interval`, scans
+// every node's records, so nothing is missed while it was down) and, for each file with bad
+// replicas of its current generation, creates one replication request (owner "repair"):
+//   - destination sites: the sites of the bad replicas; copies: the complete replicas
+//     those sites hold now plus one per bad replica, so the planner (replica/planner.h)
+//     makes exactly the missing copies there, from the best good source, with its usual
+//     retries, limits and explanations; the node that lost the copy is a destination like
+//     any other of its site (its record is replaced by the new copy's);
+//   - priority kRepairPriority, or kLastCopyPriority when the file is down to one complete
+//     replica (ahead of all new replication: one more failure would lose it).
+// When the request is done, bad records still left (the copy went to another node of the
+// site) move to `deleting`, so their nodes drop what remains; bad records of an older
+// generation move there at once. A file without any complete replica left cannot be
+// repaired: it is logged (error) and looked at again at the next scan.
+//
+// At most one repair request per file is open at a time (found again after a restart
+// from the active requests whose owner is "repair").
+//
+// Threading: Step() is synchronous; Start() runs it on an own thread, woken by the event
+// log (long poll) or every `scan_interval`; Stop() joins.
+
+#include <spdlog/logger.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "catalog/catalog.h"
+
+namespace gfrep::replica {
+
+inline constexpr std::int32_t kRepairPriority = 1000;
+inline constexpr std::int32_t kLastCopyPriority = 2000;
+inline constexpr const char* kRepairOwner = "repair";
+
+struct RepairerOptions {
+  // REQUIRES: non-null, outlives the repairer.
+  catalog::Catalog* catalog = nullptr;
+  // Full scan of every node's replica records this often (and at start).
+  std::chrono::milliseconds scan_interval{std::chrono::minutes(10)};
+  // Null: spdlog::default_logger().
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+// What one step did.
+struct RepairStepSummary {
+  std::uint64_t requests_created = 0;
+  std::uint64_t records_dropped = 0;  // bad records moved to deleting
+  std::uint64_t unrepairable = 0;     // files with bad replicas and no complete one
+};
+
+class Repairer {
+ public:
+  explicit Repairer(RepairerOptions options);
+  ~Repairer();
+
+  // Reads the events since the last step (a full scan on the first step and when due) and
+  // acts on every file with bad replicas.
+  absl::StatusOr<RepairStepSummary> Step();
+
+  void Start();
+  void Stop();
+
+ private:
+  struct Open {
+    std::uint64_t request_id = 0;
+    std::uint64_t generation = 0;
+    std::set<std::string> bad_nodes;
+  };
+  absl::Status Recover();
+  absl::Status Scan(std::set<catalog::InodeId>& out);
+  absl::Status Consider(catalog::InodeId inode, RepairStepSummary& summary);
+  absl::Status Finish(catalog::InodeId inode, Open& open, RepairStepSummary& summary);
+  void Loop();
+
+  RepairerOptions options_;
+  std::shared_ptr<spdlog::logger> log_;
+
+  // Step() state (one caller at a time).
+  bool recovered_ = false;
+  std::uint64_t after_seq_ = 0;
+  std::chrono::steady_clock::time_point last_scan_{};
+  bool scanned_ = false;
+  std::map<catalog::InodeId, Open> open_;  // files with a repair request in flight
+
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace gfrep::replica
