@@ -227,11 +227,13 @@ absl::StatusOr<RepairStepSummary> Repairer::Step() {
     if (r->state == catalog::RequestState::kDone) {
       if (absl::Status s = Finish(it->first, it->second, summary); !s.ok()) return s;
       log_->info("repair request {} done", r->id);
+      // Copies found bad while it ran (not its own) are repaired next.
+      candidates.insert(it->first);
     } else {
       log_->warn("repair request {} ended {}: {} (tried again at the next scan)", r->id,
                  catalog::ToString(r->state), r->error);
+      candidates.erase(it->first);  // not again before the next scan
     }
-    candidates.erase(it->first);  // not again in this step
     it = open_.erase(it);
   }
   for (catalog::InodeId inode : candidates) {

@@ -20,7 +20,9 @@
 // repaired: it is logged (error) and looked at again at the next scan.
 //
 // At most one repair request per file is open at a time (found again after a restart
-// from the active requests whose owner is "repair").
+// from the active requests whose owner is "repair"); copies of the file found bad while it
+// runs get the next request once it is done. A failed repair request is tried again at the
+// next scan.
 //
 // Threading: Step() is synchronous; Start() runs it on an own thread, woken by the event
 // log (long poll) or every `scan_interval`; Stop() joins.

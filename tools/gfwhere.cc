@@ -46,9 +46,10 @@ int main(int argc, char** argv) {
     if (paths.size() > 1) std::cout << path << ":\n";
     if (loc->replicas.empty()) std::cout << "  (no replicas)\n";
     for (const catalog::Replica& r : loc->replicas) {
-      std::cout << fmt::format("  {:<20} {:<9} g{}{}\n", r.node, catalog::ToString(r.state),
+      std::cout << fmt::format("  {:<20} {:<9} g{}{}{}\n", r.node, catalog::ToString(r.state),
                                r.generation,
-                               r.generation == loc->attributes.generation ? "" : " (old)");
+                               r.generation == loc->attributes.generation ? "" : " (old)",
+                               r.note.empty() ? "" : "  " + r.note);
     }
   }
   return rc;

@@ -119,6 +119,30 @@ absl::StatusOr<std::uint64_t> SpoolKeeper::SweepDeleting() {
 }
 
 absl::StatusOr<std::uint64_t> SpoolKeeper::CollectGarbage() {
+  std::uint64_t removed = 0;
+  absl::Status s = ScanGarbage([&](const DarkFile& f) {
+    if (!f.due) return;
+    std::error_code rm;
+    if (fs::remove(f.file, rm)) {
+      ++removed;
+      options_.logger->info("removed {} ({})", f.file.string(), f.why);
+      fs::remove(f.file.parent_path(), rm);  // ignored: only succeeds when empty
+    } else if (rm) {
+      options_.logger->warn("remove {}: {}", f.file.string(), rm.message());
+    }
+  });
+  if (!s.ok()) return s;
+  return removed;
+}
+
+absl::StatusOr<std::vector<SpoolKeeper::DarkFile>> SpoolKeeper::FindGarbage() {
+  std::vector<DarkFile> out;
+  absl::Status s = ScanGarbage([&](const DarkFile& f) { out.push_back(f); });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::Status SpoolKeeper::ScanGarbage(const std::function<void(const DarkFile&)>& found) {
   catalog::Catalog& cat = *options_.catalog;
   std::vector<catalog::InodeId> inodes;
   std::error_code ec;
@@ -128,16 +152,6 @@ absl::StatusOr<std::uint64_t> SpoolKeeper::CollectGarbage() {
     }
   }
   std::sort(inodes.begin(), inodes.end());
-  std::uint64_t removed = 0;
-  auto remove = [&](const fs::path& file, std::string_view why) {
-    std::error_code rm;
-    if (fs::remove(file, rm)) {
-      ++removed;
-      options_.logger->info("removed {} ({})", file.string(), why);
-    } else if (rm) {
-      options_.logger->warn("remove {}: {}", file.string(), rm.message());
-    }
-  };
   // Merge the sorted inode directories with the node's records (also in inode order).
   std::size_t next = 0;
   catalog::InodeId after = 0;
@@ -172,19 +186,21 @@ absl::StatusOr<std::uint64_t> SpoolKeeper::CollectGarbage() {
     }
     for (const auto& [gen, file] : gens) {
       if (inode_gone) {
-        remove(file, "its file was removed");
+        found({file, "its file was removed", true});
       } else if (record != nullptr && gen == record->generation) {
         continue;
       } else if (record != nullptr && gen < record->generation) {
-        remove(file, fmt::format("superseded by generation {}", record->generation));
-      } else if (Age(file) > options_.orphan_grace) {
-        remove(file, "no replica record");
+        found({file, fmt::format("superseded by generation {}", record->generation), true});
+      } else {
+        found({file, "no replica record", Age(file) > options_.orphan_grace});
       }
     }
-    std::error_code rm;
-    fs::remove(dir, rm);  // ignored: only succeeds when empty
+    if (gens.empty()) {
+      std::error_code rm;
+      fs::remove(dir, rm);  // ignored: only succeeds when empty
+    }
   }
-  return removed;
+  return absl::OkStatus();
 }
 
 absl::Status SpoolKeeper::MigrateLegacyLayout() {

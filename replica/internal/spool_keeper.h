@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -62,8 +63,20 @@ class SpoolKeeper {
   // Returns how many files were removed.
   absl::StatusOr<std::uint64_t> CollectGarbage();
 
+  // A file under .gfrep-data that no record vouches for ("dark data").
+  struct DarkFile {
+    std::filesystem::path file;
+    std::string why;   // "no replica record", "its file was removed", "superseded by ..."
+    bool due = false;  // CollectGarbage removes it (else it is younger than orphan_grace)
+  };
+  // What CollectGarbage would remove now and what it keeps for the grace period; changes
+  // nothing.
+  absl::StatusOr<std::vector<DarkFile>> FindGarbage();
+
  private:
   bool Stopping() const { return options_.stopping && options_.stopping(); }
+  // Calls `found` for every file no record vouches for.
+  absl::Status ScanGarbage(const std::function<void(const DarkFile&)>& found);
 
   SpoolKeeperOptions options_;
 };

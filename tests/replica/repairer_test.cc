@@ -146,6 +146,34 @@ TEST_F(RepairerTest, ABadReplicaGetsOneRequestForItsSiteAndIsDroppedOnceRepaired
   EXPECT_EQ(StateOn(a, "b1"), ReplicaState::kDeleting);
 }
 
+TEST_F(RepairerTest, ACopyFoundBadWhileARepairRunsGetsTheNextRequest) {
+  catalog::Attributes a = File("/f", {"a1", "b1", "c1"});
+  auto repairer = Make();
+  Mark(a, "b1", ReplicaState::kCorrupt);
+  ASSERT_TRUE(repairer->Step().ok());
+  ASSERT_EQ(RepairRequests().size(), 1u);
+  Mark(a, "c1", ReplicaState::kLost);  // while b's repair runs
+  auto s = repairer->Step();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->requests_created, 0u) << "one repair request per file at a time";
+  // b1 was copied again (a claim replaced its record), and the request ended.
+  catalog::Replica again;
+  again.inode = a.inode;
+  again.node = "b1";
+  again.state = ReplicaState::kComplete;
+  again.generation = a.generation;
+  again.size = 100;
+  ASSERT_TRUE(cat_->PutReplica(again).ok());
+  EndRequest(RepairRequests()[0].id, RequestState::kDone);
+  s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->requests_created, 1u);
+  std::vector<catalog::Request> reqs = RepairRequests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[0].spec.dst_sites, std::vector<std::string>{"c"});  // newest first
+  EXPECT_EQ(StateOn(a, "c1"), ReplicaState::kLost) << "kept until its own repair is done";
+}
+
 TEST_F(RepairerTest, AFileDownToOneCopyIsRepairedFirst) {
   catalog::Attributes a = File("/f", {"a1", "b1", "c1"});
   Mark(a, "b1", ReplicaState::kLost);

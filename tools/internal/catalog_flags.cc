@@ -83,7 +83,9 @@ nlohmann::json ToJson(const catalog::Replica& r) {
           {"generation", r.generation},
           {"size", r.size},
           {"verified_ns", r.verified_ns},
-          {"updated_ns", r.updated_ns}};
+          {"updated_ns", r.updated_ns},
+          {"mtime_ns", r.mtime_ns},
+          {"note", r.note}};
 }
 
 nlohmann::json ToJson(const catalog::Site& s) {
