@@ -12,6 +12,7 @@
 #include "catalog/catalog.h"
 #include "catalog/catalog_service.h"
 #include "replica/planner.h"
+#include "replica/policy_engine.h"
 #include "replica/repairer.h"
 #include "tools/internal/cli.h"
 
@@ -73,14 +74,29 @@ int main(int argc, char** argv) {
                  "ones (lost and corrupt ones are also acted on as they are reported)")
       ->check(CLI::Range(0.1, 86400.0))
       ->capture_default_str();
+  std::string policies, policy_state;
+  app.add_option("--policies", policies,
+                 "Replication policy file (YAML, replica/policy.h): its rules are enforced "
+                 "(continuous ones as files appear, scheduled ones at their times); reloaded on "
+                 "SIGHUP (a file with mistakes is refused and the rules in force stay)");
+  app.add_option("--policy-state", policy_state,
+                 "Where the last run of each scheduled rule is kept (default: DB-policy-state.json)");
   CLI11_PARSE(app, argc, argv);
   auto log = tools::MakeLogger(kProgram, common);
+  std::vector<replica::PolicyRule> rules;
+  if (!policies.empty()) {
+    // Checked before anything starts: a mistake is a clear error, not a half-enforced file.
+    absl::StatusOr<std::vector<replica::PolicyRule>> loaded = replica::LoadPolicyFile(policies);
+    if (!loaded.ok()) return tools::Fail(kProgram, loaded.status().ToString());
+    rules = std::move(*loaded);
+  }
 
   // Signals are taken synchronously by sigwait below; block them before any thread starts.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   catalog::CatalogOptions options;
@@ -134,9 +150,38 @@ int main(int argc, char** argv) {
     repairer->Start();
   }
 
+  // Policies become requests (replica/policy_engine.h).
+  std::unique_ptr<replica::PolicyEngine> policy_engine;
+  if (!policies.empty()) {
+    replica::PolicyEngineOptions po;
+    po.catalog = store->get();
+    po.logger = log;
+    po.state_file = policy_state.empty() ? db + "-policy-state.json" : policy_state;
+    policy_engine = std::make_unique<replica::PolicyEngine>(po);
+    log->info("policies: {} rule(s) from {}", rules.size(), policies);
+    policy_engine->Reload(std::move(rules));
+    policy_engine->Start();
+  }
+
   int sig = 0;
-  sigwait(&signals, &sig);
+  for (;;) {
+    sigwait(&signals, &sig);
+    if (sig != SIGHUP) break;
+    if (!policy_engine) {
+      log->info("SIGHUP: no --policies file to reload");
+      continue;
+    }
+    absl::StatusOr<std::vector<replica::PolicyRule>> loaded = replica::LoadPolicyFile(policies);
+    if (!loaded.ok()) {
+      log->error("SIGHUP: {} refused, the rules in force stay: {}", policies,
+                 loaded.status().ToString());
+      continue;
+    }
+    log->info("SIGHUP: policies reloaded, {} rule(s) from {}", loaded->size(), policies);
+    policy_engine->Reload(std::move(*loaded));
+  }
   log->info("signal {}: shutting down", sig);
+  if (policy_engine) policy_engine->Stop();
   if (repairer) repairer->Stop();
   if (planner) planner->Stop();
   (*server)->Shutdown();

@@ -1,0 +1,286 @@
+#include "replica/policy_engine.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace gfrep::replica {
+namespace {
+
+constexpr std::size_t kEventBatch = 10000;
+constexpr std::size_t kMaxSeen = 1'000'000;
+
+bool Wild(std::string_view component) {
+  return component.find_first_of("*?") != std::string_view::npos;
+}
+
+// The directory a pattern's walk starts from: its components before the first wildcard.
+std::string LiteralPrefix(const std::string& pattern) {
+  std::vector<std::string> parts;
+  std::size_t start = 1;
+  while (start <= pattern.size()) {
+    std::size_t end = pattern.find('/', start);
+    if (end == std::string::npos) end = pattern.size();
+    std::string c = pattern.substr(start, end - start);
+    if (Wild(c)) break;
+    if (!c.empty()) parts.push_back(c);
+    start = end + 1;
+  }
+  return catalog::JoinPath(parts);
+}
+
+}  // namespace
+
+PolicyEngine::PolicyEngine(PolicyEngineOptions options)
+    : options_(std::move(options)),
+      log_(options_.logger ? options_.logger : spdlog::default_logger()) {}
+
+PolicyEngine::~PolicyEngine() { Stop(); }
+
+std::int64_t PolicyEngine::Now() const {
+  return options_.clock ? options_.clock() : catalog::SystemNowNs();
+}
+
+void PolicyEngine::Reload(std::vector<PolicyRule> rules) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rules_ = std::move(rules);
+    reloaded_ = true;
+  }
+  wake_.notify_all();
+}
+
+absl::Status PolicyEngine::LoadState() {
+  if (options_.state_file.empty()) return absl::OkStatus();
+  std::ifstream in(options_.state_file);
+  if (!in) return absl::OkStatus();  // first start
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("last_run_ns") ||
+      !j["last_run_ns"].is_object()) {
+    log_->warn("policy state {}: not a state file; scheduled rules start afresh",
+               options_.state_file.string());
+    return absl::OkStatus();
+  }
+  for (const auto& [name, ns] : j["last_run_ns"].items()) {
+    if (ns.is_number_integer()) last_run_ns_[name] = ns.get<std::int64_t>();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PolicyEngine::SaveState() {
+  if (options_.state_file.empty()) return absl::OkStatus();
+  nlohmann::json j = {{"last_run_ns", last_run_ns_}};
+  const std::string text = j.dump(2) + "\n";
+  const std::filesystem::path tmp = options_.state_file.string() + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(fmt::format("open {}: {}", tmp.string(), std::strerror(errno)));
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+            ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), options_.state_file.c_str()) != 0) {
+    return absl::InternalError(fmt::format("write {}: {}", options_.state_file.string(), std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PolicyEngine::Walk(const PolicyRule& rule, std::vector<std::string>& out) {
+  catalog::Catalog& cat = *options_.catalog;
+  std::set<std::string> found;
+  for (const std::string& pattern : rule.paths) {
+    std::vector<std::string> dirs = {LiteralPrefix(pattern)};
+    while (!dirs.empty() && !stop_) {
+      const std::string dir = dirs.back();
+      dirs.pop_back();
+      absl::StatusOr<catalog::Attributes> a = cat.Stat(dir);
+      if (absl::IsNotFound(a.status())) continue;
+      if (!a.ok()) return a.status();
+      if (a->type == catalog::FileType::kFile) {
+        if (MatchPath(pattern, dir)) found.insert(dir);
+        continue;
+      }
+      catalog::ListOptions list;
+      for (;;) {
+        absl::StatusOr<std::vector<catalog::DirEntry>> page = cat.List(dir, list);
+        if (!page.ok()) return page.status();
+        for (const catalog::DirEntry& e : *page) {
+          std::string child = dir == "/" ? "/" + e.name : dir + "/" + e.name;
+          if (e.attributes.type == catalog::FileType::kDirectory) {
+            dirs.push_back(std::move(child));
+          } else if (MatchPath(pattern, child)) {
+            found.insert(std::move(child));
+          }
+        }
+        if (page->size() < list.limit) break;
+        list.start_after = page->back().name;
+      }
+    }
+  }
+  out.assign(found.begin(), found.end());
+  return absl::OkStatus();
+}
+
+absl::Status PolicyEngine::Request(const PolicyRule& rule, const std::vector<std::string>& paths,
+                                   const std::vector<catalog::Site>& sites,
+                                   PolicyStepSummary& summary) {
+  if (paths.empty()) return absl::OkStatus();
+  std::set<std::string> dst = rule.sites.Evaluate(sites);
+  if (dst.empty()) {
+    log_->warn("policy {}: sites '{}' select no site now; {} file(s) wait for the next reload",
+               rule.name, rule.sites.text(), paths.size());
+    return absl::OkStatus();
+  }
+  catalog::RequestSpec spec;
+  spec.copies = rule.copies;
+  spec.dst_sites.assign(dst.begin(), dst.end());
+  spec.priority = rule.priority;
+  spec.owner = kPolicyOwnerPrefix + rule.name;
+  if (rule.source_sites) {
+    std::set<std::string> src = rule.source_sites->Evaluate(sites);
+    if (src.empty()) {
+      log_->warn("policy {}: source_sites '{}' select no site now; {} file(s) wait", rule.name,
+                 rule.source_sites->text(), paths.size());
+      return absl::OkStatus();
+    }
+    if (src.size() == 1) {
+      spec.src_site = *src.begin();
+    } else {
+      log_->info("policy {}: source_sites '{}' select {} sites; any source is used", rule.name,
+                 rule.source_sites->text(), src.size());
+    }
+  }
+  for (std::size_t i = 0; i < paths.size(); i += catalog::kMaxBatchPaths) {
+    spec.paths.assign(paths.begin() + static_cast<std::ptrdiff_t>(i),
+                      paths.begin() + static_cast<std::ptrdiff_t>(
+                                          std::min(paths.size(), i + catalog::kMaxBatchPaths)));
+    absl::StatusOr<catalog::Request> r = options_.catalog->CreateRequest(spec);
+    if (!r.ok()) return r.status();
+    summary.requests_created += 1;
+    summary.files_requested += spec.paths.size();
+    log_->info("policy {}: request {} for {} file(s), {} cop{} in {}", rule.name, r->id,
+               spec.paths.size(), spec.copies, spec.copies == 1 ? "y" : "ies",
+               fmt::join(spec.dst_sites, ","));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
+  catalog::Catalog& cat = *options_.catalog;
+  PolicyStepSummary summary;
+  if (!started_) {
+    if (absl::Status s = LoadState(); !s.ok()) return s;
+    // Events from now on; existing files are covered by applying every rule once (below).
+    absl::StatusOr<std::uint64_t> seq = cat.LastEventSeq();
+    if (!seq.ok()) return seq.status();
+    after_seq_ = *seq;
+    started_ = true;
+  }
+  std::vector<PolicyRule> rules;
+  bool apply_all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rules = rules_;
+    apply_all = reloaded_;
+    reloaded_ = false;
+  }
+  absl::StatusOr<std::vector<catalog::Site>> sites = cat.ListSites();
+  if (!sites.ok()) return sites.status();
+
+  // New files (a new generation complete somewhere) -> the continuous rules they match.
+  std::map<std::string, std::vector<std::string>> matched;  // rule -> paths
+  for (;;) {
+    absl::StatusOr<std::vector<catalog::Event>> events =
+        cat.ReadEvents(after_seq_, kEventBatch, std::chrono::milliseconds(0));
+    if (!events.ok()) return events.status();
+    for (const catalog::Event& e : *events) {
+      after_seq_ = std::max(after_seq_, e.seq);
+      if (apply_all || e.kind != catalog::EventKind::kReplica ||
+          e.state != catalog::ToString(catalog::ReplicaState::kComplete)) {
+        continue;
+      }
+      absl::StatusOr<catalog::Attributes> a = cat.StatInode(e.id);
+      if (!a.ok()) continue;  // removed meanwhile
+      if (seen_.size() >= kMaxSeen) seen_.clear();
+      if (!seen_.insert({a->inode, a->generation}).second) continue;
+      absl::StatusOr<std::string> path = cat.PathOf(e.id);
+      if (!path.ok()) continue;
+      for (const PolicyRule& r : rules) {
+        if (r.continuous && Matches(r, *path)) matched[r.name].push_back(*path);
+      }
+    }
+    if (events->size() < kEventBatch) break;
+  }
+  for (const PolicyRule& r : rules) {
+    std::vector<std::string> paths;
+    if (apply_all && r.continuous) {
+      if (absl::Status s = Walk(r, paths); !s.ok()) return s;
+      log_->info("policy {}: applied to {} existing file(s)", r.name, paths.size());
+    } else if (auto it = matched.find(r.name); it != matched.end()) {
+      paths = std::move(it->second);
+    }
+    if (absl::Status s = Request(r, paths, *sites, summary); !s.ok()) return s;
+  }
+
+  // Scheduled rules: due runs (a missed one once).
+  const std::int64_t now = Now();
+  bool state_changed = false;
+  for (const PolicyRule& r : rules) {
+    if (!r.schedule) continue;
+    auto it = last_run_ns_.find(r.name);
+    if (it == last_run_ns_.end()) {
+      last_run_ns_[r.name] = now;  // a new schedule starts now, not in the past
+      state_changed = true;
+      continue;
+    }
+    std::optional<absl::Time> due =
+        r.schedule->Due(absl::FromUnixNanos(it->second), absl::FromUnixNanos(now));
+    if (!due) continue;
+    std::vector<std::string> paths;
+    if (absl::Status s = Walk(r, paths); !s.ok()) return s;
+    log_->info("policy {}: scheduled run of {} ({} {}), {} file(s)", r.name,
+               absl::FormatTime("%Y-%m-%d %H:%M %Z", *due, absl::UTCTimeZone()),
+               r.schedule->spec(), r.schedule->time_zone(), paths.size());
+    if (absl::Status s = Request(r, paths, *sites, summary); !s.ok()) return s;
+    it->second = now;
+    summary.scheduled_runs += 1;
+    state_changed = true;
+  }
+  if (state_changed) {
+    if (absl::Status s = SaveState(); !s.ok()) log_->warn("policy state: {}", s.ToString());
+  }
+  return summary;
+}
+
+void PolicyEngine::Loop() {
+  while (!stop_) {
+    absl::StatusOr<PolicyStepSummary> s = Step();
+    if (!s.ok()) log_->warn("policy engine: {}", s.status().ToString());
+    std::unique_lock<std::mutex> lock(mu_);
+    wake_.wait_for(lock, options_.interval, [&] { return stop_.load() || reloaded_; });
+  }
+}
+
+void PolicyEngine::Start() {
+  if (thread_.joinable()) return;
+  stop_ = false;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void PolicyEngine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace gfrep::replica

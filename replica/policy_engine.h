@@ -1,0 +1,107 @@
+#pragma once
+
+// PolicyEngine: enforces replication policies (replica/policy.h) by creating replication
+// requests; the planner (replica/planner.h) does the rest, so a policy's copies get the same
+// source selection, limits, retries and explanations as a `gfrep` request.
+//
+//   - Continuous rules follow the catalog's event log: a file that becomes complete at a new
+//     generation (a `gfreg` commit) is matched against every continuous rule, and each rule
+//     gets one request per step for all its new files (owner "policy:<rule>"): copies =
+//     the rule's, destination sites = what its site expression selects now (a rule that
+//     selects no site logs why and waits), source site = its source expression's site when
+//     that selects exactly one.
+//   - When rules are loaded (at start, on Reload) every rule is applied once to the files
+//     that already exist (a walk of the namespace below each pattern's literal prefix), so a
+//     new rule also covers old files.
+//   - Scheduled rules run at their cron times (replica/cron.h): the same walk, as a request.
+//     The time of each rule's last run is kept in `state_file` (written atomically), so a run
+//     missed while gfcatalogd was down is made up once at start, not once per missed run.
+//
+// Threading: Step() is synchronous; Start() runs it every `interval` on an own thread;
+// Reload() may be called from any thread (a SIGHUP handler's thread); Stop() joins.
+
+#include <spdlog/logger.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "catalog/catalog.h"
+#include "replica/policy.h"
+
+namespace gfrep::replica {
+
+inline constexpr const char* kPolicyOwnerPrefix = "policy:";
+
+struct PolicyEngineOptions {
+  // REQUIRES: non-null, outlives the engine.
+  catalog::Catalog* catalog = nullptr;
+  // Where the last run of each scheduled rule is remembered (JSON; empty: not remembered,
+  // a missed run is not made up).
+  std::filesystem::path state_file;
+  std::chrono::milliseconds interval{1000};
+  // Unix ns; null: catalog::SystemNowNs (tests inject one).
+  catalog::Clock clock;
+  // Null: spdlog::default_logger().
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+struct PolicyStepSummary {
+  std::uint64_t requests_created = 0;
+  std::uint64_t files_requested = 0;
+  std::uint64_t scheduled_runs = 0;
+};
+
+class PolicyEngine {
+ public:
+  explicit PolicyEngine(PolicyEngineOptions options);
+  ~PolicyEngine();
+
+  // Replaces the rules; each is applied once to existing files at the next step.
+  void Reload(std::vector<PolicyRule> rules);
+
+  absl::StatusOr<PolicyStepSummary> Step();
+
+  void Start();
+  void Stop();
+
+ private:
+  std::int64_t Now() const;
+  // Files under `rule`'s patterns now (a walk from each pattern's literal prefix).
+  absl::Status Walk(const PolicyRule& rule, std::vector<std::string>& out);
+  // One request for `paths` under `rule` (split into batches of kMaxBatchPaths).
+  absl::Status Request(const PolicyRule& rule, const std::vector<std::string>& paths,
+                       const std::vector<catalog::Site>& sites, PolicyStepSummary& summary);
+  absl::Status LoadState();
+  absl::Status SaveState();
+  void Loop();
+
+  PolicyEngineOptions options_;
+  std::shared_ptr<spdlog::logger> log_;
+
+  std::mutex mu_;
+  std::vector<PolicyRule> rules_;   // guarded by mu_
+  bool reloaded_ = false;           // guarded by mu_: apply every rule to existing files
+
+  // Step() state (one caller at a time).
+  bool started_ = false;
+  std::uint64_t after_seq_ = 0;
+  std::map<std::string, std::int64_t> last_run_ns_;  // scheduled rule -> last run
+  std::set<std::pair<catalog::InodeId, std::uint64_t>> seen_;  // generations already matched
+
+  std::atomic<bool> stop_{false};
+  std::condition_variable wake_;
+  std::thread thread_;
+};
+
+}  // namespace gfrep::replica

@@ -1,0 +1,92 @@
+// Replication policies with real processes on loopback: gfcatalogd --policies FILE enforces a
+// continuous rule (a file stored under its pattern gets its copies with no gfrep), and
+// SIGHUP reloads the file (a file with mistakes is refused; the rules in force stay).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "tests/support/federation.h"
+
+namespace gfrep {
+namespace {
+
+using testing::RunResult;
+
+class PolicyTest : public testing::FederationTest {
+ protected:
+  PolicyTest() : FederationTest("policy") {}
+
+  void SetUp() override {
+    policy_file_ = dir_.Sub("policies.yaml");
+    Write(R"(rules:
+  - name: exp-in-japan
+    paths: ["/exp/**"]
+    copies: 2
+    sites: region=jp
+)");
+    testing::FederationOptions o;
+    o.catalogd_flags = {"--policies", policy_file_};
+    StartFederation({{"kek1", "kek"}, {"tsukuba1", "tsukuba"}, {"sdsc1", "sdsc"}}, o);
+    // Site labels (gfsite label), as an operator sets them.
+    for (const auto& [site, region] : std::vector<std::pair<std::string, std::string>>{
+             {"kek", "jp"}, {"tsukuba", "jp"}, {"sdsc", "us"}}) {
+      RunResult r = Tool({"gfsite", "label", site, "region=" + region});
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+    }
+  }
+
+  void Write(const std::string& text) { std::ofstream(policy_file_) << text; }
+
+  // Waits (bounded) until `path` has complete replicas exactly on `nodes`.
+  bool WaitReplicas(const std::string& path, const std::set<std::string>& nodes) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::set<std::string> complete;
+      for (const auto& [node, state] : States(path)) {
+        if (state == "complete") complete.insert(node);
+      }
+      if (complete == nodes) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    ADD_FAILURE() << path << ": " << Where(path).dump();
+    return false;
+  }
+
+  std::string policy_file_;
+};
+
+TEST_F(PolicyTest, AFileStoredUnderAContinuousRuleGetsItsCopiesWithoutGfrep) {
+  const std::string bytes = Store("/exp/run7/f", 200000, 31, "sdsc1");
+  EXPECT_TRUE(WaitReplicas("/exp/run7/f", {"kek1", "tsukuba1", "sdsc1"}));
+  EXPECT_EQ(Replica("kek1", "/exp/run7/f"), bytes);
+  EXPECT_EQ(Replica("tsukuba1", "/exp/run7/f"), bytes);
+  // A file outside the pattern is left alone.
+  Store("/tmp/scratch", 1000, 32, "sdsc1");
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_EQ(States("/tmp/scratch").size(), 1u);
+}
+
+TEST_F(PolicyTest, SighupReloadsTheFileAndRefusesOneWithMistakes) {
+  Write("rules:\n  - name: broken\n    paths: [/exp/**]\n    copies: many\n    sites: kek\n");
+  catalogd_.Signal(SIGHUP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_TRUE(catalogd_.running());
+  // The rule in force still works.
+  Store("/exp/a", 1000, 33, "sdsc1");
+  EXPECT_TRUE(WaitReplicas("/exp/a", {"kek1", "tsukuba1", "sdsc1"}));
+  // A good file replaces the rules; existing files are covered at once.
+  Store("/sim/b", 1000, 34, "kek1");
+  Write("rules:\n  - name: sim-to-us\n    paths: [/sim/**]\n    copies: 1\n    sites: region=us\n");
+  catalogd_.Signal(SIGHUP);
+  EXPECT_TRUE(WaitReplicas("/sim/b", {"kek1", "sdsc1"}));
+  EXPECT_NE(catalogd_.Stderr().find("refused, the rules in force stay"), std::string::npos)
+      << catalogd_.Stderr();
+  EXPECT_NE(catalogd_.Stderr().find("4:13: copies: must be a whole number"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gfrep
