@@ -8,9 +8,19 @@
 // non-zero exit status when any failed. --detach prints the request id and returns.
 // Exit: 0 all done, 1 some files failed (or the request was cancelled), 2 usage/catalog
 // errors, 3 timeout.
+//
+// Requests are first-class (also those of policies and the repairer):
+//   gfrep list [--all] [--json]   active requests (--all: the latest 100 of any state)
+//   gfrep status ID [--json]      one request, with each unfinished file's state and why it
+//                                 waits (queued for a claim, backing off until T after an
+//                                 error, copying now, failed and why)
+//   gfrep attach ID               follow a request (as gfrep does after creating one)
+//   gfrep cancel ID               cancel it (its open copies end)
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -19,6 +29,7 @@
 
 #include <fmt/format.h>
 
+#include "absl/strings/numbers.h"
 #include "catalog/client.h"
 #include "replica/planner.h"
 #include "tools/internal/catalog_flags.h"
@@ -101,108 +112,11 @@ bool Finished(catalog::RequestState s) {
          s == catalog::RequestState::kCancelled;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Follows request `created` until it ends (or `timeout_s`): progress on a terminal, the
+// summary at the end; gfrep's exit status.
+int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json, double timeout_s) {
   constexpr const char* kProgram = "gfrep";
-  CLI::App app{"gfrep: replicate files between sites (Gfarm's gfrep)"};
-  tools::CommonFlags common;
-  tools::CatalogFlags cat;
-  int copies = 0;
-  std::string src_site;
-  std::vector<std::string> dst_sites;
-  bool recursive = false, dry_run = false, json = false, detach = false;
-  int parallel = 0;
-  int priority = 0;
-  double timeout_s = 0;
-  std::vector<std::string> paths;
-  tools::AddCommonFlags(app, common);
-  tools::AddCatalogFlags(app, cat);
-  app.add_option("-N,--copies", copies,
-                 "Complete replicas wanted per file (default: one per -D site, else 2)")
-      ->check(CLI::Range(1, 64));
-  app.add_option("-S,--source-site", src_site, "Copy only from replicas at this site");
-  app.add_option("-D,--destination-sites", dst_sites, "Destination sites (comma-separated)")
-      ->delimiter(',');
-  app.add_flag("-r,--recursive", recursive, "Replicate directories recursively");
-  app.add_option("-j,--parallel", parallel, "At most this many copies of this request at once")
-      ->check(CLI::Range(1, 10000));
-  app.add_flag("-n,--dry-run", dry_run, "Show what would be copied; change nothing");
-  app.add_flag("--json", json, "Print the result as one JSON object (for scripts)");
-  app.add_flag("--detach", detach, "Print the request id and return without waiting");
-  app.add_option("--priority", priority, "Higher runs first")->capture_default_str();
-  app.add_option("--wait-timeout", timeout_s, "Give up waiting after this many seconds (0: never)");
-  app.add_option("PATH", paths, "Files or directories (with -r)")->required();
-  CLI11_PARSE(app, argc, argv);
-  auto log = tools::MakeLogger(kProgram, common);
-
-  catalog::RequestSpec spec;
-  spec.paths = paths;
-  spec.copies = copies > 0 ? copies : (dst_sites.empty() ? 2 : static_cast<int>(dst_sites.size()));
-  spec.src_site = src_site;
-  spec.dst_sites = dst_sites;
-  spec.recursive = recursive;
-  spec.priority = priority;
-  const char* user = std::getenv("USER");
-  spec.owner = user == nullptr ? "gfrep" : user;
-  spec.parallel = static_cast<std::uint32_t>(parallel);
-
-  auto client = tools::ConnectCatalog(cat);
-  if (!client.ok()) return tools::Fail(kProgram, tools::ErrorText(client.status()), 2);
-  catalog::CatalogClient& c = **client;
-
-  if (dry_run) {
-    replica::PlannerOptions po;
-    po.catalog = &c;
-    po.logger = log;
-    auto planner = replica::Planner::Create(po);
-    if (!planner.ok()) return tools::Fail(kProgram, tools::ErrorText(planner.status()), 2);
-    absl::StatusOr<replica::PlanPreview> preview = (*planner)->Preview(spec);
-    if (!preview.ok()) return tools::Fail(kProgram, tools::ErrorText(preview.status()), 2);
-    if (json) {
-      nlohmann::json j = {{"dry_run", true},
-                          {"copies", nlohmann::json::array()},
-                          {"satisfied", preview->satisfied},
-                          {"failed", nlohmann::json::array()}};
-      for (const auto& p : preview->copies) {
-        j["copies"].push_back({{"path", p.path}, {"size", p.size}, {"src_node", p.src_node},
-                               {"src_site", p.src_site}, {"dst_node", p.dst_node},
-                               {"dst_site", p.dst_site}});
-      }
-      for (const auto& f : preview->failures) {
-        j["failed"].push_back({{"path", f.path}, {"error", f.error}});
-      }
-      std::cout << j.dump() << "\n";
-    } else {
-      std::uint64_t bytes = 0;
-      for (const auto& p : preview->copies) {
-        std::cout << fmt::format("copy {} {} -> {} ({}), {}\n", p.path, p.src_node, p.dst_node,
-                                 p.dst_site, Human(p.size));
-        bytes += p.size;
-      }
-      for (const auto& s : preview->satisfied) std::cout << fmt::format("ok   {}\n", s);
-      for (const auto& f : preview->failures) {
-        std::cout << fmt::format("FAIL {}: {}\n", f.path, f.error);
-      }
-      std::cout << fmt::format("dry run: {} copies ({}), {} files already satisfied, {} failing\n",
-                               preview->copies.size(), Human(bytes), preview->satisfied.size(),
-                               preview->failures.size());
-    }
-    return preview->failures.empty() ? 0 : 1;
-  }
-
-  absl::StatusOr<catalog::Request> created = c.CreateRequest(spec);
-  if (!created.ok()) return tools::Fail(kProgram, tools::ErrorText(created.status()), 2);
-  const std::uint64_t id = created->id;
-  if (detach) {
-    if (json) {
-      std::cout << nlohmann::json({{"request_id", id}}).dump() << "\n";
-    } else {
-      std::cout << id << "\n";
-    }
-    return 0;
-  }
-
+  const std::uint64_t id = created.id;
   std::map<std::string, std::string> site_of;
   if (absl::StatusOr<std::vector<catalog::Node>> nodes = c.ListNodes(""); nodes.ok()) {
     for (const catalog::Node& n : *nodes) site_of[n.name] = n.site;
@@ -215,7 +129,7 @@ int main(int argc, char** argv) {
   std::uint64_t seq = 0;
   if (absl::StatusOr<std::uint64_t> last = c.LastEventSeq(); last.ok()) seq = *last;
   Snapshot snap;
-  snap.request = *created;
+  snap.request = created;
   bool timed_out = false;
   int transient = 0;
   // The full snapshot lists every task of the request: at most one per second while it runs
@@ -316,4 +230,282 @@ int main(int argc, char** argv) {
   return tools::Fail(kProgram, r.state == catalog::RequestState::kCancelled
                                    ? fmt::format("request {} was cancelled", id)
                                    : fmt::format("request {} failed: {}", id, r.error));
+}
+
+std::string When(std::int64_t ns) {
+  const std::time_t t = static_cast<std::time_t>(ns / 1'000'000'000);
+  std::tm tm {};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+nlohmann::json RequestJson(const catalog::Request& r) {
+  return {{"id", r.id},
+          {"state", std::string(catalog::ToString(r.state))},
+          {"owner", r.spec.owner},
+          {"paths", r.spec.paths},
+          {"copies", r.spec.copies},
+          {"dst_sites", r.spec.dst_sites},
+          {"src_site", r.spec.src_site},
+          {"priority", r.spec.priority},
+          {"files_total", r.files_total},
+          {"files_done", r.files_done},
+          {"files_failed", r.files_failed},
+          {"bytes_total", r.bytes_total},
+          {"bytes_done", r.bytes_done},
+          {"error", r.error},
+          {"created_ns", r.created_ns},
+          {"updated_ns", r.updated_ns}};
+}
+
+// gfrep list [--all]: requests, newest first.
+int List(catalog::CatalogClient& c, bool all, bool json) {
+  std::vector<catalog::Request> out;
+  if (all) {
+    absl::StatusOr<std::vector<catalog::Request>> r = c.ListRequests(true, catalog::RequestState::kQueued, 100);
+    if (!r.ok()) return tools::Fail("gfrep", tools::ErrorText(r.status()), 2);
+    out = std::move(*r);
+  } else {
+    for (catalog::RequestState st : {catalog::RequestState::kRunning, catalog::RequestState::kQueued}) {
+      absl::StatusOr<std::vector<catalog::Request>> r = c.ListRequests(false, st, 10000);
+      if (!r.ok()) return tools::Fail("gfrep", tools::ErrorText(r.status()), 2);
+      out.insert(out.end(), r->begin(), r->end());
+    }
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id > b.id; });
+  }
+  if (json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const catalog::Request& r : out) j.push_back(RequestJson(r));
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  for (const catalog::Request& r : out) {
+    std::string what = r.spec.paths.empty() ? "" : r.spec.paths.front();
+    if (r.spec.paths.size() > 1) what += fmt::format(" (+{} more)", r.spec.paths.size() - 1);
+    std::cout << fmt::format("{:>6} {:<9} {:<22} files {}/{} failed {}  {} / {}  {}\n", r.id,
+                             catalog::ToString(r.state), r.spec.owner, r.files_done, r.files_total,
+                             r.files_failed, Human(r.bytes_done), Human(r.bytes_total), what);
+  }
+  if (out.empty()) std::cout << (all ? "no requests\n" : "no active requests (--all: every state)\n");
+  return 0;
+}
+
+// Why an unfinished copy is where it is, in words.
+std::string Reason(const catalog::Task& t, std::int64_t now_ns) {
+  const std::string attempt = fmt::format("attempt {}/{}", t.attempts, t.spec.max_attempts);
+  switch (t.state) {
+    case catalog::TaskState::kQueued:
+      if (t.next_attempt_ns > now_ns) {
+        return fmt::format("backing off until {} ({} failed: {})", When(t.next_attempt_ns),
+                           attempt, t.last_error);
+      }
+      return t.attempts == 0
+                 ? fmt::format("waiting for {}'s agent to claim it", t.spec.dst_node)
+                 : fmt::format("waiting for {}'s agent to claim it again (last error: {})",
+                               t.spec.dst_node, t.last_error);
+    case catalog::TaskState::kLeased:
+      return fmt::format("copying now from {} ({}, lease of {} until {})", t.spec.src_node, attempt,
+                         t.lease_owner, When(t.lease_expiry_ns));
+    case catalog::TaskState::kFailed:
+      return fmt::format("failed after {} attempts: {}", t.attempts, t.last_error);
+    case catalog::TaskState::kCancelled:
+      return fmt::format("cancelled: {}", t.last_error);
+    case catalog::TaskState::kDone:
+      return "done";
+  }
+  return "";
+}
+
+// gfrep status ID: the request and each unfinished copy with why it is where it is.
+int Status(catalog::CatalogClient& c, std::uint64_t id, bool json) {
+  absl::StatusOr<catalog::Request> r = c.GetRequest(id);
+  if (!r.ok()) return tools::Fail("gfrep", tools::ErrorText(r.status()), 2);
+  catalog::TaskFilter f;
+  f.request_id = id;
+  f.limit = catalog::kMaxBatchPaths * 4;
+  absl::StatusOr<std::vector<catalog::Task>> tasks = c.ListTasks(f);
+  if (!tasks.ok()) return tools::Fail("gfrep", tools::ErrorText(tasks.status()), 2);
+  const std::int64_t now = catalog::SystemNowNs();
+  // The latest task of each (file, destination): what that copy is doing now.
+  std::map<std::pair<std::string, std::string>, const catalog::Task*> latest;
+  for (const catalog::Task& t : *tasks) {
+    auto& slot = latest[{t.spec.path, t.spec.dst_node}];
+    if (slot == nullptr || t.id > slot->id) slot = &t;
+  }
+  std::uint64_t in_flight_bytes = 0;
+  for (const auto& [key, t] : latest) {
+    if (t->state == catalog::TaskState::kLeased) in_flight_bytes += t->size;
+  }
+  if (json) {
+    nlohmann::json j = RequestJson(*r);
+    j["copying_bytes"] = in_flight_bytes;
+    j["copies"] = nlohmann::json::array();
+    for (const auto& [key, t] : latest) {
+      if (t->state == catalog::TaskState::kDone) continue;
+      j["copies"].push_back({{"path", t->spec.path},
+                             {"src_node", t->spec.src_node},
+                             {"dst_node", t->spec.dst_node},
+                             {"state", std::string(catalog::ToString(t->state))},
+                             {"attempts", t->attempts},
+                             {"next_attempt_ns", t->next_attempt_ns},
+                             {"last_error", t->last_error},
+                             {"reason", Reason(*t, now)}});
+    }
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  std::cout << fmt::format(
+      "request {} {} (owner {}, priority {}): {} of {} files have their copies, {} failed; {} / "
+      "{} done, {} being copied now\n",
+      r->id, catalog::ToString(r->state), r->spec.owner, r->spec.priority, r->files_done,
+      r->files_total, r->files_failed, Human(r->bytes_done), Human(r->bytes_total),
+      Human(in_flight_bytes));
+  std::cout << fmt::format("  wants {} cop{} of {}{}{}\n", r->spec.copies,
+                           r->spec.copies == 1 ? "y" : "ies", fmt::join(r->spec.paths, " "),
+                           r->spec.dst_sites.empty() ? "" : fmt::format(" in {}", fmt::join(r->spec.dst_sites, ",")),
+                           r->spec.src_site.empty() ? "" : fmt::format(" from {}", r->spec.src_site));
+  if (!r->error.empty()) std::cout << "  " << r->error << "\n";
+  for (const auto& [key, t] : latest) {
+    if (t->state == catalog::TaskState::kDone) continue;
+    std::cout << fmt::format("  {} -> {}: {}\n", key.first, key.second, Reason(*t, now));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  constexpr const char* kProgram = "gfrep";
+  CLI::App app{"gfrep: replicate files between sites (Gfarm's gfrep)"};
+  tools::CommonFlags common;
+  tools::CatalogFlags cat;
+  int copies = 0;
+  std::string src_site;
+  std::vector<std::string> dst_sites;
+  bool recursive = false, dry_run = false, json = false, detach = false;
+  int parallel = 0;
+  int priority = 0;
+  double timeout_s = 0;
+  std::vector<std::string> paths;
+  tools::AddCommonFlags(app, common);
+  tools::AddCatalogFlags(app, cat);
+  app.add_option("-N,--copies", copies,
+                 "Complete replicas wanted per file (default: one per -D site, else 2)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("-S,--source-site", src_site, "Copy only from replicas at this site");
+  app.add_option("-D,--destination-sites", dst_sites, "Destination sites (comma-separated)")
+      ->delimiter(',');
+  app.add_flag("-r,--recursive", recursive, "Replicate directories recursively");
+  app.add_option("-j,--parallel", parallel, "At most this many copies of this request at once")
+      ->check(CLI::Range(1, 10000));
+  app.add_flag("-n,--dry-run", dry_run, "Show what would be copied; change nothing");
+  app.add_flag("--json", json, "Print the result as one JSON object (for scripts)");
+  app.add_flag("--detach", detach, "Print the request id and return without waiting");
+  app.add_option("--priority", priority, "Higher runs first")->capture_default_str();
+  app.add_option("--wait-timeout", timeout_s, "Give up waiting after this many seconds (0: never)");
+  app.add_option("PATH", paths, "Files or directories (with -r)")->required();
+  bool all = false;
+  app.add_flag("--all", all, "gfrep list: requests of every state (the latest 100)");
+  CLI11_PARSE(app, argc, argv);
+  auto log = tools::MakeLogger(kProgram, common);
+
+  // gfrep list | status ID | attach ID | cancel ID (a path is absolute, so no clash).
+  if (!paths.empty() && paths.front().rfind('/', 0) != 0) {
+    const std::string verb = paths.front();
+    auto client = tools::ConnectCatalog(cat);
+    if (!client.ok()) return tools::Fail(kProgram, tools::ErrorText(client.status()), 2);
+    if (verb == "list" && paths.size() == 1) return List(**client, all, json);
+    std::uint64_t id = 0;
+    if (paths.size() != 2 || !absl::SimpleAtoi(paths[1], &id)) {
+      return tools::Fail(kProgram,
+                         fmt::format("'{}': want a path (absolute), or list, status ID, attach ID, "
+                                     "cancel ID", fmt::join(paths, " ")),
+                         2);
+    }
+    if (verb == "status") return Status(**client, id, json);
+    if (verb == "cancel") {
+      if (absl::Status s = (*client)->CancelRequest(id); !s.ok()) {
+        return tools::Fail(kProgram, tools::ErrorText(s), 2);
+      }
+      std::cout << fmt::format("request {} cancelled\n", id);
+      return 0;
+    }
+    if (verb == "attach") {
+      absl::StatusOr<catalog::Request> r = (*client)->GetRequest(id);
+      if (!r.ok()) return tools::Fail(kProgram, tools::ErrorText(r.status()), 2);
+      return Follow(**client, *r, json, timeout_s);
+    }
+    return tools::Fail(kProgram, fmt::format("unknown command '{}'", verb), 2);
+  }
+
+  catalog::RequestSpec spec;
+  spec.paths = paths;
+  spec.copies = copies > 0 ? copies : (dst_sites.empty() ? 2 : static_cast<int>(dst_sites.size()));
+  spec.src_site = src_site;
+  spec.dst_sites = dst_sites;
+  spec.recursive = recursive;
+  spec.priority = priority;
+  const char* user = std::getenv("USER");
+  spec.owner = user == nullptr ? "gfrep" : user;
+  spec.parallel = static_cast<std::uint32_t>(parallel);
+
+  auto client = tools::ConnectCatalog(cat);
+  if (!client.ok()) return tools::Fail(kProgram, tools::ErrorText(client.status()), 2);
+  catalog::CatalogClient& c = **client;
+
+  if (dry_run) {
+    replica::PlannerOptions po;
+    po.catalog = &c;
+    po.logger = log;
+    auto planner = replica::Planner::Create(po);
+    if (!planner.ok()) return tools::Fail(kProgram, tools::ErrorText(planner.status()), 2);
+    absl::StatusOr<replica::PlanPreview> preview = (*planner)->Preview(spec);
+    if (!preview.ok()) return tools::Fail(kProgram, tools::ErrorText(preview.status()), 2);
+    if (json) {
+      nlohmann::json j = {{"dry_run", true},
+                          {"copies", nlohmann::json::array()},
+                          {"satisfied", preview->satisfied},
+                          {"failed", nlohmann::json::array()}};
+      for (const auto& p : preview->copies) {
+        j["copies"].push_back({{"path", p.path}, {"size", p.size}, {"src_node", p.src_node},
+                               {"src_site", p.src_site}, {"dst_node", p.dst_node},
+                               {"dst_site", p.dst_site}});
+      }
+      for (const auto& f : preview->failures) {
+        j["failed"].push_back({{"path", f.path}, {"error", f.error}});
+      }
+      std::cout << j.dump() << "\n";
+    } else {
+      std::uint64_t bytes = 0;
+      for (const auto& p : preview->copies) {
+        std::cout << fmt::format("copy {} {} -> {} ({}), {}\n", p.path, p.src_node, p.dst_node,
+                                 p.dst_site, Human(p.size));
+        bytes += p.size;
+      }
+      for (const auto& s : preview->satisfied) std::cout << fmt::format("ok   {}\n", s);
+      for (const auto& f : preview->failures) {
+        std::cout << fmt::format("FAIL {}: {}\n", f.path, f.error);
+      }
+      std::cout << fmt::format("dry run: {} copies ({}), {} files already satisfied, {} failing\n",
+                               preview->copies.size(), Human(bytes), preview->satisfied.size(),
+                               preview->failures.size());
+    }
+    return preview->failures.empty() ? 0 : 1;
+  }
+
+  absl::StatusOr<catalog::Request> created = c.CreateRequest(spec);
+  if (!created.ok()) return tools::Fail(kProgram, tools::ErrorText(created.status()), 2);
+  const std::uint64_t id = created->id;
+  if (detach) {
+    if (json) {
+      std::cout << nlohmann::json({{"request_id", id}}).dump() << "\n";
+    } else {
+      std::cout << id << "\n";
+    }
+    return 0;
+  }
+
+  return Follow(c, *created, json, timeout_s);
 }

@@ -219,6 +219,51 @@ TEST(ReplicationSiteAgentTest, GfsitedStopsPromptlyOnSigtermWhileTheCatalogIsUnr
 
 // gfmv is a catalog-only operation: every node reads the renamed file (a spool keyed by
 // path could not find it), and a new file stored at the old path leaves it alone.
+TEST_F(ReplicationTest, RequestsAreListedExplainedFollowedAndCancelled) {
+  Store("/slow/f", 4 << 20, 41);
+  // About 1 MB/s from A to B: the copy is still running while we look.
+  catalog::Route route;
+  route.src_site = "A";
+  route.dst_site = "B";
+  route.route_rate_bps = 8'000'000;
+  ASSERT_TRUE(client_->PutRoute(route).ok());
+  RunResult r = Tool({"gfrep", "-D", "B", "--detach", "/slow/f"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string id = r.out.substr(0, r.out.find('\n'));
+
+  r = Tool({"gfrep", "list"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("/slow/f"), std::string::npos) << r.out;
+  // Status says what the copy is doing (waiting for its claim, or copying now).
+  bool copying = false;
+  for (int i = 0; i < 50 && !copying; ++i) {
+    r = Tool({"gfrep", "status", id});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    copying = r.out.find("/slow/f -> b1: copying now from a1") != std::string::npos;
+    if (!copying) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(copying) << r.out;
+  r = Tool({"gfrep", "status", id, "--json"});
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["state"], "running");
+  ASSERT_EQ(j["copies"].size(), 1u);
+  EXPECT_EQ(j["copies"][0]["state"], "leased");
+
+  r = Tool({"gfrep", "cancel", id});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = Tool({"gfrep", "attach", id});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("was cancelled"), std::string::npos) << r.err;
+  r = Tool({"gfrep", "list"});
+  EXPECT_EQ(r.out.find("/slow/f"), std::string::npos) << "no longer active: " << r.out;
+  r = Tool({"gfrep", "list", "--all", "--json"});
+  EXPECT_EQ(nlohmann::json::parse(r.out)[0]["state"], "cancelled");
+  r = Tool({"gfrep", "status", "999999"});
+  EXPECT_EQ(r.exit_code, 2);
+  r = Tool({"gfrep", "status"});
+  EXPECT_EQ(r.exit_code, 2) << "a verb without its id is a usage error";
+}
+
 TEST_F(ReplicationTest, RenamedFilesAreReadEverywhereAndTheOldPathCanBeReused) {
   std::string old_bytes = Store("/mv/a", 300000, 11);
   RunResult rep = Tool({"gfrep", "-N", "3", "/mv/a"});
