@@ -296,6 +296,19 @@ class Catalog {
   // Cancels every non-terminal task of a request and marks the request kCancelled.
   virtual absl::Status CancelRequest(std::uint64_t id) = 0;
 
+  // --- Policies --------------------------------------------------------------------
+
+  // The stored policy document (version 0 and no text before the first put).
+  // The default implementation (for fakes) is kUnimplemented.
+  virtual absl::StatusOr<PolicyDocument> GetPolicies();
+
+  // Replaces the policy document (version + 1) and returns it. `expected_version`, if set,
+  // must be the stored version (kAborted otherwise: someone else changed it meanwhile).
+  // kInvalidArgument for more than kMaxPolicyBytes or text/source that is not UTF-8.
+  // The default implementation (for fakes) is kUnimplemented.
+  virtual absl::StatusOr<PolicyDocument> PutPolicies(std::string_view text, std::string_view source,
+                                                     std::optional<std::uint64_t> expected_version);
+
   // --- Events ----------------------------------------------------------------------
 
   // Events with seq > after_seq, oldest first, at most `max`. If none exist yet, waits up

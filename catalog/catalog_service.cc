@@ -564,6 +564,36 @@ class Service final : public v1::Catalog::CallbackService {
     });
   }
 
+  static void PolicyToProto(const PolicyDocument& d, v1::PolicyDocument* out) {
+    out->set_text(d.text);
+    out->set_version(d.version);
+    out->set_updated_ns(d.updated_ns);
+    out->set_source(d.source);
+  }
+
+  grpc::ServerUnaryReactor* GetPolicies(grpc::CallbackServerContext* c, const v1::Empty*,
+                                        v1::PolicyDocument* resp) override {
+    return Offload(c, [this, resp]() -> absl::Status {
+      absl::StatusOr<PolicyDocument> d = catalog_.GetPolicies();
+      if (!d.ok()) return d.status();
+      PolicyToProto(*d, resp);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::ServerUnaryReactor* PutPolicies(grpc::CallbackServerContext* c,
+                                        const v1::PutPoliciesRequest* req,
+                                        v1::PolicyDocument* resp) override {
+    return Offload(c, [this, req, resp]() -> absl::Status {
+      std::optional<std::uint64_t> expected;
+      if (req->has_expected_version()) expected = req->expected_version();
+      absl::StatusOr<PolicyDocument> d = catalog_.PutPolicies(req->text(), req->source(), expected);
+      if (!d.ok()) return d.status();
+      PolicyToProto(*d, resp);
+      return absl::OkStatus();
+    });
+  }
+
   grpc::ServerUnaryReactor* FailTask(grpc::CallbackServerContext* c,
                                      const v1::FailTaskRequest* req, v1::Task* resp) override {
     return Offload(c, [this, req, resp] {

@@ -666,6 +666,42 @@ absl::StatusOr<std::vector<absl::Status>> CatalogClient::TransitionReplicas(
   return out;
 }
 
+namespace {
+PolicyDocument FromProto(const v1::PolicyDocument& p) {
+  PolicyDocument d;
+  d.text = p.text();
+  d.version = p.version();
+  d.updated_ns = p.updated_ns();
+  d.source = p.source();
+  return d;
+}
+}  // namespace
+
+absl::StatusOr<PolicyDocument> CatalogClient::GetPolicies() {
+  v1::PolicyDocument resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::GetPolicies, v1::Empty(), &resp); !s.ok()) {
+    return s;
+  }
+  return FromProto(resp);
+}
+
+absl::StatusOr<PolicyDocument> CatalogClient::PutPolicies(std::string_view text,
+                                                          std::string_view source,
+                                                          std::optional<std::uint64_t> expected) {
+  // Protobuf string fields must be UTF-8: refuse here what the server could not even parse.
+  if (!IsValidUtf8(text) || !IsValidUtf8(source)) {
+    return absl::InvalidArgumentError("policy document and source must be UTF-8");
+  }
+  v1::PutPoliciesRequest req;
+  req.set_text(std::string(text));
+  req.set_source(std::string(source));
+  req.set_has_expected_version(expected.has_value());
+  req.set_expected_version(expected.value_or(0));
+  v1::PolicyDocument resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::PutPolicies, req, &resp); !s.ok()) return s;
+  return FromProto(resp);
+}
+
 absl::StatusOr<Task> CatalogClient::FailTask(std::uint64_t id, std::string_view owner,
                                              std::string_view error, bool retryable,
                                              std::chrono::milliseconds retry_after) {

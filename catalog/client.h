@@ -119,6 +119,9 @@ class CatalogClient final : public Catalog {
       const std::vector<TaskCompletion>& items) override;
   absl::StatusOr<std::vector<absl::Status>> TransitionReplicas(
       const std::vector<ReplicaTransition>& items) override;
+  absl::StatusOr<PolicyDocument> GetPolicies() override;
+  absl::StatusOr<PolicyDocument> PutPolicies(std::string_view text, std::string_view source,
+                                             std::optional<std::uint64_t> expected_version) override;
   absl::StatusOr<Task> FailTask(std::uint64_t id, std::string_view owner, std::string_view error,
                                 bool retryable, std::chrono::milliseconds retry_after) override;
   absl::StatusOr<std::size_t> ExpireLeases() override;

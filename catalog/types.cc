@@ -337,6 +337,15 @@ absl::StatusOr<std::vector<absl::Status>> Catalog::TransitionReplicas(
   return out;
 }
 
+absl::StatusOr<PolicyDocument> Catalog::GetPolicies() {
+  return absl::UnimplementedError("this catalog keeps no policies");
+}
+
+absl::StatusOr<PolicyDocument> Catalog::PutPolicies(std::string_view, std::string_view,
+                                                    std::optional<std::uint64_t>) {
+  return absl::UnimplementedError("this catalog keeps no policies");
+}
+
 std::int64_t SystemNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())

@@ -336,6 +336,17 @@ struct Event {
   std::string detail;    // e.g. a path or an error
 };
 
+// The federation's replication policies: one YAML document (its format: replica/policy.h),
+// stored by the catalog as text, versioned (each put adds one), and enforced by
+// gfcatalogd's policy engine. The catalog does not parse it; writers check it first.
+struct PolicyDocument {
+  std::string text;
+  std::uint64_t version = 0;  // 0: never put
+  std::int64_t updated_ns = 0;
+  std::string source;  // where it came from (a file name, "gfpolicy rm NAME", ...)
+};
+inline constexpr std::size_t kMaxPolicyBytes = 1u << 20;
+
 // Checks one path component: non-empty, not "." or "..", no '/', no NUL, at most 255
 // bytes, valid UTF-8 (names travel in protobuf string fields, which must be UTF-8).
 // kInvalidArgument naming the problem otherwise.

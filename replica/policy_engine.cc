@@ -11,30 +11,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "replica/policy_explain.h"
+
 namespace gfrep::replica {
 namespace {
 
 constexpr std::size_t kEventBatch = 10000;
 constexpr std::size_t kMaxSeen = 1'000'000;
-
-bool Wild(std::string_view component) {
-  return component.find_first_of("*?") != std::string_view::npos;
-}
-
-// The directory a pattern's walk starts from: its components before the first wildcard.
-std::string LiteralPrefix(const std::string& pattern) {
-  std::vector<std::string> parts;
-  std::size_t start = 1;
-  while (start <= pattern.size()) {
-    std::size_t end = pattern.find('/', start);
-    if (end == std::string::npos) end = pattern.size();
-    std::string c = pattern.substr(start, end - start);
-    if (Wild(c)) break;
-    if (!c.empty()) parts.push_back(c);
-    start = end + 1;
-  }
-  return catalog::JoinPath(parts);
-}
 
 }  // namespace
 
@@ -89,42 +72,6 @@ absl::Status PolicyEngine::SaveState() {
   if (!ok || ::rename(tmp.c_str(), options_.state_file.c_str()) != 0) {
     return absl::InternalError(fmt::format("write {}: {}", options_.state_file.string(), std::strerror(errno)));
   }
-  return absl::OkStatus();
-}
-
-absl::Status PolicyEngine::Walk(const PolicyRule& rule, std::vector<std::string>& out) {
-  catalog::Catalog& cat = *options_.catalog;
-  std::set<std::string> found;
-  for (const std::string& pattern : rule.paths) {
-    std::vector<std::string> dirs = {LiteralPrefix(pattern)};
-    while (!dirs.empty() && !stop_) {
-      const std::string dir = dirs.back();
-      dirs.pop_back();
-      absl::StatusOr<catalog::Attributes> a = cat.Stat(dir);
-      if (absl::IsNotFound(a.status())) continue;
-      if (!a.ok()) return a.status();
-      if (a->type == catalog::FileType::kFile) {
-        if (MatchPath(pattern, dir)) found.insert(dir);
-        continue;
-      }
-      catalog::ListOptions list;
-      for (;;) {
-        absl::StatusOr<std::vector<catalog::DirEntry>> page = cat.List(dir, list);
-        if (!page.ok()) return page.status();
-        for (const catalog::DirEntry& e : *page) {
-          std::string child = dir == "/" ? "/" + e.name : dir + "/" + e.name;
-          if (e.attributes.type == catalog::FileType::kDirectory) {
-            dirs.push_back(std::move(child));
-          } else if (MatchPath(pattern, child)) {
-            found.insert(std::move(child));
-          }
-        }
-        if (page->size() < list.limit) break;
-        list.start_after = page->back().name;
-      }
-    }
-  }
-  out.assign(found.begin(), found.end());
   return absl::OkStatus();
 }
 
@@ -183,6 +130,24 @@ absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
     after_seq_ = *seq;
     started_ = true;
   }
+  // The catalog's policy document, when it changed.
+  if (absl::StatusOr<catalog::PolicyDocument> doc = cat.GetPolicies(); doc.ok()) {
+    if (doc->version != document_version_) {
+      document_version_ = doc->version;
+      absl::StatusOr<std::vector<PolicyRule>> parsed =
+          ParsePolicies(doc->text, doc->source.empty() ? "policies" : doc->source);
+      if (parsed.ok()) {
+        log_->info("policies: version {} from {}: {} rule(s)", doc->version, doc->source,
+                   parsed->size());
+        Reload(std::move(*parsed));
+      } else {
+        log_->error("policies: version {} from {} refused, the rules in force stay: {}",
+                    doc->version, doc->source, parsed.status().ToString());
+      }
+    }
+  } else if (!absl::IsUnimplemented(doc.status())) {
+    return doc.status();
+  }
   std::vector<PolicyRule> rules;
   bool apply_all;
   {
@@ -221,7 +186,9 @@ absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
   for (const PolicyRule& r : rules) {
     std::vector<std::string> paths;
     if (apply_all && r.continuous) {
-      if (absl::Status s = Walk(r, paths); !s.ok()) return s;
+      absl::StatusOr<std::vector<std::string>> files = FilesOfRule(cat, r);
+      if (!files.ok()) return files.status();
+      paths = std::move(*files);
       log_->info("policy {}: applied to {} existing file(s)", r.name, paths.size());
     } else if (auto it = matched.find(r.name); it != matched.end()) {
       paths = std::move(it->second);
@@ -243,8 +210,9 @@ absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
     std::optional<absl::Time> due =
         r.schedule->Due(absl::FromUnixNanos(it->second), absl::FromUnixNanos(now));
     if (!due) continue;
-    std::vector<std::string> paths;
-    if (absl::Status s = Walk(r, paths); !s.ok()) return s;
+    absl::StatusOr<std::vector<std::string>> files = FilesOfRule(cat, r);
+    if (!files.ok()) return files.status();
+    std::vector<std::string> paths = std::move(*files);
     log_->info("policy {}: scheduled run of {} ({} {}), {} file(s)", r.name,
                absl::FormatTime("%Y-%m-%d %H:%M %Z", *due, absl::UTCTimeZone()),
                r.schedule->spec(), r.schedule->time_zone(), paths.size());

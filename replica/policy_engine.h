@@ -17,6 +17,11 @@
 //     The time of each rule's last run is kept in `state_file` (written atomically), so a run
 //     missed while gfcatalogd was down is made up once at start, not once per missed run.
 //
+// Where rules come from: the catalog's policy document (Catalog::GetPolicies; `gfpolicy apply`
+// and `gfcatalogd --policies FILE` put it there), read at every step and parsed when its
+// version changes (a document with mistakes is logged once and the rules in force stay), or
+// Reload() (tests, and catalogs without a policy document).
+//
 // Threading: Step() is synchronous; Start() runs it every `interval` on an own thread;
 // Reload() may be called from any thread (a SIGHUP handler's thread); Stop() joins.
 
@@ -77,8 +82,6 @@ class PolicyEngine {
 
  private:
   std::int64_t Now() const;
-  // Files under `rule`'s patterns now (a walk from each pattern's literal prefix).
-  absl::Status Walk(const PolicyRule& rule, std::vector<std::string>& out);
   // One request for `paths` under `rule` (split into batches of kMaxBatchPaths).
   absl::Status Request(const PolicyRule& rule, const std::vector<std::string>& paths,
                        const std::vector<catalog::Site>& sites, PolicyStepSummary& summary);
@@ -96,6 +99,7 @@ class PolicyEngine {
   // Step() state (one caller at a time).
   bool started_ = false;
   std::uint64_t after_seq_ = 0;
+  std::uint64_t document_version_ = 0;  // of the catalog's policy document last looked at
   std::map<std::string, std::int64_t> last_run_ns_;  // scheduled rule -> last run
   std::set<std::pair<catalog::InodeId, std::uint64_t>> seen_;  // generations already matched
 

@@ -76,19 +76,32 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   std::string policies, policy_state;
   app.add_option("--policies", policies,
-                 "Replication policy file (YAML, replica/policy.h): its rules are enforced "
-                 "(continuous ones as files appear, scheduled ones at their times); reloaded on "
-                 "SIGHUP (a file with mistakes is refused and the rules in force stay)");
+                 "Replication policy file (YAML, replica/policy.h), stored in the catalog at start "
+                 "and on SIGHUP (a file with mistakes is refused and the rules in force stay); "
+                 "gfpolicy changes the stored rules too");
+  bool no_policies = false;
+  app.add_flag("--no-policies", no_policies, "Do not enforce replication policies");
   app.add_option("--policy-state", policy_state,
                  "Where the last run of each scheduled rule is kept (default: DB-policy-state.json)");
   CLI11_PARSE(app, argc, argv);
   auto log = tools::MakeLogger(kProgram, common);
-  std::vector<replica::PolicyRule> rules;
+  // The policy file is read, checked and stored in the catalog (the policy engine enforces
+  // the catalog's document; gfpolicy changes it too). A mistake is a clear error at start.
+  auto read_policies = [&]() -> absl::StatusOr<std::string> {
+    std::ifstream in(policies, std::ios::binary);
+    if (!in) return absl::NotFoundError(fmt::format("{}: cannot read", policies));
+    std::stringstream text;
+    text << in.rdbuf();
+    absl::StatusOr<std::vector<replica::PolicyRule>> rules =
+        replica::ParsePolicies(text.str(), policies);
+    if (!rules.ok()) return rules.status();
+    return text.str();
+  };
+  std::string policy_text;
   if (!policies.empty()) {
-    // Checked before anything starts: a mistake is a clear error, not a half-enforced file.
-    absl::StatusOr<std::vector<replica::PolicyRule>> loaded = replica::LoadPolicyFile(policies);
-    if (!loaded.ok()) return tools::Fail(kProgram, loaded.status().ToString());
-    rules = std::move(*loaded);
+    absl::StatusOr<std::string> text = read_policies();
+    if (!text.ok()) return tools::Fail(kProgram, text.status().ToString());
+    policy_text = std::move(*text);
   }
 
   // Signals are taken synchronously by sigwait below; block them before any thread starts.
@@ -150,16 +163,19 @@ int main(int argc, char** argv) {
     repairer->Start();
   }
 
+  if (!policies.empty()) {
+    absl::StatusOr<catalog::PolicyDocument> put =
+        (*store)->PutPolicies(policy_text, policies, std::nullopt);
+    if (!put.ok()) return tools::Fail(kProgram, put.status().ToString());
+  }
   // Policies become requests (replica/policy_engine.h).
   std::unique_ptr<replica::PolicyEngine> policy_engine;
-  if (!policies.empty()) {
+  if (!no_policies) {
     replica::PolicyEngineOptions po;
     po.catalog = store->get();
     po.logger = log;
     po.state_file = policy_state.empty() ? db + "-policy-state.json" : policy_state;
     policy_engine = std::make_unique<replica::PolicyEngine>(po);
-    log->info("policies: {} rule(s) from {}", rules.size(), policies);
-    policy_engine->Reload(std::move(rules));
     policy_engine->Start();
   }
 
@@ -167,18 +183,22 @@ int main(int argc, char** argv) {
   for (;;) {
     sigwait(&signals, &sig);
     if (sig != SIGHUP) break;
-    if (!policy_engine) {
+    if (policies.empty()) {
       log->info("SIGHUP: no --policies file to reload");
       continue;
     }
-    absl::StatusOr<std::vector<replica::PolicyRule>> loaded = replica::LoadPolicyFile(policies);
-    if (!loaded.ok()) {
+    absl::StatusOr<std::string> text = read_policies();
+    if (!text.ok()) {
       log->error("SIGHUP: {} refused, the rules in force stay: {}", policies,
-                 loaded.status().ToString());
+                 text.status().ToString());
       continue;
     }
-    log->info("SIGHUP: policies reloaded, {} rule(s) from {}", loaded->size(), policies);
-    policy_engine->Reload(std::move(*loaded));
+    absl::StatusOr<catalog::PolicyDocument> put = (*store)->PutPolicies(*text, policies, std::nullopt);
+    if (!put.ok()) {
+      log->error("SIGHUP: storing {}: {}", policies, put.status().ToString());
+      continue;
+    }
+    log->info("SIGHUP: policies reloaded from {} (version {})", policies, put->version);
   }
   log->info("signal {}: shutting down", sig);
   if (policy_engine) policy_engine->Stop();

@@ -32,6 +32,7 @@
 #include "absl/strings/numbers.h"
 #include "catalog/client.h"
 #include "replica/planner.h"
+#include "replica/policy_explain.h"
 #include "tools/internal/catalog_flags.h"
 #include "tools/internal/cli.h"
 
@@ -292,32 +293,6 @@ int List(catalog::CatalogClient& c, bool all, bool json) {
   return 0;
 }
 
-// Why an unfinished copy is where it is, in words.
-std::string Reason(const catalog::Task& t, std::int64_t now_ns) {
-  const std::string attempt = fmt::format("attempt {}/{}", t.attempts, t.spec.max_attempts);
-  switch (t.state) {
-    case catalog::TaskState::kQueued:
-      if (t.next_attempt_ns > now_ns) {
-        return fmt::format("backing off until {} ({} failed: {})", When(t.next_attempt_ns),
-                           attempt, t.last_error);
-      }
-      return t.attempts == 0
-                 ? fmt::format("waiting for {}'s agent to claim it", t.spec.dst_node)
-                 : fmt::format("waiting for {}'s agent to claim it again (last error: {})",
-                               t.spec.dst_node, t.last_error);
-    case catalog::TaskState::kLeased:
-      return fmt::format("copying now from {} ({}, lease of {} until {})", t.spec.src_node, attempt,
-                         t.lease_owner, When(t.lease_expiry_ns));
-    case catalog::TaskState::kFailed:
-      return fmt::format("failed after {} attempts: {}", t.attempts, t.last_error);
-    case catalog::TaskState::kCancelled:
-      return fmt::format("cancelled: {}", t.last_error);
-    case catalog::TaskState::kDone:
-      return "done";
-  }
-  return "";
-}
-
 // gfrep status ID: the request and each unfinished copy with why it is where it is.
 int Status(catalog::CatalogClient& c, std::uint64_t id, bool json) {
   absl::StatusOr<catalog::Request> r = c.GetRequest(id);
@@ -351,7 +326,7 @@ int Status(catalog::CatalogClient& c, std::uint64_t id, bool json) {
                              {"attempts", t->attempts},
                              {"next_attempt_ns", t->next_attempt_ns},
                              {"last_error", t->last_error},
-                             {"reason", Reason(*t, now)}});
+                             {"reason", replica::DescribeTask(*t, now)}});
     }
     std::cout << j.dump() << "\n";
     return 0;
@@ -369,7 +344,7 @@ int Status(catalog::CatalogClient& c, std::uint64_t id, bool json) {
   if (!r->error.empty()) std::cout << "  " << r->error << "\n";
   for (const auto& [key, t] : latest) {
     if (t->state == catalog::TaskState::kDone) continue;
-    std::cout << fmt::format("  {} -> {}: {}\n", key.first, key.second, Reason(*t, now));
+    std::cout << fmt::format("  {} -> {}: {}\n", key.first, key.second, replica::DescribeTask(*t, now));
   }
   return 0;
 }

@@ -276,6 +276,26 @@ absl::StatusOr<Replica> DecodeReplica(std::string_view in) {
   return x;
 }
 
+std::string EncodePolicyDocument(const PolicyDocument& d) {
+  Writer w;
+  w.U64(d.version);
+  w.I64(d.updated_ns);
+  w.Str(d.source);
+  w.Str(d.text);
+  return w.Take();
+}
+
+absl::StatusOr<PolicyDocument> DecodePolicyDocument(std::string_view in) {
+  Reader r(in);
+  PolicyDocument d;
+  d.version = r.U64();
+  d.updated_ns = r.I64();
+  d.source = r.Str();
+  d.text = r.Str();
+  if (absl::Status s = r.Finish("policy document"); !s.ok()) return s;
+  return d;
+}
+
 std::string EncodeSite(const Site& x) {
   Writer w;
   w.Str(x.name);

@@ -68,6 +68,8 @@ std::string EncodeNode(const Node& n);
 absl::StatusOr<Node> DecodeNode(std::string_view in);
 std::string EncodeRoute(const Route& r);
 absl::StatusOr<Route> DecodeRoute(std::string_view in);
+std::string EncodePolicyDocument(const PolicyDocument& d);
+absl::StatusOr<PolicyDocument> DecodePolicyDocument(std::string_view in);
 std::string EncodeRequest(const Request& r);
 absl::StatusOr<Request> DecodeRequest(std::string_view in);
 std::string EncodeTask(const Task& t);

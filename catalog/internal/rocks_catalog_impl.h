@@ -53,6 +53,7 @@ inline constexpr const char* kCfNames[kNumCf] = {
     "routes",  "requests", "tasks",    "node_tasks", "request_tasks", "events"};
 
 inline constexpr char kInodeHwmKey[] = "inode_hwm";
+inline constexpr char kPoliciesKey[] = "policies";
 inline constexpr std::uint64_t kInodeBlock = 1u << 16;
 inline constexpr std::size_t kNameLockStripes = 512;
 inline constexpr std::uint32_t kMaxCopies = 64;
@@ -156,6 +157,10 @@ class RocksCatalog final : public Catalog {
   absl::StatusOr<std::size_t> ExpireLeases() override;
   absl::StatusOr<Task> AbandonTask(std::uint64_t id, std::string_view reason) override;
   absl::Status CancelRequest(std::uint64_t id) override;
+
+  absl::StatusOr<PolicyDocument> GetPolicies() override;
+  absl::StatusOr<PolicyDocument> PutPolicies(std::string_view text, std::string_view source,
+                                             std::optional<std::uint64_t> expected_version) override;
 
   absl::StatusOr<std::vector<Event>> ReadEvents(std::uint64_t after_seq, std::size_t max,
                                                 std::chrono::milliseconds wait) override;

@@ -1,5 +1,5 @@
-// RocksCatalog (rocks_catalog_impl.h): replica records, the event log's writer and the
-// topology tables (sites, nodes, routes).
+// RocksCatalog (rocks_catalog_impl.h): replica records, the event log's writer, the
+// topology tables (sites, nodes, routes) and the policy document.
 
 #include <algorithm>
 #include <limits>
@@ -425,6 +425,41 @@ absl::StatusOr<Route> RocksCatalog::GetRoute(std::string_view src, std::string_v
 absl::StatusOr<std::vector<Route>> RocksCatalog::ListRoutes() {
   return ScanAll<Route>([&](const auto& fn) { return Scan(kRoutes, "", "", fn); }, DecodeRoute,
                         [](const Route&) { return true; });
+}
+
+absl::StatusOr<PolicyDocument> RocksCatalog::GetPolicies() {
+  absl::StatusOr<std::string> v = Get(kDefault, kPoliciesKey, "policies");
+  if (absl::IsNotFound(v.status())) return PolicyDocument{};
+  if (!v.ok()) return v.status();
+  return DecodePolicyDocument(*v);
+}
+
+absl::StatusOr<PolicyDocument> RocksCatalog::PutPolicies(std::string_view text,
+                                                         std::string_view source,
+                                                         std::optional<std::uint64_t> expected) {
+  if (text.size() > kMaxPolicyBytes) {
+    return absl::InvalidArgumentError(
+        fmt::format("policy document of {} bytes: at most {}", text.size(), kMaxPolicyBytes));
+  }
+  if (!IsValidUtf8(text) || !IsValidUtf8(source) || source.size() > kMaxPathBytes) {
+    return absl::InvalidArgumentError("policy document and source must be UTF-8");
+  }
+  WorkLock work(this);
+  absl::StatusOr<PolicyDocument> now = GetPolicies();
+  if (!now.ok()) return now.status();
+  if (expected.has_value() && *expected != now->version) {
+    return absl::AbortedError(fmt::format("policies are at version {}, not {}: changed meanwhile",
+                                          now->version, *expected));
+  }
+  PolicyDocument d;
+  d.text = std::string(text);
+  d.source = std::string(source);
+  d.version = now->version + 1;
+  d.updated_ns = Now();
+  rocksdb::WriteBatch batch;
+  batch.Put(cf(kDefault), kPoliciesKey, EncodePolicyDocument(d));
+  if (absl::Status s = WriteLocked(&batch, "put policies"); !s.ok()) return s;
+  return d;
 }
 
 }  // namespace gfrep::catalog::internal

@@ -360,6 +360,32 @@ TEST_F(CatalogClientTest, ReplicaTransitionsTravelWithTheirResultsAndNotes) {
   EXPECT_EQ(client_->Locate("/f")->replicas[0].state, ReplicaState::kDeleting);
 }
 
+TEST_F(CatalogClientTest, ThePolicyDocumentIsVersionedAndChangedOnlyFromTheVersionSeen) {
+  absl::StatusOr<PolicyDocument> none = client_->GetPolicies();
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->version, 0u);
+  EXPECT_EQ(none->text, "");
+  absl::StatusOr<PolicyDocument> v1 = client_->PutPolicies("rules: []\n", "a.yaml", 0);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(v1->version, 1u);
+  EXPECT_EQ(v1->source, "a.yaml");
+  EXPECT_GT(v1->updated_ns, 0);
+  // A writer that read version 0 lost the race: nothing changes.
+  absl::StatusOr<PolicyDocument> late = client_->PutPolicies("rules:\n", "b.yaml", 0);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kAborted) << late.status();
+  absl::StatusOr<PolicyDocument> any = client_->PutPolicies("rules:\n", "c.yaml", std::nullopt);
+  ASSERT_TRUE(any.ok());
+  EXPECT_EQ(any->version, 2u);
+  EXPECT_EQ(client_->GetPolicies()->text, "rules:\n");
+  EXPECT_EQ(client_->PutPolicies(std::string(kMaxPolicyBytes + 1, 'x'), "big", std::nullopt)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->PutPolicies("\xff\xfe", "bad", std::nullopt).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->GetPolicies()->version, 2u);
+}
+
 TEST_F(CatalogClientTest, BeginWriteAndCommitOfTheReservedGeneration) {
   Topology();
   FileContent c;

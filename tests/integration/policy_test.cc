@@ -88,5 +88,55 @@ TEST_F(PolicyTest, SighupReloadsTheFileAndRefusesOneWithMistakes) {
   EXPECT_NE(catalogd_.Stderr().find("4:13: copies: must be a whole number"), std::string::npos);
 }
 
+TEST_F(PolicyTest, GfpolicyChangesTheRulesInForceAndExplainsEachFile) {
+  RunResult r = Tool({"gfpolicy", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("exp-in-japan: 2 copies of /exp/** in 'region=jp'"), std::string::npos) << r.out;
+
+  // A rule whose sites select nothing: explained, not silently ignored.
+  const std::string mars = dir_.Sub("mars.yaml");
+  std::ofstream(mars) << "rules:\n  - name: to-mars\n    paths: [/mars/**]\n    sites: region=mars\n";
+  r = Tool({"gfpolicy", "add", mars});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("2 rule(s) in force"), std::string::npos) << r.out;
+  Store("/mars/f", 1000, 35, "kek1");
+  r = Tool({"gfpolicy", "explain", "/mars/f"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("rule to-mars: waiting"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no eligible site: 'region=mars' selects no site"), std::string::npos) << r.out;
+
+  // A satisfied file, and the rule's status.
+  Store("/exp/s", 1000, 36, "sdsc1");
+  EXPECT_TRUE(WaitReplicas("/exp/s", {"kek1", "tsukuba1", "sdsc1"}));
+  r = Tool({"gfpolicy", "explain", "/exp/s", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["state"], "satisfied");
+  EXPECT_EQ(j[0]["have"], 2);
+  r = Tool({"gfpolicy", "status", "exp-in-japan"});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("1 files: 1 satisfied"), std::string::npos) << r.out;
+  r = Tool({"gfpolicy", "explain", "/tmp-nothing"});
+  EXPECT_EQ(r.exit_code, 2) << "no such file";
+
+  // rm, and a file with mistakes is refused by apply and check alike.
+  r = Tool({"gfpolicy", "rm", "to-mars"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Tool({"gfpolicy", "show", "to-mars"});
+  EXPECT_EQ(r.exit_code, 2);
+  const std::string bad = dir_.Sub("bad.yaml");
+  std::ofstream(bad) << "rules:\n  - name: x\n    paths: [/x]\n    sites: kek\n    copies: 0\n";
+  r = Tool({"gfpolicy", "apply", bad});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("bad.yaml:5:13: copies"), std::string::npos) << r.err;
+  r = Tool({"gfpolicy", "check", bad});
+  EXPECT_EQ(r.exit_code, 1);
+  r = Tool({"gfpolicy", "list", "--json"});
+  j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["name"], "exp-in-japan");
+}
+
 }  // namespace
 }  // namespace gfrep
