@@ -770,6 +770,15 @@ TEST_F(SiteAgentTest, BytesThatDoNotMatchTheCatalogNeverBecomeACompleteReplica) 
   // is reported corrupt (never served again), and the request says why nothing is left.
   EXPECT_NE(r.error.find("no complete replica"), std::string::npos) << r.error;
   EXPECT_NE(r.error.find("a1 corrupt"), std::string::npos) << r.error;
+  // The request may fail (no good source is left) a moment before the agent's FailTask drops
+  // its pending record: wait for the copy's task to end.
+  auto tasks = cat_->ListTasks([&] {
+    catalog::TaskFilter f;
+    f.request_id = r.id;
+    return f;
+  }());
+  ASSERT_TRUE(tasks.ok());
+  for (const catalog::Task& t : *tasks) WaitTaskFinal(t.id);
   auto loc = cat_->Locate("/bad/f");
   ASSERT_TRUE(loc.ok());
   for (const auto& rep : loc->replicas) {
