@@ -13,15 +13,6 @@
 namespace gfrep::replica {
 namespace {
 
-std::string When(std::int64_t ns) {
-  const std::time_t t = static_cast<std::time_t>(ns / 1'000'000'000);
-  std::tm tm {};
-  ::gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 bool Wild(std::string_view component) {
   return component.find_first_of("*?") != std::string_view::npos;
 }
@@ -116,7 +107,7 @@ RuleFileVerdict Judge(catalog::Catalog& cat, const Context& ctx, const PolicyRul
                    ? "no request yet: the policy engine asks for new files within a second of "
                      "their commit, and for existing ones when the rules are (re)loaded"
                    : fmt::format("no request yet: next scheduled run at {} ({} {})",
-                                 When(absl::ToUnixNanos(rule.schedule->Next(absl::FromUnixNanos(ctx.now_ns)))),
+                                 FormatUtc(absl::ToUnixNanos(rule.schedule->Next(absl::FromUnixNanos(ctx.now_ns)))),
                                  rule.schedule->spec(), rule.schedule->time_zone());
     return v;
   }
@@ -191,6 +182,15 @@ RuleFileVerdict Judge(catalog::Catalog& cat, const Context& ctx, const PolicyRul
 
 }  // namespace
 
+std::string FormatUtc(std::int64_t ns) {
+  const std::time_t t = static_cast<std::time_t>(ns / 1'000'000'000);
+  std::tm tm {};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
 std::string_view ToString(RuleFileState state) {
   switch (state) {
     case RuleFileState::kSatisfied: return "satisfied";
@@ -206,7 +206,7 @@ std::string DescribeTask(const catalog::Task& t, std::int64_t now_ns) {
   switch (t.state) {
     case catalog::TaskState::kQueued:
       if (t.next_attempt_ns > now_ns) {
-        return fmt::format("backing off until {} ({} failed: {})", When(t.next_attempt_ns), attempt,
+        return fmt::format("backing off until {} ({} failed: {})", FormatUtc(t.next_attempt_ns), attempt,
                            t.last_error);
       }
       return t.attempts == 0
@@ -215,7 +215,7 @@ std::string DescribeTask(const catalog::Task& t, std::int64_t now_ns) {
                                t.spec.dst_node, t.last_error);
     case catalog::TaskState::kLeased:
       return fmt::format("copying now from {} ({}, lease of {} until {})", t.spec.src_node, attempt,
-                         t.lease_owner, When(t.lease_expiry_ns));
+                         t.lease_owner, FormatUtc(t.lease_expiry_ns));
     case catalog::TaskState::kFailed:
       return fmt::format("failed after {} attempts: {}", t.attempts, t.last_error);
     case catalog::TaskState::kCancelled:

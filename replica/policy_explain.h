@@ -58,6 +58,9 @@ absl::StatusOr<RuleStatusSummary> StatusOfRule(catalog::Catalog& catalog, const 
                                                std::size_t limit = 100,
                                                const ExplainOptions& options = {});
 
+// Unix ns as "2026-11-24T03:19:20Z".
+std::string FormatUtc(std::int64_t ns);
+
 // Why one copy (task) is where it is, in words ("backing off until ... after: ...").
 std::string DescribeTask(const catalog::Task& task, std::int64_t now_ns);
 

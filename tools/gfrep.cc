@@ -233,15 +233,6 @@ int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json
                                    : fmt::format("request {} failed: {}", id, r.error));
 }
 
-std::string When(std::int64_t ns) {
-  const std::time_t t = static_cast<std::time_t>(ns / 1'000'000'000);
-  std::tm tm {};
-  ::gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 nlohmann::json RequestJson(const catalog::Request& r) {
   return {{"id", r.id},
           {"state", std::string(catalog::ToString(r.state))},
