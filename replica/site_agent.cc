@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -25,7 +24,6 @@
 
 #include "replica/in_flight.h"
 #include "replica/internal/spool_keeper.h"
-#include "replica/replica_check.h"
 #include "replica/spool.h"
 #include "transfer/agent.h"
 #include "transfer/checksum.h"
@@ -1059,99 +1057,6 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   }
   fs::remove_all(tmp, ec);  // ignored: only leftovers of a finished copy
   return stamp(final_path);
-}
-
-void SiteAgent::ReportBadSource(const catalog::Task& task, const std::string& note) {
-  catalog::ReplicaTransition t;
-  t.inode = task.inode;
-  t.node = task.spec.src_node;
-  t.generation = task.generation;
-  t.from = catalog::ReplicaState::kComplete;
-  t.to = catalog::ReplicaState::kCorrupt;
-  t.note = std::string(catalog::TruncateUtf8(note, catalog::kMaxLabelBytes));
-  absl::StatusOr<std::vector<absl::Status>> r = options_.catalog->TransitionReplicas({t});
-  absl::Status s = r.ok() ? (r->empty() ? absl::InternalError("no result") : r->front()) : r.status();
-  if (s.ok()) {
-    log_->warn("task={} source replica of {} on {} reported corrupt: {}", task.id, task.spec.path,
-               task.spec.src_node, note);
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.replicas_corrupt += 1;
-  } else {
-    log_->warn("task={} source replica on {} is bad ({}); report: {}", task.id,
-               task.spec.src_node, note, s.ToString());
-  }
-}
-
-void SiteAgent::CheckLoop() {
-  // Scrub reads must not slow the copies or the readers: the idle I/O class for this thread.
-  constexpr int kIoprioClassIdle = 3;
-  constexpr int kIoprioClassShift = 13;
-  constexpr int kIoprioWhoProcess = 1;
-  if (::syscall(SYS_ioprio_set, kIoprioWhoProcess, 0, kIoprioClassIdle << kIoprioClassShift) != 0) {
-    log_->debug("ioprio_set(idle): {}", std::strerror(errno));
-  }
-  ReplicaCheckerOptions o;
-  o.catalog = options_.catalog;
-  o.node = options_.node;
-  o.spool = options_.spool;
-  o.scrub_rate_bytes = options_.scrub_rate_bytes;
-  o.scrub_period = options_.scrub_period;
-  o.logger = log_;
-  auto next_stat = std::chrono::steady_clock::now();
-  auto stat_due = [&] {
-    return options_.check_interval.count() > 0 && std::chrono::steady_clock::now() >= next_stat;
-  };
-  o.stopping = [this] { return stop_.load(); };
-  ReplicaChecker checker(o);
-  auto add = [&](const CheckSummary& s) {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.replicas_checked += s.checked;
-    stats_.replicas_lost += s.lost;
-    stats_.replicas_corrupt += s.corrupt;
-    stats_.scrub_bytes += s.bytes_read;
-  };
-  while (!stop_) {
-    if (stat_due()) {
-      next_stat = std::chrono::steady_clock::now() + options_.check_interval;
-      absl::StatusOr<CheckSummary> s = checker.StatPass();
-      if (!s.ok()) {
-        log_->warn("replica check: {}", s.status().ToString());
-      } else {
-        add(*s);
-        if (s->lost + s->corrupt > 0) {
-          log_->warn("replica check: {} checked, {} lost, {} corrupt ({} reported)", s->checked,
-                     s->lost, s->corrupt, s->reported);
-        }
-      }
-    }
-    bool scrubbed_all = true;
-    if (options_.scrub_rate_bytes > 0 && !stop_) {
-      // Ends before its next replica once the next stat check is due; the next pass starts
-      // over (replicas verified meanwhile are skipped).
-      absl::StatusOr<CheckSummary> s = checker.ScrubPass(
-          false, options_.check_interval.count() > 0 ? next_stat
-                                                     : std::chrono::steady_clock::time_point::max());
-      if (!s.ok()) {
-        log_->warn("scrub: {}", s.status().ToString());
-      } else {
-        add(*s);
-        scrubbed_all = !s->partial;
-        if (s->checked > 0) {
-          log_->info("scrub: {} replicas read ({} bytes), {} good, {} lost, {} corrupt", s->checked,
-                     s->bytes_read, s->good, s->lost, s->corrupt);
-        }
-      }
-    }
-    if (!scrubbed_all) continue;
-    // Nothing left to scrub: sleep until the next stat check (at most 10 s, when the scrub
-    // looks again for replicas whose verification has aged).
-    const auto until = std::min(options_.check_interval.count() > 0
-                                    ? next_stat
-                                    : std::chrono::steady_clock::time_point::max(),
-                                std::chrono::steady_clock::now() + std::chrono::seconds(10));
-    std::unique_lock<std::mutex> lock(mu_);
-    check_wake_.wait_until(lock, until, [&] { return stop_.load(); });
-  }
 }
 
 }  // namespace gfrep::replica
