@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 
+#include "replica/replica_check.h"
 #include "replica/spool.h"
 #include "transfer/checksum.h"
 #include "transfer/client.h"
@@ -51,14 +52,10 @@ absl::StatusOr<int> OpenChecked(const fs::path& file, std::uint64_t size,
 
 // Tells the catalog that this node's replica `r` is not what its record says.
 void ReportLocal(catalog::Catalog& catalog, const catalog::Replica& r, const absl::Status& why) {
-  catalog::ReplicaTransition t;
-  t.inode = r.inode;
-  t.node = r.node;
-  t.generation = r.generation;
-  t.from = catalog::ReplicaState::kComplete;
-  t.to = absl::IsNotFound(why) ? catalog::ReplicaState::kLost : catalog::ReplicaState::kCorrupt;
-  t.note = std::string(catalog::TruncateUtf8(
-      fmt::format("found by a reader: {}", std::string(why.message())), catalog::kMaxLabelBytes));
+  catalog::ReplicaTransition t =
+      MarkBad(r.inode, r.node, r.generation,
+              absl::IsNotFound(why) ? catalog::ReplicaState::kLost : catalog::ReplicaState::kCorrupt,
+              fmt::format("found by a reader: {}", std::string(why.message())));
   // Best effort: the reader goes on with a remote replica either way, and the node's own
   // checks find the same again.
   (void)catalog.TransitionReplicas({t});

@@ -120,28 +120,35 @@ ReplicaFinding CheckReplicaFile(const fs::path& spool, const catalog::Replica& r
   return Verdict(std::move(f), ReplicaVerdict::kGood, "");
 }
 
-std::optional<catalog::ReplicaTransition> TransitionFor(const ReplicaFinding& f) {
+catalog::ReplicaTransition MarkBad(catalog::InodeId inode, std::string_view node,
+                                   std::uint64_t generation, catalog::ReplicaState to,
+                                   std::string_view note) {
   catalog::ReplicaTransition t;
-  t.inode = f.replica.inode;
-  t.node = f.replica.node;
-  t.generation = f.replica.generation;
+  t.inode = inode;
+  t.node = std::string(node);
+  t.generation = generation;
   t.from = catalog::ReplicaState::kComplete;
-  t.note = std::string(catalog::TruncateUtf8(f.note, catalog::kMaxLabelBytes));
+  t.to = to;
+  t.note = std::string(catalog::TruncateUtf8(note, catalog::kMaxLabelBytes));
+  return t;
+}
+
+std::optional<catalog::ReplicaTransition> TransitionFor(const ReplicaFinding& f) {
+  const catalog::Replica& r = f.replica;
   switch (f.verdict) {
     case ReplicaVerdict::kLost:
-      t.to = catalog::ReplicaState::kLost;
-      return t;
+      return MarkBad(r.inode, r.node, r.generation, catalog::ReplicaState::kLost, f.note);
     case ReplicaVerdict::kCorrupt:
-      t.to = catalog::ReplicaState::kCorrupt;
-      return t;
-    case ReplicaVerdict::kGood:
+      return MarkBad(r.inode, r.node, r.generation, catalog::ReplicaState::kCorrupt, f.note);
+    case ReplicaVerdict::kGood: {
       // Only a pass that read the bytes vouches for them (and for their mtime as a stamp).
       if (!f.checksummed) return std::nullopt;
-      t.to = catalog::ReplicaState::kComplete;
+      catalog::ReplicaTransition t = MarkBad(r.inode, r.node, r.generation,
+                                             catalog::ReplicaState::kComplete, "");
       t.verified = true;
       t.mtime_ns = f.mtime_ns;
-      t.note.clear();
       return t;
+    }
     case ReplicaVerdict::kSkipped:
       return std::nullopt;
   }

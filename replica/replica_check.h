@@ -60,6 +60,13 @@ ReplicaFinding CheckReplicaFile(const std::filesystem::path& spool, const catalo
                                 const catalog::Attributes* attributes,
                                 const std::function<bool(std::size_t)>& pace = nullptr);
 
+// The compare-and-set that reports a complete replica of (inode, node, generation) as `to`
+// (lost or corrupt) because of `note` (truncated to fit a record). What the checks, the read
+// path and a copy's destination all send.
+catalog::ReplicaTransition MarkBad(catalog::InodeId inode, std::string_view node,
+                                   std::uint64_t generation, catalog::ReplicaState to,
+                                   std::string_view note);
+
 // The compare-and-set that reports `finding` (none for kSkipped, and for kGood unless it
 // teaches the catalog something: a checksum pass, or an mtime the record lacks).
 std::optional<catalog::ReplicaTransition> TransitionFor(const ReplicaFinding& finding);

@@ -16,13 +16,8 @@
 namespace gfrep::replica {
 
 void SiteAgent::ReportBadSource(const catalog::Task& task, const std::string& note) {
-  catalog::ReplicaTransition t;
-  t.inode = task.inode;
-  t.node = task.spec.src_node;
-  t.generation = task.generation;
-  t.from = catalog::ReplicaState::kComplete;
-  t.to = catalog::ReplicaState::kCorrupt;
-  t.note = std::string(catalog::TruncateUtf8(note, catalog::kMaxLabelBytes));
+  catalog::ReplicaTransition t = MarkBad(task.inode, task.spec.src_node, task.generation,
+                                         catalog::ReplicaState::kCorrupt, note);
   absl::StatusOr<std::vector<absl::Status>> r = options_.catalog->TransitionReplicas({t});
   absl::Status s = r.ok() ? (r->empty() ? absl::InternalError("no result") : r->front()) : r.status();
   if (s.ok()) {
@@ -97,12 +92,12 @@ void SiteAgent::CheckLoop() {
       }
     }
     if (!scrubbed_all) continue;
-    // Nothing left to scrub: sleep until the next stat check (at most 10 s, when the scrub
-    // looks again for replicas whose verification has aged).
-    const auto until = std::min(options_.check_interval.count() > 0
-                                    ? next_stat
-                                    : std::chrono::steady_clock::time_point::max(),
-                                std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    // Nothing left to scrub: sleep until the next stat check (without stat checks, a minute),
+    // then the scrub looks again for replicas whose verification has aged. Each look lists the
+    // node's records from the catalog: not more often than the stat check does.
+    const auto until = options_.check_interval.count() > 0
+                           ? next_stat
+                           : std::chrono::steady_clock::now() + std::chrono::minutes(1);
     std::unique_lock<std::mutex> lock(mu_);
     check_wake_.wait_until(lock, until, [&] { return stop_.load(); });
   }

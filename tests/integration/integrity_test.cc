@@ -19,18 +19,6 @@ namespace {
 namespace fs = std::filesystem;
 using testing::RunResult;
 
-// Overwrites one byte in place (size kept; the file's mtime moves as with any write).
-void FlipByte(const fs::path& file, std::uint64_t offset) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good()) << file;
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x20);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
-}
-
 class IntegrityTest : public testing::FederationTest {
  protected:
   IntegrityTest() : FederationTest("integrity") {}
@@ -43,7 +31,6 @@ class IntegrityTest : public testing::FederationTest {
   }
 
   fs::path FileOf(const std::string& node, const std::string& path) {
-    nlohmann::json w = Where(path);
     auto a = client_->Stat(path);
     EXPECT_TRUE(a.ok()) << a.status();
     return Spool(node) / ".gfrep-data" / std::to_string(a->inode) / std::to_string(a->generation);
@@ -78,7 +65,7 @@ TEST_F(IntegrityTest, AFlippedByteAndADeletedReplicaAreNeverServedAndAreRepaired
   std::uint64_t seq = *client_->LastEventSeq();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
 
-  FlipByte(FileOf("b1", path), 123456);
+  testing::FlipByte(FileOf("b1", path), 123456);
   fs::remove(FileOf("c1", path));
 
   // gfexport at b never writes the damaged bytes: its local replica is refused.
@@ -115,7 +102,7 @@ TEST_F(IntegrityTest, GfsckReportsThenRepairsWhatTheAgentsDidNotLookAt) {
   // Bit rot at b (mtime put back: only a checksum finds it), and a dark file in b's spool.
   fs::path file = FileOf("b1", path);
   auto mtime = fs::last_write_time(file);
-  FlipByte(file, 1000);
+  testing::FlipByte(file, 1000);
   fs::last_write_time(file, mtime);
   fs::path dark = Spool("b1") / ".gfrep-data" / "999999" / "1";
   fs::create_directories(dark.parent_path());

@@ -33,18 +33,6 @@ void SetMtime(const fs::path& file, std::int64_t ns) {
   ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
 }
 
-// Flips one byte in place (the file's size stays).
-void FlipByte(const fs::path& file, std::uint64_t offset) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good());
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x5a);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
-}
-
 class ReplicaCheckTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -145,7 +133,7 @@ TEST_F(ReplicaCheckTest, TheStatCheckFindsMissingResizedAndRewrittenReplicas) {
   ASSERT_TRUE(Checker().ScrubPass().ok());
   fs::remove(FileOf(gone));
   fs::resize_file(FileOf(shrunk), 999);
-  FlipByte(FileOf(rewritten), 10);
+  gfrep::testing::FlipByte(FileOf(rewritten), 10);
   SetMtime(FileOf(rewritten), MtimeOf(FileOf(rewritten)) + 1'000'000'000);  // written later
 
   auto s = Checker().StatPass();
@@ -172,7 +160,7 @@ TEST_F(ReplicaCheckTest, OnlyTheScrubFindsAFlippedByteWhoseMtimeWasPutBack) {
   catalog::Attributes a = Put("/rot", 2 << 20, 5);
   ASSERT_TRUE(Checker().ScrubPass().ok());
   const std::int64_t stamp = MtimeOf(FileOf(a));
-  FlipByte(FileOf(a), (1 << 20) + 7);
+  gfrep::testing::FlipByte(FileOf(a), (1 << 20) + 7);
   SetMtime(FileOf(a), stamp);  // bit rot: nothing on the file says it changed
 
   auto s = Checker().StatPass();

@@ -791,18 +791,6 @@ TEST_F(SiteAgentTest, BytesThatDoNotMatchTheCatalogNeverBecomeACompleteReplica) 
   EXPECT_FALSE(HasFilesOf("b1", loc->attributes.inode));
 }
 
-// Overwrites one byte in place (size kept; the mtime moves, as any write makes it).
-void FlipByteOf(const fs::path& file, std::uint64_t offset) {
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good()) << file;
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x01);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
-}
-
 TEST_F(SiteAgentTest, ADamagedReplicaIsNeverReadAndIsRepairedWithoutAnyoneAsking) {
   check_interval_ = std::chrono::milliseconds(300);
   StartNode("a1", "A");
@@ -825,7 +813,7 @@ TEST_F(SiteAgentTest, ADamagedReplicaIsNeverReadAndIsRepairedWithoutAnyoneAsking
 
   // One byte flipped at b, the replica at c deleted (the reproduction).
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a later mtime than the commit's
-  FlipByteOf(ReplicaFile(nodes_.at("b1")->spool, f->inode, f->generation), 1234);
+  gfrep::testing::FlipByte(ReplicaFile(nodes_.at("b1")->spool, f->inode, f->generation), 1234);
   fs::remove(ReplicaFile(nodes_.at("c1")->spool, f->inode, f->generation));
 
   // A reader at b never gets the damaged bytes: its local replica is refused (by its stamp)
@@ -892,7 +880,7 @@ TEST_F(SiteAgentTest, TheScrubFindsBitRotThatLeavesNoTraceAndItIsRepaired) {
   fs::path file = ReplicaFile(nodes_.at("b1")->spool, f->inode, f->generation);
   struct stat st {};
   ASSERT_EQ(::stat(file.c_str(), &st), 0);
-  FlipByteOf(file, 400000);
+  gfrep::testing::FlipByte(file, 400000);
   struct timespec times[2] = {st.st_atim, st.st_mtim};
   ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
 
@@ -929,7 +917,7 @@ TEST_F(SiteAgentTest, AVerifyingReaderRefusesALocalReplicaWhoseBytesRotted) {
   fs::path file = ReplicaFile(nodes_.at("b1")->spool, f->inode, f->generation);
   struct stat st {};
   ASSERT_EQ(::stat(file.c_str(), &st), 0);
-  FlipByteOf(file, 100);
+  gfrep::testing::FlipByte(file, 100);
   struct timespec times[2] = {st.st_atim, st.st_mtim};
   ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
   // gfexport --verify: the local replica is checksummed before the first byte, refused,

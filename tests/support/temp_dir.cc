@@ -43,6 +43,19 @@ void WriteRandomFile(const std::filesystem::path& path, std::uint64_t size, std:
   }
 }
 
+void FlipByte(const std::filesystem::path& path, std::uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  char c = 0;
+  if (!f.seekg(static_cast<std::streamoff>(offset)) || !f.read(&c, 1)) {
+    std::fprintf(stderr, "FlipByte: cannot read byte %llu of %s\n",
+                 static_cast<unsigned long long>(offset), path.c_str());
+    std::abort();
+  }
+  c = static_cast<char>(c ^ 0x5a);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
 std::string ReadFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream ss;

@@ -31,6 +31,10 @@ class TempDir {
 // Writes `size` deterministic pseudo-random bytes (seeded by `seed`) to `path`.
 void WriteRandomFile(const std::filesystem::path& path, std::uint64_t size, std::uint64_t seed);
 
+// Overwrites the byte at `offset` of an existing file with a different one, in place (the
+// size stays; the mtime moves, as with any write). Aborts the test process if it cannot.
+void FlipByte(const std::filesystem::path& path, std::uint64_t offset);
+
 // Reads a whole file; empty string if it cannot be read.
 std::string ReadFile(const std::filesystem::path& path);
 
