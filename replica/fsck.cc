@@ -3,39 +3,9 @@
 #include <fmt/format.h>
 
 #include "replica/internal/spool_keeper.h"
+#include "replica/internal/walk.h"
 
 namespace gfrep::replica {
-namespace {
-
-// The inodes of the files named (directories walked when `recursive`).
-absl::Status CollectInodes(catalog::Catalog& cat, const std::string& path, bool recursive,
-                           std::vector<catalog::InodeId>& out) {
-  absl::StatusOr<catalog::Attributes> a = cat.Stat(path);
-  if (!a.ok()) return a.status();
-  if (a->type == catalog::FileType::kFile) {
-    out.push_back(a->inode);
-    return absl::OkStatus();
-  }
-  if (!recursive) return absl::InvalidArgumentError(fmt::format("{}: is a directory (use -r)", path));
-  catalog::ListOptions list;
-  for (;;) {
-    absl::StatusOr<std::vector<catalog::DirEntry>> page = cat.List(path, list);
-    if (!page.ok()) return page.status();
-    for (const catalog::DirEntry& e : *page) {
-      const std::string child = path == "/" ? "/" + e.name : path + "/" + e.name;
-      if (e.attributes.type == catalog::FileType::kFile) {
-        out.push_back(e.attributes.inode);
-      } else if (absl::Status s = CollectInodes(cat, child, true, out); !s.ok()) {
-        return s;
-      }
-    }
-    if (page->size() < list.limit) break;
-    list.start_after = page->back().name;
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<FsckReport> RunFsck(const FsckOptions& options) {
   catalog::Catalog& cat = *options.catalog;
@@ -59,7 +29,7 @@ absl::StatusOr<FsckReport> RunFsck(const FsckOptions& options) {
   if (!options.paths.empty()) {
     std::vector<catalog::InodeId> inodes;
     for (const std::string& p : options.paths) {
-      if (absl::Status s = CollectInodes(cat, p, options.recursive, inodes); !s.ok()) return s;
+      if (absl::Status s = internal::CollectInodes(cat, p, options.recursive, inodes); !s.ok()) return s;
     }
     absl::StatusOr<CheckSummary> s = checker.CheckFiles(inodes, options.checksum);
     if (!s.ok()) return s.status();

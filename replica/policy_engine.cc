@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "replica/lifetime.h"
 #include "replica/policy_explain.h"
 
 namespace gfrep::replica {
@@ -18,12 +19,25 @@ namespace {
 
 constexpr std::size_t kEventBatch = 10000;
 constexpr std::size_t kMaxSeen = 1'000'000;
+constexpr std::size_t kMaxWaiting = 1'000'000;
+
+// The sites with their labels, as one string (to notice a change).
+std::string SitesKey(const std::vector<catalog::Site>& sites) {
+  std::string key;
+  for (const catalog::Site& s : sites) {
+    key += s.name;
+    for (const auto& [k, v] : s.labels) key += fmt::format("\x1f{}={}", k, v);
+    key += '\x1e';
+  }
+  return key;
+}
 
 }  // namespace
 
 PolicyEngine::PolicyEngine(PolicyEngineOptions options)
     : options_(std::move(options)),
-      log_(options_.logger ? options_.logger : spdlog::default_logger()) {}
+      log_(options_.logger ? options_.logger : spdlog::default_logger()),
+      holds_(options_.catalog) {}
 
 PolicyEngine::~PolicyEngine() { Stop(); }
 
@@ -36,6 +50,7 @@ void PolicyEngine::Reload(std::vector<PolicyRule> rules) {
     std::lock_guard<std::mutex> lock(mu_);
     rules_ = std::move(rules);
     reloaded_ = true;
+    rules_known_ = true;
   }
   wake_.notify_all();
 }
@@ -80,9 +95,16 @@ absl::Status PolicyEngine::Request(const PolicyRule& rule, const std::vector<std
                                    PolicyStepSummary& summary) {
   if (paths.empty()) return absl::OkStatus();
   std::set<std::string> dst = rule.sites.Evaluate(sites);
+  auto wait = [&] {
+    std::vector<std::string>& w = waiting_[rule.name];
+    for (const std::string& p : paths) {
+      if (w.size() < kMaxWaiting) w.push_back(p);
+    }
+  };
   if (dst.empty()) {
-    log_->warn("policy {}: sites '{}' select no site now; {} file(s) wait for the next reload",
+    log_->warn("policy {}: sites '{}' select no site now; {} file(s) wait for a site to match",
                rule.name, rule.sites.text(), paths.size());
+    wait();
     return absl::OkStatus();
   }
   catalog::RequestSpec spec;
@@ -95,6 +117,7 @@ absl::Status PolicyEngine::Request(const PolicyRule& rule, const std::vector<std
     if (src.empty()) {
       log_->warn("policy {}: source_sites '{}' select no site now; {} file(s) wait", rule.name,
                  rule.source_sites->text(), paths.size());
+      wait();
       return absl::OkStatus();
     }
     if (src.size() == 1) {
@@ -150,14 +173,23 @@ absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
   }
   std::vector<PolicyRule> rules;
   bool apply_all;
+  bool rules_known;
   {
     std::lock_guard<std::mutex> lock(mu_);
     rules = rules_;
     apply_all = reloaded_;
     reloaded_ = false;
+    rules_known = rules_known_;
   }
   absl::StatusOr<std::vector<catalog::Site>> sites = cat.ListSites();
   if (!sites.ok()) return sites.status();
+  if (absl::Status s = holds_.Update(); !s.ok()) return s;
+  if (apply_all) {
+    waiting_.clear();  // every rule walks its files again
+  } else if (std::string key = SitesKey(*sites); key != sites_key_ && !sites_key_.empty()) {
+    if (absl::Status s = RetryWaiting(rules, *sites, summary); !s.ok()) return s;
+  }
+  sites_key_ = SitesKey(*sites);
 
   // New files (a new generation complete somewhere) -> the continuous rules they match.
   std::map<std::string, std::vector<std::string>> matched;  // rule -> paths
@@ -186,7 +218,13 @@ absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
   for (const PolicyRule& r : rules) {
     std::vector<std::string> paths;
     if (apply_all && r.continuous) {
-      absl::StatusOr<std::vector<std::string>> files = FilesOfRule(cat, r);
+      // The generations walked count as seen (their copies completing later are not new
+      // files); a rule with a lifetime asks once per file, not again for files it held.
+      const std::string owner = kPolicyOwnerPrefix + r.name;
+      absl::StatusOr<std::vector<std::string>> files = FilesOfRule(cat, r, [&](const catalog::Attributes& a) {
+        if (seen_.size() < kMaxSeen) seen_.insert({a.inode, a.generation});
+        return !r.lifetime || !holds_.EverHeld(a.inode, owner);
+      });
       if (!files.ok()) return files.status();
       paths = std::move(*files);
       log_->info("policy {}: applied to {} existing file(s)", r.name, paths.size());
@@ -224,7 +262,38 @@ absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
   if (state_changed) {
     if (absl::Status s = SaveState(); !s.ok()) log_->warn("policy state: {}", s.ToString());
   }
+
+  // Ended holds give back their copies (only once the rules in force are known: an engine
+  // that has not read them would take every rule for removed).
+  if (rules_known && now - last_release_ns_ >= std::chrono::nanoseconds(options_.release_interval).count()) {
+    last_release_ns_ = now;
+    ReleaseInput in;
+    in.catalog = &cat;
+    in.holds = &holds_;
+    in.rules = &rules;
+    in.removed_since = &removed_since_;
+    in.removed_grace = options_.removed_rule_grace;
+    in.now_ns = now;
+    absl::StatusOr<ReleaseSummary> released = ReleaseEndedHolds(in, *log_);
+    if (!released.ok()) return released.status();
+    summary.holds_ended += released->holds_ended;
+    summary.replicas_released += released->replicas_removed;
+  }
   return summary;
+}
+
+absl::Status PolicyEngine::RetryWaiting(const std::vector<PolicyRule>& rules,
+                                        const std::vector<catalog::Site>& sites,
+                                        PolicyStepSummary& summary) {
+  std::map<std::string, std::vector<std::string>> waiting;
+  waiting.swap(waiting_);
+  for (const PolicyRule& r : rules) {
+    auto it = waiting.find(r.name);
+    if (it == waiting.end()) continue;
+    log_->info("policy {}: the sites changed; asking again for {} waiting file(s)", r.name, it->second.size());
+    if (absl::Status s = Request(r, it->second, sites, summary); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 void PolicyEngine::Loop() {

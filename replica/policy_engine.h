@@ -13,6 +13,13 @@
 //   - When rules are loaded (at start, on Reload) every rule is applied once to the files
 //     that already exist (a walk of the namespace below each pattern's literal prefix), so a
 //     new rule also covers old files.
+//   - Lifetimes and removed rules (replica/lifetime.h): every `release_interval` the copies
+//     of holds that ended (a rule's lifetime for a file passed; a rule gone for
+//     `removed_rule_grace`) move to deleting unless another rule or a `gfrep -N` request
+//     needs them (replica/holds.h keeps which requests hold which files). A rule with a
+//     lifetime asks for each file once: a reload does not ask again for files it held.
+//   - A rule whose sites (or source sites) select no site keeps its files waiting and asks
+//     again as soon as the sites or their labels change.
 //   - Scheduled rules run at their cron times (replica/cron.h): the same walk, as a request.
 //     The time of each rule's last run is kept in `state_file` (written atomically), so a run
 //     missed while gfcatalogd was down is made up once at start, not once per missed run.
@@ -42,6 +49,7 @@
 
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
+#include "replica/holds.h"
 #include "replica/policy.h"
 
 namespace gfrep::replica {
@@ -57,6 +65,10 @@ struct PolicyEngineOptions {
   std::chrono::milliseconds interval{1000};
   // Unix ns; null: catalog::SystemNowNs (tests inject one).
   catalog::Clock clock;
+  // How often ended holds are looked for (a pass over every held file: cheap, O(files)).
+  std::chrono::milliseconds release_interval{std::chrono::seconds(60)};
+  // How long the copies of a removed rule stay (a rule put back within it loses nothing).
+  std::chrono::milliseconds removed_rule_grace{std::chrono::hours(1)};
   // Null: spdlog::default_logger().
   std::shared_ptr<spdlog::logger> logger;
 };
@@ -65,6 +77,8 @@ struct PolicyStepSummary {
   std::uint64_t requests_created = 0;
   std::uint64_t files_requested = 0;
   std::uint64_t scheduled_runs = 0;
+  std::uint64_t holds_ended = 0;
+  std::uint64_t replicas_released = 0;  // moved to deleting: no rule or request needs them
 };
 
 class PolicyEngine {
@@ -85,6 +99,9 @@ class PolicyEngine {
   // One request for `paths` under `rule` (split into batches of kMaxBatchPaths).
   absl::Status Request(const PolicyRule& rule, const std::vector<std::string>& paths,
                        const std::vector<catalog::Site>& sites, PolicyStepSummary& summary);
+  // The sites changed: files waiting for an eligible site are asked for again.
+  absl::Status RetryWaiting(const std::vector<PolicyRule>& rules, const std::vector<catalog::Site>& sites,
+                            PolicyStepSummary& summary);
   absl::Status LoadState();
   absl::Status SaveState();
   void Loop();
@@ -95,6 +112,7 @@ class PolicyEngine {
   std::mutex mu_;
   std::vector<PolicyRule> rules_;   // guarded by mu_
   bool reloaded_ = false;           // guarded by mu_: apply every rule to existing files
+  bool rules_known_ = false;        // guarded by mu_: rules were loaded (else nothing is released)
 
   // Step() state (one caller at a time).
   bool started_ = false;
@@ -102,6 +120,11 @@ class PolicyEngine {
   std::uint64_t document_version_ = 0;  // of the catalog's policy document last looked at
   std::map<std::string, std::int64_t> last_run_ns_;  // scheduled rule -> last run
   std::set<std::pair<catalog::InodeId, std::uint64_t>> seen_;  // generations already matched
+  HoldIndex holds_;
+  std::map<std::string, std::int64_t> removed_since_;  // rules gone -> when first seen gone
+  std::int64_t last_release_ns_ = 0;
+  std::map<std::string, std::vector<std::string>> waiting_;  // rule -> files with no site
+  std::string sites_key_;  // the sites and labels last seen
 
   std::atomic<bool> stop_{false};
   std::condition_variable wake_;

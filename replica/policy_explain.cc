@@ -82,15 +82,6 @@ RuleFileVerdict Judge(catalog::Catalog& cat, const Context& ctx, const PolicyRul
                            rule.sites.text());
     return v;
   }
-  std::vector<std::string> holders;  // complete replicas anywhere
-  for (const catalog::Replica& r : CurrentReplicas(loc)) {
-    holders.push_back(r.node);
-    if (sites.count(ctx.SiteOf(r.node)) > 0) ++v.have;
-  }
-  if (v.have >= v.wanted) {
-    v.state = RuleFileState::kSatisfied;
-    return v;
-  }
   // The rule's latest request that names the file.
   const std::string owner = kPolicyOwnerPrefix + rule.name;
   const catalog::Request* req = nullptr;
@@ -100,6 +91,26 @@ RuleFileVerdict Judge(catalog::Catalog& cat, const Context& ctx, const PolicyRul
       req = &r;
       break;
     }
+  }
+  if (req != nullptr && rule.lifetime &&
+      req->created_ns + std::chrono::nanoseconds(*rule.lifetime).count() <= ctx.now_ns) {
+    v.state = RuleFileState::kEnded;
+    v.request_id = req->id;
+    v.reason = fmt::format("lifetime ended at {} ({} s after request {}): the rule wants no copies "
+                           "any more; those it made go unless another rule or request needs them "
+                           "(never the last)",
+                           FormatUtc(req->created_ns + std::chrono::nanoseconds(*rule.lifetime).count()),
+                           rule.lifetime->count(), req->id);
+    return v;
+  }
+  std::vector<std::string> holders;  // complete replicas anywhere
+  for (const catalog::Replica& r : CurrentReplicas(loc)) {
+    holders.push_back(r.node);
+    if (sites.count(ctx.SiteOf(r.node)) > 0) ++v.have;
+  }
+  if (v.have >= v.wanted) {
+    v.state = RuleFileState::kSatisfied;
+    return v;
   }
   if (req == nullptr) {
     v.state = RuleFileState::kWaiting;
@@ -197,6 +208,7 @@ std::string_view ToString(RuleFileState state) {
     case RuleFileState::kInFlight: return "in flight";
     case RuleFileState::kWaiting: return "waiting";
     case RuleFileState::kFailed: return "failed";
+    case RuleFileState::kEnded: return "ended";
   }
   return "?";
 }
@@ -226,7 +238,9 @@ std::string DescribeTask(const catalog::Task& t, std::int64_t now_ns) {
   return "";
 }
 
-absl::StatusOr<std::vector<std::string>> FilesOfRule(catalog::Catalog& cat, const PolicyRule& rule) {
+absl::StatusOr<std::vector<std::string>> FilesOfRule(
+    catalog::Catalog& cat, const PolicyRule& rule,
+    const std::function<bool(const catalog::Attributes&)>& keep) {
   std::set<std::string> found;
   for (const std::string& pattern : rule.paths) {
     std::vector<std::string> dirs = {LiteralPrefix(pattern)};
@@ -237,7 +251,7 @@ absl::StatusOr<std::vector<std::string>> FilesOfRule(catalog::Catalog& cat, cons
       if (absl::IsNotFound(a.status())) continue;
       if (!a.ok()) return a.status();
       if (a->type == catalog::FileType::kFile) {
-        if (MatchPath(pattern, dir)) found.insert(dir);
+        if (MatchPath(pattern, dir) && (!keep || keep(*a))) found.insert(dir);
         continue;
       }
       catalog::ListOptions list;
@@ -248,7 +262,7 @@ absl::StatusOr<std::vector<std::string>> FilesOfRule(catalog::Catalog& cat, cons
           std::string child = dir == "/" ? "/" + e.name : dir + "/" + e.name;
           if (e.attributes.type == catalog::FileType::kDirectory) {
             dirs.push_back(std::move(child));
-          } else if (MatchPath(pattern, child)) {
+          } else if (MatchPath(pattern, child) && (!keep || keep(e.attributes))) {
             found.insert(std::move(child));
           }
         }
@@ -301,8 +315,10 @@ absl::StatusOr<RuleStatusSummary> StatusOfRule(catalog::Catalog& cat, const Poli
       case RuleFileState::kInFlight: s.in_flight += 1; break;
       case RuleFileState::kWaiting: s.waiting += 1; break;
       case RuleFileState::kFailed: s.failed += 1; break;
+      case RuleFileState::kEnded: s.ended += 1; break;
     }
-    if (v.state != RuleFileState::kSatisfied && s.unsatisfied.size() < limit) {
+    if (v.state != RuleFileState::kSatisfied && v.state != RuleFileState::kEnded &&
+        s.unsatisfied.size() < limit) {
       s.unsatisfied.push_back(std::move(v));
     }
   }

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,9 @@
 
 namespace gfrep::replica {
 
-enum class RuleFileState { kSatisfied, kInFlight, kWaiting, kFailed };
+// kEnded: the rule's lifetime for the file has passed; it wants no copies any more (the ones
+// it made are released, replica/lifetime.h).
+enum class RuleFileState { kSatisfied, kInFlight, kWaiting, kFailed, kEnded };
 std::string_view ToString(RuleFileState state);
 
 struct RuleFileVerdict {
@@ -50,6 +53,7 @@ struct RuleStatusSummary {
   std::uint64_t in_flight = 0;
   std::uint64_t waiting = 0;
   std::uint64_t failed = 0;
+  std::uint64_t ended = 0;
   std::vector<RuleFileVerdict> unsatisfied;  // at most `limit`, in path order
 };
 
@@ -65,7 +69,9 @@ std::string FormatUtc(std::int64_t ns);
 std::string DescribeTask(const catalog::Task& task, std::int64_t now_ns);
 
 // The files under `rule`'s patterns now, in path order (a walk of the namespace from each
-// pattern's literal prefix).
-absl::StatusOr<std::vector<std::string>> FilesOfRule(catalog::Catalog& catalog, const PolicyRule& rule);
+// pattern's literal prefix); with `keep`, only those it returns true for.
+absl::StatusOr<std::vector<std::string>> FilesOfRule(
+    catalog::Catalog& catalog, const PolicyRule& rule,
+    const std::function<bool(const catalog::Attributes&)>& keep = nullptr);
 
 }  // namespace gfrep::replica

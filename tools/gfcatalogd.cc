@@ -83,6 +83,18 @@ int main(int argc, char** argv) {
   app.add_flag("--no-policies", no_policies, "Do not enforce replication policies");
   app.add_option("--policy-state", policy_state,
                  "Where the last run of each scheduled rule is kept (default: DB-policy-state.json)");
+  double removed_rule_grace_s = 3600;
+  app.add_option("--removed-rule-grace", removed_rule_grace_s,
+                 "Seconds the copies of a removed rule stay before they go (unless another rule or "
+                 "a gfrep request needs them; never the last one)")
+      ->check(CLI::Range(0.0, 365 * 86400.0))
+      ->capture_default_str();
+  double release_interval_s = 60;
+  app.add_option("--release-interval", release_interval_s,
+                 "Seconds between looks for copies whose rule ended (a lifetime passed, the rule "
+                 "was removed)")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   auto log = tools::MakeLogger(kProgram, common);
   // The policy file is read, checked and stored in the catalog (the policy engine enforces
@@ -175,6 +187,8 @@ int main(int argc, char** argv) {
     po.catalog = store->get();
     po.logger = log;
     po.state_file = policy_state.empty() ? db + "-policy-state.json" : policy_state;
+    po.removed_rule_grace = std::chrono::milliseconds(static_cast<std::int64_t>(removed_rule_grace_s * 1000));
+    po.release_interval = std::chrono::milliseconds(static_cast<std::int64_t>(release_interval_s * 1000));
     policy_engine = std::make_unique<replica::PolicyEngine>(po);
     policy_engine->Start();
   }

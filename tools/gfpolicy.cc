@@ -60,7 +60,7 @@ std::string RuleLine(const replica::PolicyRule& r) {
   if (r.priority != 0) s += fmt::format(", priority {}", r.priority);
   if (r.continuous) s += ", continuous";
   if (r.schedule) s += fmt::format(", at '{}' {}", r.schedule->spec(), r.schedule->time_zone());
-  if (r.lifetime) s += fmt::format(", lifetime {} s (not enforced yet)", r.lifetime->count());
+  if (r.lifetime) s += fmt::format(", lifetime {} s", r.lifetime->count());
   return s;
 }
 
@@ -230,7 +230,8 @@ int main(int argc, char** argv) {
       std::cout << fmt::format("{}: no rule matches it\n", path);
     }
     for (const auto& x : *v) {
-      all = all && x.state == replica::RuleFileState::kSatisfied;
+      all = all && (x.state == replica::RuleFileState::kSatisfied ||
+                    x.state == replica::RuleFileState::kEnded);
       if (json) continue;
       std::cout << fmt::format("{}: rule {}: {} ({} of {} copies in {}){}{}\n", path, x.rule,
                                replica::ToString(x.state), x.have, x.wanted,
@@ -248,17 +249,19 @@ int main(int argc, char** argv) {
       nlohmann::json j = {{"rule", s->rule},           {"files", s->files},
                           {"satisfied", s->satisfied}, {"in_flight", s->in_flight},
                           {"waiting", s->waiting},     {"failed", s->failed},
+                          {"ended", s->ended},
                           {"unsatisfied", nlohmann::json::array()}};
       for (const auto& x : s->unsatisfied) j["unsatisfied"].push_back(VerdictJson(x));
       std::cout << j.dump() << "\n";
     } else {
-      std::cout << fmt::format("rule {}: {} files: {} satisfied, {} in flight, {} waiting, {} failed\n",
-                               s->rule, s->files, s->satisfied, s->in_flight, s->waiting, s->failed);
+      std::cout << fmt::format("rule {}: {} files: {} satisfied, {} in flight, {} waiting, {} failed{}\n",
+                               s->rule, s->files, s->satisfied, s->in_flight, s->waiting, s->failed,
+                               s->ended == 0 ? "" : fmt::format(", {} past their lifetime", s->ended));
       for (const auto& x : s->unsatisfied) {
         std::cout << fmt::format("  {} {}: {}\n", replica::ToString(x.state), x.path, x.reason);
       }
     }
-    return s->satisfied == s->files ? 0 : 1;
+    return s->satisfied + s->ended == s->files ? 0 : 1;
   }
   return 2;
 }

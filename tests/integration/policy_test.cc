@@ -29,7 +29,7 @@ class PolicyTest : public testing::FederationTest {
     sites: region=jp
 )");
     testing::FederationOptions o;
-    o.catalogd_flags = {"--policies", policy_file_};
+    o.catalogd_flags = {"--policies", policy_file_, "--release-interval", "0.3"};
     StartFederation({{"kek1", "kek"}, {"tsukuba1", "tsukuba"}, {"sdsc1", "sdsc"}}, o);
     // Site labels (gfsite label), as an operator sets them.
     for (const auto& [site, region] : std::vector<std::pair<std::string, std::string>>{
@@ -136,6 +136,37 @@ TEST_F(PolicyTest, GfpolicyChangesTheRulesInForceAndExplainsEachFile) {
   j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j.size(), 1u);
   EXPECT_EQ(j[0]["name"], "exp-in-japan");
+}
+
+TEST_F(PolicyTest, ARulesCopiesGoWhenItsLifetimeEndsAndTheFileKeepsItsOwn) {
+  Write(R"(rules:
+  - name: scratch-in-us
+    paths: ["/scratch/**"]
+    copies: 1
+    sites: sdsc
+    lifetime: 4s
+)");
+  catalogd_.Signal(SIGHUP);
+  const std::string bytes = Store("/scratch/f", 100000, 37, "kek1");
+  ASSERT_TRUE(WaitReplicas("/scratch/f", {"kek1", "sdsc1"}));
+  EXPECT_EQ(Replica("sdsc1", "/scratch/f"), bytes);
+  // After the lifetime the sdsc copy goes (deleting, unlinked by its node, forgotten).
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (States("/scratch/f").size() > 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_EQ(States("/scratch/f"), (std::map<std::string, std::string>{{"kek1", "complete"}}))
+      << Where("/scratch/f").dump();
+  EXPECT_NE(catalogd_.Stderr().find("lifetime of rule scratch-in-us (4 s) ended; the copy goes"),
+            std::string::npos)
+      << catalogd_.Stderr();
+  RunResult r = Tool({"gfpolicy", "explain", "/scratch/f"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("rule scratch-in-us: ended"), std::string::npos) << r.out;
+  // The file itself is still readable from its own replica.
+  r = Tool({"gfexport", "--site", "kek", "--node", "kek1", "/scratch/f"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, bytes);
 }
 
 }  // namespace

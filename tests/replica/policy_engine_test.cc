@@ -17,6 +17,7 @@ class PolicyEngineTest : public ::testing::Test {
     catalog::CatalogOptions o;
     o.path = dir_.Sub("db");
     o.sync = false;
+    o.clock = [this] { return now_ns_; };
     auto c = catalog::OpenRocksCatalog(o);
     ASSERT_TRUE(c.ok()) << c.status();
     cat_ = std::move(*c);
@@ -48,12 +49,14 @@ class PolicyEngineTest : public ::testing::Test {
     return r.ok() ? *r : std::vector<PolicyRule>{};
   }
 
-  std::unique_ptr<PolicyEngine> Make() {
+  std::unique_ptr<PolicyEngine> Make(std::chrono::milliseconds removed_grace = std::chrono::hours(1)) {
     PolicyEngineOptions o;
     o.catalog = cat_.get();
+    o.release_interval = std::chrono::milliseconds(0);
+    o.removed_rule_grace = removed_grace;
     o.state_file = dir_.path() / "policy-state.json";
     o.clock = [this] { return now_ns_; };
-    o.logger = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
+    o.logger = std::getenv("TEST_LOG") ? spdlog::default_logger() : std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
     return std::make_unique<PolicyEngine>(o);
   }
 
@@ -67,6 +70,34 @@ class PolicyEngineTest : public ::testing::Test {
     }
     return out;
   }
+
+  // What the planner and a site agent would do for request `id`: a copy of `path` to `dst`,
+  // committed complete.
+  void Copy(std::uint64_t id, const std::string& path, const std::string& dst) {
+    catalog::TaskSpec t;
+    t.request_id = id;
+    t.path = path;
+    t.src_node = "kek-n1";
+    t.dst_node = dst;
+    auto made = cat_->CreateTasks({t});
+    ASSERT_TRUE(made.ok()) << made.status();
+    auto claimed = cat_->ClaimTask(dst, "w", std::chrono::seconds(60));
+    ASSERT_TRUE(claimed.ok()) << claimed.status();
+    auto done = cat_->CompleteTask(claimed->id, "w");
+    ASSERT_TRUE(done.ok()) << done.status();
+  }
+
+  // Replica state per node of `path`.
+  std::map<std::string, catalog::ReplicaState> States(const std::string& path) {
+    std::map<std::string, catalog::ReplicaState> out;
+    auto loc = cat_->Locate(path);
+    EXPECT_TRUE(loc.ok()) << loc.status();
+    if (!loc.ok()) return out;
+    for (const catalog::Replica& r : loc->replicas) out[r.node] = r.state;
+    return out;
+  }
+
+  void Advance(absl::Duration d) { now_ns_ += absl::ToInt64Nanoseconds(d); }
 
   gfrep::testing::TempDir dir_{"policy-engine"};
   std::unique_ptr<catalog::Catalog> cat_;
@@ -142,14 +173,8 @@ rules:
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->requests_created, 0u);
   EXPECT_TRUE(PolicyRequests().empty());
-  // Once a site carries the label, a reload applies the rule.
+  // Once a site carries the label, the waiting files are asked for (no reload needed).
   ASSERT_TRUE(cat_->PutSite({"cern", {{"region", "eu"}}}).ok());
-  engine->Reload(Rules(R"(
-rules:
-  - name: nowhere
-    paths: ["/exp/**"]
-    sites: region=eu
-)"));
   s = engine->Step();
   ASSERT_TRUE(s.ok());
   ASSERT_EQ(PolicyRequests().size(), 1u);
@@ -205,6 +230,158 @@ TEST_F(PolicyEngineTest, AScheduledRuleRunsAtItsTimeAndAMissedRunIsMadeUpOnce) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->scheduled_runs, 0u);
   EXPECT_EQ(PolicyRequests().size(), 2u);
+}
+
+constexpr const char* kLifetime = R"(
+rules:
+  - name: scratch
+    paths: ["/exp/**"]
+    copies: 2
+    sites: "tsukuba|sdsc"
+    lifetime: 1d
+)";
+
+TEST_F(PolicyEngineTest, ALifetimeEndRemovesTheRulesCopiesAndNeverTheLast) {
+  Commit("/exp/a");  // on kek-n1: the file's own replica
+  Commit("/exp/b");
+  auto engine = Make();
+  engine->Reload(Rules(kLifetime));
+  ASSERT_TRUE(engine->Step().ok());
+  std::vector<catalog::Request> reqs = PolicyRequests();
+  ASSERT_EQ(reqs.size(), 1u);
+  Copy(reqs[0].id, "/exp/a", "tsukuba-n1");
+  Copy(reqs[0].id, "/exp/a", "sdsc-n1");
+  Copy(reqs[0].id, "/exp/b", "tsukuba-n1");
+  Copy(reqs[0].id, "/exp/b", "sdsc-n1");
+  // /exp/b's own replica is gone: the rule's copies are all it has.
+  auto b = cat_->Stat("/exp/b");
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(cat_->RemoveReplica(b->inode, "kek-n1").ok());
+
+  Advance(absl::Hours(23));
+  auto s = engine->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->replicas_released, 0u) << "not before its lifetime";
+
+  Advance(absl::Hours(2));
+  s = engine->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->holds_ended, 2u);
+  using catalog::ReplicaState;
+  EXPECT_EQ(States("/exp/a"), (std::map<std::string, ReplicaState>{{"kek-n1", ReplicaState::kComplete},
+                                                                    {"tsukuba-n1", ReplicaState::kDeleting},
+                                                                    {"sdsc-n1", ReplicaState::kDeleting}}));
+  std::map<std::string, ReplicaState> left = States("/exp/b");
+  EXPECT_EQ(std::count_if(left.begin(), left.end(), [](const auto& kv) { return kv.second == ReplicaState::kComplete; }),
+            1)
+      << "the last complete replica stays";
+  EXPECT_EQ(s->replicas_released, 3u);
+
+  // A reload does not ask again for files whose lifetime ended; a new file gets its copies.
+  Commit("/exp/c");
+  engine->Reload(Rules(kLifetime));
+  ASSERT_TRUE(engine->Step().ok());
+  reqs = PolicyRequests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[1].spec.paths, std::vector<std::string>{"/exp/c"});
+  s = engine->Step();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->holds_ended, 0u) << "each hold ends once";
+}
+
+TEST_F(PolicyEngineTest, CopiesAnotherRuleOrAGfrepRequestNeedsStayAfterALifetime) {
+  Commit("/exp/a");
+  Commit("/exp/b");
+  auto engine = Make();
+  engine->Reload(Rules(std::string(kLifetime) + R"(
+  - name: keep-one-in-us
+    paths: ["/exp/b"]
+    sites: sdsc
+)"));
+  ASSERT_TRUE(engine->Step().ok());
+  std::vector<catalog::Request> reqs = PolicyRequests();
+  ASSERT_EQ(reqs.size(), 2u);
+  const std::uint64_t scratch = reqs[0].spec.owner == "policy:scratch" ? reqs[0].id : reqs[1].id;
+  Copy(scratch, "/exp/a", "tsukuba-n1");
+  Copy(scratch, "/exp/a", "sdsc-n1");
+  Copy(scratch, "/exp/b", "tsukuba-n1");
+  Copy(scratch, "/exp/b", "sdsc-n1");
+  // `gfrep -N 3 /exp/a`: a rule of its own, without end.
+  catalog::RequestSpec user;
+  user.paths = {"/exp/a"};
+  user.copies = 3;
+  user.owner = "alice";
+  ASSERT_TRUE(cat_->CreateRequest(user).ok());
+
+  Advance(absl::Hours(25));
+  auto s = engine->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  using catalog::ReplicaState;
+  EXPECT_EQ(States("/exp/a"), (std::map<std::string, ReplicaState>{{"kek-n1", ReplicaState::kComplete},
+                                                                    {"tsukuba-n1", ReplicaState::kComplete},
+                                                                    {"sdsc-n1", ReplicaState::kComplete}}))
+      << "alice's request wants three copies";
+  EXPECT_EQ(States("/exp/b"), (std::map<std::string, ReplicaState>{{"kek-n1", ReplicaState::kComplete},
+                                                                    {"tsukuba-n1", ReplicaState::kDeleting},
+                                                                    {"sdsc-n1", ReplicaState::kComplete}}))
+      << "keep-one-in-us wants the sdsc copy";
+}
+
+TEST_F(PolicyEngineTest, ARemovedRulesCopiesGoAfterTheGraceUnlessItComesBack) {
+  Commit("/exp/a");
+  constexpr const char* kTwo = R"(
+rules:
+  - name: two
+    paths: ["/exp/**"]
+    copies: 1
+    sites: sdsc
+)";
+  auto engine = Make(std::chrono::hours(1));
+  engine->Reload(Rules(kTwo));
+  ASSERT_TRUE(engine->Step().ok());
+  std::vector<catalog::Request> reqs = PolicyRequests();
+  ASSERT_EQ(reqs.size(), 1u);
+  Copy(reqs[0].id, "/exp/a", "sdsc-n1");
+  using catalog::ReplicaState;
+
+  // Removed by mistake and put back within the grace: nothing is lost.
+  engine->Reload({});
+  ASSERT_TRUE(engine->Step().ok());
+  Advance(absl::Minutes(30));
+  engine->Reload(Rules(kTwo));
+  ASSERT_TRUE(engine->Step().ok());
+  Advance(absl::Hours(2));
+  ASSERT_TRUE(engine->Step().ok());
+  EXPECT_EQ(States("/exp/a")["sdsc-n1"], ReplicaState::kComplete);
+
+  // Removed for good: after the grace the copy goes, the file's own replica stays.
+  engine->Reload({});
+  ASSERT_TRUE(engine->Step().ok());
+  Advance(absl::Minutes(59));
+  ASSERT_TRUE(engine->Step().ok());
+  EXPECT_EQ(States("/exp/a")["sdsc-n1"], ReplicaState::kComplete);
+  Advance(absl::Minutes(2));
+  auto s = engine->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(States("/exp/a"), (std::map<std::string, ReplicaState>{{"kek-n1", ReplicaState::kComplete},
+                                                                    {"sdsc-n1", ReplicaState::kDeleting}}));
+}
+
+TEST_F(PolicyEngineTest, AnEngineThatHasNotReadTheRulesReleasesNothing) {
+  Commit("/exp/a");
+  auto engine = Make(std::chrono::hours(0));
+  engine->Reload(Rules(kContinuous));
+  ASSERT_TRUE(engine->Step().ok());
+  std::vector<catalog::Request> reqs = PolicyRequests();
+  ASSERT_EQ(reqs.size(), 1u);
+  Copy(reqs[0].id, "/exp/a", "tsukuba-n1");
+  engine->Stop();
+  engine.reset();
+  // A restarted engine with no rules loaded yet (no policy document, no Reload).
+  auto fresh = Make(std::chrono::hours(0));
+  Advance(absl::Hours(2));
+  ASSERT_TRUE(fresh->Step().ok());
+  EXPECT_EQ(States("/exp/a")["tsukuba-n1"], catalog::ReplicaState::kComplete);
 }
 
 }  // namespace

@@ -89,6 +89,22 @@ TEST_F(PolicyExplainTest, NoEligibleSite) {
       << v.reason;
 }
 
+TEST_F(PolicyExplainTest, LifetimeEnded) {
+  PolicyRule rule = Rule("sdsc");
+  rule.lifetime = std::chrono::hours(1);
+  const std::uint64_t id = RuleRequest();
+  EXPECT_EQ(Explain(rule).state, RuleFileState::kWaiting) << "within its lifetime";
+  now_.now_ns += std::chrono::nanoseconds(std::chrono::hours(1)).count();
+  RuleFileVerdict v = Explain(rule);
+  EXPECT_EQ(v.state, RuleFileState::kEnded);
+  EXPECT_EQ(v.request_id, id);
+  EXPECT_NE(v.reason.find("lifetime ended at"), std::string::npos) << v.reason;
+  auto s = StatusOfRule(*cat_, rule, 100, now_);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->ended, 1u);
+  EXPECT_TRUE(s->unsatisfied.empty());
+}
+
 TEST_F(PolicyExplainTest, NoRequestYet) {
   RuleFileVerdict v = Explain(Rule("sdsc"));
   EXPECT_EQ(v.state, RuleFileState::kWaiting);

@@ -1,0 +1,131 @@
+#include "replica/holds.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "replica/internal/walk.h"
+#include "replica/policy_engine.h"
+#include "replica/repairer.h"
+
+namespace gfrep::replica {
+namespace {
+
+constexpr std::size_t kStatBatch = 10000;
+
+}  // namespace
+
+std::string RuleOfOwner(const std::string& owner) {
+  const std::string_view prefix = kPolicyOwnerPrefix;
+  if (owner.size() <= prefix.size() || owner.compare(0, prefix.size(), prefix) != 0) return "";
+  return owner.substr(prefix.size());
+}
+
+absl::Status HoldIndex::Update() {
+  // Newest first: read more until the last indexed one is reached.
+  std::vector<catalog::Request> fresh;
+  for (std::size_t limit = 64;; limit *= 4) {
+    absl::StatusOr<std::vector<catalog::Request>> list =
+        catalog_->ListRequests(true, catalog::RequestState::kQueued, limit);
+    if (!list.ok()) return list.status();
+    const bool all = list->size() < limit || list->back().id <= last_id_;
+    if (all || limit > std::numeric_limits<std::size_t>::max() / 8) {
+      for (catalog::Request& r : *list) {
+        if (r.id > last_id_) fresh.push_back(std::move(r));
+      }
+      break;
+    }
+  }
+  std::sort(fresh.begin(), fresh.end(),
+            [](const catalog::Request& a, const catalog::Request& b) { return a.id < b.id; });
+  for (const catalog::Request& r : fresh) {
+    last_id_ = std::max(last_id_, r.id);
+    if (r.spec.owner == kRepairOwner || r.state == catalog::RequestState::kCancelled) continue;
+    std::vector<catalog::InodeId> inodes;
+    if (r.spec.recursive) {
+      for (const std::string& p : r.spec.paths) {
+        absl::Status s = internal::CollectInodes(*catalog_, p, true, inodes);
+        if (!s.ok() && !absl::IsNotFound(s) && !absl::IsInvalidArgument(s)) return s;
+      }
+    } else {
+      for (std::size_t i = 0; i < r.spec.paths.size(); i += kStatBatch) {
+        std::vector<std::string> chunk(
+            r.spec.paths.begin() + static_cast<std::ptrdiff_t>(i),
+            r.spec.paths.begin() + static_cast<std::ptrdiff_t>(std::min(r.spec.paths.size(), i + kStatBatch)));
+        absl::StatusOr<std::vector<absl::StatusOr<catalog::Attributes>>> st = catalog_->StatMany(chunk);
+        if (!st.ok()) return st.status();
+        for (const absl::StatusOr<catalog::Attributes>& a : *st) {
+          if (a.ok() && a->type == catalog::FileType::kFile) inodes.push_back(a->inode);
+        }
+      }
+    }
+    if (inodes.empty()) continue;
+    HoldRequest& h = requests_[r.id];
+    h.id = r.id;
+    h.owner = r.spec.owner;
+    h.since_ns = r.created_ns;
+    h.copies = r.spec.copies;
+    h.dst_sites = r.spec.dst_sites;
+    for (catalog::InodeId inode : inodes) {
+      std::vector<Ref>& refs = by_inode_[inode];
+      if (refs.empty() || refs.back().id != r.id) refs.push_back({r.id, false});
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<const HoldRequest*> HoldIndex::Of(catalog::InodeId inode) const {
+  std::vector<const HoldRequest*> out;
+  auto it = by_inode_.find(inode);
+  if (it == by_inode_.end()) return out;
+  for (const Ref& ref : it->second) {
+    if (ref.released) continue;
+    if (const HoldRequest* h = Request(ref.id); h != nullptr) out.push_back(h);
+  }
+  return out;
+}
+
+bool HoldIndex::EverHeld(catalog::InodeId inode, const std::string& owner) const {
+  auto it = by_inode_.find(inode);
+  if (it == by_inode_.end()) return false;
+  return std::any_of(it->second.begin(), it->second.end(), [&](const Ref& ref) {
+    const HoldRequest* h = Request(ref.id);
+    return h != nullptr && h->owner == owner;
+  });
+}
+
+void HoldIndex::ForEach(
+    const std::function<void(catalog::InodeId, const std::vector<std::uint64_t>&)>& fn) {
+  for (const auto& [inode, refs] : by_inode_) {
+    std::vector<std::uint64_t> ids;
+    for (const Ref& ref : refs) {
+      if (!ref.released) ids.push_back(ref.id);
+    }
+    if (!ids.empty()) fn(inode, ids);
+  }
+}
+
+void HoldIndex::Release(catalog::InodeId inode, std::uint64_t id) {
+  auto it = by_inode_.find(inode);
+  if (it == by_inode_.end()) return;
+  for (Ref& ref : it->second) {
+    if (ref.id == id) ref.released = true;
+  }
+}
+
+absl::StatusOr<bool> HoldIndex::Cancelled(std::uint64_t id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return true;
+  if (it->second.cancelled) return true;
+  absl::StatusOr<catalog::Request> r = catalog_->GetRequest(id);
+  if (absl::IsNotFound(r.status())) return true;
+  if (!r.ok()) return r.status();
+  it->second.cancelled = r->state == catalog::RequestState::kCancelled;
+  return it->second.cancelled;
+}
+
+const HoldRequest* HoldIndex::Request(std::uint64_t id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : &it->second;
+}
+
+}  // namespace gfrep::replica
