@@ -1,5 +1,7 @@
 #include "replica/holds.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <limits>
 
@@ -121,6 +123,42 @@ absl::StatusOr<bool> HoldIndex::Cancelled(std::uint64_t id) {
   if (!r.ok()) return r.status();
   it->second.cancelled = r->state == catalog::RequestState::kCancelled;
   return it->second.cancelled;
+}
+
+absl::StatusOr<std::vector<Want>> WantsOf(HoldIndex& holds, const std::vector<PolicyRule>& rules,
+                                          const std::vector<catalog::Site>& sites,
+                                          catalog::InodeId inode, const std::string& path,
+                                          const std::function<bool(const HoldRequest&)>& ended) {
+  std::vector<Want> wants;
+  std::set<std::string> rules_holding;
+  auto rule_named = [&](const std::string& name) -> const PolicyRule* {
+    for (const PolicyRule& r : rules) {
+      if (r.name == name) return &r;
+    }
+    return nullptr;
+  };
+  for (const HoldRequest* h : holds.Of(inode)) {
+    const std::string rule = RuleOfOwner(h->owner);
+    if (!rule.empty()) rules_holding.insert(rule);
+    if (ended(*h)) continue;
+    if (rule.empty()) {
+      absl::StatusOr<bool> cancelled = holds.Cancelled(h->id);
+      if (!cancelled.ok()) return cancelled.status();
+      if (*cancelled) continue;
+      wants.push_back({fmt::format("request {}", h->id), h->copies,
+                       std::set<std::string>(h->dst_sites.begin(), h->dst_sites.end())});
+    } else if (const PolicyRule* r = rule_named(rule); r != nullptr) {
+      wants.push_back({"rule " + rule, r->copies, r->sites.Evaluate(sites)});
+    } else {  // removed, not yet ended (within its grace): as it asked
+      wants.push_back({"rule " + rule, h->copies, std::set<std::string>(h->dst_sites.begin(), h->dst_sites.end())});
+    }
+  }
+  for (const PolicyRule& r : rules) {
+    if (r.continuous && rules_holding.count(r.name) == 0 && Matches(r, path)) {
+      wants.push_back({"rule " + r.name, r.copies, r.sites.Evaluate(sites)});
+    }
+  }
+  return wants;
 }
 
 const HoldRequest* HoldIndex::Request(std::uint64_t id) const {

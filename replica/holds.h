@@ -22,12 +22,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
+#include "replica/policy.h"
 
 namespace gfrep::replica {
 
@@ -83,5 +85,24 @@ class HoldIndex {
   };
   std::unordered_map<catalog::InodeId, std::vector<Ref>> by_inode_;
 };
+
+// A holder a file must keep copies for: `copies` complete replicas in `sites` (empty: in
+// any site).
+struct Want {
+  std::string who;  // "request 12", "rule exp-in-japan"
+  std::uint32_t copies = 1;
+  std::set<std::string> sites;
+};
+
+// What holds `inode` (at `path`) now, as wants:
+//   - each holding gfrep request not cancelled: its copies in its destination sites;
+//   - each holding policy request whose hold has not ended (`ended` returns false for
+//     it): its rule's copies in the sites the rule selects now when the rule is in force,
+//     else (a removed rule within its grace) what the request asked;
+//   - each continuous rule in force that matches `path` and has not held the file yet.
+absl::StatusOr<std::vector<Want>> WantsOf(HoldIndex& holds, const std::vector<PolicyRule>& rules,
+                                          const std::vector<catalog::Site>& sites,
+                                          catalog::InodeId inode, const std::string& path,
+                                          const std::function<bool(const HoldRequest&)>& ended);
 
 }  // namespace gfrep::replica

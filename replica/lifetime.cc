@@ -13,14 +13,6 @@ namespace {
 
 using catalog::ReplicaState;
 
-// A holder the file must keep its copies for: `copies` complete replicas in `sites` (empty:
-// anywhere).
-struct Want {
-  std::string who;
-  std::uint32_t copies = 1;
-  std::set<std::string> sites;
-};
-
 class Releaser {
  public:
   Releaser(const ReleaseInput& in, spdlog::logger& log) : in_(in), log_(log) {
@@ -88,37 +80,6 @@ class Releaser {
     return out;
   }
 
-  absl::StatusOr<std::vector<Want>> WantsOf(catalog::InodeId inode, const std::string& path,
-                                            const std::set<std::uint64_t>& ended) {
-    std::vector<Want> wants;
-    std::set<std::string> rules_holding;
-    for (const HoldRequest* h : in_.holds->Of(inode)) {
-      const std::string rule = RuleOfOwner(h->owner);
-      if (!rule.empty()) rules_holding.insert(rule);
-      if (ended.count(h->id) > 0) continue;
-      if (rule.empty()) {
-        absl::StatusOr<bool> cancelled = in_.holds->Cancelled(h->id);
-        if (!cancelled.ok()) return cancelled.status();
-        if (*cancelled) continue;
-        wants.push_back({fmt::format("request {}", h->id), h->copies,
-                         std::set<std::string>(h->dst_sites.begin(), h->dst_sites.end())});
-      } else if (!Ended(*h).empty()) {
-        continue;  // ends in this pass too
-      } else if (auto it = rules_.find(rule); it != rules_.end()) {
-        wants.push_back({"rule " + rule, it->second->copies, it->second->sites.Evaluate(sites_)});
-      } else {  // removed, within its grace: as it asked
-        wants.push_back({"rule " + rule, h->copies,
-                         std::set<std::string>(h->dst_sites.begin(), h->dst_sites.end())});
-      }
-    }
-    for (const auto& [name, rule] : rules_) {
-      if (rule->continuous && rules_holding.count(name) == 0 && Matches(*rule, path)) {
-        wants.push_back({"rule " + name, rule->copies, rule->sites.Evaluate(sites_)});
-      }
-    }
-    return wants;
-  }
-
   absl::Status Release(catalog::InodeId inode, const std::vector<std::uint64_t>& ended) {
     catalog::Catalog& cat = *in_.catalog;
     summary_.holds_ended += ended.size();
@@ -132,7 +93,9 @@ class Releaser {
     absl::StatusOr<std::vector<catalog::Replica>> replicas = cat.GetReplicas(inode);
     if (!replicas.ok()) return replicas.status();
     const std::set<std::uint64_t> ended_set(ended.begin(), ended.end());
-    absl::StatusOr<std::vector<Want>> wants = WantsOf(inode, *path, ended_set);
+    absl::StatusOr<std::vector<Want>> wants =
+        WantsOf(*in_.holds, *in_.rules, sites_, inode, *path,
+                [&](const HoldRequest& h) { return ended_set.count(h.id) > 0 || !Ended(h).empty(); });
     if (!wants.ok()) return wants.status();
 
     std::set<std::string> complete;  // nodes with a complete replica of the generation

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <limits>
 #include <mutex>
+#include <set>
 #include <vector>
 
 namespace gfrep::replica {
@@ -26,7 +27,8 @@ bool Terminal(catalog::RequestState s) {
 
 Repairer::Repairer(RepairerOptions options)
     : options_(std::move(options)),
-      log_(options_.logger ? options_.logger : spdlog::default_logger()) {}
+      log_(options_.logger ? options_.logger : spdlog::default_logger()),
+      holds_(options_.catalog) {}
 
 Repairer::~Repairer() { Stop(); }
 
@@ -44,13 +46,12 @@ absl::Status Repairer::Recover() {
       if (r.spec.owner != kRepairOwner || r.spec.paths.size() != 1) continue;
       absl::StatusOr<catalog::Location> loc = cat.Locate(r.spec.paths.front());
       if (!loc.ok()) continue;  // gone: the request fails by itself
-      Open open;
-      open.request_id = r.id;
+      Open& open = open_[loc->attributes.inode];
+      open.request_ids.push_back(r.id);
       open.generation = loc->attributes.generation;
       for (const catalog::Replica& rep : loc->replicas) {
         if (catalog::IsBad(rep.state)) open.bad_nodes.insert(rep.node);
       }
-      open_[loc->attributes.inode] = std::move(open);
     }
   }
   recovered_ = true;
@@ -121,47 +122,115 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
   // Where the bad copies were: their sites, each getting its copies back.
   absl::StatusOr<std::vector<catalog::Node>> nodes = cat.ListNodes("");
   if (!nodes.ok()) return nodes.status();
-  auto site_of = [&](const std::string& node) -> std::string {
-    for (const catalog::Node& n : *nodes) {
-      if (n.name == node) return n.site;
-    }
-    return "";
-  };
-  std::set<std::string> sites;
+  const std::int64_t now = options_.clock ? options_.clock() : catalog::SystemNowNs();
+  const std::int64_t timeout = std::chrono::nanoseconds(options_.node_timeout).count();
+  std::map<std::string, std::string> site_of;
+  std::set<std::string> live_sites;
+  for (const catalog::Node& n : *nodes) {
+    site_of[n.name] = n.site;
+    if (now - n.last_heartbeat_ns <= timeout) live_sites.insert(n.site);
+  }
+  std::set<std::string> sites;  // bad replicas' sites that can take a copy now
+  bool elsewhere = false;       // some bad replica's site cannot
   for (const catalog::Replica* r : bad) {
-    std::string site = site_of(r->node);
-    if (!site.empty()) sites.insert(site);
-  }
-  catalog::RequestSpec spec;
-  spec.paths = {*path};
-  spec.owner = kRepairOwner;
-  spec.priority = complete <= 1 ? kLastCopyPriority : kRepairPriority;
-  std::uint32_t in_sites = 0;
-  for (const catalog::Replica& r : *replicas) {
-    if (r.state == ReplicaState::kComplete && r.generation == generation &&
-        sites.count(site_of(r.node)) > 0) {
-      ++in_sites;
+    auto it = site_of.find(r->node);
+    if (it != site_of.end() && live_sites.count(it->second) > 0) {
+      sites.insert(it->second);
+    } else {
+      elsewhere = true;
     }
   }
-  if (sites.empty()) {
-    // Every bad record belongs to a node no longer registered: restore the count anywhere.
-    spec.copies = static_cast<std::uint32_t>(complete) + static_cast<std::uint32_t>(bad.size());
-  } else {
-    spec.dst_sites.assign(sites.begin(), sites.end());
-    spec.copies = in_sites + static_cast<std::uint32_t>(bad.size());
+  std::set<std::string> good;
+  for (const catalog::Replica& r : *replicas) {
+    if (r.state == ReplicaState::kComplete && r.generation == generation) good.insert(r.node);
   }
-  absl::StatusOr<catalog::Request> req = cat.CreateRequest(spec);
-  if (!req.ok()) return req.status();
+  const std::int32_t priority = complete <= 1 ? kLastCopyPriority : kRepairPriority;
   Open open;
-  open.request_id = req->id;
   open.generation = generation;
   for (const catalog::Replica* r : bad) open.bad_nodes.insert(r->node);
-  open_[inode] = std::move(open);
-  summary.requests_created += 1;
-  log_->warn("repair of {}: {}; request {} makes {} cop{} in {} (priority {}, {} complete left)",
-             *path, what, req->id, spec.copies, spec.copies == 1 ? "y" : "ies",
-             spec.dst_sites.empty() ? std::string("any site") : fmt::format("{}", fmt::join(spec.dst_sites, ",")),
-             spec.priority, complete);
+  if (!sites.empty()) {
+    catalog::RequestSpec spec;
+    spec.paths = {*path};
+    spec.owner = kRepairOwner;
+    spec.priority = priority;
+    spec.dst_sites.assign(sites.begin(), sites.end());
+    std::uint32_t in_sites = 0, bad_in_sites = 0;
+    for (const std::string& n : good) in_sites += sites.count(site_of[n]) > 0 ? 1 : 0;
+    for (const catalog::Replica* r : bad) bad_in_sites += sites.count(site_of[r->node]) > 0 ? 1 : 0;
+    spec.copies = in_sites + bad_in_sites;
+    absl::StatusOr<catalog::Request> req = cat.CreateRequest(spec);
+    if (!req.ok()) return req.status();
+    open.request_ids.push_back(req->id);
+    summary.requests_created += 1;
+    log_->warn("repair of {}: {}; request {} makes {} cop{} in {} (priority {}, {} complete left)",
+               *path, what, req->id, spec.copies, spec.copies == 1 ? "y" : "ies",
+               fmt::join(spec.dst_sites, ","), spec.priority, complete);
+  }
+  if (elsewhere) {
+    absl::StatusOr<std::vector<catalog::Site>> all_sites = cat.ListSites();
+    if (!all_sites.ok()) return all_sites.status();
+    if (absl::Status s = RestoreHolders(inode, *path, *all_sites, good, site_of, priority, open, summary); !s.ok()) {
+      return s;
+    }
+  }
+  if (!open.request_ids.empty()) open_[inode] = std::move(open);
+  return absl::OkStatus();
+}
+
+absl::Status Repairer::RestoreHolders(catalog::InodeId inode, const std::string& path,
+                                      const std::vector<catalog::Site>& sites, const std::set<std::string>& good,
+                                      const std::map<std::string, std::string>& site_of, std::int32_t priority,
+                                      Open& open, RepairStepSummary& summary) {
+  const std::int64_t now = options_.clock ? options_.clock() : catalog::SystemNowNs();
+  absl::StatusOr<std::vector<Want>> wants =
+      WantsOf(holds_, rules_, sites, inode, path, [&](const HoldRequest& h) {
+        const std::string rule = RuleOfOwner(h.owner);
+        if (rule.empty()) return false;
+        for (const PolicyRule& r : rules_) {
+          if (r.name == rule) {
+            return r.lifetime && h.since_ns + std::chrono::nanoseconds(*r.lifetime).count() <= now;
+          }
+        }
+        return true;  // a removed rule restores nothing
+      });
+  if (!wants.ok()) return wants.status();
+  if (wants->empty()) {
+    // Nobody asked for the copies: restore the count anywhere.
+    wants->push_back({"the copies that were there", static_cast<std::uint32_t>(good.size() + open.bad_nodes.size()), {}});
+  }
+  for (const Want& w : *wants) {
+    std::uint32_t have = 0;
+    for (const std::string& n : good) {
+      auto it = site_of.find(n);
+      if (w.sites.empty() || (it != site_of.end() && w.sites.count(it->second) > 0)) ++have;
+    }
+    if (have >= w.copies) continue;
+    catalog::RequestSpec spec;
+    spec.paths = {path};
+    spec.owner = kRepairOwner;
+    spec.priority = priority;
+    spec.copies = w.copies;
+    spec.dst_sites.assign(w.sites.begin(), w.sites.end());
+    absl::StatusOr<catalog::Request> req = options_.catalog->CreateRequest(spec);
+    if (!req.ok()) return req.status();
+    open.request_ids.push_back(req->id);
+    summary.requests_created += 1;
+    log_->warn("repair of {}: a bad replica's site has no live node; request {} restores {}'s {} cop{} "
+               "in {} ({} there now)",
+               path, req->id, w.who, w.copies, w.copies == 1 ? "y" : "ies",
+               w.sites.empty() ? std::string("any site") : fmt::format("{}", fmt::join(w.sites, ",")), have);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Repairer::LoadRules() {
+  absl::StatusOr<catalog::PolicyDocument> doc = options_.catalog->GetPolicies();
+  if (absl::IsUnimplemented(doc.status())) return absl::OkStatus();
+  if (!doc.ok()) return doc.status();
+  if (doc->version == rules_version_) return absl::OkStatus();
+  rules_version_ = doc->version;
+  absl::StatusOr<std::vector<PolicyRule>> parsed = ParsePolicies(doc->text, doc->source);
+  if (parsed.ok()) rules_ = std::move(*parsed);  // a bad document: the rules before stay
   return absl::OkStatus();
 }
 
@@ -173,7 +242,7 @@ absl::Status Repairer::Finish(catalog::InodeId inode, Open& open, RepairStepSumm
   for (const catalog::Replica& r : *replicas) {
     if (catalog::IsBad(r.state) && open.bad_nodes.count(r.node) > 0) {
       drop.push_back({r.inode, r.node, r.generation, r.state, ReplicaState::kDeleting, false, 0,
-                      fmt::format("repaired by request {}", open.request_id)});
+                      fmt::format("repaired by request {}", fmt::join(open.request_ids, ","))});
     }
   }
   if (drop.empty()) return absl::OkStatus();
@@ -212,26 +281,37 @@ absl::StatusOr<RepairStepSummary> Repairer::Step() {
     scanned_ = true;
     last_scan_ = now;
   }
+  if (absl::Status st = LoadRules(); !st.ok()) return st;
+  if (absl::Status st = holds_.Update(); !st.ok()) return st;
   // Repairs in flight: those that ended give back their bad records.
   for (auto it = open_.begin(); it != open_.end();) {
-    absl::StatusOr<catalog::Request> r = cat.GetRequest(it->second.request_id);
-    if (absl::IsNotFound(r.status())) {
-      it = open_.erase(it);
-      continue;
+    bool running = false, all_done = true;
+    std::string ended;
+    for (std::uint64_t id : it->second.request_ids) {
+      absl::StatusOr<catalog::Request> r = cat.GetRequest(id);
+      if (absl::IsNotFound(r.status())) continue;
+      if (!r.ok()) return r.status();
+      if (!Terminal(r->state)) {
+        running = true;
+        break;
+      }
+      if (r->state != catalog::RequestState::kDone) {
+        all_done = false;
+        ended += fmt::format("{}request {} ended {}: {}", ended.empty() ? "" : "; ", r->id,
+                             catalog::ToString(r->state), r->error);
+      }
     }
-    if (!r.ok()) return r.status();
-    if (!Terminal(r->state)) {
+    if (running) {
       ++it;
       continue;
     }
-    if (r->state == catalog::RequestState::kDone) {
+    if (all_done) {
       if (absl::Status s = Finish(it->first, it->second, summary); !s.ok()) return s;
-      log_->info("repair request {} done", r->id);
+      log_->info("repair request {} done", fmt::join(it->second.request_ids, ","));
       // Copies found bad while it ran (not its own) are repaired next.
       candidates.insert(it->first);
     } else {
-      log_->warn("repair request {} ended {}: {} (tried again at the next scan)", r->id,
-                 catalog::ToString(r->state), r->error);
+      log_->warn("repair: {} (tried again at the next scan)", ended);
       candidates.erase(it->first);  // not again before the next scan
     }
     it = open_.erase(it);

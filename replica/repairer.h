@@ -14,6 +14,11 @@
 //     any other of its site (its record is replaced by the new copy's);
 //   - priority kRepairPriority, or kLastCopyPriority when the file is down to one complete
 //     replica (ahead of all new replication: one more failure would lose it).
+// A bad replica whose site has no live node left (none registered, or none with a heartbeat
+// within `node_timeout`) cannot get its copy back there: the file's holders (replica/holds.h:
+// the `gfrep -N` requests that named it, the policy rules that cover it) get their counts
+// restored elsewhere instead, one request per holder short of copies (in the holder's sites,
+// or anywhere for a request without sites); a file no holder wants gets its copy anywhere.
 // When the request is done, bad records still left (the copy went to another node of the
 // site) move to `deleting`, so their nodes drop what remains; bad records of an older
 // generation move there at once. A file without any complete replica left cannot be
@@ -37,9 +42,12 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
+#include "replica/holds.h"
+#include "replica/policy.h"
 
 namespace gfrep::replica {
 
@@ -52,6 +60,10 @@ struct RepairerOptions {
   catalog::Catalog* catalog = nullptr;
   // Full scan of every node's replica records this often (and at start).
   std::chrono::milliseconds scan_interval{std::chrono::minutes(10)};
+  // A node without a heartbeat for this long is down (as the planner's --node-timeout).
+  std::chrono::milliseconds node_timeout{std::chrono::seconds(30)};
+  // Unix ns; null: catalog::SystemNowNs.
+  catalog::Clock clock;
   // Null: spdlog::default_logger().
   std::shared_ptr<spdlog::logger> logger;
 };
@@ -77,7 +89,7 @@ class Repairer {
 
  private:
   struct Open {
-    std::uint64_t request_id = 0;
+    std::vector<std::uint64_t> request_ids;
     std::uint64_t generation = 0;
     std::set<std::string> bad_nodes;
   };
@@ -85,6 +97,13 @@ class Repairer {
   absl::Status Scan(std::set<catalog::InodeId>& out);
   absl::Status Consider(catalog::InodeId inode, RepairStepSummary& summary);
   absl::Status Finish(catalog::InodeId inode, Open& open, RepairStepSummary& summary);
+  // Requests restoring the counts of `inode`'s holders (kept in `open`).
+  absl::Status RestoreHolders(catalog::InodeId inode, const std::string& path,
+                              const std::vector<catalog::Site>& sites, const std::set<std::string>& good,
+                              const std::map<std::string, std::string>& site_of, std::int32_t priority,
+                              Open& open, RepairStepSummary& summary);
+  // The policy document's rules, re-read when its version changed.
+  absl::Status LoadRules();
   void Loop();
 
   RepairerOptions options_;
@@ -96,6 +115,9 @@ class Repairer {
   std::chrono::steady_clock::time_point last_scan_{};
   bool scanned_ = false;
   std::map<catalog::InodeId, Open> open_;  // files with a repair request in flight
+  HoldIndex holds_;
+  std::vector<PolicyRule> rules_;
+  std::uint64_t rules_version_ = 0;
 
   std::atomic<bool> stop_{false};
   std::thread thread_;

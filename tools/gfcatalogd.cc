@@ -171,6 +171,7 @@ int main(int argc, char** argv) {
     repair_options.logger = log;
     repair_options.scan_interval =
         std::chrono::milliseconds(static_cast<std::int64_t>(repair_scan_s * 1000));
+    repair_options.node_timeout = std::chrono::seconds(node_timeout_s);
     repairer = std::make_unique<replica::Repairer>(repair_options);
     repairer->Start();
   }

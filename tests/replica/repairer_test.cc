@@ -20,6 +20,7 @@ class RepairerTest : public ::testing::Test {
     catalog::CatalogOptions o;
     o.path = dir_.Sub("db");
     o.sync = false;
+    o.clock = [this] { return now_ns_ != 0 ? now_ns_ : catalog::SystemNowNs(); };
     auto c = catalog::OpenRocksCatalog(o);
     ASSERT_TRUE(c.ok()) << c.status();
     cat_ = std::move(*c);
@@ -76,6 +77,17 @@ class RepairerTest : public ::testing::Test {
     }
     return out;
   }
+
+  // Node `name` last heard of an hour ago (down for the planner and the repairer).
+  void Silence(const std::string& name) {
+    auto n = cat_->GetNode(name);
+    ASSERT_TRUE(n.ok());
+    now_ns_ = catalog::SystemNowNs() - std::chrono::nanoseconds(std::chrono::hours(1)).count();
+    ASSERT_TRUE(cat_->RegisterNode(*n).ok());
+    now_ns_ = 0;
+  }
+
+  std::int64_t now_ns_ = 0;  // 0: the real clock
 
   std::unique_ptr<Repairer> Make() {
     RepairerOptions o;
@@ -231,6 +243,57 @@ TEST_F(RepairerTest, ABadReplicaOfAnOlderGenerationIsOnlyDropped) {
   EXPECT_EQ(s->requests_created, 0u);
   EXPECT_EQ(s->records_dropped, 1u);
   EXPECT_EQ(StateOn(a, "b1"), ReplicaState::kDeleting);
+}
+
+TEST_F(RepairerTest, ALostCopyOnASiteThatIsDownIsMadeAgainWhereItsHoldersWantIt) {
+  // gfrep -N 3 /g (any site) made copies on a1, b1, c1; c's only node then lost its copy
+  // and went silent.
+  catalog::Attributes g = File("/g", {"a1", "b1", "c1"});
+  catalog::RequestSpec user;
+  user.paths = {"/g"};
+  user.copies = 3;
+  user.owner = "alice";
+  auto made = cat_->CreateRequest(user);
+  ASSERT_TRUE(made.ok());
+  Mark(g, "c1", ReplicaState::kLost);
+  Silence("c1");
+  auto repairer = Make();
+  auto s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<catalog::Request> reqs = RepairRequests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].spec.copies, 3u) << "alice's count";
+  EXPECT_TRUE(reqs[0].spec.dst_sites.empty()) << "anywhere alive: the planner picks";
+
+  // A file nobody asked for gets the copies it had back, anywhere.
+  catalog::Attributes h = File("/h", {"a1", "c1"});
+  Mark(h, "c1", ReplicaState::kCorrupt);
+  s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  reqs = RepairRequests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[0].spec.paths, std::vector<std::string>{"/h"});
+  EXPECT_EQ(reqs[0].spec.copies, 2u);
+  EXPECT_TRUE(reqs[0].spec.dst_sites.empty());
+}
+
+TEST_F(RepairerTest, ARulesCountIsRestoredInItsSitesWhenTheBadCopysSiteIsDown) {
+  ASSERT_TRUE(cat_->PutPolicies("rules:\n  - name: two-in-bc\n    paths: [/exp/**]\n    copies: 2\n"
+                                "    sites: \"b|c\"\n",
+                                "test", std::nullopt)
+                  .ok());
+  ASSERT_TRUE(cat_->Mkdir("/exp", {}).ok());
+  catalog::Attributes f = File("/exp/f", {"a1", "b1", "c1"});
+  Mark(f, "c1", ReplicaState::kLost);
+  Silence("c1");
+  auto repairer = Make();
+  auto s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<catalog::Request> reqs = RepairRequests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].spec.copies, 2u);
+  EXPECT_EQ(reqs[0].spec.dst_sites, (std::vector<std::string>{"b", "c"}))
+      << "b2 is the rule's other live node";
 }
 
 }  // namespace
