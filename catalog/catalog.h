@@ -301,6 +301,9 @@ class Catalog {
   // The stored policy document (version 0 and no text before the first put).
   // The default implementation (for fakes) is kUnimplemented.
   virtual absl::StatusOr<PolicyDocument> GetPolicies();
+  // Live telemetry of a site agent's copies (the dashboard's graphs). Not stored; a catalog
+  // without a dashboard answers kUnimplemented (the default).
+  virtual absl::Status PublishTelemetry(const TelemetryBatch& batch);
 
   // Replaces the policy document (version + 1) and returns it. `expected_version`, if set,
   // must be the stored version (kAborted otherwise: someone else changed it meanwhile).

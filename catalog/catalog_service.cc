@@ -594,6 +594,26 @@ class Service final : public v1::Catalog::CallbackService {
     });
   }
 
+  grpc::ServerUnaryReactor* PublishTelemetry(grpc::CallbackServerContext* c,
+                                             const v1::TelemetryBatch* req, v1::Empty*) override {
+    return Inline(c, [&]() -> absl::Status {
+      TelemetryBatch b;
+      b.node = req->node();
+      b.site = req->site();
+      b.sent_ns = req->sent_ns();
+      b.copies.reserve(static_cast<std::size_t>(req->copies_size()));
+      for (const v1::TelemetryCopy& c : req->copies()) {
+        b.copies.push_back({c.task_id(), c.request_id(), c.src_node(), c.src_site(), c.size(), c.streams(), c.received()});
+      }
+      b.points.reserve(static_cast<std::size_t>(req->points_size()));
+      for (const v1::TelemetryPoint& p : req->points()) {
+        b.points.push_back({p.time_ns(), std::vector<std::uint64_t>(p.bytes().begin(), p.bytes().end())});
+      }
+      if (absl::Status s = Validate(b); !s.ok()) return s;
+      return options_.telemetry_sink ? options_.telemetry_sink(b) : catalog_.PublishTelemetry(b);
+    });
+  }
+
   grpc::ServerUnaryReactor* FailTask(grpc::CallbackServerContext* c,
                                      const v1::FailTaskRequest* req, v1::Task* resp) override {
     return Offload(c, [this, req, resp] {

@@ -12,6 +12,7 @@
 //
 // Thread safety: Start/Shutdown from one thread; the catalog must outlive the server.
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -35,6 +36,9 @@ struct ServerOptions {
   int max_message_bytes = 64 << 20;
   // Longest long-poll a ReadEvents caller may ask for.
   std::chrono::milliseconds max_event_wait{30000};
+  // Where PublishTelemetry batches go (validated; called on a gRPC thread: keep it quick).
+  // Null: the catalog's own PublishTelemetry (kUnimplemented for RocksDB's).
+  std::function<absl::Status(const TelemetryBatch&)> telemetry_sink;
 };
 
 class CatalogServer {

@@ -685,6 +685,31 @@ absl::StatusOr<PolicyDocument> CatalogClient::GetPolicies() {
   return FromProto(resp);
 }
 
+absl::Status CatalogClient::PublishTelemetry(const TelemetryBatch& b) {
+  if (absl::Status s = Validate(b); !s.ok()) return s;
+  v1::TelemetryBatch req;
+  req.set_node(b.node);
+  req.set_site(b.site);
+  req.set_sent_ns(b.sent_ns);
+  for (const TelemetryCopy& c : b.copies) {
+    v1::TelemetryCopy* out = req.add_copies();
+    out->set_task_id(c.task_id);
+    out->set_request_id(c.request_id);
+    out->set_src_node(c.src_node);
+    out->set_src_site(c.src_site);
+    out->set_size(c.size);
+    out->set_streams(c.streams);
+    out->set_received(c.received);
+  }
+  for (const TelemetryPoint& p : b.points) {
+    v1::TelemetryPoint* out = req.add_points();
+    out->set_time_ns(p.time_ns);
+    out->mutable_bytes()->Add(p.bytes.begin(), p.bytes.end());
+  }
+  v1::Empty resp;
+  return impl_->Call(&v1::Catalog::Stub::PublishTelemetry, req, &resp);
+}
+
 absl::StatusOr<PolicyDocument> CatalogClient::PutPolicies(std::string_view text,
                                                           std::string_view source,
                                                           std::optional<std::uint64_t> expected) {

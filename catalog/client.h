@@ -120,6 +120,7 @@ class CatalogClient final : public Catalog {
   absl::StatusOr<std::vector<absl::Status>> TransitionReplicas(
       const std::vector<ReplicaTransition>& items) override;
   absl::StatusOr<PolicyDocument> GetPolicies() override;
+  absl::Status PublishTelemetry(const TelemetryBatch& batch) override;
   absl::StatusOr<PolicyDocument> PutPolicies(std::string_view text, std::string_view source,
                                              std::optional<std::uint64_t> expected_version) override;
   absl::StatusOr<Task> FailTask(std::uint64_t id, std::string_view owner, std::string_view error,

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 #include "catalog/catalog.h"
 
 namespace gfrep::catalog {
@@ -341,6 +343,10 @@ absl::StatusOr<PolicyDocument> Catalog::GetPolicies() {
   return absl::UnimplementedError("this catalog keeps no policies");
 }
 
+absl::Status Catalog::PublishTelemetry(const TelemetryBatch&) {
+  return absl::UnimplementedError("this catalog serves no dashboard");
+}
+
 absl::StatusOr<PolicyDocument> Catalog::PutPolicies(std::string_view, std::string_view,
                                                     std::optional<std::uint64_t>) {
   return absl::UnimplementedError("this catalog keeps no policies");
@@ -350,6 +356,30 @@ std::int64_t SystemNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+absl::Status Validate(const TelemetryBatch& b) {
+  if (absl::Status s = ValidateName(b.node); !s.ok()) return s;
+  if (absl::Status s = ValidateName(b.site); !s.ok()) return s;
+  if (b.copies.size() > kMaxTelemetryCopies || b.points.size() > kMaxTelemetryPoints) {
+    return absl::InvalidArgumentError(fmt::format("telemetry batch: {} copies, {} points (at most {}, {})",
+                                                  b.copies.size(), b.points.size(), kMaxTelemetryCopies,
+                                                  kMaxTelemetryPoints));
+  }
+  for (const TelemetryCopy& c : b.copies) {
+    if (absl::Status s = ValidateName(c.src_node); !s.ok()) return s;
+    if (absl::Status s = ValidateName(c.src_site); !s.ok()) return s;
+  }
+  std::int64_t last = std::numeric_limits<std::int64_t>::min();
+  for (const TelemetryPoint& p : b.points) {
+    if (p.bytes.size() != b.copies.size()) {
+      return absl::InvalidArgumentError(fmt::format("telemetry point with {} counts for {} copies",
+                                                    p.bytes.size(), b.copies.size()));
+    }
+    if (p.time_ns <= last) return absl::InvalidArgumentError("telemetry points out of order");
+    last = p.time_ns;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace gfrep::catalog

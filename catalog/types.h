@@ -336,6 +336,36 @@ struct Event {
   std::string detail;    // e.g. a path or an error
 };
 
+// Live telemetry for the dashboard (replica/telemetry.h): what one site agent's running copies
+// had received, sampled every 100 ms and sent in batches (Catalog::PublishTelemetry). Not
+// stored: the catalog's process keeps the last minutes in memory.
+struct TelemetryCopy {
+  std::uint64_t task_id = 0;
+  std::uint64_t request_id = 0;
+  std::string src_node;
+  std::string src_site;
+  std::uint64_t size = 0;
+  std::uint32_t streams = 0;
+  std::uint64_t received = 0;  // bytes the copy had received when the batch was sent
+};
+struct TelemetryPoint {
+  std::int64_t time_ns = 0;          // the agent's clock, end of the sample
+  std::vector<std::uint64_t> bytes;  // received by each copy (in `copies` order) since the
+                                     // previous point (the first: since the copy began)
+};
+struct TelemetryBatch {
+  std::string node;  // the destination node (the agent's)
+  std::string site;
+  std::int64_t sent_ns = 0;  // the agent's clock when sent (corrects for clock offsets)
+  std::vector<TelemetryCopy> copies;
+  std::vector<TelemetryPoint> points;
+};
+inline constexpr std::size_t kMaxTelemetryCopies = 4096;
+inline constexpr std::size_t kMaxTelemetryPoints = 600;
+// kInvalidArgument unless node/site names are valid, the sizes within bounds, every point
+// has one count per copy and the points' times are increasing.
+absl::Status Validate(const TelemetryBatch& batch);
+
 // The federation's replication policies: one YAML document (its format: replica/policy.h),
 // stored by the catalog as text, versioned (each put adds one), and enforced by
 // gfcatalogd's policy engine. The catalog does not parse it; writers check it first.

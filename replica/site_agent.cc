@@ -292,6 +292,7 @@ absl::Status SiteAgent::Start() {
     SleepFor(std::chrono::milliseconds(500));
     if (stop_) return absl::CancelledError("stopped before registration");
   }
+  last_heartbeat_ok_ns_ = catalog::SystemNowNs();
   log_->info("registered node={} site={} address={} owner={}", options_.node, options_.site,
              options_.address, owner_);
   while (true) {
@@ -322,6 +323,7 @@ absl::Status SiteAgent::Start() {
   for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this, i] { WorkerLoop(i); });
   for (int i = 0; i < kCompleters; ++i) threads_.emplace_back([this] { CompleteLoop(); });
   if (options_.adapt_in_flight) threads_.emplace_back([this] { TuneLoop(); });
+  if (options_.telemetry_interval.count() > 0) threads_.emplace_back([this] { TelemetryLoop(); });
   return absl::OkStatus();
 }
 
@@ -377,6 +379,63 @@ void SiteAgent::SleepFor(std::chrono::milliseconds d) {
   wake_.wait_for(lock, d, [&] { return stop_.load(); });
 }
 
+void SiteAgent::TelemetryLoop() {
+  constexpr auto kSample = std::chrono::milliseconds(100);
+  auto next_send = std::chrono::steady_clock::now() + options_.telemetry_interval;
+  auto next_sample = std::chrono::steady_clock::now() + kSample;
+  while (!stop_) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait_until(lock, next_sample, [&] { return stop_.load(); });
+    }
+    next_sample += kSample;
+    const auto now = std::chrono::steady_clock::now();
+    if (next_sample < now) next_sample = now + kSample;  // fell behind: do not catch up in a burst
+    meter_.Sample(catalog::SystemNowNs());
+    if (now < next_send) continue;
+    next_send = now + options_.telemetry_interval;
+    std::optional<catalog::TelemetryBatch> batch = meter_.Take(options_.node, options_.site, catalog::SystemNowNs());
+    if (!batch) continue;
+    absl::Status s = options_.catalog->PublishTelemetry(*batch);
+    if (absl::IsUnimplemented(s)) {
+      log_->info("telemetry: the catalog serves no dashboard; not sending any ({})", s.ToString());
+      return;
+    }
+    if (!s.ok()) log_->debug("telemetry: {}", s.ToString());  // best effort: the next batch follows
+  }
+}
+
+absl::Status SiteAgent::Health() const {
+  const std::int64_t last = last_heartbeat_ok_ns_.load();
+  if (last == 0) return absl::UnavailableError("not registered with the catalog yet");
+  const std::int64_t age = catalog::SystemNowNs() - last;
+  if (age > 3 * std::chrono::nanoseconds(options_.heartbeat_interval).count()) {
+    return absl::UnavailableError(fmt::format("no heartbeat reached the catalog for {:.1f} s", static_cast<double>(age) / 1e9));
+  }
+  return absl::OkStatus();
+}
+
+void AppendMetrics(MetricsText& m, const SiteAgentStats& s) {
+  m.Counter("gfrep_agent_tasks_done_total", "Copies this node's agent committed", static_cast<double>(s.tasks_done));
+  m.Counter("gfrep_agent_task_failures_total", "Copy attempts that failed (retried or not)",
+            static_cast<double>(s.tasks_failed));
+  m.Counter("gfrep_agent_received_bytes_total", "Bytes received by this node's copies",
+            static_cast<double>(s.bytes_received));
+  m.Counter("gfrep_agent_leases_lost_total", "Copy attempts cancelled because their lease was lost",
+            static_cast<double>(s.leases_lost));
+  m.Counter("gfrep_agent_replicas_deleted_total", "Replicas unlinked and removed from the catalog",
+            static_cast<double>(s.replicas_deleted));
+  m.Counter("gfrep_agent_replicas_checked_total", "Replicas checked (stat checks and scrubs)",
+            static_cast<double>(s.replicas_checked));
+  m.Counter("gfrep_agent_replicas_lost_total", "Replicas found missing", static_cast<double>(s.replicas_lost));
+  m.Counter("gfrep_agent_replicas_corrupt_total", "Replicas found damaged", static_cast<double>(s.replicas_corrupt));
+  m.Counter("gfrep_agent_scrub_read_bytes_total", "Bytes read by the checksum scrub", static_cast<double>(s.scrub_bytes));
+  m.Counter("gfrep_agent_garbage_files_total", "Unrecorded files removed from the spool",
+            static_cast<double>(s.garbage_files));
+  m.Gauge("gfrep_agent_copies_allowed", "Copies the agent allows at once now", s.in_flight_limit);
+  m.Gauge("gfrep_agent_copies_peak", "Most copies that ran at once", s.peak_in_flight);
+}
+
 void SiteAgent::HeartbeatLoop() {
   while (!stop_) {
     catalog::Heartbeat hb = MakeHeartbeat();
@@ -388,7 +447,11 @@ void SiteAgent::HeartbeatLoop() {
       // The catalog forgot us (restored or rebuilt): register again.
       s = Register();
     }
-    if (!s.ok()) log_->warn("heartbeat: {}", s.ToString());
+    if (!s.ok()) {
+      log_->warn("heartbeat: {}", s.ToString());
+    } else {
+      last_heartbeat_ok_ns_ = catalog::SystemNowNs();
+    }
     SleepFor(options_.heartbeat_interval);
   }
 }
@@ -928,12 +991,22 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   if (!topts.logger) topts.logger = log_;
   // Received bytes as they arrive (every 100 ms and at the end), for TuneLoop's goodput and
   // the route's learnt goodput.
-  topts.progress = [this, site = route->src_site,
+  // The dashboard's counter of this copy (telemetry.h), ended when the copy returns.
+  std::shared_ptr<std::atomic<std::uint64_t>> metered = meter_.Begin(
+      {task.id, task.spec.request_id, src->name, src->site, task.size,
+       static_cast<std::uint32_t>(std::max(1, topts.route.streams)), 0});
+  struct EndMeter {
+    CopyMeter& meter;
+    std::uint64_t id;
+    ~EndMeter() { meter.End(id); }
+  } end_meter{meter_, task.id};
+  topts.progress = [this, site = route->src_site, metered,
                     counted = std::uint64_t{0}](const transfer::Progress& p) mutable {
     const std::uint64_t now = p.bytes_done > p.resumed_bytes ? p.bytes_done - p.resumed_bytes : 0;
     if (now > counted) {
       live_bytes_.fetch_add(now - counted);
       learner_.AddBytes(site, now - counted, RouteLearner::Clock::now());
+      metered->fetch_add(now - counted, std::memory_order_relaxed);
     }
     counted = std::max(counted, now);
   };

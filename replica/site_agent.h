@@ -98,6 +98,8 @@
 #include "replica/in_flight.h"
 #include "replica/retry.h"
 #include "replica/route_learner.h"
+#include "replica/metrics.h"
+#include "replica/telemetry.h"
 #include "transfer/client.h"
 #include "transfer/options.h"
 
@@ -158,6 +160,10 @@ struct SiteAgentOptions {
   std::chrono::milliseconds check_interval{60000};
   std::uint64_t scrub_rate_bytes = 32ull << 20;
   std::chrono::seconds scrub_period{std::chrono::hours(24 * 7)};
+  // Live telemetry for the dashboard (replica/telemetry.h): the running copies' received
+  // bytes sampled every 100 ms, sent to the catalog this often (0: never). A catalog that
+  // serves no dashboard answers kUnimplemented: the agent then stops sending.
+  std::chrono::milliseconds telemetry_interval{250};
   RetryOptions retry;
   // Engine settings for pulls (shared key, TLS, checksum, timeouts); route fields are the
   // defaults that the catalog's route table overrides.
@@ -199,6 +205,9 @@ struct SiteAgentStats {
   int peak_in_flight = 0;            // most copies that ran at once
 };
 
+// gfsited's /metrics: the agent's counters in Prometheus text.
+void AppendMetrics(MetricsText& m, const SiteAgentStats& stats);
+
 class SiteAgent {
  public:
   static absl::StatusOr<std::unique_ptr<SiteAgent>> Create(SiteAgentOptions options);
@@ -218,6 +227,8 @@ class SiteAgent {
   const std::string& owner() const { return owner_; }
   int active_transfers() const { return active_.load(); }
   SiteAgentStats stats() const;
+  // OK once registered and while heartbeats reach the catalog (gfsited's /readyz).
+  absl::Status Health() const;
 
  private:
   explicit SiteAgent(SiteAgentOptions options);
@@ -239,6 +250,8 @@ class SiteAgent {
   void SweepLoop();
   // Stat checks every check_interval, scrubbing in between (replica_check.h).
   void CheckLoop();
+  // Samples the copies' counters every 100 ms and sends them every telemetry_interval.
+  void TelemetryLoop();
   // Reports the copy's source replica corrupt (its bytes did not match the catalog).
   void ReportBadSource(const catalog::Task& task, const std::string& note);
   // Every tune_period: goodput and whether the limit held copies back -> InFlightLimit.
@@ -272,6 +285,8 @@ class SiteAgent {
   std::shared_ptr<spdlog::logger> log_;
   std::string owner_;
   std::unique_ptr<internal::SpoolKeeper> keeper_;
+  CopyMeter meter_;
+  std::atomic<std::int64_t> last_heartbeat_ok_ns_{0};
 
   std::mutex stop_mu_;  // serialises Stop()
   std::atomic<bool> stop_{false};

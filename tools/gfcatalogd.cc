@@ -12,7 +12,11 @@
 #include "catalog/catalog.h"
 #include "catalog/catalog_service.h"
 #include "replica/planner.h"
+#include "replica/dashboard.h"
+#include "replica/http_server.h"
+#include "replica/metrics.h"
 #include "replica/policy_engine.h"
+#include "replica/telemetry.h"
 #include "replica/repairer.h"
 #include "tools/internal/cli.h"
 
@@ -95,7 +99,19 @@ int main(int argc, char** argv) {
                  "was removed)")
       ->check(CLI::Range(0.1, 86400.0))
       ->capture_default_str();
+  std::string http;
+  app.add_option("--http", http,
+                 "Serve the dashboard (/), /metrics, /healthz and /readyz on HOST:PORT (off by "
+                 "default; loopback only unless --http-public)");
+  bool http_public = false;
+  app.add_flag("--http-public", http_public,
+               "Allow --http on a non-loopback address (no authentication on these pages yet)");
   CLI11_PARSE(app, argc, argv);
+  if (!http.empty()) {
+    if (absl::Status s = replica::CheckHttpListen(http, http_public); !s.ok()) {
+      return tools::Fail(kProgram, std::string(s.message()), 2);
+    }
+  }
   auto log = tools::MakeLogger(kProgram, common);
   // The policy file is read, checked and stored in the catalog (the policy engine enforces
   // the catalog's document; gfpolicy changes it too). A mistake is a clear error at start.
@@ -130,7 +146,13 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<catalog::Catalog>> store = catalog::OpenRocksCatalog(options);
   if (!store.ok()) return tools::Fail(kProgram, store.status().ToString());
 
+  // Live telemetry from the agents, for the dashboard and /metrics (replica/telemetry.h).
+  std::unique_ptr<replica::TelemetryHub> hub;
   catalog::ServerOptions server_options;
+  if (!http.empty()) {
+    hub = std::make_unique<replica::TelemetryHub>();
+    server_options.telemetry_sink = [hub = hub.get()](const catalog::TelemetryBatch& b) { return hub->Add(b); };
+  }
   server_options.listen = listen;
   server_options.worker_threads = workers;
   if (!tls_cert.empty() || !tls_key.empty()) {
@@ -194,6 +216,38 @@ int main(int argc, char** argv) {
     policy_engine->Start();
   }
 
+  // The dashboard, /metrics and health checks (replica/dashboard.h, replica/http_server.h).
+  std::unique_ptr<replica::Dashboard> dashboard;
+  std::unique_ptr<replica::HttpServer> web;
+  if (!http.empty()) {
+    replica::DashboardOptions dopt;
+    dopt.catalog = store->get();
+    dopt.hub = hub.get();
+    dopt.node_timeout = std::chrono::seconds(node_timeout_s);
+    dopt.logger = log;
+    dashboard = std::make_unique<replica::Dashboard>(dopt);
+    replica::HttpRoutes routes;
+    dashboard->AddRoutes(routes);
+    replica::AddHealthRoutes(routes, [cat = store->get()]() -> absl::Status {
+      absl::StatusOr<std::uint64_t> seq = cat->LastEventSeq();  // the database answers
+      return seq.ok() ? absl::OkStatus() : seq.status();
+    });
+    routes.pages["/metrics"] = [d = dashboard.get()](const replica::HttpRequest&) {
+      replica::MetricsText m;
+      d->AppendMetrics(m);
+      return replica::HttpResponse{200, replica::kMetricsContentType, m.text(), {}};
+    };
+    replica::HttpServerOptions hopt;
+    hopt.listen = http;
+    absl::StatusOr<std::unique_ptr<replica::HttpServer>> started = replica::HttpServer::Start(hopt, std::move(routes));
+    if (!started.ok()) return tools::Fail(kProgram, started.status().ToString());
+    web = std::move(*started);
+    dashboard->Start();
+    std::printf("dashboard on http://%s/\n", web->address().c_str());
+    std::fflush(stdout);
+    log->info("dashboard on http://{}/ (/metrics, /healthz, /readyz)", web->address());
+  }
+
   int sig = 0;
   for (;;) {
     sigwait(&signals, &sig);
@@ -216,6 +270,8 @@ int main(int argc, char** argv) {
     log->info("SIGHUP: policies reloaded from {} (version {})", policies, put->version);
   }
   log->info("signal {}: shutting down", sig);
+  if (web) web->Stop();
+  if (dashboard) dashboard->Stop();
   if (policy_engine) policy_engine->Stop();
   if (repairer) repairer->Stop();
   if (planner) planner->Stop();

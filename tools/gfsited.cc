@@ -14,6 +14,8 @@
 #include <fmt/format.h>
 
 #include "catalog/client.h"
+#include "replica/http_server.h"
+#include "replica/metrics.h"
 #include "replica/site_agent.h"
 #include "tools/internal/cli.h"
 #include "transfer/agent.h"
@@ -128,8 +130,25 @@ int main(int argc, char** argv) {
                  "hours after which a replica's checksum is verified again by the scrub")
       ->check(CLI::Range(0.0, 24.0 * 3650))
       ->capture_default_str();
+  std::string http;
+  app.add_option("--http", http,
+                 "Serve /metrics, /healthz and /readyz on HOST:PORT (off by default; loopback only "
+                 "unless --http-public)");
+  bool http_public = false;
+  app.add_flag("--http-public", http_public, "Allow --http on a non-loopback address (no authentication yet)");
+  double telemetry_s = 0.25;
+  app.add_option("--telemetry-interval", telemetry_s,
+                 "Seconds between the live telemetry batches sent to the catalog's dashboard "
+                 "(samples every 0.1 s; 0: none)")
+      ->check(CLI::Range(0.0, 60.0))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   auto log = gfrep::tools::MakeLogger("gfsited", common);
+  if (!http.empty()) {
+    if (absl::Status s = gfrep::replica::CheckHttpListen(http, http_public); !s.ok()) {
+      return gfrep::tools::Fail("gfsited", std::string(s.message()), 2);
+    }
+  }
 
   absl::StatusOr<std::uint64_t> buf = gfrep::tools::ParseSize(buffer);
   if (!buf.ok()) return gfrep::tools::Fail("gfsited", Msg(buf.status()));
@@ -223,6 +242,7 @@ int main(int argc, char** argv) {
     so.scrub_rate_bytes = *scrub_bytes;
     so.scrub_period = std::chrono::seconds(static_cast<std::int64_t>(scrub_period_h * 3600));
     so.transfer = pull_defaults;
+    so.telemetry_interval = std::chrono::milliseconds(static_cast<std::int64_t>(telemetry_s * 1000));
     so.logger = log;
     auto agent = gfrep::replica::SiteAgent::Create(so);
     if (!agent.ok()) return gfrep::tools::Fail("gfsited", Msg(agent.status()));
@@ -246,7 +266,37 @@ int main(int argc, char** argv) {
       return gfrep::tools::Fail("gfsited", Msg(s));
     }
   }
+  std::unique_ptr<gfrep::replica::HttpServer> web;
+  if (!http.empty()) {
+    gfrep::replica::HttpRoutes routes;
+    gfrep::replica::AddHealthRoutes(routes, [agent = site_agent.get()]() -> absl::Status {
+      // Serving copies; with a site agent, also heard by the catalog lately.
+      return agent == nullptr ? absl::OkStatus() : agent->Health();
+    });
+    routes.pages["/metrics"] = [s = server->get(), agent = site_agent.get()](const gfrep::replica::HttpRequest&) {
+      gfrep::replica::MetricsText m;
+      const gfrep::transfer::AgentServer::Stats ts = s->stats();
+      m.Counter("gfrep_agent_connections_accepted_total", "Control and data connections accepted",
+                static_cast<double>(ts.connections_accepted));
+      m.Counter("gfrep_agent_files_on_warm_sessions_total", "Files served over an already open session",
+                static_cast<double>(ts.files_on_warm_sessions));
+      if (agent != nullptr) AppendMetrics(m, agent->stats());
+      return gfrep::replica::HttpResponse{200, gfrep::replica::kMetricsContentType, m.text(), {}};
+    };
+    gfrep::replica::HttpServerOptions hopt;
+    hopt.listen = http;
+    auto started = gfrep::replica::HttpServer::Start(hopt, std::move(routes));
+    if (!started.ok()) {
+      ::kill(::getpid(), SIGTERM);
+      waiter.join();
+      return gfrep::tools::Fail("gfsited", Msg(started.status()));
+    }
+    web = std::move(*started);
+    std::printf("metrics on http://%s/metrics\n", web->address().c_str());
+    std::fflush(stdout);
+  }
   (*server)->Run();
+  if (web) web->Stop();
   if (site_agent) site_agent->Stop();
   if (waiter.joinable()) {
     // Run() only returns after Stop(), i.e. after the waiter fired.

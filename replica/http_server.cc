@@ -1,0 +1,320 @@
+#include "replica/http_server.h"
+
+#include <fmt/format.h>
+
+#include <boost/asio.hpp>
+#include <boost/asio/experimental/as_tuple.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <atomic>
+#include <deque>
+#include <thread>
+
+namespace gfrep::replica {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using tcp = asio::ip::tcp;
+constexpr auto kTuple = asio::experimental::as_tuple(asio::use_awaitable);
+constexpr std::size_t kMaxRequestBytes = 16 * 1024;
+
+class Peer final : public WebSocketPeer, public std::enable_shared_from_this<Peer> {
+ public:
+  Peer(beast::tcp_stream stream, std::size_t max_queued) : ws_(std::move(stream)), max_queued_(max_queued) {}
+
+  websocket::stream<beast::tcp_stream>& ws() { return ws_; }
+
+  bool Send(std::string text) override {
+    if (!open_) return false;
+    asio::post(ws_.get_executor(), [self = shared_from_this(), text = std::move(text)]() mutable {
+      self->Enqueue(std::move(text));
+    });
+    return true;
+  }
+  bool open() const override { return open_; }
+
+  // Reads (and drops) what the browser sends, to see pings and the close.
+  void StartReading() {
+    ws_.async_read(in_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec) {
+        self->open_ = false;
+        return;
+      }
+      self->in_.clear();
+      self->StartReading();
+    });
+  }
+
+ private:
+  void Enqueue(std::string text) {
+    if (!open_) return;
+    if (queue_.size() >= max_queued_) {  // the browser cannot keep up: let it reconnect
+      open_ = false;
+      ws_.async_close(websocket::close_code::try_again_later, [self = shared_from_this()](beast::error_code) {});
+      return;
+    }
+    queue_.push_back(std::move(text));
+    if (!writing_) Write();
+  }
+
+  void Write() {
+    writing_ = true;
+    ws_.text(true);
+    ws_.async_write(asio::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->queue_.pop_front();
+      if (ec) {
+        self->open_ = false;
+        self->queue_.clear();
+        self->writing_ = false;
+        return;
+      }
+      if (self->queue_.empty()) {
+        self->writing_ = false;
+      } else {
+        self->Write();
+      }
+    });
+  }
+
+  websocket::stream<beast::tcp_stream> ws_;
+  const std::size_t max_queued_;
+  std::atomic<bool> open_{true};
+  std::deque<std::string> queue_;  // I/O thread only
+  bool writing_ = false;           // I/O thread only
+  beast::flat_buffer in_;
+};
+
+HttpRequest ToRequest(const http::request<http::string_body>& req) {
+  HttpRequest r;
+  r.method = std::string(req.method_string());
+  r.target = std::string(req.target());
+  const std::size_t q = r.target.find('?');
+  r.path = r.target.substr(0, q);
+  if (q != std::string::npos) {
+    std::string_view rest = std::string_view(r.target).substr(q + 1);
+    while (!rest.empty()) {
+      const std::size_t amp = rest.find('&');
+      std::string_view item = rest.substr(0, amp);
+      rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+      const std::size_t eq = item.find('=');
+      absl::StatusOr<std::string> key = PercentDecode(item.substr(0, eq));
+      absl::StatusOr<std::string> value =
+          PercentDecode(eq == std::string_view::npos ? std::string_view() : item.substr(eq + 1));
+      if (key.ok() && value.ok()) r.query[*key] = *value;
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> PercentDecode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '+') {
+      out.push_back(' ');
+    } else if (c == '%') {
+      auto hex = [](char h) -> int {
+        if (h >= '0' && h <= '9') return h - '0';
+        if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+        if (h >= 'A' && h <= 'F') return h - 'A' + 10;
+        return -1;
+      };
+      const int hi = i + 1 < text.size() ? hex(text[i + 1]) : -1;
+      const int lo = i + 2 < text.size() ? hex(text[i + 2]) : -1;
+      if (hi < 0 || lo < 0) return absl::InvalidArgumentError("bad % escape");
+      out.push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+void AddHealthRoutes(HttpRoutes& routes, std::function<absl::Status()> ready) {
+  routes.pages["/healthz"] = [](const HttpRequest&) { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n", {}}; };
+  routes.pages["/readyz"] = [ready = std::move(ready)](const HttpRequest&) {
+    absl::Status s = ready ? ready() : absl::OkStatus();
+    if (s.ok()) return HttpResponse{200, "text/plain; charset=utf-8", "ready\n", {}};
+    return HttpResponse{503, "text/plain; charset=utf-8", fmt::format("not ready: {}\n", s.ToString()), {}};
+  };
+}
+
+absl::Status CheckHttpListen(const std::string& listen, bool allow_public) {
+  const std::size_t colon = listen.rfind(':');
+  if (colon == std::string::npos || colon + 1 == listen.size()) {
+    return absl::InvalidArgumentError(fmt::format("--http {}: not host:port", listen));
+  }
+  const std::string host = listen.substr(0, colon);
+  if (!allow_public && !IsLoopbackHost(host)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "--http {}: not a loopback address; the dashboard, /metrics and the health checks have no "
+        "authentication yet, so serving them beyond this host needs --http-public",
+        listen));
+  }
+  return absl::OkStatus();
+}
+
+bool IsLoopbackHost(std::string_view host) {
+  if (host == "localhost") return true;
+  boost::system::error_code ec;
+  std::string h(host);
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  const asio::ip::address a = asio::ip::make_address(h, ec);
+  return !ec && a.is_loopback();
+}
+
+struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
+  asio::io_context io{1};
+  tcp::acceptor acceptor{io};
+  HttpRoutes routes;
+  HttpServerOptions options;
+  std::thread thread;
+  std::string host;
+
+  HttpResponse Dispatch(const http::request<http::string_body>& req) {
+    if (req.method() != http::verb::get && req.method() != http::verb::head) {
+      return {405, "text/plain; charset=utf-8", "only GET and HEAD\n", {{"Allow", "GET, HEAD"}}};
+    }
+    const HttpRequest r = ToRequest(req);
+    auto it = routes.pages.find(r.path);
+    if (it == routes.pages.end()) return {404, "text/plain; charset=utf-8", fmt::format("{}: not found\n", r.path), {}};
+    try {
+      return it->second(r);
+    } catch (const std::exception& e) {
+      return {500, "text/plain; charset=utf-8", fmt::format("internal error: {}\n", e.what()), {}};
+    }
+  }
+
+  asio::awaitable<void> Session(tcp::socket socket) {
+    auto self = shared_from_this();
+    beast::tcp_stream stream(std::move(socket));
+    beast::flat_buffer buffer;
+    for (;;) {
+      stream.expires_after(std::chrono::seconds(60));
+      http::request_parser<http::string_body> parser;
+      parser.header_limit(kMaxRequestBytes);
+      parser.body_limit(kMaxRequestBytes);
+      auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTuple);
+      if (ec) {
+        if (ec == http::error::header_limit || ec == http::error::body_limit) {
+          http::response<http::string_body> res{http::status::payload_too_large, 11};
+          res.set(http::field::content_type, "text/plain; charset=utf-8");
+          res.body() = "request too large\n";
+          res.keep_alive(false);
+          res.prepare_payload();
+          co_await http::async_write(stream, res, kTuple);
+        }
+        break;
+      }
+      http::request<http::string_body> req = parser.release();
+      if (websocket::is_upgrade(req)) {
+        const HttpRequest r = ToRequest(req);
+        auto it = routes.websockets.find(r.path);
+        if (it != routes.websockets.end()) {
+          stream.expires_never();
+          auto peer = std::make_shared<Peer>(std::move(stream), options.max_queued_frames);
+          peer->ws().set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+          auto [aec] = co_await peer->ws().async_accept(req, kTuple);
+          if (aec) co_return;
+          peer->StartReading();
+          it->second(peer);
+          co_return;
+        }
+      }
+      HttpResponse r = Dispatch(req);
+      http::response<http::string_body> res{static_cast<http::status>(r.status), req.version()};
+      res.set(http::field::server, "gfrep");
+      res.set(http::field::content_type, r.content_type);
+      for (const auto& [k, v] : r.headers) res.set(k, v);
+      res.keep_alive(req.keep_alive());
+      res.body() = std::move(r.body);
+      res.prepare_payload();
+      if (req.method() == http::verb::head) res.body().clear();  // Content-Length stays
+      auto [wec, wn] = co_await http::async_write(stream, res, kTuple);
+      if (wec || !req.keep_alive()) break;
+    }
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  }
+
+  asio::awaitable<void> Accept() {
+    auto self = shared_from_this();
+    for (;;) {
+      auto [ec, socket] = co_await acceptor.async_accept(kTuple);
+      if (ec) {
+        if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+        continue;  // e.g. EMFILE: try the next one
+      }
+      asio::co_spawn(io, Session(std::move(socket)), asio::detached);
+    }
+  }
+};
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
+                                                               HttpRoutes routes) {
+  auto impl = std::make_shared<Impl>();
+  impl->options = options;
+  impl->routes = std::move(routes);
+  const std::size_t colon = options.listen.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(fmt::format("--http {}: not host:port", options.listen));
+  }
+  std::string host = options.listen.substr(0, colon);
+  const std::string port_text = options.listen.substr(colon + 1);
+  int port = -1;
+  try {
+    std::size_t used = 0;
+    port = std::stoi(port_text, &used);
+    if (used != port_text.size()) port = -1;
+  } catch (const std::exception&) {
+  }
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(fmt::format("--http {}: bad port '{}'", options.listen, port_text));
+  }
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host == "localhost") host = "127.0.0.1";
+  boost::system::error_code ec;
+  const asio::ip::address addr = asio::ip::make_address(host.empty() ? "0.0.0.0" : host, ec);
+  if (ec) return absl::InvalidArgumentError(fmt::format("--http {}: bad address '{}'", options.listen, host));
+  const tcp::endpoint ep(addr, static_cast<unsigned short>(port));
+  impl->acceptor.open(ep.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(ep, ec);
+  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return absl::UnavailableError(fmt::format("http: cannot listen on {}: {}", options.listen, ec.message()));
+  impl->host = addr.is_v6() ? fmt::format("[{}]", addr.to_string()) : addr.to_string();
+  asio::co_spawn(impl->io, impl->Accept(), asio::detached);
+  impl->thread = std::thread([impl = impl.get()] { impl->io.run(); });
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+HttpServer::HttpServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+int HttpServer::port() const {
+  boost::system::error_code ec;
+  return impl_->acceptor.local_endpoint(ec).port();
+}
+
+std::string HttpServer::address() const { return fmt::format("{}:{}", impl_->host, port()); }
+
+void HttpServer::Stop() {
+  if (!impl_ || !impl_->thread.joinable()) return;
+  asio::post(impl_->io, [impl = impl_.get()] {
+    boost::system::error_code ec;
+    impl->acceptor.close(ec);
+  });
+  impl_->io.stop();
+  impl_->thread.join();
+}
+
+}  // namespace gfrep::replica

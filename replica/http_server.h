@@ -1,0 +1,90 @@
+#pragma once
+
+// HttpServer: a small HTTP/1.1 and WebSocket server (Boost.Beast) for the daemons' /metrics,
+// /healthz, /readyz and gfcatalogd's dashboard. Exact-path routes; GET and HEAD only; one
+// I/O thread (handlers run on it: keep them short, they are what a scrape or a page waits
+// for); keep-alive; requests larger than 16 KiB are refused (413).
+//
+// WebSocket routes hand each connection to `on_open` as a WebSocketPeer that sends text
+// frames (queued, in order, from any thread). A peer whose queue grows past
+// `max_queued_frames` (a browser that cannot keep up) is closed rather than left to fall
+// further behind; the page reconnects and starts from the history.
+//
+// Thread safety: routes are fixed at Start; Stop() from any thread except the I/O thread.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace gfrep::replica {
+
+struct HttpRequest {
+  std::string method;  // "GET" or "HEAD"
+  std::string target;  // as sent: "/api/request?id=7"
+  std::string path;    // "/api/request"
+  std::map<std::string, std::string> query;  // percent-decoded
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+  std::map<std::string, std::string> headers;  // extra ones (e.g. Cache-Control)
+};
+
+// One WebSocket connection.
+class WebSocketPeer {
+ public:
+  virtual ~WebSocketPeer() = default;
+  // Queues a text frame; false if the peer is closed (or was closed for falling behind).
+  virtual bool Send(std::string text) = 0;
+  virtual bool open() const = 0;
+};
+
+struct HttpRoutes {
+  std::map<std::string, std::function<HttpResponse(const HttpRequest&)>> pages;
+  std::map<std::string, std::function<void(std::shared_ptr<WebSocketPeer>)>> websockets;
+};
+
+struct HttpServerOptions {
+  std::string listen = "127.0.0.1:0";  // host:port; port 0 picks a free one
+  std::size_t max_queued_frames = 100;
+};
+
+class HttpServer {
+ public:
+  // Binds and serves. kInvalidArgument for a bad address, kUnavailable if it cannot bind.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
+                                                           HttpRoutes routes);
+  ~HttpServer();  // Stop()
+
+  int port() const;
+  std::string address() const;  // host:port with the real port
+  // Closes the listener and every connection, joins the I/O thread.
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit HttpServer(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+// /healthz (200 "ok" while the process serves) and /readyz (200 "ready" when `ready()` is OK,
+// else 503 with its message), as Kubernetes-style probes expect.
+void AddHealthRoutes(HttpRoutes& routes, std::function<absl::Status()> ready);
+
+// A daemon's --http address: kInvalidArgument unless host:port, and, without `allow_public`,
+// unless the host is loopback (the pages and /metrics have no authentication yet).
+absl::Status CheckHttpListen(const std::string& listen, bool allow_public);
+
+// Decodes %XX and '+' in a query component; kInvalidArgument for a bad escape.
+absl::StatusOr<std::string> PercentDecode(std::string_view text);
+
+// True if `host` is a loopback address or name ("127.0.0.1", "::1", "localhost").
+bool IsLoopbackHost(std::string_view host);
+
+}  // namespace gfrep::replica

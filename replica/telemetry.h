@@ -1,0 +1,128 @@
+#pragma once
+
+// TelemetryHub: the last minutes of what moved where, at 0.1-s resolution, for the dashboard
+// (replica/dashboard.h) and /metrics, fed by the site agents' telemetry batches
+// (catalog::TelemetryBatch via Catalog::PublishTelemetry, sampled every 100 ms by each agent).
+//
+// Each point's per-copy byte counts go into 100-ms bins (by the point's time, corrected by
+// the batch's send time against the hub's clock, so agents' clock offsets do not matter) of
+// two series: "route:SRC_SITE->DST_SITE" and "pair:SRC_NODE->DST_NODE". A bin is complete
+// (handed out by Since) once `settle` has passed after its end: the agents send a batch every
+// few hundred ms, so a younger bin may still grow. History: `history` (5 min) per series.
+//
+// Thread safety: all methods may be called from any thread (one mutex; Add is O(points x
+// copies), Since O(series x new bins)).
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "catalog/catalog.h"
+
+namespace gfrep::replica {
+
+struct TelemetryHubOptions {
+  std::chrono::milliseconds bin{100};
+  std::chrono::milliseconds history{std::chrono::minutes(5)};
+  std::chrono::milliseconds settle{400};
+  // A copy not reported for this long has ended (its bytes leave the in-flight counts).
+  std::chrono::milliseconds copy_timeout{std::chrono::seconds(3)};
+  catalog::Clock clock;  // Unix ns; null: the system clock
+};
+
+// Completed bins of every series with bytes in them, ending at `end_ms` (Unix ms): series ->
+// bytes per bin, oldest first, the last ending at end_ms; a series missing had none.
+struct TelemetryBins {
+  std::int64_t bin_ms = 100;
+  std::int64_t end_ms = 0;
+  std::map<std::string, std::vector<std::uint64_t>> series;
+};
+
+// What is moving now, from the copies the agents reported lately.
+struct TelemetryNow {
+  std::map<std::string, std::uint64_t> route_bytes_total;  // "SRC->DST" -> bytes, since start
+  std::map<std::string, std::uint64_t> route_copies;       // "SRC->DST" -> copies running
+  std::map<std::uint64_t, std::uint64_t> request_in_flight_bytes;  // request -> received so far
+  std::uint64_t copies = 0;
+  std::uint64_t streams = 0;
+  std::uint64_t bytes_total = 0;
+  std::uint64_t batches = 0;
+};
+
+class TelemetryHub {
+ public:
+  explicit TelemetryHub(TelemetryHubOptions options = {});
+
+  // REQUIRES catalog::Validate(batch).ok() (the gRPC service checks it).
+  absl::Status Add(const catalog::TelemetryBatch& batch);
+
+  // The bins completed after `after_end_ms` (0: the whole history) up to now - settle.
+  TelemetryBins Since(std::int64_t after_end_ms) const;
+
+  TelemetryNow Now() const;
+
+ private:
+  std::int64_t NowMs() const;
+  void Prune(std::int64_t now_bin);  // REQUIRES mu_
+
+  struct Series {
+    std::int64_t first_bin = 0;  // bin index (Unix ms / bin) of bins.front()
+    std::deque<std::uint64_t> bins;
+  };
+  struct Copy {
+    std::uint64_t request_id = 0;
+    std::string route;
+    std::uint64_t received = 0;
+    std::uint32_t streams = 0;
+    std::int64_t seen_ms = 0;
+  };
+
+  TelemetryHubOptions options_;
+  std::int64_t bin_ms_;
+  std::int64_t history_bins_;
+  mutable std::mutex mu_;
+  std::map<std::string, Series> series_;
+  std::map<std::pair<std::string, std::uint64_t>, Copy> copies_;  // (node, task) -> latest
+  std::map<std::string, std::uint64_t> route_bytes_;
+  std::uint64_t bytes_total_ = 0;
+  std::uint64_t batches_ = 0;
+};
+
+// CopyMeter: the site agent's side. Each running copy counts the bytes it receives; every
+// 100 ms Sample() records what each received since the previous sample, and Take() hands the
+// samples over as one batch (the agent sends it with Catalog::PublishTelemetry).
+//
+// Thread safety: all methods from any thread (copies count with an atomic add, no lock).
+class CopyMeter {
+ public:
+  // A copy begins; add received bytes to the returned counter (kept alive by the meter until
+  // the copy has ended and its last bytes were sampled).
+  std::shared_ptr<std::atomic<std::uint64_t>> Begin(const catalog::TelemetryCopy& copy);
+  void End(std::uint64_t task_id);
+  void Sample(std::int64_t now_ns);
+  // The samples since the last Take (nullopt: none, or nothing running and nothing moved).
+  std::optional<catalog::TelemetryBatch> Take(const std::string& node, const std::string& site,
+                                              std::int64_t now_ns);
+
+ private:
+  struct Entry {
+    catalog::TelemetryCopy copy;
+    std::shared_ptr<std::atomic<std::uint64_t>> received;
+    std::uint64_t sampled = 0;
+    bool ended = false;
+  };
+  std::mutex mu_;
+  std::map<std::uint64_t, Entry> entries_;  // task id ->
+  std::vector<std::pair<std::int64_t, std::map<std::uint64_t, std::uint64_t>>> points_;
+  std::map<std::uint64_t, catalog::TelemetryCopy> in_points_;  // copies the points name
+};
+
+}  // namespace gfrep::replica
