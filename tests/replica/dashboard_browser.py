@@ -14,6 +14,8 @@ reason on stderr.
 """
 import argparse
 import json
+import shutil
+import tempfile
 import os
 import sys
 import time
@@ -194,7 +196,8 @@ def main():
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = "/usr/bin/chromium"
-    profile = os.path.join(os.path.abspath(args.out), f"chrome-{phases[0]}-{os.getpid()}")
+    # A profile of its own (parallel runs must not share one), removed at the end.
+    profile = tempfile.mkdtemp(prefix="gfrep-dashboard-chrome-")
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--window-size=1280,900", f"--user-data-dir={profile}"):
         opts.add_argument(flag)
@@ -229,6 +232,7 @@ def main():
     finally:
         if driver:
             driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
 
     print(json.dumps(results[0] if len(results) == 1 else {"phases": results}), flush=True)
     if error:

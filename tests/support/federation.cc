@@ -1,5 +1,7 @@
 #include "tests/support/federation.h"
 
+#include <csignal>
+
 #include "transfer/auth.h"
 
 namespace gfrep::testing {
@@ -11,15 +13,8 @@ void FederationTest::StartFederation(const std::map<std::string, std::string>& s
   site_of_ = site_of;
   options_ = options;
   ASSERT_TRUE(transfer::LoadOrCreateSharedKey(key_).ok());
-  std::vector<std::string> argv = {BinPath("gfcatalogd"), "--db",        dir_.Sub("db"), "--listen",
-                                   "127.0.0.1:0",         "--log-level", "info"};
-  argv.insert(argv.end(), options.catalogd_flags.begin(), options.catalogd_flags.end());
-  auto cat = Subprocess::Start(argv);
-  ASSERT_TRUE(cat.ok()) << cat.status();
-  catalogd_ = std::move(*cat);
-  auto addr = catalogd_.WaitForListen(std::chrono::seconds(30));
-  ASSERT_TRUE(addr.ok()) << addr.status();
-  catalog_ = *addr;
+  StartCatalog();
+  if (::testing::Test::HasFatalFailure()) return;
   catalog::ClientOptions co;
   co.address = catalog_;
   co.timeout = std::chrono::seconds(10);
@@ -31,6 +26,24 @@ void FederationTest::StartFederation(const std::map<std::string, std::string>& s
     if (::testing::Test::HasFatalFailure()) return;
   }
   WaitForNodes(site_of_.size());
+}
+
+void FederationTest::StartCatalog() {
+  std::vector<std::string> argv = {BinPath("gfcatalogd"), "--db", dir_.Sub("db"), "--listen",
+                                   catalog_.empty() ? "127.0.0.1:0" : catalog_, "--log-level", "info"};
+  argv.insert(argv.end(), options_.catalogd_flags.begin(), options_.catalogd_flags.end());
+  auto cat = Subprocess::Start(argv);
+  ASSERT_TRUE(cat.ok()) << cat.status();
+  catalogd_ = std::move(*cat);
+  auto addr = catalogd_.WaitForListen(std::chrono::seconds(30));
+  ASSERT_TRUE(addr.ok()) << addr.status();
+  catalog_ = *addr;
+}
+
+void FederationTest::StopCatalog() {
+  catalogd_.Signal(SIGTERM);
+  RunResult r = catalogd_.Wait(std::chrono::seconds(20));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 void FederationTest::StartAgent(const std::string& node) {

@@ -50,6 +50,11 @@ class FederationTest : public ::testing::Test {
   void StartFederation(const std::map<std::string, std::string>& site_of,
                        const FederationOptions& options = {});
 
+  // Stops gfcatalogd (SIGTERM, waits) and starts it again on the same address, database and
+  // flags (StartFederation starts it the first time).
+  void StopCatalog();
+  void StartCatalog();
+
   // Starts (or restarts) the agent of `node`, with the site given to StartFederation.
   void StartAgent(const std::string& node);
   void WaitForNodes(std::size_t n);

@@ -1,0 +1,179 @@
+#include "replica/http_server.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <thread>
+
+#include "replica/metrics.h"
+#include "tests/support/http_get.h"
+
+namespace gfrep::replica {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using tcp = asio::ip::tcp;
+
+// One request over a fresh connection (a real client: Beast).
+testing::HttpReply Get(int port, const std::string& method, const std::string& target,
+                       const std::string& extra_header = "") {
+  absl::StatusOr<testing::HttpReply> r = testing::HttpGet("127.0.0.1:" + std::to_string(port), target, method, extra_header);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : testing::HttpReply{};
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void Start(HttpServerOptions o = {}) {
+    HttpRoutes routes;
+    routes.pages["/"] = [](const HttpRequest&) { return HttpResponse{200, "text/html; charset=utf-8", "<p>hi</p>", {}}; };
+    routes.pages["/echo"] = [](const HttpRequest& r) {
+      std::string body;
+      for (const auto& [k, v] : r.query) body += k + "=" + v + ";";
+      return HttpResponse{200, "text/plain", body, {{"Cache-Control", "no-store"}}};
+    };
+    routes.pages["/throws"] = [](const HttpRequest&) -> HttpResponse { throw std::runtime_error("boom"); };
+    AddHealthRoutes(routes, [this] { return ready_; });
+    routes.websockets["/ws"] = [this](std::shared_ptr<WebSocketPeer> peer) {
+      peer->Send("hello");
+      std::lock_guard<std::mutex> lock(mu_);
+      peers_.push_back(std::move(peer));
+    };
+    auto s = HttpServer::Start(o, std::move(routes));
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+  }
+
+  std::unique_ptr<HttpServer> server_;
+  absl::Status ready_ = absl::OkStatus();
+  std::mutex mu_;
+  std::vector<std::shared_ptr<WebSocketPeer>> peers_;
+};
+
+TEST_F(HttpServerTest, ServesRoutesWithTheirTypesAndRefusesTheRest) {
+  Start();
+  auto r = Get(server_->port(), "GET", "/");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type, "text/html; charset=utf-8");
+  EXPECT_EQ(r.body, "<p>hi</p>");
+  r = Get(server_->port(), "HEAD", "/");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_length, "9");
+  r = Get(server_->port(), "GET", "/echo?path=%2Fexp%2Fa+b&x=1");
+  EXPECT_EQ(r.body, "path=/exp/a b;x=1;");
+  EXPECT_EQ(r.cache_control, "no-store");
+  EXPECT_EQ(Get(server_->port(), "GET", "/nothing").status, 404);
+  EXPECT_EQ(Get(server_->port(), "POST", "/").status, 405);
+  r = Get(server_->port(), "GET", "/throws");
+  EXPECT_EQ(r.status, 500);
+  EXPECT_NE(r.body.find("boom"), std::string::npos);
+  // A request too large is refused, and the server goes on serving.
+  EXPECT_EQ(Get(server_->port(), "GET", "/", std::string(20000, 'x')).status, 413);
+  EXPECT_EQ(Get(server_->port(), "GET", "/").status, 200);
+}
+
+TEST_F(HttpServerTest, HealthAndReadiness) {
+  Start();
+  auto r = Get(server_->port(), "GET", "/healthz");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "ok\n");
+  EXPECT_EQ(Get(server_->port(), "GET", "/readyz").status, 200);
+  ready_ = absl::UnavailableError("no heartbeat for 9 s");
+  r = Get(server_->port(), "GET", "/readyz");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find("no heartbeat for 9 s"), std::string::npos);
+}
+
+TEST_F(HttpServerTest, AWebSocketPeerGetsItsFramesInOrder) {
+  Start();
+  asio::io_context io;
+  websocket::stream<tcp::socket> ws(io);
+  ws.next_layer().connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(server_->port())});
+  ws.handshake("127.0.0.1", "/ws");
+  beast::flat_buffer buffer;
+  ws.read(buffer);
+  EXPECT_EQ(beast::buffers_to_string(buffer.data()), "hello");
+  std::shared_ptr<WebSocketPeer> peer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSERT_EQ(peers_.size(), 1u);
+    peer = peers_.front();
+  }
+  for (int i = 0; i < 50; ++i) EXPECT_TRUE(peer->Send("m" + std::to_string(i)));
+  for (int i = 0; i < 50; ++i) {
+    buffer.clear();
+    ws.read(buffer);
+    ASSERT_EQ(beast::buffers_to_string(buffer.data()), "m" + std::to_string(i));
+  }
+  ws.close(websocket::close_code::normal);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (peer->open() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(peer->open());
+  EXPECT_FALSE(peer->Send("after close"));
+}
+
+TEST_F(HttpServerTest, APeerThatDoesNotReadIsClosedInsteadOfFallingBehind) {
+  HttpServerOptions o;
+  o.max_queued_frames = 8;
+  Start(o);
+  asio::io_context io;
+  websocket::stream<tcp::socket> ws(io);
+  ws.next_layer().connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(server_->port())});
+  ws.handshake("127.0.0.1", "/ws");
+  std::shared_ptr<WebSocketPeer> peer;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!peers_.empty()) {
+      peer = peers_.front();
+      break;
+    }
+  }
+  ASSERT_TRUE(peer);
+  const std::string frame(1 << 20, 'x');  // the socket buffers fill after a few of these
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (peer->open() && std::chrono::steady_clock::now() < deadline) {
+    peer->Send(frame);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_FALSE(peer->open()) << "a browser that cannot keep up is let go (it reconnects)";
+}
+
+TEST(HttpListenTest, LoopbackOnlyUnlessAllowed) {
+  EXPECT_TRUE(CheckHttpListen("127.0.0.1:0", false).ok());
+  EXPECT_TRUE(CheckHttpListen("localhost:8080", false).ok());
+  EXPECT_TRUE(CheckHttpListen("[::1]:8080", false).ok());
+  absl::Status s = CheckHttpListen("0.0.0.0:8080", false);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("--http-public"), std::string::npos) << s;
+  EXPECT_TRUE(CheckHttpListen("0.0.0.0:8080", true).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckHttpListen("8080", true)));
+  HttpServerOptions o;
+  o.listen = "127.0.0.1:notaport";
+  EXPECT_TRUE(absl::IsInvalidArgument(HttpServer::Start(o, {}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(PercentDecode("%G1").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(PercentDecode("%4").status()));
+  EXPECT_EQ(*PercentDecode("a%2Fb+c"), "a/b c");
+}
+
+TEST(MetricsTextTest, WritesFamiliesAndEscapesLabelValues) {
+  MetricsText m;
+  m.Family("gfrep_x_bytes_total", "counter", "Bytes.");
+  m.Sample("gfrep_x_bytes_total", {{"site", "a\"b\\c\nd"}}, 12345678901.0);
+  m.Gauge("gfrep_ratio", "A ratio.", 0.25);
+  EXPECT_EQ(m.text(),
+            "# HELP gfrep_x_bytes_total Bytes.\n# TYPE gfrep_x_bytes_total counter\n"
+            "gfrep_x_bytes_total{site=\"a\\\"b\\\\c\\nd\"} 12345678901\n"
+            "# HELP gfrep_ratio A ratio.\n# TYPE gfrep_ratio gauge\ngfrep_ratio 0.25\n");
+}
+
+}  // namespace
+}  // namespace gfrep::replica
