@@ -7,9 +7,6 @@
 // "disconnected" and recovers by itself. Screenshots are kept under
 // <build>/test-artifacts/dashboard/ (or $GFREP_TEST_ARTIFACTS/dashboard/).
 #include <gtest/gtest.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
@@ -26,20 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 using testing::RunResult;
 
-// A free loopback port (bound, then released): the catalog's page must keep its address
-// across the catalog's restart.
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // Why a browser cannot run here ("" if it can).
 std::string NoBrowser() {
   for (const char* f : {"/usr/bin/chromium", "/usr/bin/chromedriver", "/usr/bin/python3"}) {
@@ -55,7 +38,7 @@ class DashboardTest : public testing::FederationTest {
   DashboardTest() : FederationTest("dashboard") {}
 
   void SetUp() override {
-    http_ = "127.0.0.1:" + std::to_string(FreePort());
+    http_ = "127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());
     testing::FederationOptions o;
     o.catalogd_flags = {"--http", http_};
     o.agent_flags = {"--lease", "3", "--http", "127.0.0.1:0"};

@@ -43,6 +43,12 @@ absl::StatusOr<HttpReply> HttpGet(const std::string& host_port, const std::strin
   }
 }
 
+int FreeLoopbackPort() {
+  asio::io_context io;
+  asio::ip::tcp::acceptor a(io, {asio::ip::make_address("127.0.0.1"), 0});
+  return a.local_endpoint().port();
+}
+
 double MetricValue(const std::string& text, const std::string& name) {
   std::istringstream in(text);
   std::string line;

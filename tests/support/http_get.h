@@ -22,6 +22,10 @@ struct HttpReply {
 absl::StatusOr<HttpReply> HttpGet(const std::string& host_port, const std::string& target,
                                   const std::string& method = "GET", const std::string& extra_header = "");
 
+// A free loopback TCP port (bound, then released), for a daemon whose address must stay the
+// same across a restart.
+int FreeLoopbackPort();
+
 // The value of the sample `name` (with its labels as written, e.g. `x{a="b"}`) in a
 // Prometheus text exposition; -1 if absent.
 double MetricValue(const std::string& text, const std::string& name);
