@@ -395,7 +395,11 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* GetRequest(grpc::CallbackServerContext* c, const v1::IdRequest* req,
                                        v1::Request* resp) override {
-    return Inline(c, [&] { return Fill(catalog_.GetRequest(req->id()), resp); });
+    return Inline(c, [&] {
+      absl::StatusOr<Request> r = catalog_.GetRequest(req->id());
+      if (r.ok() && options_.request_in_flight) r->in_flight_bytes = options_.request_in_flight(r->id);
+      return Fill(std::move(r), resp);
+    });
   }
 
   grpc::ServerUnaryReactor* ListRequests(grpc::CallbackServerContext* c,
@@ -408,9 +412,14 @@ class Service final : public v1::Catalog::CallbackService {
         if (!s.ok()) return s.status();
         state = *s;
       }
-      return FillList<Request, v1::Request>(
-          catalog_.ListRequests(req->any_state(), state, Limit(req->limit(), kMaxListEntries)),
-          [resp] { return resp->add_requests(); });
+      absl::StatusOr<std::vector<Request>> list =
+          catalog_.ListRequests(req->any_state(), state, Limit(req->limit(), kMaxListEntries));
+      if (list.ok() && options_.request_in_flight) {
+        for (Request& r : *list) {
+          if (r.state == RequestState::kRunning) r.in_flight_bytes = options_.request_in_flight(r.id);
+        }
+      }
+      return FillList<Request, v1::Request>(std::move(list), [resp] { return resp->add_requests(); });
     });
   }
 

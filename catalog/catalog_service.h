@@ -39,6 +39,8 @@ struct ServerOptions {
   // Where PublishTelemetry batches go (validated; called on a gRPC thread: keep it quick).
   // Null: the catalog's own PublishTelemetry (kUnimplemented for RocksDB's).
   std::function<absl::Status(const TelemetryBatch&)> telemetry_sink;
+  // Request::in_flight_bytes of the requests GetRequest and ListRequests return (null: 0).
+  std::function<std::uint64_t(std::uint64_t request_id)> request_in_flight;
 };
 
 class CatalogServer {

@@ -236,6 +236,9 @@ struct Request {
   std::uint64_t bytes_done = 0;
   std::int64_t created_ns = 0;
   std::int64_t updated_ns = 0;
+  // Received so far by the request's running copies (from the agents' live telemetry; not
+  // stored: filled in by a gfcatalogd that keeps telemetry, 0 elsewhere).
+  std::uint64_t in_flight_bytes = 0;
 };
 
 // Partial update of a request by the planner; unset (nullopt-like) fields are kept.

@@ -126,6 +126,16 @@ TelemetryNow TelemetryHub::Now() const {
   return out;
 }
 
+std::uint64_t TelemetryHub::InFlightBytes(std::uint64_t request_id) const {
+  const std::int64_t now_ms = NowMs();
+  std::uint64_t sum = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [key, c] : copies_) {
+    if (c.request_id == request_id && now_ms - c.seen_ms <= options_.copy_timeout.count()) sum += c.received;
+  }
+  return sum;
+}
+
 std::shared_ptr<std::atomic<std::uint64_t>> CopyMeter::Begin(const catalog::TelemetryCopy& copy) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry& e = entries_[copy.task_id];

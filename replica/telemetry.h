@@ -68,6 +68,8 @@ class TelemetryHub {
   TelemetryBins Since(std::int64_t after_end_ms) const;
 
   TelemetryNow Now() const;
+  // What the running copies of request `id` received so far (Request::in_flight_bytes).
+  std::uint64_t InFlightBytes(std::uint64_t request_id) const;
 
  private:
   std::int64_t NowMs() const;

@@ -106,7 +106,14 @@ int main(int argc, char** argv) {
   bool http_public = false;
   app.add_flag("--http-public", http_public,
                "Allow --http on a non-loopback address (no authentication on these pages yet)");
+  bool no_telemetry = false;
+  app.add_flag("--no-telemetry", no_telemetry,
+               "Refuse the agents' live telemetry (then no dashboard graphs and no in-flight bytes "
+               "in gfrep; agents stop sending)");
   CLI11_PARSE(app, argc, argv);
+  if (!http.empty() && no_telemetry) {
+    return tools::Fail(kProgram, "--http needs the telemetry: drop --no-telemetry", 2);
+  }
   if (!http.empty()) {
     if (absl::Status s = replica::CheckHttpListen(http, http_public); !s.ok()) {
       return tools::Fail(kProgram, std::string(s.message()), 2);
@@ -147,11 +154,13 @@ int main(int argc, char** argv) {
   if (!store.ok()) return tools::Fail(kProgram, store.status().ToString());
 
   // Live telemetry from the agents, for the dashboard and /metrics (replica/telemetry.h).
+  // Kept unless --no-telemetry (it also gives gfrep the bytes its running copies received).
   std::unique_ptr<replica::TelemetryHub> hub;
   catalog::ServerOptions server_options;
-  if (!http.empty()) {
+  if (!no_telemetry) {
     hub = std::make_unique<replica::TelemetryHub>();
     server_options.telemetry_sink = [hub = hub.get()](const catalog::TelemetryBatch& b) { return hub->Add(b); };
+    server_options.request_in_flight = [hub = hub.get()](std::uint64_t id) { return hub->InFlightBytes(id); };
   }
   server_options.listen = listen;
   server_options.worker_threads = workers;

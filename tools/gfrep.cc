@@ -165,9 +165,12 @@ int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json
       for (const auto& [route, t] : snap.routes) {
         routes += fmt::format("  {} {:.0f} Mbit/s, {} in flight", route, Mbps(t.bytes, elapsed()), t.in_flight);
       }
-      std::cerr << fmt::format("\r\033[Krequest {}: files {}/{} failed {}  {} / {}  {} copies running{}",
+      std::cerr << fmt::format("\r\033[Krequest {}: files {}/{} failed {}  {}{} / {}  {} copies running{}",
                                id, snap.request.files_done, snap.request.files_total,
                                snap.request.files_failed, Human(snap.request.bytes_done),
+                               snap.request.in_flight_bytes == 0
+                                   ? std::string()
+                                   : fmt::format(" (+{} in flight)", Human(snap.request.in_flight_bytes)),
                                Human(snap.request.bytes_total), snap.copies_open, routes)
                 << std::flush;
     }
@@ -247,6 +250,7 @@ nlohmann::json RequestJson(const catalog::Request& r) {
           {"files_failed", r.files_failed},
           {"bytes_total", r.bytes_total},
           {"bytes_done", r.bytes_done},
+          {"in_flight_bytes", r.in_flight_bytes},
           {"error", r.error},
           {"created_ns", r.created_ns},
           {"updated_ns", r.updated_ns}};
@@ -324,10 +328,10 @@ int Status(catalog::CatalogClient& c, std::uint64_t id, bool json) {
   }
   std::cout << fmt::format(
       "request {} {} (owner {}, priority {}): {} of {} files have their copies, {} failed; {} / "
-      "{} done, {} being copied now\n",
+      "{} done, {} being copied now ({} of it received)\n",
       r->id, catalog::ToString(r->state), r->spec.owner, r->spec.priority, r->files_done,
       r->files_total, r->files_failed, Human(r->bytes_done), Human(r->bytes_total),
-      Human(in_flight_bytes));
+      Human(in_flight_bytes), Human(r->in_flight_bytes));
   std::cout << fmt::format("  wants {} cop{} of {}{}{}\n", r->spec.copies,
                            r->spec.copies == 1 ? "y" : "ies", fmt::join(r->spec.paths, " "),
                            r->spec.dst_sites.empty() ? "" : fmt::format(" in {}", fmt::join(r->spec.dst_sites, ",")),

@@ -259,6 +259,7 @@ void ToProto(const Request& in, v1::Request* out) {
   out->set_bytes_done(in.bytes_done);
   out->set_created_ns(in.created_ns);
   out->set_updated_ns(in.updated_ns);
+  out->set_in_flight_bytes(in.in_flight_bytes);
 }
 
 absl::StatusOr<Request> FromProto(const v1::Request& in) {
@@ -276,6 +277,7 @@ absl::StatusOr<Request> FromProto(const v1::Request& in) {
   r.bytes_done = in.bytes_done();
   r.created_ns = in.created_ns();
   r.updated_ns = in.updated_ns();
+  r.in_flight_bytes = in.in_flight_bytes();
   return r;
 }
 

@@ -143,6 +143,16 @@ TEST_F(DashboardTest, ABrowserWatchesAReplicationLiveAndTheNumbersAgree) {
                                          "/exp/f1", "/exp/f2"},
                                         ToolOptions());
   ASSERT_TRUE(rep.ok()) << rep.status();
+  // gfrep shows the bytes its running copies received, not only finished files.
+  std::uint64_t in_flight = 0;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (in_flight == 0 && std::chrono::steady_clock::now() < until) {
+    RunResult st = Tool({"gfrep", "list", "--json"});
+    nlohmann::json j = nlohmann::json::parse(st.out, nullptr, false);
+    if (!j.is_discarded() && j.is_array() && !j.empty()) in_flight = j[0].value("in_flight_bytes", 0ull);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_GT(in_flight, 0u) << "gfrep list --json never showed bytes in flight";
   RunResult m = moving.Wait(std::chrono::seconds(90));
   EXPECT_EQ(m.exit_code, 0) << m.out << m.err;
   nlohmann::json seen = nlohmann::json::parse(m.out, nullptr, false);

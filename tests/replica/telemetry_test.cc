@@ -67,6 +67,8 @@ TEST_F(TelemetryHubTest, PointsLandInTheirBinsPerRouteAndPerNodePair) {
   EXPECT_EQ(now.route_copies["kek->sdsc"], 2u);
   EXPECT_EQ(now.request_in_flight_bytes[7], 330u);
   EXPECT_EQ(now.request_in_flight_bytes[8], 5u);
+  EXPECT_EQ(hub.InFlightBytes(7), 330u) << "what gfrep shows as in flight";
+  EXPECT_EQ(hub.InFlightBytes(9), 0u);
 
   // Since() hands each bin out once when called with the last end.
   EXPECT_TRUE(hub.Since(bins.end_ms).series.empty());
