@@ -301,6 +301,10 @@ class Catalog {
   // The stored policy document (version 0 and no text before the first put).
   // The default implementation (for fakes) is kUnimplemented.
   virtual absl::StatusOr<PolicyDocument> GetPolicies();
+  // Figures of the storage engine worth watching (RocksDB: keys, SST and memtable bytes,
+  // pending compaction), name -> value, for gfcatalogd's /metrics. kUnimplemented (the
+  // default) where there are none.
+  virtual absl::StatusOr<std::map<std::string, std::uint64_t>> StorageStats();
   // Live telemetry of a site agent's copies (the dashboard's graphs). Not stored; a catalog
   // without a dashboard answers kUnimplemented (the default).
   virtual absl::Status PublishTelemetry(const TelemetryBatch& batch);

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/support/server_interceptor.h>
 
 #include <atomic>
 #include <boost/asio/post.hpp>
@@ -689,7 +690,61 @@ class Service final : public v1::Catalog::CallbackService {
 
 }  // namespace
 
+// Per-method latency histograms (CatalogServer::RpcLatencies), kept by a server interceptor.
+class RpcStats {
+ public:
+  void Observe(const std::string& method, double seconds, bool ok) {
+    absl::MutexLock lock(&mu_);
+    RpcLatency& h = by_method_[method];
+    if (h.buckets.empty()) h.buckets.assign(std::size(kRpcLatencyBounds), 0);
+    for (std::size_t i = 0; i < std::size(kRpcLatencyBounds); ++i) {
+      if (seconds <= kRpcLatencyBounds[i]) h.buckets[i] += 1;
+    }
+    h.count += 1;
+    h.sum_seconds += seconds;
+    if (!ok) h.errors += 1;
+  }
+  std::map<std::string, RpcLatency> Snapshot() const {
+    absl::MutexLock lock(&mu_);
+    return by_method_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, RpcLatency> by_method_ ABSL_GUARDED_BY(mu_);
+};
+
+class TimingInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  TimingInterceptor(RpcStats* stats, std::string method)
+      : stats_(stats), method_(std::move(method)), start_(std::chrono::steady_clock::now()) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      stats_->Observe(method_, s, methods->GetSendStatus().ok());
+    }
+    methods->Proceed();
+  }
+
+ private:
+  RpcStats* stats_;
+  std::string method_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+class TimingInterceptorFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit TimingInterceptorFactory(RpcStats* stats) : stats_(stats) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
+    return new TimingInterceptor(stats_, info->method());
+  }
+
+ private:
+  RpcStats* stats_;
+};
+
 struct CatalogServer::Impl {
+  RpcStats rpc_stats;  // outlives the server (declared first, destroyed last)
   std::unique_ptr<Service> service;
   std::unique_ptr<grpc::Server> server;
   std::string address;
@@ -701,6 +756,8 @@ struct CatalogServer::Impl {
 CatalogServer::CatalogServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 CatalogServer::~CatalogServer() { Shutdown(); }
+
+std::map<std::string, RpcLatency> CatalogServer::RpcLatencies() const { return impl_->rpc_stats.Snapshot(); }
 
 absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& catalog,
                                                                     const ServerOptions& options) {
@@ -730,6 +787,9 @@ absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& cat
   builder.RegisterService(impl->service.get());
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<TimingInterceptorFactory>(&impl->rpc_stats));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) {
     impl->service->Join();

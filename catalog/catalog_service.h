@@ -13,6 +13,8 @@
 // Thread safety: Start/Shutdown from one thread; the catalog must outlive the server.
 
 #include <functional>
+#include <map>
+#include <vector>
 #include <memory>
 #include <string>
 
@@ -43,6 +45,19 @@ struct ServerOptions {
   std::function<std::uint64_t(std::uint64_t request_id)> request_in_flight;
 };
 
+// Server-side latency of each RPC method (from the call's arrival to its status being sent),
+// as a histogram: counts per upper bound `kRpcLatencyBounds` (seconds, cumulative as
+// Prometheus wants them: each count includes the faster ones), the sum and the total.
+inline constexpr double kRpcLatencyBounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                               0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5,
+                                               5,      10};
+struct RpcLatency {
+  std::vector<std::uint64_t> buckets;  // one per bound, cumulative
+  std::uint64_t count = 0;             // all calls (the +Inf bucket)
+  double sum_seconds = 0;
+  std::uint64_t errors = 0;            // calls that ended with a status other than OK
+};
+
 class CatalogServer {
  public:
   // Binds, registers the service and starts serving. kUnavailable if the address cannot
@@ -53,6 +68,8 @@ class CatalogServer {
 
   // The bound address, "host:port" with the real port.
   const std::string& address() const;
+  // Method ("/gfrep.catalog.v1.Catalog/Stat") -> its latencies so far. Thread-safe.
+  std::map<std::string, RpcLatency> RpcLatencies() const;
   int port() const;
 
   // Stops accepting calls, cancels Watch streams, waits for running calls (up to 5 s).

@@ -343,6 +343,10 @@ absl::StatusOr<PolicyDocument> Catalog::GetPolicies() {
   return absl::UnimplementedError("this catalog keeps no policies");
 }
 
+absl::StatusOr<std::map<std::string, std::uint64_t>> Catalog::StorageStats() {
+  return absl::UnimplementedError("no storage figures");
+}
+
 absl::Status Catalog::PublishTelemetry(const TelemetryBatch&) {
   return absl::UnimplementedError("this catalog serves no dashboard");
 }

@@ -241,9 +241,36 @@ int main(int argc, char** argv) {
       absl::StatusOr<std::uint64_t> seq = cat->LastEventSeq();  // the database answers
       return seq.ok() ? absl::OkStatus() : seq.status();
     });
-    routes.pages["/metrics"] = [d = dashboard.get()](const replica::HttpRequest&) {
+    routes.pages["/metrics"] = [d = dashboard.get(), srv = server->get(), cat = store->get()](const replica::HttpRequest&) {
       replica::MetricsText m;
       d->AppendMetrics(m);
+      // Catalog RPC latency (server side, per method) and the storage engine's figures.
+      const std::map<std::string, catalog::RpcLatency> rpcs = srv->RpcLatencies();
+      m.Family("gfrep_catalog_rpc_duration_seconds", "histogram",
+               "Catalog RPCs, from arrival to status sent, by method");
+      for (const auto& [method, h] : rpcs) {
+        const std::string name = method.substr(method.rfind('/') + 1);
+        for (std::size_t i = 0; i < h.buckets.size(); ++i) {
+          m.Sample("gfrep_catalog_rpc_duration_seconds_bucket",
+                   {{"method", name}, {"le", fmt::format("{}", catalog::kRpcLatencyBounds[i])}},
+                   static_cast<double>(h.buckets[i]));
+        }
+        m.Sample("gfrep_catalog_rpc_duration_seconds_bucket", {{"method", name}, {"le", "+Inf"}},
+                 static_cast<double>(h.count));
+        m.Sample("gfrep_catalog_rpc_duration_seconds_sum", {{"method", name}}, h.sum_seconds);
+        m.Sample("gfrep_catalog_rpc_duration_seconds_count", {{"method", name}}, static_cast<double>(h.count));
+      }
+      m.Family("gfrep_catalog_rpc_errors_total", "counter", "Catalog RPCs that ended with a status other than OK");
+      for (const auto& [method, h] : rpcs) {
+        m.Sample("gfrep_catalog_rpc_errors_total", {{"method", method.substr(method.rfind('/') + 1)}},
+                 static_cast<double>(h.errors));
+      }
+      if (absl::StatusOr<std::map<std::string, std::uint64_t>> st = cat->StorageStats(); st.ok()) {
+        for (const auto& [name, v] : *st) {
+          const std::string metric = "gfrep_catalog_rocksdb_" + name;
+          m.Gauge(metric, fmt::format("RocksDB {} (all column families)", name), static_cast<double>(v));
+        }
+      }
       return replica::HttpResponse{200, replica::kMetricsContentType, m.text(), {}};
     };
     replica::HttpServerOptions hopt;

@@ -688,6 +688,26 @@ absl::StatusOr<std::unique_ptr<Catalog>> OpenRocks(const CatalogOptions& options
   return std::unique_ptr<Catalog>(std::move(catalog));
 }
 
+
+absl::StatusOr<std::map<std::string, std::uint64_t>> RocksCatalog::StorageStats() {
+  // Summed over the column families (GetAggregatedIntProperty).
+  static constexpr std::pair<const char*, const char*> kProperties[] = {
+      {"estimated_keys", "rocksdb.estimate-num-keys"},
+      {"sst_bytes", "rocksdb.total-sst-files-size"},
+      {"live_sst_bytes", "rocksdb.live-sst-files-size"},
+      {"memtable_bytes", "rocksdb.cur-size-all-mem-tables"},
+      {"pending_compaction_bytes", "rocksdb.estimate-pending-compaction-bytes"},
+      {"running_compactions", "rocksdb.num-running-compactions"},
+      {"running_flushes", "rocksdb.num-running-flushes"},
+  };
+  std::map<std::string, std::uint64_t> out;
+  for (const auto& [name, property] : kProperties) {
+    std::uint64_t v = 0;
+    if (db_->GetAggregatedIntProperty(property, &v)) out[name] = v;
+  }
+  return out;
+}
+
 }  // namespace internal
 
 absl::StatusOr<std::unique_ptr<Catalog>> OpenRocksCatalog(const CatalogOptions& options) {

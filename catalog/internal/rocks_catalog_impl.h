@@ -77,6 +77,7 @@ absl::StatusOr<std::uint64_t> LastU64Key(rocksdb::DB* db, rocksdb::ColumnFamilyH
 
 class RocksCatalog final : public Catalog {
  public:
+  absl::StatusOr<std::map<std::string, std::uint64_t>> StorageStats() override;
   RocksCatalog(const CatalogOptions& options, rocksdb::DB* db,
                std::vector<rocksdb::ColumnFamilyHandle*> cfs)
       : options_(options), db_(db), cfs_(std::move(cfs)) {

@@ -95,6 +95,11 @@ TEST_F(DashboardTest, HealthAndMetricsAreServedByBothDaemons) {
     EXPECT_NE(r.body.find("# TYPE gfrep_"), std::string::npos) << r.body;
   }
   EXPECT_GE(testing::MetricValue(Get(agent_http_["kek1"], "/metrics").body, "gfrep_agent_received_bytes_total"), 0);
+  // The catalog's RPC latencies (the agents have registered and heartbeat by now) and RocksDB.
+  const std::string cm = Get(http_, "/metrics").body;
+  EXPECT_GT(testing::MetricValue(cm, "gfrep_catalog_rpc_duration_seconds_count{method=\"RegisterNode\"}"), 0) << cm;
+  EXPECT_GT(testing::MetricValue(cm, "gfrep_catalog_rpc_duration_seconds_bucket{method=\"RegisterNode\",le=\"+Inf\"}"), 0);
+  EXPECT_GT(testing::MetricValue(cm, "gfrep_catalog_rocksdb_estimated_keys"), 0);
   EXPECT_EQ(Get(http_, "/nothing").status, 404);
   EXPECT_EQ(Get(http_, "/api/request?id=x").status, 400);
   EXPECT_EQ(Get(http_, "/api/request?id=999").status, 404);
