@@ -374,6 +374,13 @@ void Dashboard::AppendMetrics(MetricsText& m) {
     m.Sample("gfrep_route_received_bytes_total", {{"src_site", key.substr(0, arrow)}, {"dst_site", key.substr(arrow + 2)}},
              static_cast<double>(bytes));
   }
+  m.Family("gfrep_route_files_total", "counter",
+           "Files received whole over each route (source site -> destination site), from the agents' telemetry");
+  for (const auto& [key, n] : moving.route_files_total) {
+    const std::size_t arrow = key.find("->");
+    m.Sample("gfrep_route_files_total", {{"src_site", key.substr(0, arrow)}, {"dst_site", key.substr(arrow + 2)}},
+             static_cast<double>(n));
+  }
   m.Family("gfrep_route_copies_running", "gauge", "Copies running over each route now");
   for (const auto& [key, n] : moving.route_copies) {
     const std::size_t arrow = key.find("->");

@@ -62,6 +62,10 @@ absl::Status TelemetryHub::Add(const catalog::TelemetryBatch& b) {
     copy.received = c.received;
     copy.streams = c.streams;
     copy.seen_ms = now_ms;
+    if (!copy.whole && c.size > 0 && c.received >= c.size) {
+      copy.whole = true;
+      route_files_[routes[i]] += 1;
+    }
   }
   Prune(now_bin);
   if (batches_ % 64 == 0) {  // ended copies, long after they left the in-flight counts
@@ -114,6 +118,7 @@ TelemetryNow TelemetryHub::Now() const {
   const std::int64_t now_ms = NowMs();
   std::lock_guard<std::mutex> lock(mu_);
   out.route_bytes_total = route_bytes_;
+  out.route_files_total = route_files_;
   out.bytes_total = bytes_total_;
   out.batches = batches_;
   for (const auto& [key, c] : copies_) {

@@ -50,6 +50,7 @@ struct TelemetryBins {
 struct TelemetryNow {
   std::map<std::string, std::uint64_t> route_bytes_total;  // "SRC->DST" -> bytes, since start
   std::map<std::string, std::uint64_t> route_copies;       // "SRC->DST" -> copies running
+  std::map<std::string, std::uint64_t> route_files_total;  // "SRC->DST" -> copies seen whole
   std::map<std::uint64_t, std::uint64_t> request_in_flight_bytes;  // request -> received so far
   std::uint64_t copies = 0;
   std::uint64_t streams = 0;
@@ -85,6 +86,7 @@ class TelemetryHub {
     std::uint64_t received = 0;
     std::uint32_t streams = 0;
     std::int64_t seen_ms = 0;
+    bool whole = false;  // counted in route_files_ (all its bytes were reported)
   };
 
   TelemetryHubOptions options_;
@@ -94,6 +96,7 @@ class TelemetryHub {
   std::map<std::string, Series> series_;
   std::map<std::pair<std::string, std::uint64_t>, Copy> copies_;  // (node, task) -> latest
   std::map<std::string, std::uint64_t> route_bytes_;
+  std::map<std::string, std::uint64_t> route_files_;
   std::uint64_t bytes_total_ = 0;
   std::uint64_t batches_ = 0;
 };

@@ -179,6 +179,7 @@ TEST_F(DashboardTest, ABrowserWatchesAReplicationLiveAndTheNumbersAgree) {
   const double route = testing::MetricValue(Get(http_, "/metrics").body,
                                             "gfrep_route_received_bytes_total{src_site=\"kek\",dst_site=\"sdsc\"}");
   EXPECT_EQ(agent, static_cast<double>(total));
+  EXPECT_EQ(testing::MetricValue(Get(http_, "/metrics").body, "gfrep_route_files_total{src_site=\"kek\",dst_site=\"sdsc\"}"), 3);
   EXPECT_NEAR(route, agent, agent * 0.03);
   EXPECT_NEAR(idle_seen.value("total_bytes", 0.0), agent, agent * 0.03);
   EXPECT_EQ(idle_seen["routes"], nlohmann::json::array({"kek->sdsc"}));

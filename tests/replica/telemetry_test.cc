@@ -68,6 +68,14 @@ TEST_F(TelemetryHubTest, PointsLandInTheirBinsPerRouteAndPerNodePair) {
   EXPECT_EQ(now.request_in_flight_bytes[7], 330u);
   EXPECT_EQ(now.request_in_flight_bytes[8], 5u);
   EXPECT_EQ(hub.InFlightBytes(7), 330u) << "what gfrep shows as in flight";
+  EXPECT_TRUE(now.route_files_total.empty()) << "no copy has all its bytes yet";
+  // Copy 3 (5 bytes of 5) reports it is whole, twice: one file on its route.
+  for (int i = 0; i < 2; ++i) {
+    catalog::TelemetryCopy whole = CopyOf(3, 8, "tsukuba1", "tsukuba", 5);
+    whole.size = 5;
+    ASSERT_TRUE(hub.Add(Batch(now_ms_, {whole}, {{now_ms_ * kMs, {0}}})).ok());
+  }
+  EXPECT_EQ(hub.Now().route_files_total["tsukuba->sdsc"], 1u);
   EXPECT_EQ(hub.InFlightBytes(9), 0u);
 
   // Since() hands each bin out once when called with the last end.
