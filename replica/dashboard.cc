@@ -319,10 +319,11 @@ json Dashboard::State() {
     route_list.push_back(r);
   }
   state["routes"] = route_list;
-  // The queue: the newest requests (and every unfinished one among the newest 200).
+  // The queue: the newest requests (and every unfinished one among the newest 50; each comes
+  // with its paths, so a look at many big requests per second would cost).
   json requests = json::array();
   std::map<std::string, std::uint64_t> request_states;
-  if (absl::StatusOr<std::vector<catalog::Request>> rs = cat.ListRequests(true, catalog::RequestState::kQueued, 200);
+  if (absl::StatusOr<std::vector<catalog::Request>> rs = cat.ListRequests(true, catalog::RequestState::kQueued, 50);
       rs.ok()) {
     std::size_t shown = 0;
     for (const catalog::Request& r : *rs) {
@@ -394,7 +395,7 @@ void Dashboard::AppendMetrics(MetricsText& m) {
   std::lock_guard<std::mutex> lock(mu_);
   m.Family("gfrep_tasks", "gauge", "Open tasks by state (queued, leased), as of the dashboard's last look");
   for (const auto& [state, n] : tasks_open_) m.Sample("gfrep_tasks", {{"state", state}}, static_cast<double>(n));
-  m.Family("gfrep_requests", "gauge", "The newest 200 requests by state, as of the dashboard's last look");
+  m.Family("gfrep_requests", "gauge", "The newest 50 requests by state, as of the dashboard's last look");
   for (const auto& [state, n] : requests_) m.Sample("gfrep_requests", {{"state", state}}, static_cast<double>(n));
   m.Family("gfrep_task_transitions_total", "counter",
            "Task state changes seen in the event log since gfcatalogd started (done, failed, queued again, ...)");
@@ -415,7 +416,7 @@ void Dashboard::Loop() {
       tick = json{{"type", "tick"}, {"bin_ms", bins.bin_ms}, {"end_ms", bins.end_ms}, {"bins", BinsJson(bins)}}.dump();
       last_end_ms_ = bins.end_ms;
     }
-    std::string state;
+    std::string state;  // built in this round: to every page
     if (now >= next_state) {
       next_state = now + options_.state_interval;
       ReadEvents();
@@ -427,9 +428,11 @@ void Dashboard::Loop() {
     }
     std::vector<Page> greet;
     std::vector<std::shared_ptr<WebSocketPeer>> peers;
+    std::string greet_state;  // the latest state, for pages that just connected
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!state.empty()) last_state_ = state;
+      greet_state = last_state_;
       std::erase_if(pages_, [](const Page& p) { return !p.peer->open(); });
       for (Page& p : pages_) {
         if (!p.greeted) {
@@ -439,7 +442,6 @@ void Dashboard::Loop() {
           peers.push_back(p.peer);
         }
       }
-      if (state.empty()) state = greet.empty() ? "" : last_state_;
     }
     if (!greet.empty()) {
       TelemetryBins history = options_.hub->Since(0);
@@ -447,12 +449,12 @@ void Dashboard::Loop() {
           json{{"type", "history"}, {"bin_ms", history.bin_ms}, {"end_ms", history.end_ms}, {"series", BinsJson(history)}}.dump();
       for (Page& p : greet) {
         p.peer->Send(hello);
-        if (!state.empty()) p.peer->Send(state);
+        if (!greet_state.empty()) p.peer->Send(greet_state);
       }
     }
     for (const auto& peer : peers) {
       if (!tick.empty()) peer->Send(tick);
-      if (!state.empty() && now + options_.state_interval - options_.tick >= next_state) peer->Send(state);
+      if (!state.empty()) peer->Send(state);
     }
     std::unique_lock<std::mutex> lock(mu_);
     wake_.wait_for(lock, options_.tick, [&] {

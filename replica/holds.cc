@@ -23,9 +23,10 @@ std::string RuleOfOwner(const std::string& owner) {
 }
 
 absl::Status HoldIndex::Update() {
-  // Newest first: read more until the last indexed one is reached.
+  // Newest first: read more until the last indexed one is reached (usually the newest one
+  // already is: one request read per call; each carries its paths, so read few).
   std::vector<catalog::Request> fresh;
-  for (std::size_t limit = 64;; limit *= 4) {
+  for (std::size_t limit = 1;; limit *= 8) {
     absl::StatusOr<std::vector<catalog::Request>> list =
         catalog_->ListRequests(true, catalog::RequestState::kQueued, limit);
     if (!list.ok()) return list.status();

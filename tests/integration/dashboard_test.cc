@@ -14,6 +14,10 @@
 #include <filesystem>
 #include <thread>
 
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
+
 #include "tests/support/federation.h"
 #include "tests/support/http_get.h"
 
@@ -100,6 +104,32 @@ TEST_F(DashboardTest, HealthAndMetricsAreServedByBothDaemons) {
   EXPECT_GT(testing::MetricValue(cm, "gfrep_catalog_rpc_duration_seconds_count{method=\"RegisterNode\"}"), 0) << cm;
   EXPECT_GT(testing::MetricValue(cm, "gfrep_catalog_rpc_duration_seconds_bucket{method=\"RegisterNode\",le=\"+Inf\"}"), 0);
   EXPECT_GT(testing::MetricValue(cm, "gfrep_catalog_rocksdb_estimated_keys"), 0);
+  // A page connected to /ws gets the history first, then ticks at 10 Hz and the state every
+  // second (not only when it connects).
+  {
+    namespace asio = boost::asio;
+    namespace websocket = boost::beast::websocket;
+    asio::io_context io;
+    websocket::stream<asio::ip::tcp::socket> ws(io);
+    const std::size_t colon = http_.rfind(':');
+    ws.next_layer().connect({asio::ip::make_address(http_.substr(0, colon)),
+                             static_cast<unsigned short>(std::stoi(http_.substr(colon + 1)))});
+    ws.handshake(http_, "/ws");
+    std::map<std::string, int> kinds;
+    std::string first;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(3500);
+    while (std::chrono::steady_clock::now() < until) {
+      boost::beast::flat_buffer buffer;
+      ws.read(buffer);
+      nlohmann::json j = nlohmann::json::parse(boost::beast::buffers_to_string(buffer.data()), nullptr, false);
+      ASSERT_FALSE(j.is_discarded());
+      if (first.empty()) first = j.value("type", "");
+      kinds[j.value("type", "")] += 1;
+    }
+    EXPECT_EQ(first, "history");
+    EXPECT_GE(kinds["tick"], 20) << "10 Hz";
+    EXPECT_GE(kinds["state"], 3) << "every second, to a page already connected";
+  }
   EXPECT_EQ(Get(http_, "/nothing").status, 404);
   EXPECT_EQ(Get(http_, "/api/request?id=x").status, 400);
   EXPECT_EQ(Get(http_, "/api/request?id=999").status, 404);
