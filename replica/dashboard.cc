@@ -89,6 +89,9 @@ void Dashboard::AddRoutes(HttpRoutes& routes) {
       return HttpResponse{200, TypeOf(name), it->second, {{"Cache-Control", "max-age=3600"}}};
     };
   }
+  routes.pages["/favicon.ico"] = [](const HttpRequest&) {  // none: say so without an error
+    return HttpResponse{204, "image/x-icon", "", {{"Cache-Control", "max-age=86400"}}};
+  };
   routes.pages["/api/request"] = [this](const HttpRequest& r) { return ApiRequest(r); };
   routes.pages["/api/explain"] = [this](const HttpRequest& r) { return ApiExplain(r); };
   routes.pages["/api/state"] = [this](const HttpRequest&) {
