@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/server_credentials.h>
+#include <google/protobuf/descriptor.h>
 #include <grpcpp/support/server_interceptor.h>
 
 #include <atomic>
@@ -736,7 +737,15 @@ class TimingInterceptorFactory final : public grpc::experimental::ServerIntercep
  public:
   explicit TimingInterceptorFactory(RpcStats* stats) : stats_(stats) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
-    return new TimingInterceptor(stats_, info->method());
+    // Methods of our service by name; anything else a client sends under one name (the
+    // names are labels on /metrics: a client must not be able to add them without end).
+    static constexpr std::string_view kPrefix = "/gfrep.catalog.v1.Catalog/";
+    static const google::protobuf::ServiceDescriptor* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName("gfrep.catalog.v1.Catalog");
+    const std::string_view m = info->method() != nullptr ? info->method() : "";
+    const bool ours = m.substr(0, kPrefix.size()) == kPrefix && service != nullptr &&
+                      service->FindMethodByName(std::string(m.substr(kPrefix.size()))) != nullptr;
+    return new TimingInterceptor(stats_, ours ? std::string(m) : "/other");
   }
 
  private:

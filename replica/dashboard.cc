@@ -479,6 +479,9 @@ void Dashboard::Stop() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // The pages' connections belong to the HTTP server's I/O context: let them go before it.
+  std::lock_guard<std::mutex> lock(mu_);
+  pages_.clear();
 }
 
 }  // namespace gfrep::replica

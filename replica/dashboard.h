@@ -15,7 +15,8 @@
 // The bins come from the TelemetryHub (replica/telemetry.h), fed by the agents' batches; one
 // feed thread builds each message once and queues it to every page.
 //
-// Thread safety: AddRoutes before the server starts; Start/Stop from one thread.
+// Thread safety: AddRoutes before the server starts; Start/Stop from one thread. Stop (which
+// lets the pages' connections go) before the HttpServer is destroyed.
 
 #include <spdlog/logger.h>
 

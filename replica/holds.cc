@@ -16,6 +16,12 @@ constexpr std::size_t kStatBatch = 10000;
 
 }  // namespace
 
+bool LifetimeEnded(std::int64_t since_ns, std::chrono::seconds lifetime, std::int64_t now_ns) {
+  if (now_ns <= since_ns) return false;
+  const std::int64_t held_s = (now_ns - since_ns) / 1'000'000'000;  // no overflow: both > 0
+  return held_s >= lifetime.count();
+}
+
 std::string RuleOfOwner(const std::string& owner) {
   const std::string_view prefix = kPolicyOwnerPrefix;
   if (owner.size() <= prefix.size() || owner.compare(0, prefix.size(), prefix) != 0) return "";
@@ -41,8 +47,12 @@ absl::Status HoldIndex::Update() {
   std::sort(fresh.begin(), fresh.end(),
             [](const catalog::Request& a, const catalog::Request& b) { return a.id < b.id; });
   for (const catalog::Request& r : fresh) {
-    last_id_ = std::max(last_id_, r.id);
-    if (r.spec.owner == kRepairOwner || r.state == catalog::RequestState::kCancelled) continue;
+    // last_id_ moves past a request only once it is indexed: an error leaves it for the next
+    // call (a request skipped for good would be a holder forgotten until a restart).
+    if (r.spec.owner == kRepairOwner || r.state == catalog::RequestState::kCancelled) {
+      last_id_ = std::max(last_id_, r.id);
+      continue;
+    }
     std::vector<catalog::InodeId> inodes;
     if (r.spec.recursive) {
       for (const std::string& p : r.spec.paths) {
@@ -61,6 +71,7 @@ absl::Status HoldIndex::Update() {
         }
       }
     }
+    last_id_ = std::max(last_id_, r.id);
     if (inodes.empty()) continue;
     HoldRequest& h = requests_[r.id];
     h.id = r.id;

@@ -20,6 +20,7 @@
 //
 // Thread safety: none; one owner (the policy engine's thread) calls everything.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <set>
@@ -85,6 +86,10 @@ class HoldIndex {
   };
   std::unordered_map<catalog::InodeId, std::vector<Ref>> by_inode_;
 };
+
+// True if a hold that began at `since_ns` has outlived `lifetime` at `now_ns` (no overflow
+// for any lifetime a policy file can give: `lifetime: 99999w` never ends early).
+bool LifetimeEnded(std::int64_t since_ns, std::chrono::seconds lifetime, std::int64_t now_ns);
 
 // A holder a file must keep copies for: `copies` complete replicas in `sites` (empty: in
 // any site).

@@ -9,6 +9,8 @@
 #include <boost/beast/websocket.hpp>
 #include <atomic>
 #include <deque>
+#include <future>
+#include <set>
 #include <thread>
 
 namespace gfrep::replica {
@@ -36,6 +38,13 @@ class Peer final : public WebSocketPeer, public std::enable_shared_from_this<Pee
     return true;
   }
   bool open() const override { return open_; }
+
+  // Closes at once (the server is stopping); I/O thread only.
+  void CloseNow() {
+    open_ = false;
+    beast::error_code ec;
+    beast::get_lowest_layer(ws_).socket().close(ec);
+  }
 
   // Reads (and drops) what the browser sends, to see pings and the close.
   void StartReading() {
@@ -171,13 +180,29 @@ bool IsLoopbackHost(std::string_view host) {
   return !ec && a.is_loopback();
 }
 
-struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
+// The coroutines refer to Impl by plain pointer: HttpServer owns it and Stop() has joined the
+// I/O thread before it goes; the io_context, destroyed last, destroys what is left of them.
+struct HttpServer::Impl {
+  // Open connections, closed by Stop (I/O thread only). Declared before `io`: the sessions'
+  // frames, destroyed with it, still erase themselves from here.
+  std::set<beast::tcp_stream*> sessions;
+  std::vector<std::weak_ptr<Peer>> peers;
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
   HttpRoutes routes;
   HttpServerOptions options;
   std::thread thread;
   std::string host;
+
+  // On the I/O thread: stop accepting, close every connection.
+  void CloseAll() {
+    beast::error_code ec;
+    acceptor.close(ec);
+    for (beast::tcp_stream* s : sessions) s->socket().close(ec);
+    for (const std::weak_ptr<Peer>& w : peers) {
+      if (auto p = w.lock()) p->CloseNow();
+    }
+  }
 
   HttpResponse Dispatch(const http::request<http::string_body>& req) {
     if (req.method() != http::verb::get && req.method() != http::verb::head) {
@@ -194,8 +219,13 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
   }
 
   asio::awaitable<void> Session(tcp::socket socket) {
-    auto self = shared_from_this();
     beast::tcp_stream stream(std::move(socket));
+    sessions.insert(&stream);
+    struct Forget {
+      std::set<beast::tcp_stream*>& sessions;
+      beast::tcp_stream* s;
+      ~Forget() { sessions.erase(s); }
+    } forget{sessions, &stream};
     beast::flat_buffer buffer;
     for (;;) {
       stream.expires_after(std::chrono::seconds(60));
@@ -220,7 +250,10 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
         auto it = routes.websockets.find(r.path);
         if (it != routes.websockets.end()) {
           stream.expires_never();
+          sessions.erase(&stream);  // moved into the peer, which Stop closes as a peer
           auto peer = std::make_shared<Peer>(std::move(stream), options.max_queued_frames);
+          std::erase_if(peers, [](const std::weak_ptr<Peer>& w) { return w.expired(); });
+          peers.push_back(peer);
           peer->ws().set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
           auto [aec] = co_await peer->ws().async_accept(req, kTuple);
           if (aec) co_return;
@@ -246,12 +279,16 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
   }
 
   asio::awaitable<void> Accept() {
-    auto self = shared_from_this();
+    asio::steady_timer pause(io);
     for (;;) {
       auto [ec, socket] = co_await acceptor.async_accept(kTuple);
       if (ec) {
         if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
-        continue;  // e.g. EMFILE: try the next one
+        // e.g. EMFILE: the connection stays queued and would fail again at once; wait a little
+        // instead of spinning.
+        pause.expires_after(std::chrono::milliseconds(100));
+        co_await pause.async_wait(kTuple);
+        continue;
       }
       asio::co_spawn(io, Session(std::move(socket)), asio::detached);
     }
@@ -260,7 +297,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<Impl> {
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
                                                                HttpRoutes routes) {
-  auto impl = std::make_shared<Impl>();
+  auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->routes = std::move(routes);
   const std::size_t colon = options.listen.rfind(':');
@@ -296,7 +333,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
 
-HttpServer::HttpServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -309,10 +346,13 @@ std::string HttpServer::address() const { return fmt::format("{}:{}", impl_->hos
 
 void HttpServer::Stop() {
   if (!impl_ || !impl_->thread.joinable()) return;
-  asio::post(impl_->io, [impl = impl_.get()] {
-    boost::system::error_code ec;
-    impl->acceptor.close(ec);
+  // Close the listener and every connection on the I/O thread, then stop it.
+  std::promise<void> closed;
+  asio::post(impl_->io, [impl = impl_.get(), &closed] {
+    impl->CloseAll();
+    closed.set_value();
   });
+  closed.get_future().wait_for(std::chrono::seconds(5));
   impl_->io.stop();
   impl_->thread.join();
 }

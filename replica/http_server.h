@@ -69,8 +69,8 @@ class HttpServer {
 
  private:
   struct Impl;
-  explicit HttpServer(std::shared_ptr<Impl> impl);
-  std::shared_ptr<Impl> impl_;
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 // /healthz (200 "ok" while the process serves) and /readyz (200 "ready" when `ready()` is OK,

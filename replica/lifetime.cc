@@ -52,9 +52,9 @@ class Releaser {
       in_.removed_since->erase(rule);
       const PolicyRule& r = *it->second;
       if (!r.lifetime) return "";
-      const std::int64_t end = h.since_ns + std::chrono::nanoseconds(*r.lifetime).count();
-      return end <= in_.now_ns ? fmt::format("lifetime of rule {} ({} s) ended", rule, r.lifetime->count())
-                               : "";
+      return LifetimeEnded(h.since_ns, *r.lifetime, in_.now_ns)
+                 ? fmt::format("lifetime of rule {} ({} s) ended", rule, r.lifetime->count())
+                 : "";
     }
     auto [it, added] = in_.removed_since->emplace(rule, in_.now_ns);
     return it->second + in_.removed_grace.count() <= in_.now_ns ? fmt::format("rule {} removed", rule) : "";
@@ -87,7 +87,7 @@ class Releaser {
     absl::StatusOr<std::string> path = attrs.ok() ? cat.PathOf(inode) : attrs.status();
     if (!path.ok()) {
       if (!absl::IsNotFound(path.status())) return path.status();
-      for (std::uint64_t id : ended) in_.holds->Release(inode, id);  // file removed
+      for (std::uint64_t id : ended) in_.holds->Release(inode, id);  // file removed: nothing to keep
       return absl::OkStatus();
     }
     absl::StatusOr<std::vector<catalog::Replica>> replicas = cat.GetReplicas(inode);
@@ -146,8 +146,26 @@ class Releaser {
         }
       }
     }
-    for (std::uint64_t id : ended) in_.holds->Release(inode, id);
+    // A hold whose request still runs stays (ended): its copies finishing later go at a
+    // later pass; once the request is over, the hold is released.
+    for (std::uint64_t id : ended) {
+      absl::StatusOr<bool> over = Over(id);
+      if (!over.ok()) return over.status();
+      if (*over) in_.holds->Release(inode, id);
+    }
     return absl::OkStatus();
+  }
+
+  // True if request `id` has ended (done, failed, cancelled, or gone).
+  absl::StatusOr<bool> Over(std::uint64_t id) {
+    auto it = over_.find(id);
+    if (it != over_.end()) return it->second;
+    absl::StatusOr<catalog::Request> r = in_.catalog->GetRequest(id);
+    if (!r.ok() && !absl::IsNotFound(r.status())) return r.status();
+    const bool over = !r.ok() || r->state == catalog::RequestState::kDone ||
+                      r->state == catalog::RequestState::kFailed || r->state == catalog::RequestState::kCancelled;
+    over_[id] = over;
+    return over;
   }
 
   const ReleaseInput& in_;
@@ -157,6 +175,7 @@ class Releaser {
   std::vector<catalog::Site> sites_;
   std::unordered_map<std::string, std::string> site_of_;
   std::unordered_map<std::uint64_t, std::vector<catalog::Task>> tasks_;
+  std::unordered_map<std::uint64_t, bool> over_;
 };
 
 }  // namespace

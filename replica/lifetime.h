@@ -19,7 +19,8 @@
 //     expression selects now), or a continuous rule in force that matches the file and
 //     has not held it yet;
 //   - and never the last complete replica (the catalog refuses that too).
-// A copy kept because another holder needs it stays; the ended hold is released either way.
+// A copy kept because another holder needs it stays; the ended hold is released once its
+// request is over (while it still runs, copies it finishes later go at later passes).
 //
 // Thread safety: none (called from the policy engine's thread).
 
@@ -39,7 +40,7 @@
 namespace gfrep::replica {
 
 struct ReleaseSummary {
-  std::uint64_t holds_ended = 0;
+  std::uint64_t holds_ended = 0;  // ended holds looked at (again each pass while their request runs)
   std::uint64_t replicas_removed = 0;  // moved to deleting
   std::uint64_t replicas_kept = 0;     // made by an ended hold, still needed by another
 };

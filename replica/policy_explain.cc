@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "replica/holds.h"
 #include "replica/policy_engine.h"
 #include "replica/selection.h"
 
@@ -92,8 +93,7 @@ RuleFileVerdict Judge(catalog::Catalog& cat, const Context& ctx, const PolicyRul
       break;
     }
   }
-  if (req != nullptr && rule.lifetime &&
-      req->created_ns + std::chrono::nanoseconds(*rule.lifetime).count() <= ctx.now_ns) {
+  if (req != nullptr && rule.lifetime && LifetimeEnded(req->created_ns, *rule.lifetime, ctx.now_ns)) {
     v.state = RuleFileState::kEnded;
     v.request_id = req->id;
     v.reason = fmt::format("lifetime ended at {} ({} s after request {}): the rule wants no copies "

@@ -148,6 +148,16 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
   Open open;
   open.generation = generation;
   for (const catalog::Replica* r : bad) open.bad_nodes.insert(r->node);
+  // Requests made are followed even if a later call fails (else an error after the first
+  // CreateRequest would leave it untracked and the next scan would make another).
+  struct Track {
+    std::map<catalog::InodeId, Open>& open_;
+    catalog::InodeId inode;
+    Open& open;
+    ~Track() {
+      if (!open.request_ids.empty()) open_[inode] = open;
+    }
+  } track{open_, inode, open};
   if (!sites.empty()) {
     catalog::RequestSpec spec;
     spec.paths = {*path};
@@ -169,16 +179,17 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
   if (elsewhere) {
     absl::StatusOr<std::vector<catalog::Site>> all_sites = cat.ListSites();
     if (!all_sites.ok()) return all_sites.status();
-    if (absl::Status s = RestoreHolders(inode, *path, *all_sites, good, site_of, priority, open, summary); !s.ok()) {
+    if (absl::Status s = RestoreHolders(inode, *path, *all_sites, live_sites, good, site_of, priority, open, summary);
+        !s.ok()) {
       return s;
     }
   }
-  if (!open.request_ids.empty()) open_[inode] = std::move(open);
   return absl::OkStatus();
 }
 
 absl::Status Repairer::RestoreHolders(catalog::InodeId inode, const std::string& path,
-                                      const std::vector<catalog::Site>& sites, const std::set<std::string>& good,
+                                      const std::vector<catalog::Site>& sites,
+                                      const std::set<std::string>& live_sites, const std::set<std::string>& good,
                                       const std::map<std::string, std::string>& site_of, std::int32_t priority,
                                       Open& open, RepairStepSummary& summary) {
   const std::int64_t now = options_.clock ? options_.clock() : catalog::SystemNowNs();
@@ -188,7 +199,7 @@ absl::Status Repairer::RestoreHolders(catalog::InodeId inode, const std::string&
         if (rule.empty()) return false;
         for (const PolicyRule& r : rules_) {
           if (r.name == rule) {
-            return r.lifetime && h.since_ns + std::chrono::nanoseconds(*r.lifetime).count() <= now;
+            return r.lifetime && LifetimeEnded(h.since_ns, *r.lifetime, now);
           }
         }
         return true;  // a removed rule restores nothing
@@ -198,7 +209,21 @@ absl::Status Repairer::RestoreHolders(catalog::InodeId inode, const std::string&
     // Nobody asked for the copies: restore the count anywhere.
     wants->push_back({"the copies that were there", static_cast<std::uint32_t>(good.size() + open.bad_nodes.size()), {}});
   }
-  for (const Want& w : *wants) {
+  for (Want& w : *wants) {
+    // Only sites that can take a copy now (a holder whose sites are all down waits for the
+    // next scan rather than getting a request that cannot succeed).
+    if (!w.sites.empty()) {
+      std::set<std::string> live;
+      for (const std::string& s : w.sites) {
+        if (live_sites.count(s) > 0) live.insert(s);
+      }
+      if (live.empty()) {
+        log_->warn("repair of {}: {} wants its copies in {}, where no node is live now", path, w.who,
+                   fmt::join(w.sites, ","));
+        continue;
+      }
+      w.sites = std::move(live);
+    }
     std::uint32_t have = 0;
     for (const std::string& n : good) {
       auto it = site_of.find(n);

@@ -17,8 +17,9 @@
 // A bad replica whose site has no live node left (none registered, or none with a heartbeat
 // within `node_timeout`) cannot get its copy back there: the file's holders (replica/holds.h:
 // the `gfrep -N` requests that named it, the policy rules that cover it) get their counts
-// restored elsewhere instead, one request per holder short of copies (in the holder's sites,
-// or anywhere for a request without sites); a file no holder wants gets its copy anywhere.
+// restored elsewhere instead, one request per holder short of copies (in the holder's sites
+// that have a live node, or anywhere for a request without sites; a holder whose sites are
+// all down waits for the next scan); a file no holder wants gets its copy anywhere.
 // When the request is done, bad records still left (the copy went to another node of the
 // site) move to `deleting`, so their nodes drop what remains; bad records of an older
 // generation move there at once. A file without any complete replica left cannot be
@@ -99,7 +100,8 @@ class Repairer {
   absl::Status Finish(catalog::InodeId inode, Open& open, RepairStepSummary& summary);
   // Requests restoring the counts of `inode`'s holders (kept in `open`).
   absl::Status RestoreHolders(catalog::InodeId inode, const std::string& path,
-                              const std::vector<catalog::Site>& sites, const std::set<std::string>& good,
+                              const std::vector<catalog::Site>& sites,
+                              const std::set<std::string>& live_sites, const std::set<std::string>& good,
                               const std::map<std::string, std::string>& site_of, std::int32_t priority,
                               Open& open, RepairStepSummary& summary);
   // The policy document's rules, re-read when its version changed.

@@ -122,7 +122,7 @@ TelemetryNow TelemetryHub::Now() const {
   out.bytes_total = bytes_total_;
   out.batches = batches_;
   for (const auto& [key, c] : copies_) {
-    if (now_ms - c.seen_ms > options_.copy_timeout.count()) continue;
+    if (c.whole || now_ms - c.seen_ms > options_.copy_timeout.count()) continue;  // ended
     out.copies += 1;
     out.streams += c.streams;
     out.route_copies[c.route] += 1;
@@ -136,7 +136,9 @@ std::uint64_t TelemetryHub::InFlightBytes(std::uint64_t request_id) const {
   std::uint64_t sum = 0;
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [key, c] : copies_) {
-    if (c.request_id == request_id && now_ms - c.seen_ms <= options_.copy_timeout.count()) sum += c.received;
+    if (c.request_id == request_id && !c.whole && now_ms - c.seen_ms <= options_.copy_timeout.count()) {
+      sum += c.received;
+    }
   }
   return sum;
 }

@@ -306,8 +306,8 @@ int main(int argc, char** argv) {
     log->info("SIGHUP: policies reloaded from {} (version {})", policies, put->version);
   }
   log->info("signal {}: shutting down", sig);
+  if (dashboard) dashboard->Stop();  // first: it holds the pages' connections
   if (web) web->Stop();
-  if (dashboard) dashboard->Stop();
   if (policy_engine) policy_engine->Stop();
   if (repairer) repairer->Stop();
   if (planner) planner->Stop();

@@ -21,8 +21,8 @@ absl::Status CollectInodes(catalog::Catalog& cat, const std::string& path, bool 
       const std::string child = path == "/" ? "/" + e.name : path + "/" + e.name;
       if (e.attributes.type == catalog::FileType::kFile) {
         out.push_back(e.attributes.inode);
-      } else if (absl::Status s = CollectInodes(cat, child, true, out); !s.ok()) {
-        return s;
+      } else if (absl::Status s = CollectInodes(cat, child, true, out); !s.ok() && !absl::IsNotFound(s)) {
+        return s;  // (a directory removed meanwhile is skipped, not the rest of the walk)
       }
     }
     if (page->size() < list.limit) break;

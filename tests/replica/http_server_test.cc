@@ -147,6 +147,35 @@ TEST_F(HttpServerTest, APeerThatDoesNotReadIsClosedInsteadOfFallingBehind) {
   EXPECT_FALSE(peer->open()) << "a browser that cannot keep up is let go (it reconnects)";
 }
 
+TEST_F(HttpServerTest, StopClosesTheListenerAndEveryConnection) {
+  Start();
+  const int port = server_->port();
+  asio::io_context io;
+  tcp::socket idle(io);  // a keep-alive connection that sent nothing
+  idle.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
+  websocket::stream<tcp::socket> ws(io);
+  ws.next_layer().connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
+  ws.handshake("127.0.0.1", "/ws");
+  beast::flat_buffer buffer;
+  ws.read(buffer);  // "hello": the peer is registered
+  server_->Stop();
+  char byte;
+  boost::system::error_code ec;
+  idle.read_some(asio::buffer(&byte, 1), ec);
+  EXPECT_TRUE(ec == asio::error::eof || ec == asio::error::connection_reset) << ec.message();
+  buffer.clear();
+  ws.read(buffer, ec);
+  EXPECT_TRUE(ec) << "the WebSocket is closed too";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSERT_EQ(peers_.size(), 1u);
+    EXPECT_FALSE(peers_.front()->open());
+  }
+  tcp::socket late(io);
+  late.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
+  EXPECT_EQ(ec, asio::error::connection_refused) << "nothing listens any more";
+}
+
 TEST(HttpListenTest, LoopbackOnlyUnlessAllowed) {
   EXPECT_TRUE(CheckHttpListen("127.0.0.1:0", false).ok());
   EXPECT_TRUE(CheckHttpListen("localhost:8080", false).ok());

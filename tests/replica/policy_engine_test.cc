@@ -1,5 +1,7 @@
 #include "replica/policy_engine.h"
 
+#include "replica/holds.h"
+
 #include <gtest/gtest.h>
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
@@ -277,6 +279,19 @@ TEST_F(PolicyEngineTest, ALifetimeEndRemovesTheRulesCopiesAndNeverTheLast) {
       << "the last complete replica stays";
   EXPECT_EQ(s->replicas_released, 3u);
 
+  // While the request still runs, its ended holds stay (copies it finishes later go too);
+  // once it is over they are released, and each hold ends once.
+  s = engine->Step();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->holds_ended, 2u);
+  EXPECT_EQ(s->replicas_released, 0u);
+  catalog::RequestUpdate u;
+  u.id = reqs[0].id;
+  u.set_state = true;
+  u.state = RequestState::kDone;
+  ASSERT_TRUE(cat_->UpdateRequest(u).ok());
+  ASSERT_TRUE(engine->Step().ok());
+
   // A reload does not ask again for files whose lifetime ended; a new file gets its copies.
   Commit("/exp/c");
   engine->Reload(Rules(kLifetime));
@@ -287,6 +302,16 @@ TEST_F(PolicyEngineTest, ALifetimeEndRemovesTheRulesCopiesAndNeverTheLast) {
   s = engine->Step();
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->holds_ended, 0u) << "each hold ends once";
+}
+
+TEST(LifetimeEndedTest, EndsAfterItsLifetimeAndNeverEarlyForVeryLongOnes) {
+  const std::int64_t now = 1'795'500'000'000'000'000;  // 2026
+  EXPECT_FALSE(LifetimeEnded(now - 3599'000'000'000, std::chrono::hours(1), now));
+  EXPECT_TRUE(LifetimeEnded(now - 3600'000'000'000, std::chrono::hours(1), now));
+  // 99999 days and 50000 weeks overflowed int64 nanoseconds and ended at once.
+  EXPECT_FALSE(LifetimeEnded(now - 1'000'000'000, std::chrono::hours(24 * 99999), now));
+  EXPECT_FALSE(LifetimeEnded(now - 1'000'000'000, std::chrono::hours(24 * 7 * 50000), now));
+  EXPECT_FALSE(LifetimeEnded(now, std::chrono::seconds(0), now - 1)) << "not before it began";
 }
 
 TEST_F(PolicyEngineTest, CopiesAnotherRuleOrAGfrepRequestNeedsStayAfterALifetime) {

@@ -292,8 +292,8 @@ TEST_F(RepairerTest, ARulesCountIsRestoredInItsSitesWhenTheBadCopysSiteIsDown) {
   std::vector<catalog::Request> reqs = RepairRequests();
   ASSERT_EQ(reqs.size(), 1u);
   EXPECT_EQ(reqs[0].spec.copies, 2u);
-  EXPECT_EQ(reqs[0].spec.dst_sites, (std::vector<std::string>{"b", "c"}))
-      << "b2 is the rule's other live node";
+  EXPECT_EQ(reqs[0].spec.dst_sites, (std::vector<std::string>{"b"}))
+      << "the rule's sites that can take a copy now (b2 is its other live node)";
 }
 
 }  // namespace

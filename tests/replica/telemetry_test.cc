@@ -76,6 +76,8 @@ TEST_F(TelemetryHubTest, PointsLandInTheirBinsPerRouteAndPerNodePair) {
     ASSERT_TRUE(hub.Add(Batch(now_ms_, {whole}, {{now_ms_ * kMs, {0}}})).ok());
   }
   EXPECT_EQ(hub.Now().route_files_total["tsukuba->sdsc"], 1u);
+  EXPECT_EQ(hub.InFlightBytes(8), 0u) << "a copy with all its bytes is no longer in flight";
+  EXPECT_EQ(hub.Now().route_copies.count("tsukuba->sdsc"), 0u);
   EXPECT_EQ(hub.InFlightBytes(9), 0u);
 
   // Since() hands each bin out once when called with the last end.
