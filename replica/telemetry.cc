@@ -67,7 +67,10 @@ absl::Status TelemetryHub::Add(const catalog::TelemetryBatch& b) {
       route_files_[routes[i]] += 1;
     }
   }
-  Prune(now_bin);
+  if (now_bin != pruned_bin_) {  // once per bin, not per batch (a walk of every series)
+    pruned_bin_ = now_bin;
+    Prune(now_bin);
+  }
   if (batches_ % 64 == 0) {  // ended copies, long after they left the in-flight counts
     for (auto it = copies_.begin(); it != copies_.end();) {
       it = now_ms - it->second.seen_ms > 10 * options_.copy_timeout.count() ? copies_.erase(it) : std::next(it);

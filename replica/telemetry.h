@@ -99,6 +99,7 @@ class TelemetryHub {
   std::map<std::string, std::uint64_t> route_files_;
   std::uint64_t bytes_total_ = 0;
   std::uint64_t batches_ = 0;
+  std::int64_t pruned_bin_ = 0;
 };
 
 // CopyMeter: the site agent's side. Each running copy counts the bytes it receives; every
