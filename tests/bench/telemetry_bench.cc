@@ -35,18 +35,6 @@ namespace {
 using namespace gfrep;
 using Clock = std::chrono::steady_clock;
 
-double CpuSeconds(pid_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Fields after the command's closing parenthesis; utime and stime are the 14th and 15th.
-  std::istringstream rest(text.substr(text.rfind(')') + 2));
-  std::vector<std::string> f;
-  std::string x;
-  while (rest >> x) f.push_back(x);
-  const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
-  return (std::stod(f[11]) + std::stod(f[12])) / ticks;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,9 +98,9 @@ int main(int argc, char** argv) {
 
   auto settle = [&](int s) { std::this_thread::sleep_for(std::chrono::seconds(s)); };
   settle(2);
-  double cpu0 = CpuSeconds(cat->pid());
+  double cpu0 = testing::ProcessCpuSeconds(cat->pid());
   settle(10);
-  const double idle_cpu = (CpuSeconds(cat->pid()) - cpu0) / 10.0;
+  const double idle_cpu = (testing::ProcessCpuSeconds(cat->pid()) - cpu0) / 10.0;
 
   // The agents.
   std::atomic<std::uint64_t> sent{0}, failed{0}, batch_bytes{0};
@@ -175,11 +163,11 @@ int main(int argc, char** argv) {
     }
   });
   settle(2);  // channels set up
-  cpu0 = CpuSeconds(cat->pid());
+  cpu0 = testing::ProcessCpuSeconds(cat->pid());
   const auto t0 = Clock::now();
   for (auto& t : threads) t.join();
   const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double load_cpu = (CpuSeconds(cat->pid()) - cpu0) / load_s;
+  const double load_cpu = (testing::ProcessCpuSeconds(cat->pid()) - cpu0) / load_s;
   settle(2);
   stop = true;
   cat->Signal(SIGTERM);

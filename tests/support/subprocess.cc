@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -201,6 +203,21 @@ RunResult RunCommand(const std::vector<std::string>& argv, const SubprocessOptio
   absl::StatusOr<Subprocess> p = Subprocess::Start(argv, options);
   if (!p.ok()) return RunResult{-1, 0, "", std::string(p.status().message())};
   return p->Wait(timeout);
+}
+
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 > stat.size()) return -1;
+  // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+  std::istringstream rest(stat.substr(paren + 2));
+  std::vector<std::string> f;
+  std::string x;
+  while (rest >> x) f.push_back(x);
+  if (f.size() < 13) return -1;
+  return static_cast<double>(std::stoull(f[11]) + std::stoull(f[12])) /
+         static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace gfrep::testing

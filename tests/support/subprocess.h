@@ -87,6 +87,9 @@ class Subprocess {
 };
 
 // Runs a command to completion (killing it past `timeout`) and returns its result.
+// utime + stime of process `pid` so far, in seconds (from /proc/PID/stat); -1 if unreadable.
+double ProcessCpuSeconds(pid_t pid);
+
 RunResult RunCommand(const std::vector<std::string>& argv, const SubprocessOptions& options = {},
               std::chrono::milliseconds timeout = std::chrono::seconds(120));
 

@@ -30,20 +30,6 @@ using testing::Subprocess;
 using testing::TempDir;
 using namespace std::chrono_literals;
 
-// utime + stime of process `pid`, in seconds.
-double CpuSeconds(pid_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
-  std::vector<std::string> f;
-  std::string x;
-  while (rest >> x) f.push_back(x);
-  if (f.size() < 13) return -1;
-  return static_cast<double>(std::stoull(f[11]) + std::stoull(f[12])) /
-         static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
 int Connect(const Endpoint& to) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in dst{};
@@ -110,9 +96,9 @@ TEST_F(AgentProcessTest, RunningOutOfFileDescriptorsDoesNotSpinAndRecovers) {
   }
   ASSERT_NE(agent_.Stderr().find("Too many open files"), std::string::npos)
       << agent_.Stderr().substr(0, 2000);
-  double cpu0 = CpuSeconds(agent_.pid());
+  double cpu0 = testing::ProcessCpuSeconds(agent_.pid());
   std::this_thread::sleep_for(2s);  // the measurement window
-  double cpu1 = CpuSeconds(agent_.pid());
+  double cpu1 = testing::ProcessCpuSeconds(agent_.pid());
   EXPECT_LT(cpu1 - cpu0, 0.5) << "the agent spins while out of file descriptors";
   EXPECT_TRUE(agent_.running());
   for (int fd : fds) ::close(fd);
