@@ -42,9 +42,7 @@ struct RouteOptions {
 
 // Progress of one transfer, reported at most every ~100 ms and once at the end.
 struct Progress {
-  std::uint64_t bytes_done = 0;    // bytes that reached the receiver (incl. resumed; counted as
-                                   // they arrive, so a block re-sent after a bad checksum counts
-                                   // twice until the end, which reports the exact total)
+  std::uint64_t bytes_done = 0;    // bytes present at the receiver (incl. resumed)
   std::uint64_t bytes_total = 0;   // file size
   std::uint64_t resumed_bytes = 0; // present before this run started
   double seconds = 0;              // since the transfer started

@@ -288,9 +288,6 @@ asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverSta
       }
       if (inline_file) st->file_hasher->Update(piece, n);
       done += n;
-      // Counted as it arrives (not per block): with many streams, blocks finish in step and
-      // per-block counts reach the dashboard's 0.1-s bins as bursts and gaps.
-      progress.Add(n);
     }
     std::uint64_t sum = alg == BlockChecksumAlgorithm::kXxh3_64 ? XXH3_64bits_digest(xxh) : crc;
     if (inline_file) st->frontier_claimed = false;
@@ -321,6 +318,7 @@ asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverSta
     st->pending.push_back(range);
     st->pending_bytes += h->length;
     st->received_now += h->length;
+    progress.Add(h->length);
     if (!st->flush_error.ok()) co_return st->flush_error;
     if (st->pending_bytes >= o.journal_interval && !st->flushing) StartFlush(st, dst, ex);
   }
