@@ -618,7 +618,8 @@ class Service final : public v1::Catalog::CallbackService {
       }
       b.points.reserve(static_cast<std::size_t>(req->points_size()));
       for (const v1::TelemetryPoint& p : req->points()) {
-        b.points.push_back({p.time_ns(), std::vector<std::uint64_t>(p.bytes().begin(), p.bytes().end())});
+        b.points.push_back({p.time_ns(), std::vector<std::uint64_t>(p.bytes().begin(), p.bytes().end()),
+                            std::vector<std::uint64_t>(p.stream_bytes().begin(), p.stream_bytes().end())});
       }
       if (absl::Status s = Validate(b); !s.ok()) return s;
       return options_.telemetry_sink ? options_.telemetry_sink(b) : catalog_.PublishTelemetry(b);

@@ -705,6 +705,7 @@ absl::Status CatalogClient::PublishTelemetry(const TelemetryBatch& b) {
     v1::TelemetryPoint* out = req.add_points();
     out->set_time_ns(p.time_ns);
     out->mutable_bytes()->Add(p.bytes.begin(), p.bytes.end());
+    out->mutable_stream_bytes()->Add(p.stream_bytes.begin(), p.stream_bytes.end());
   }
   v1::Empty resp;
   return impl_->Call(&v1::Catalog::Stub::PublishTelemetry, req, &resp);

@@ -370,15 +370,26 @@ absl::Status Validate(const TelemetryBatch& b) {
                                                   b.copies.size(), b.points.size(), kMaxTelemetryCopies,
                                                   kMaxTelemetryPoints));
   }
+  std::size_t streams = 0;
   for (const TelemetryCopy& c : b.copies) {
     if (absl::Status s = ValidateName(c.src_node); !s.ok()) return s;
     if (absl::Status s = ValidateName(c.src_site); !s.ok()) return s;
+    if (c.streams > kMaxTelemetryStreams) {
+      return absl::InvalidArgumentError(
+          fmt::format("telemetry copy of task {} with {} streams (at most {})", c.task_id, c.streams,
+                      kMaxTelemetryStreams));
+    }
+    streams += c.streams;
   }
   std::int64_t last = std::numeric_limits<std::int64_t>::min();
   for (const TelemetryPoint& p : b.points) {
     if (p.bytes.size() != b.copies.size()) {
       return absl::InvalidArgumentError(fmt::format("telemetry point with {} counts for {} copies",
                                                     p.bytes.size(), b.copies.size()));
+    }
+    if (!p.stream_bytes.empty() && p.stream_bytes.size() != streams) {
+      return absl::InvalidArgumentError(fmt::format(
+          "telemetry point with {} stream counts for {} streams", p.stream_bytes.size(), streams));
     }
     if (p.time_ns <= last) return absl::InvalidArgumentError("telemetry points out of order");
     last = p.time_ns;

@@ -355,6 +355,9 @@ struct TelemetryPoint {
   std::int64_t time_ns = 0;          // the agent's clock, end of the sample
   std::vector<std::uint64_t> bytes;  // received by each copy (in `copies` order) since the
                                      // previous point (the first: since the copy began)
+  // Empty (not reported) or, for each copy in order, what each of its `streams` data streams
+  // carried since the previous point (their sum may lag `bytes` by what the end reports).
+  std::vector<std::uint64_t> stream_bytes;
 };
 struct TelemetryBatch {
   std::string node;  // the destination node (the agent's)
@@ -365,6 +368,7 @@ struct TelemetryBatch {
 };
 inline constexpr std::size_t kMaxTelemetryCopies = 4096;
 inline constexpr std::size_t kMaxTelemetryPoints = 600;
+inline constexpr std::uint32_t kMaxTelemetryStreams = 64;  // per copy (transfer::kMaxStreams)
 // kInvalidArgument unless node/site names are valid, the sizes within bounds, every point
 // has one count per copy and the points' times are increasing.
 absl::Status Validate(const TelemetryBatch& batch);

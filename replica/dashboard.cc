@@ -430,7 +430,7 @@ void Dashboard::Loop() {
       state = State().dump();
     }
     std::vector<Page> greet;
-    std::vector<std::shared_ptr<WebSocketPeer>> peers;
+    std::vector<Page> peers;
     std::string greet_state;  // the latest state, for pages that just connected
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -442,7 +442,7 @@ void Dashboard::Loop() {
           greet.push_back(p);
           p.greeted = true;
         } else {
-          peers.push_back(p.peer);
+          peers.push_back(p);
         }
       }
     }
@@ -455,14 +455,48 @@ void Dashboard::Loop() {
         if (!greet_state.empty()) p.peer->Send(greet_state);
       }
     }
-    for (const auto& peer : peers) {
-      if (!tick.empty()) peer->Send(tick);
-      if (!state.empty()) peer->Send(state);
+    for (const Page& p : peers) {
+      if (!tick.empty()) p.peer->Send(tick);
+      if (!state.empty()) p.peer->Send(state);
     }
+    FeedStreams(peers);
     std::unique_lock<std::mutex> lock(mu_);
     wake_.wait_for(lock, options_.tick, [&] {
       return stop_.load() || std::any_of(pages_.begin(), pages_.end(), [](const Page& p) { return !p.greeted; });
     });
+  }
+}
+
+void Dashboard::FeedStreams(const std::vector<Page>& pages) {
+  // One message per (pair, bins after) this round, shared by the pages that need the same.
+  std::map<std::pair<std::string, std::int64_t>, std::pair<std::string, std::int64_t>> built;
+  for (const Page& p : pages) {
+    StreamWatch& w = *p.watch;
+    std::string wanted = w.pair;
+    if (const std::string asked = p.peer->Received(); !asked.empty()) {
+      json j = json::parse(asked, nullptr, false);
+      if (j.is_object() && j.contains("streams") && j["streams"].is_string()) {
+        wanted = j["streams"].get<std::string>();
+      }
+    }
+    const bool reset = wanted != w.pair;
+    w.pair = wanted;
+    if (wanted.empty()) continue;
+    const std::int64_t after = reset ? 0 : w.end_ms;
+    auto it = built.find({wanted, after});
+    if (it == built.end()) {
+      TelemetryBins bins = options_.hub->StreamsSince(wanted, after);
+      std::string text;
+      if (reset || bins.end_ms > after) {
+        text = json{{"type", "streams"}, {"pair", wanted}, {"reset", reset}, {"bin_ms", bins.bin_ms},
+                    {"end_ms", bins.end_ms}, {"series", BinsJson(bins)}}
+                   .dump();
+      }
+      it = built.emplace(std::make_pair(wanted, after), std::make_pair(std::move(text), bins.end_ms)).first;
+    }
+    if (it->second.first.empty()) continue;
+    p.peer->Send(it->second.first);
+    w.end_ms = it->second.second;
   }
 }
 

@@ -11,6 +11,9 @@
 //       {"type":"history", ...}  once on connect: the last minutes of 0.1-s bins
 //       {"type":"tick", ...}     every 100 ms: the bins completed since the last tick
 //       {"type":"state", ...}    every second: sites, routes, queue, replicas, policies, errors
+//       {"type":"streams", ...}  every 100 ms while the page watches a node pair: its streams'
+//                                bins ("reset": true first, with the last minute)
+//     page -> server: {"streams": "SRC_NODE->DST_NODE"} to watch a pair's streams ("" stops)
 //   /api/request?id=N, /api/explain?path=P   what the page shows for a selected request or file
 // The bins come from the TelemetryHub (replica/telemetry.h), fed by the agents' batches; one
 // feed thread builds each message once and queues it to every page.
@@ -71,10 +74,17 @@ class Dashboard {
   nlohmann::json State();
 
  private:
+  // The node pair whose streams a page watches (feed thread only).
+  struct StreamWatch {
+    std::string pair;         // "" none
+    std::int64_t end_ms = 0;  // the end of the last bins sent
+  };
   struct Page {
     std::shared_ptr<WebSocketPeer> peer;
     bool greeted = false;  // history and last state sent
+    std::shared_ptr<StreamWatch> watch = std::make_shared<StreamWatch>();
   };
+  void FeedStreams(const std::vector<Page>& pages);
   void Loop();
   void ReadEvents();
   void RefreshSlow();

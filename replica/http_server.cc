@@ -10,6 +10,7 @@
 #include <atomic>
 #include <deque>
 #include <future>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -38,6 +39,10 @@ class Peer final : public WebSocketPeer, public std::enable_shared_from_this<Pee
     return true;
   }
   bool open() const override { return open_; }
+  std::string Received() const override {
+    std::lock_guard<std::mutex> lock(received_mu_);
+    return received_;
+  }
 
   // Closes at once (the server is stopping); I/O thread only.
   void CloseNow() {
@@ -46,12 +51,17 @@ class Peer final : public WebSocketPeer, public std::enable_shared_from_this<Pee
     beast::get_lowest_layer(ws_).socket().close(ec);
   }
 
-  // Reads (and drops) what the browser sends, to see pings and the close.
+  // Reads what the browser sends (keeping the last text frame), to see pings and the close.
   void StartReading() {
+    ws_.read_message_max(kMaxWebSocketMessage);
     ws_.async_read(in_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec) {
         self->open_ = false;
         return;
+      }
+      if (self->ws_.got_text()) {
+        std::lock_guard<std::mutex> lock(self->received_mu_);
+        self->received_ = beast::buffers_to_string(self->in_.data());
       }
       self->in_.clear();
       self->StartReading();
@@ -95,6 +105,8 @@ class Peer final : public WebSocketPeer, public std::enable_shared_from_this<Pee
   std::deque<std::string> queue_;  // I/O thread only
   bool writing_ = false;           // I/O thread only
   beast::flat_buffer in_;
+  mutable std::mutex received_mu_;
+  std::string received_;  // guarded by received_mu_
 };
 
 HttpRequest ToRequest(const http::request<http::string_body>& req) {

@@ -12,6 +12,7 @@
 //
 // Thread safety: routes are fixed at Start; Stop() from any thread except the I/O thread.
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -36,6 +37,8 @@ struct HttpResponse {
   std::map<std::string, std::string> headers;  // extra ones (e.g. Cache-Control)
 };
 
+inline constexpr std::size_t kMaxWebSocketMessage = 4096;
+
 // One WebSocket connection.
 class WebSocketPeer {
  public:
@@ -43,6 +46,9 @@ class WebSocketPeer {
   // Queues a text frame; false if the peer is closed (or was closed for falling behind).
   virtual bool Send(std::string text) = 0;
   virtual bool open() const = 0;
+  // The last text frame the browser sent ("" before any; frames over kMaxWebSocketMessage
+  // close the connection): what the page asks for, read by whoever feeds it.
+  virtual std::string Received() const = 0;
 };
 
 struct HttpRoutes {

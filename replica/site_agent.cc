@@ -989,27 +989,6 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
     topts.route.route_name = fmt::format("{}->{}", route->src_site, route->dst_site);
   }
   if (!topts.logger) topts.logger = log_;
-  // Received bytes as they arrive (every 100 ms and at the end), for TuneLoop's goodput and
-  // the route's learnt goodput.
-  // The dashboard's counter of this copy (telemetry.h), ended when the copy returns.
-  std::shared_ptr<std::atomic<std::uint64_t>> metered = meter_.Begin(
-      {task.id, task.spec.request_id, src->name, src->site, task.size,
-       static_cast<std::uint32_t>(std::max(1, topts.route.streams)), 0});
-  struct EndMeter {
-    CopyMeter& meter;
-    std::uint64_t id;
-    ~EndMeter() { meter.End(id); }
-  } end_meter{meter_, task.id};
-  topts.progress = [this, site = route->src_site, metered,
-                    counted = std::uint64_t{0}](const transfer::Progress& p) mutable {
-    const std::uint64_t now = p.bytes_done > p.resumed_bytes ? p.bytes_done - p.resumed_bytes : 0;
-    if (now > counted) {
-      live_bytes_.fetch_add(now - counted);
-      learner_.AddBytes(site, now - counted, RouteLearner::Clock::now());
-      metered->fetch_add(now - counted, std::memory_order_relaxed);
-    }
-    counted = std::max(counted, now);
-  };
   // Every copy allowed at once may set up a session (1 + streams connections) to the same
   // source agent at the same moment: keep them all within a source agent's default per-peer
   // limit, or it would close the excess connections at once and copies would fail.
@@ -1028,6 +1007,34 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
     }
     topts.route.streams = max_streams;
   }
+  // The dashboard's counters of this copy (telemetry.h), ended when the copy returns.
+  std::shared_ptr<CopyCounters> metered = meter_.Begin(
+      {task.id, task.spec.request_id, src->name, src->site, task.size,
+       static_cast<std::uint32_t>(std::max(1, topts.route.streams)), 0});
+  struct EndMeter {
+    CopyMeter& meter;
+    std::uint64_t id;
+    ~EndMeter() { meter.End(id); }
+  } end_meter{meter_, task.id};
+  // Received bytes as the engine reports them (every 100 ms and at the end), for TuneLoop's
+  // goodput, the route's learnt goodput and the dashboard (in all and per stream).
+  topts.progress = [this, site = route->src_site, metered, counted = std::uint64_t{0},
+                    counted_streams = std::vector<std::uint64_t>(metered->stream.size(), 0)](
+                       const transfer::Progress& p) mutable {
+    const std::uint64_t now = p.bytes_done > p.resumed_bytes ? p.bytes_done - p.resumed_bytes : 0;
+    if (now > counted) {
+      live_bytes_.fetch_add(now - counted);
+      learner_.AddBytes(site, now - counted, RouteLearner::Clock::now());
+      metered->received.fetch_add(now - counted, std::memory_order_relaxed);
+    }
+    counted = std::max(counted, now);
+    for (std::size_t k = 0; k < std::min(p.stream_bytes.size(), counted_streams.size()); ++k) {
+      if (p.stream_bytes[k] > counted_streams[k]) {
+        metered->stream[k].fetch_add(p.stream_bytes[k] - counted_streams[k], std::memory_order_relaxed);
+        counted_streams[k] = p.stream_bytes[k];
+      }
+    }
+  };
   std::string task_name = fmt::format("task-{}", task.id);
   fs::path staging = options_.spool / kStagingDir / task_name;
   fs::path tmp = options_.spool / kTmpDir / task_name;

@@ -9,7 +9,19 @@ namespace gfrep::replica {
 TelemetryHub::TelemetryHub(TelemetryHubOptions options)
     : options_(std::move(options)),
       bin_ms_(std::max<std::int64_t>(1, options_.bin.count())),
-      history_bins_(std::max<std::int64_t>(1, options_.history.count() / bin_ms_)) {}
+      history_bins_(std::max<std::int64_t>(1, options_.history.count() / bin_ms_)),
+      stream_history_bins_(std::max<std::int64_t>(1, options_.stream_history.count() / bin_ms_)) {}
+
+void TelemetryHub::Series::Add(std::int64_t bin, std::uint64_t bytes) {
+  if (bins.empty()) first_bin = bin;
+  while (bin < first_bin) {
+    bins.push_front(0);
+    first_bin -= 1;
+  }
+  const auto at = static_cast<std::size_t>(bin - first_bin);
+  if (at >= bins.size()) bins.resize(at + 1, 0);
+  bins[at] += bytes;
+}
 
 std::int64_t TelemetryHub::NowMs() const {
   return (options_.clock ? options_.clock() : catalog::SystemNowNs()) / 1'000'000;
@@ -31,16 +43,14 @@ absl::Status TelemetryHub::Add(const catalog::TelemetryBatch& b) {
   const std::int64_t now_bin = now_ms / bin_ms_;
   auto add = [&](const std::string& name, std::int64_t bin, std::uint64_t bytes) {
     if (bin <= now_bin - history_bins_ || bin > now_bin + 1) return;  // outside the window
-    Series& s = series_[name];
-    if (s.bins.empty()) s.first_bin = bin;
-    while (bin < s.first_bin) {
-      s.bins.push_front(0);
-      s.first_bin -= 1;
-    }
-    const auto at = static_cast<std::size_t>(bin - s.first_bin);
-    if (at >= s.bins.size()) s.bins.resize(at + 1, 0);
-    s.bins[at] += bytes;
+    series_[name].Add(bin, bytes);
   };
+  // Where each copy's stream counts start in a point's stream_bytes.
+  std::vector<std::size_t> first_stream(b.copies.size(), 0);
+  for (std::size_t i = 1; i < b.copies.size(); ++i) {
+    first_stream[i] = first_stream[i - 1] + b.copies[i - 1].streams;
+  }
+  std::vector<SeriesMap*> pair_streams(b.copies.size(), nullptr);  // found on first use
   for (const catalog::TelemetryPoint& p : b.points) {
     // A sample ending at t covers the bin t falls in (its 100 ms end on a bin boundary
     // belong to the bin before).
@@ -52,6 +62,15 @@ absl::Status TelemetryHub::Add(const catalog::TelemetryBatch& b) {
       add("pair:" + pairs[i], bin, bytes);
       route_bytes_[routes[i]] += bytes;
       bytes_total_ += bytes;
+    }
+    if (p.stream_bytes.empty() || bin <= now_bin - stream_history_bins_ || bin > now_bin + 1) continue;
+    for (std::size_t i = 0; i < b.copies.size(); ++i) {
+      for (std::uint32_t k = 0; k < b.copies[i].streams; ++k) {
+        const std::uint64_t bytes = p.stream_bytes[first_stream[i] + k];
+        if (bytes == 0) continue;
+        if (pair_streams[i] == nullptr) pair_streams[i] = &streams_[pairs[i]];
+        (*pair_streams[i])[fmt::format("task-{}#{}", b.copies[i].task_id, k)].Add(bin, bytes);
+      }
     }
   }
   for (std::size_t i = 0; i < b.copies.size(); ++i) {
@@ -79,29 +98,56 @@ absl::Status TelemetryHub::Add(const catalog::TelemetryBatch& b) {
   return absl::OkStatus();
 }
 
-void TelemetryHub::Prune(std::int64_t now_bin) {
-  for (auto it = series_.begin(); it != series_.end();) {
-    Series& s = it->second;
-    while (!s.bins.empty() && s.first_bin <= now_bin - history_bins_) {
+namespace {
+
+// Drops the bins before `keep_from`, and the series left empty.
+template <typename SeriesMap>
+void DropBefore(SeriesMap& series, std::int64_t keep_from) {
+  for (auto it = series.begin(); it != series.end();) {
+    auto& s = it->second;
+    while (!s.bins.empty() && s.first_bin < keep_from) {
       s.bins.pop_front();
       s.first_bin += 1;
     }
-    it = s.bins.empty() ? series_.erase(it) : std::next(it);
+    it = s.bins.empty() ? series.erase(it) : std::next(it);
+  }
+}
+
+}  // namespace
+
+void TelemetryHub::Prune(std::int64_t now_bin) {
+  DropBefore(series_, now_bin - history_bins_ + 1);
+  for (auto it = streams_.begin(); it != streams_.end();) {
+    DropBefore(it->second, now_bin - stream_history_bins_ + 1);
+    it = it->second.empty() ? streams_.erase(it) : std::next(it);
   }
 }
 
 TelemetryBins TelemetryHub::Since(std::int64_t after_end_ms) const {
+  const std::int64_t now_ms = NowMs();
+  std::lock_guard<std::mutex> lock(mu_);
+  return Collect(series_, after_end_ms, history_bins_, now_ms);
+}
+
+TelemetryBins TelemetryHub::StreamsSince(const std::string& pair, std::int64_t after_end_ms) const {
+  const std::int64_t now_ms = NowMs();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(pair);
+  static const SeriesMap kNone;
+  return Collect(it == streams_.end() ? kNone : it->second, after_end_ms, stream_history_bins_, now_ms);
+}
+
+TelemetryBins TelemetryHub::Collect(const SeriesMap& series, std::int64_t after_end_ms,
+                                    std::int64_t keep_bins, std::int64_t now_ms) const {
   TelemetryBins out;
   out.bin_ms = bin_ms_;
-  const std::int64_t now_ms = NowMs();
   // The last complete bin: ends at least `settle` ago.
   const std::int64_t last_bin = (now_ms - options_.settle.count()) / bin_ms_ - 1;
   out.end_ms = (last_bin + 1) * bin_ms_;
-  std::int64_t first_bin = after_end_ms <= 0 ? last_bin - history_bins_ + 1 : after_end_ms / bin_ms_;
-  first_bin = std::max(first_bin, last_bin - history_bins_ + 1);
+  std::int64_t first_bin = after_end_ms <= 0 ? last_bin - keep_bins + 1 : after_end_ms / bin_ms_;
+  first_bin = std::max(first_bin, last_bin - keep_bins + 1);
   if (first_bin > last_bin) return out;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [name, s] : series_) {
+  for (const auto& [name, s] : series) {
     const std::int64_t end = s.first_bin + static_cast<std::int64_t>(s.bins.size());
     if (end <= first_bin || s.first_bin > last_bin) continue;
     std::vector<std::uint64_t> bins(static_cast<std::size_t>(last_bin - first_bin + 1), 0);
@@ -146,14 +192,16 @@ std::uint64_t TelemetryHub::InFlightBytes(std::uint64_t request_id) const {
   return sum;
 }
 
-std::shared_ptr<std::atomic<std::uint64_t>> CopyMeter::Begin(const catalog::TelemetryCopy& copy) {
+std::shared_ptr<CopyCounters> CopyMeter::Begin(const catalog::TelemetryCopy& copy) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry& e = entries_[copy.task_id];
   e.copy = copy;
-  e.received = std::make_shared<std::atomic<std::uint64_t>>(0);
+  e.copy.streams = std::min(copy.streams, catalog::kMaxTelemetryStreams);
+  e.counters = std::make_shared<CopyCounters>(e.copy.streams);
   e.sampled = 0;
+  e.stream_sampled.assign(e.copy.streams, 0);
   e.ended = false;
-  return e.received;
+  return e.counters;
 }
 
 void CopyMeter::End(std::uint64_t task_id) {
@@ -163,13 +211,20 @@ void CopyMeter::End(std::uint64_t task_id) {
 
 void CopyMeter::Sample(std::int64_t now_ns) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::map<std::uint64_t, std::uint64_t> deltas;
+  std::map<std::uint64_t, Delta> deltas;
+  auto delta = [](std::uint64_t now, std::uint64_t& sampled) {
+    const std::uint64_t d = now > sampled ? now - sampled : 0;
+    sampled = std::max(sampled, now);
+    return d;
+  };
   for (auto it = entries_.begin(); it != entries_.end();) {
     Entry& e = it->second;
-    const std::uint64_t v = e.received->load(std::memory_order_relaxed);
-    const std::uint64_t d = v > e.sampled ? v - e.sampled : 0;
-    e.sampled = std::max(e.sampled, v);
-    deltas[it->first] = d;
+    Delta& d = deltas[it->first];
+    d.bytes = delta(e.counters->received.load(std::memory_order_relaxed), e.sampled);
+    d.streams.resize(e.stream_sampled.size());
+    for (std::size_t k = 0; k < e.stream_sampled.size(); ++k) {
+      d.streams[k] = delta(e.counters->stream[k].load(std::memory_order_relaxed), e.stream_sampled[k]);
+    }
     e.copy.received = e.sampled;
     in_points_[it->first] = e.copy;
     it = e.ended ? entries_.erase(it) : std::next(it);
@@ -184,7 +239,7 @@ std::optional<catalog::TelemetryBatch> CopyMeter::Take(const std::string& node, 
   std::lock_guard<std::mutex> lock(mu_);
   bool moved = false;
   for (const auto& [t, deltas] : points_) {
-    for (const auto& [id, d] : deltas) moved = moved || d > 0;
+    for (const auto& [id, d] : deltas) moved = moved || d.bytes > 0;
   }
   if (!moved && entries_.empty()) {
     points_.clear();
@@ -196,17 +251,26 @@ std::optional<catalog::TelemetryBatch> CopyMeter::Take(const std::string& node, 
   b.site = site;
   b.sent_ns = now_ns;
   std::map<std::uint64_t, std::size_t> index;
+  std::vector<std::size_t> first_stream;  // per copy: where its streams start in stream_bytes
+  std::size_t streams = 0;
   for (const auto& [id, copy] : in_points_) {
     if (b.copies.size() >= catalog::kMaxTelemetryCopies) break;
     index[id] = b.copies.size();
     b.copies.push_back(copy);
+    first_stream.push_back(streams);
+    streams += copy.streams;
   }
   for (const auto& [t, deltas] : points_) {
     catalog::TelemetryPoint p;
     p.time_ns = t;
     p.bytes.assign(b.copies.size(), 0);
+    p.stream_bytes.assign(streams, 0);
     for (const auto& [id, d] : deltas) {
-      if (auto it = index.find(id); it != index.end()) p.bytes[it->second] = d;
+      auto it = index.find(id);
+      if (it == index.end()) continue;
+      p.bytes[it->second] = d.bytes;
+      const std::size_t n = std::min<std::size_t>(d.streams.size(), b.copies[it->second].streams);
+      for (std::size_t k = 0; k < n; ++k) p.stream_bytes[first_stream[it->second] + k] = d.streams[k];
     }
     b.points.push_back(std::move(p));
   }

@@ -6,7 +6,10 @@
 //
 // Each point's per-copy byte counts go into 100-ms bins (by the point's time, corrected by
 // the batch's send time against the hub's clock, so agents' clock offsets do not matter) of
-// two series: "route:SRC_SITE->DST_SITE" and "pair:SRC_NODE->DST_NODE". A bin is complete
+// two series: "route:SRC_SITE->DST_SITE" and "pair:SRC_NODE->DST_NODE", and its per-stream
+// counts (when the agent reports them) into one series per stream, "task-ID#K" (data stream K
+// of task ID's copy), kept per node pair for `stream_history` and handed out per pair
+// (StreamsSince; the page asks for one pair at a time). A bin is complete
 // (handed out by Since) once `settle` has passed after its end: the agents send a batch every
 // few hundred ms, so a younger bin may still grow. History: `history` (5 min) per series.
 //
@@ -33,6 +36,8 @@ struct TelemetryHubOptions {
   std::chrono::milliseconds bin{100};
   std::chrono::milliseconds history{std::chrono::minutes(5)};
   std::chrono::milliseconds settle{400};
+  // Per-stream bins are kept this long (100 agents x 16 copies x 4 streams: 6,400 series).
+  std::chrono::milliseconds stream_history{std::chrono::seconds(60)};
   // A copy not reported for this long has ended (its bytes leave the in-flight counts).
   std::chrono::milliseconds copy_timeout{std::chrono::seconds(3)};
   catalog::Clock clock;  // Unix ns; null: the system clock
@@ -67,19 +72,28 @@ class TelemetryHub {
 
   // The bins completed after `after_end_ms` (0: the whole history) up to now - settle.
   TelemetryBins Since(std::int64_t after_end_ms) const;
+  // The same for the streams of node pair `pair` ("SRC_NODE->DST_NODE"): series "task-ID#K",
+  // at most `stream_history` back.
+  TelemetryBins StreamsSince(const std::string& pair, std::int64_t after_end_ms) const;
 
   TelemetryNow Now() const;
   // What the running copies of request `id` received so far (Request::in_flight_bytes).
   std::uint64_t InFlightBytes(std::uint64_t request_id) const;
 
  private:
-  std::int64_t NowMs() const;
-  void Prune(std::int64_t now_bin);  // REQUIRES mu_
-
   struct Series {
     std::int64_t first_bin = 0;  // bin index (Unix ms / bin) of bins.front()
     std::deque<std::uint64_t> bins;
+    void Add(std::int64_t bin, std::uint64_t bytes);
   };
+  using SeriesMap = std::map<std::string, Series>;
+
+  std::int64_t NowMs() const;
+  void Prune(std::int64_t now_bin);  // REQUIRES mu_
+  // The bins of `series` after `after_end_ms`, at most `keep_bins` back. REQUIRES mu_ unless
+  // `series` is local.
+  TelemetryBins Collect(const SeriesMap& series, std::int64_t after_end_ms, std::int64_t keep_bins,
+                        std::int64_t now_ms) const;
   struct Copy {
     std::uint64_t request_id = 0;
     std::string route;
@@ -92,8 +106,10 @@ class TelemetryHub {
   TelemetryHubOptions options_;
   std::int64_t bin_ms_;
   std::int64_t history_bins_;
+  std::int64_t stream_history_bins_;
   mutable std::mutex mu_;
-  std::map<std::string, Series> series_;
+  SeriesMap series_;
+  std::map<std::string, SeriesMap> streams_;  // node pair -> "task-ID#K" ->
   std::map<std::pair<std::string, std::uint64_t>, Copy> copies_;  // (node, task) -> latest
   std::map<std::string, std::uint64_t> route_bytes_;
   std::map<std::string, std::uint64_t> route_files_;
@@ -102,16 +118,25 @@ class TelemetryHub {
   std::int64_t pruned_bin_ = 0;
 };
 
-// CopyMeter: the site agent's side. Each running copy counts the bytes it receives; every
-// 100 ms Sample() records what each received since the previous sample, and Take() hands the
-// samples over as one batch (the agent sends it with Catalog::PublishTelemetry).
+// What one running copy received: in all and per data stream (copy.streams counters).
+struct CopyCounters {
+  explicit CopyCounters(std::uint32_t streams) : stream(streams) {}
+  std::atomic<std::uint64_t> received{0};
+  std::vector<std::atomic<std::uint64_t>> stream;
+};
+
+// CopyMeter: the site agent's side. Each running copy counts the bytes it receives, in all and
+// per stream; every 100 ms Sample() records what each received since the previous sample, and
+// Take() hands the samples over as one batch (the agent sends it with
+// Catalog::PublishTelemetry).
 //
-// Thread safety: all methods from any thread (copies count with an atomic add, no lock).
+// Thread safety: all methods from any thread (copies count with atomic adds, no lock).
 class CopyMeter {
  public:
-  // A copy begins; add received bytes to the returned counter (kept alive by the meter until
-  // the copy has ended and its last bytes were sampled).
-  std::shared_ptr<std::atomic<std::uint64_t>> Begin(const catalog::TelemetryCopy& copy);
+  // A copy begins (copy.streams at most catalog::kMaxTelemetryStreams); add received bytes to
+  // the returned counters (kept alive by the meter until the copy has ended and its last bytes
+  // were sampled).
+  std::shared_ptr<CopyCounters> Begin(const catalog::TelemetryCopy& copy);
   void End(std::uint64_t task_id);
   void Sample(std::int64_t now_ns);
   // The samples since the last Take (nullopt: none, or nothing running and nothing moved).
@@ -121,13 +146,18 @@ class CopyMeter {
  private:
   struct Entry {
     catalog::TelemetryCopy copy;
-    std::shared_ptr<std::atomic<std::uint64_t>> received;
+    std::shared_ptr<CopyCounters> counters;
     std::uint64_t sampled = 0;
+    std::vector<std::uint64_t> stream_sampled;
     bool ended = false;
+  };
+  struct Delta {
+    std::uint64_t bytes = 0;
+    std::vector<std::uint64_t> streams;
   };
   std::mutex mu_;
   std::map<std::uint64_t, Entry> entries_;  // task id ->
-  std::vector<std::pair<std::int64_t, std::map<std::uint64_t, std::uint64_t>>> points_;
+  std::vector<std::pair<std::int64_t, std::map<std::uint64_t, Delta>>> points_;
   std::map<std::uint64_t, catalog::TelemetryCopy> in_points_;  // copies the points name
 };
 

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -47,6 +48,10 @@ struct Progress {
   std::uint64_t resumed_bytes = 0; // present before this run started
   double seconds = 0;              // since the transfer started
   int streams = 0;
+  // Bytes each data stream carried in this run (index: the stream; `streams` entries), for
+  // per-stream graphs. Their sum is bytes_done - resumed_bytes until the end (which reports
+  // the exact total).
+  std::vector<std::uint64_t> stream_bytes;
 };
 
 struct TlsOptions {

@@ -6,6 +6,8 @@
  *   history  once per connection: bytes per 0.1-s bin of every series, up to 5 minutes
  *   tick     every ~100 ms: the bins completed since the previous tick
  *   state    every 1 s: sites, routes, queue, replicas, policies, errors, totals
+ *   streams  every ~100 ms while the page watches a node pair: its streams' bins ("reset":
+ *            true first, with up to a minute of them); the page asks with {"streams": PAIR}
  * plus two JSON endpoints for the detail pane (./api/request?id=N, ./api/explain?path=P).
  *
  * Data model: each series ("route:kek->sdsc", "pair:kek1->sdsc1") is an array of bytes per bin,
@@ -21,6 +23,7 @@
 
 (function () {
   const MAX_POINTS = 3000;    // bins kept per series: 5 minutes of 0.1-s bins
+  const MAX_STREAM_POINTS = 600;  // per stream: the server keeps a minute
   const FRAME_MS = 100;       // redraw graphs at most this often
   const RECONNECT_MS = 1000;  // retry interval after the WebSocket closes
   const STALE_MS = 5000;      // an open socket silent this long (or a connect this slow) is dead
@@ -49,11 +52,16 @@
     series: new Map(),   // series name -> bytes per bin, same length as times
     lastEndMs: null,     // end_ms of the newest bin, null before the first message
   };
+  // The streams of the node pair the page watches ("task-ID#K" -> bytes per bin).
+  const streamStore = { pair: '', binMs: 100, times: [], series: new Map(), lastEndMs: null };
 
   const gfdash = {
     ticks: 0,            // tick messages received (all connections)
     lastTickMs: 0,       // end_ms of the last tick
     series: [],          // series names known
+    streams: [],         // stream series of the watched pair
+    // Watch the streams of node pair "SRC->DST" (as picking it in the list does).
+    watchStreams(pair) { selectStreamPair(pair, true); },
     // Last n bins of a series in Mbit/s (oldest first); for tests and the console.
     recentMbps(name, n) {
       const arr = store.series.get(name) || [];
@@ -74,56 +82,93 @@
     return out;
   }
 
-  // history: replaces everything (also after a reconnect). Series are aligned at their end.
-  function loadHistory(msg) {
-    store.binMs = msg.bin_ms > 0 ? msg.bin_ms : 100;
-    const series = msg.series || {};
+  // Replaces everything in store `st` (keeping at most `max` bins); series are aligned at
+  // their end.
+  function loadInto(st, binMs, endMs, series, max) {
+    st.binMs = binMs > 0 ? binMs : 100;
     let n = 0;
     for (const name in series) n = Math.max(n, series[name].length);
-    n = Math.min(n, MAX_POINTS);
-    store.times = [];
-    for (let i = 0; i < n; i++) store.times.push(msg.end_ms - (n - 1 - i) * store.binMs);
-    store.series = new Map();
-    for (const name in series) store.series.set(name, alignTail(series[name], n));
-    store.lastEndMs = msg.end_ms;
-    seriesChanged();
+    n = Math.min(n, max);
+    st.times = [];
+    for (let i = 0; i < n; i++) st.times.push(endMs - (n - 1 - i) * st.binMs);
+    st.series = new Map();
+    for (const name in series) st.series.set(name, alignTail(series[name], n));
+    st.lastEndMs = endMs;
   }
 
-  // tick: appends the bins that ended since the last one. How many is decided by the clock
-  // (end_ms advanced by k bins -> k new bins), so series missing from the tick and gaps after a
-  // hiccup become zeros and every series stays aligned with store.times.
-  function appendTick(msg) {
-    const bins = msg.bins || {};
+  // Appends the bins that ended since the last ones to store `st`. How many is decided by the
+  // clock (end_ms advanced by k bins -> k new bins), so series missing from `bins` and gaps
+  // after a hiccup become zeros and every series stays aligned with st.times. Returns whether
+  // a series was added.
+  function appendInto(st, endMs, bins, max) {
     let n;
-    if (store.lastEndMs === null) {  // a tick before any history: start the timeline here
+    if (st.lastEndMs === null) {  // bins before any history: start the timeline here
       n = 1;
       for (const name in bins) n = Math.max(n, bins[name].length);
     } else {
-      n = Math.round((msg.end_ms - store.lastEndMs) / store.binMs);
+      n = Math.round((endMs - st.lastEndMs) / st.binMs);
     }
-    if (!(n > 0)) return;  // duplicate or out-of-date tick
-    n = Math.min(n, MAX_POINTS);
+    if (!(n > 0)) return false;  // duplicate or out-of-date
+    n = Math.min(n, max);
 
-    const before = store.times.length;
-    for (let i = 0; i < n; i++) store.times.push(msg.end_ms - (n - 1 - i) * store.binMs);
-    for (const [name, arr] of store.series) {
+    const before = st.times.length;
+    for (let i = 0; i < n; i++) st.times.push(endMs - (n - 1 - i) * st.binMs);
+    for (const [name, arr] of st.series) {
       if (bins[name]) arr.push(...alignTail(bins[name], n));
       else for (let i = 0; i < n; i++) arr.push(0);
     }
     let added = false;
     for (const name in bins) {
-      if (store.series.has(name)) continue;
-      store.series.set(name, new Array(before).fill(0).concat(alignTail(bins[name], n)));
+      if (st.series.has(name)) continue;
+      st.series.set(name, new Array(before).fill(0).concat(alignTail(bins[name], n)));
       added = true;
     }
-    store.lastEndMs = msg.end_ms;
+    st.lastEndMs = endMs;
 
-    const excess = store.times.length - MAX_POINTS;
+    const excess = st.times.length - max;
     if (excess > 0) {
-      store.times.splice(0, excess);
-      for (const arr of store.series.values()) arr.splice(0, excess);
+      st.times.splice(0, excess);
+      for (const arr of st.series.values()) arr.splice(0, excess);
     }
-    if (added) seriesChanged();
+    return added;
+  }
+
+  // history: replaces everything (also after a reconnect).
+  function loadHistory(msg) {
+    loadInto(store, msg.bin_ms, msg.end_ms, msg.series || {}, MAX_POINTS);
+    seriesChanged();
+  }
+
+  // tick: the bins completed since the last tick.
+  function appendTick(msg) {
+    if (appendInto(store, msg.end_ms, msg.bins || {}, MAX_POINTS)) seriesChanged();
+  }
+
+  // streams: the watched pair's streams (a reset replaces them); a stream quiet for the whole
+  // window is dropped so that ended copies leave the graphs.
+  function onStreams(msg) {
+    if (msg.pair !== streamStore.pair) return;  // an answer for a pair no longer watched
+    if (msg.reset) {
+      loadInto(streamStore, msg.bin_ms, msg.end_ms, msg.series || {}, MAX_STREAM_POINTS);
+      // The reply covers a whole minute: start the graphs a second before the first bytes.
+      let first = streamStore.times.length;
+      for (const arr of streamStore.series.values()) {
+        const i = arr.findIndex((v) => v > 0);
+        if (i >= 0) first = Math.min(first, i);
+      }
+      const drop = Math.max(0, Math.min(first, streamStore.times.length - 1) - 10);
+      if (drop > 0) {
+        streamStore.times.splice(0, drop);
+        for (const arr of streamStore.series.values()) arr.splice(0, drop);
+      }
+    } else {
+      appendInto(streamStore, msg.end_ms, msg.series || {}, MAX_STREAM_POINTS);
+    }
+    for (const [name, arr] of streamStore.series) {
+      if (arr.every((v) => v === 0)) streamStore.series.delete(name);
+    }
+    gfdash.streams = Array.from(streamStore.series.keys()).sort();
+    setText(document.getElementById('stream-count'), String(streamStore.series.size));
   }
 
   // The set of series names changed: publish it and make sure every route has a row.
@@ -132,6 +177,59 @@
     for (const name of gfdash.series) {
       if (name.startsWith('route:')) ensureRouteRow(name.slice('route:'.length));
     }
+    updatePairChoices();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Streams: the page watches one node pair's streams, the user's pick or, until there is one,
+  // the pair that moved the most lately.
+
+  const pairSelect = document.getElementById('stream-pair');
+  let pairPicked = false;  // by the user (or a test): keep it
+
+  function updatePairChoices() {
+    const pairs = gfdash.series.filter((s) => s.startsWith('pair:')).map((s) => s.slice(5)).sort();
+    const have = Array.from(pairSelect.options).map((o) => o.value).filter((v) => v);
+    if (pairs.join('\n') !== have.join('\n')) {
+      const current = streamStore.pair;
+      pairSelect.textContent = '';
+      if (!pairs.length) pairSelect.append(el('option', null, '(none yet)'));
+      for (const p of pairs) {
+        const o = el('option', null, p.replace('->', ' → '));
+        o.value = p;
+        pairSelect.append(o);
+      }
+      if (current) pairSelect.value = current;
+    }
+    if (!pairPicked) {
+      let best = '', bestBytes = -1;
+      for (const p of pairs) {
+        const arr = store.series.get('pair:' + p) || [];
+        let sum = 0;
+        for (let i = Math.max(0, arr.length - 100); i < arr.length; i++) sum += arr[i];
+        if (sum > bestBytes) { best = p; bestBytes = sum; }
+      }
+      if (best && best !== streamStore.pair) selectStreamPair(best, false);
+    }
+  }
+
+  function selectStreamPair(pair, picked) {
+    pairPicked = pairPicked || picked;
+    if (pair === streamStore.pair) return;
+    streamStore.pair = pair;
+    streamStore.times = [];
+    streamStore.series = new Map();
+    streamStore.lastEndMs = null;
+    gfdash.streams = [];
+    if (pairSelect.value !== pair) pairSelect.value = pair;
+    sendWatch();
+    requestDraw();
+  }
+
+  pairSelect.addEventListener('change', () => selectStreamPair(pairSelect.value, true));
+
+  function sendWatch() {
+    if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ streams: streamStore.pair }));
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -144,6 +242,17 @@
     legend: document.getElementById('pairs-legend'),
     title: '1 s', bins: 10, step: 5, graph: null, labelsKey: '',
   };
+
+  // The streams' three graphs: one line per stream, 0.1-s bins and 1-s and 10-s averages.
+  const streamViews = ROUTE_VIEWS.map((spec) => {
+    const div = el('div', 'graph');
+    div.dataset.window = spec.window;
+    div.dataset.points = '0';
+    div.dataset.lastMbps = '0';
+    div.dataset.lastMs = '0';
+    document.getElementById('stream-graphs').append(div);
+    return Object.assign({ el: div, graph: null, labelsKey: '' }, spec, { color: null });
+  });
 
   function el(tag, className, text) {
     const e = document.createElement(tag);
@@ -309,6 +418,31 @@
     let lastSum = 0;
     if (rows.length) for (let j = 1; j < rows[rows.length - 1].length; j++) lastSum += rows[rows.length - 1][j];
     plot(pairsView, rows, ['time'].concat(pairs.map((s) => s.slice('pair:'.length))), lastSum);
+
+    drawStreams();
+  }
+
+  // The watched pair's streams at 0.1, 1 and 10 s; data-last-mbps is their sum.
+  function drawStreams() {
+    const times = streamStore.times;
+    const n = times.length;
+    const scale = 8 / (streamStore.binMs * 1000);
+    const names = Array.from(streamStore.series.keys()).sort();
+    const prefixes = names.map((name) => prefixSums(streamStore.series.get(name), n));
+    for (const view of streamViews) {
+      const rows = [];
+      if (names.length) {
+        for (let i = 0; i < n; i++) {
+          if (view.step !== 1 && i !== n - 1 && Math.round(times[i] / streamStore.binMs) % view.step !== 0) continue;
+          const row = [times[i]];
+          for (const prefix of prefixes) row.push(windowMean(prefix, i, view.bins) * scale);
+          rows.push(row);
+        }
+      }
+      let lastSum = 0;
+      if (rows.length) for (let j = 1; j < rows[rows.length - 1].length; j++) lastSum += rows[rows.length - 1][j];
+      plot(view, rows, ['time'].concat(names), lastSum);
+    }
   }
 
   // requestAnimationFrame batching: any number of messages -> at most one redraw per FRAME_MS.
@@ -794,6 +928,7 @@
     sock.onopen = () => {
       lastActivity = Date.now();
       setStatus(true);
+      if (streamStore.pair) sendWatch();  // a new connection watches nothing until told
     };
     sock.onmessage = (ev) => {
       lastActivity = Date.now();
@@ -805,6 +940,7 @@
   }
 
   function dropConnection() {
+    streamStore.lastEndMs = null;  // the next connection starts with a reset
     const sock = ws;
     ws = null;
     if (sock) {
@@ -846,6 +982,9 @@
         requestDraw();
       } else if (msg.type === 'state') {
         renderState(msg);
+      } else if (msg.type === 'streams') {
+        onStreams(msg);
+        requestDraw();
       }
     } catch (err) {
       console.error('gfdash: cannot handle a ' + msg.type + ' message', err);

@@ -4,9 +4,12 @@
 // feed. Measures gfcatalogd's CPU (utime + stime from /proc, % of one core) with the page
 // connected and no traffic, then under the load; and the latency from a byte count sampled
 // on an "agent" to the tick that carries it to the page (a marker route, one point per
-// second). Prints one JSON object; see tests/bench/RESULTS.md "Dashboard telemetry".
+// second). Each copy reports per-stream counts for `streams` data streams, and the page
+// watches the streams of one node pair (src0->n0: one copy's streams). Prints one
+// JSON object; see tests/bench/RESULTS.md "Dashboard telemetry".
 //
-//   build/bin/telemetry_bench [--agents 100] [--copies 16] [--seconds 30] [--interval-ms 250]
+//   build/bin/telemetry_bench [--agents 100] [--copies 16] [--streams 4] [--seconds 30]
+//                             [--interval-ms 250]
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -38,12 +41,13 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 int main(int argc, char** argv) {
-  int agents = 100, copies = 16, seconds = 30, interval_ms = 250;
+  int agents = 100, copies = 16, streams = 4, seconds = 30, interval_ms = 250;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const int v = std::atoi(argv[i + 1]);
     if (a == "--agents") agents = v;
     if (a == "--copies") copies = v;
+    if (a == "--streams") streams = v;
     if (a == "--seconds") seconds = v;
     if (a == "--interval-ms") interval_ms = v;
   }
@@ -60,7 +64,7 @@ int main(int argc, char** argv) {
   std::mutex mu;
   std::map<std::uint64_t, Clock::time_point> marks;  // marker value -> when sampled
   std::vector<double> latencies_ms;
-  std::atomic<std::uint64_t> ticks{0}, feed_bytes{0};
+  std::atomic<std::uint64_t> ticks{0}, feed_bytes{0}, stream_messages{0};
   std::atomic<bool> stop{false};
   const auto page_start = Clock::now();
   std::thread page([&] {
@@ -72,6 +76,8 @@ int main(int argc, char** argv) {
     ws.next_layer().connect({asio::ip::make_address(http.substr(0, colon)),
                              static_cast<unsigned short>(std::stoi(http.substr(colon + 1)))});
     ws.handshake(http, "/ws");
+    ws.text(true);
+    ws.write(asio::buffer(std::string(R"({"streams":"src0->n0"})")));  // one pair's streams
     boost::beast::flat_buffer buffer;
     while (!stop) {
       buffer.clear();
@@ -82,6 +88,7 @@ int main(int argc, char** argv) {
       const std::string text = boost::beast::buffers_to_string(buffer.data());
       feed_bytes += text.size();
       nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+      if (!j.is_discarded() && j.value("type", "") == "streams") stream_messages += 1;
       if (j.is_discarded() || j.value("type", "") != "tick") continue;
       ticks += 1;
       auto it = j["bins"].find("route:marker->sink");
@@ -118,7 +125,8 @@ int main(int argc, char** argv) {
       b.site = fmt::format("s{}", a % 10);
       for (int c = 0; c < copies; ++c) {
         b.copies.push_back({static_cast<std::uint64_t>(a * 1000 + c), 1, fmt::format("src{}", c),
-                            fmt::format("s{}", (a + 1 + c) % 10), 1ull << 30, 1, 0});
+                            fmt::format("s{}", (a + 1 + c) % 10), 1ull << 30,
+                            static_cast<std::uint32_t>(streams), 0});
       }
       auto next = start + std::chrono::milliseconds(a * interval_ms / agents);  // spread
       while (Clock::now() < end) {
@@ -129,10 +137,13 @@ int main(int argc, char** argv) {
         b.points.clear();
         const int n = interval_ms / 100;
         for (int p = n - 1; p >= 0; --p) {  // 100-ms samples, 1 Gbit/s per copy
-          b.points.push_back({now_ns - p * 100'000'000LL, std::vector<std::uint64_t>(b.copies.size(), 12'500'000)});
+          b.points.push_back({now_ns - p * 100'000'000LL, std::vector<std::uint64_t>(b.copies.size(), 12'500'000),
+                              std::vector<std::uint64_t>(b.copies.size() * static_cast<std::size_t>(streams),
+                                                         12'500'000 / std::max(1, streams))});
         }
         for (auto& c : b.copies) c.received += 12'500'000ull * static_cast<std::uint64_t>(n);
-        batch_bytes += b.copies.size() * 40 + b.points.size() * (b.copies.size() * 4 + 12);
+        batch_bytes += b.copies.size() * 40 +
+                       b.points.size() * (b.copies.size() * (4 + 3 * static_cast<std::size_t>(streams)) + 12);
         absl::Status s = (*client)->PublishTelemetry(b);
         (s.ok() ? sent : failed) += 1;
       }
@@ -181,6 +192,8 @@ int main(int argc, char** argv) {
   const double elapsed = std::chrono::duration<double>(Clock::now() - page_start).count();
   nlohmann::json out = {{"agents", agents},
                         {"copies_per_agent", copies},
+                        {"streams_per_copy", streams},
+                        {"stream_messages_per_s", static_cast<double>(stream_messages.load()) / elapsed},
                         {"interval_ms", interval_ms},
                         {"seconds", seconds},
                         {"batches_sent", sent.load()},

@@ -12,6 +12,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
+#include <set>
 #include <thread>
 
 #include <boost/asio.hpp>
@@ -72,6 +74,29 @@ class DashboardTest : public testing::FederationTest {
          "--timeout", std::to_string(timeout_s)});
     EXPECT_TRUE(p.ok()) << p.status();
     return p.ok() ? std::move(*p) : testing::Subprocess();
+  }
+
+  // Opens /ws, asks for the streams of node pair `pair` and returns the first "streams" reply
+  // (the last minute of its streams' bins).
+  nlohmann::json WatchStreams(const std::string& pair) {
+    namespace asio = boost::asio;
+    namespace websocket = boost::beast::websocket;
+    asio::io_context io;
+    websocket::stream<asio::ip::tcp::socket> ws(io);
+    const std::size_t colon = http_.rfind(':');
+    ws.next_layer().connect({asio::ip::make_address(http_.substr(0, colon)),
+                             static_cast<unsigned short>(std::stoi(http_.substr(colon + 1)))});
+    ws.handshake(http_, "/ws");
+    ws.text(true);
+    ws.write(asio::buffer(nlohmann::json{{"streams", pair}}.dump()));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < until) {
+      boost::beast::flat_buffer buffer;
+      ws.read(buffer);
+      nlohmann::json j = nlohmann::json::parse(boost::beast::buffers_to_string(buffer.data()), nullptr, false);
+      if (!j.is_discarded() && j.value("type", "") == "streams") return j;
+    }
+    return nullptr;
   }
 
   bool WaitFile(const fs::path& f, std::chrono::seconds timeout) {
@@ -194,9 +219,33 @@ TEST_F(DashboardTest, ABrowserWatchesAReplicationLiveAndTheNumbersAgree) {
   ASSERT_FALSE(seen.is_discarded()) << m.out;
   EXPECT_GE(seen.value("ticks_per_s", 0.0), 5.0) << "the feed runs at 10 Hz";
   EXPECT_GT(seen.value("max_recent_mbps", 0.0), 0.0);
+  // The page picked the busy node pair by itself and drew its streams.
+  EXPECT_EQ(seen.value("stream_pair", ""), "kek1->sdsc1") << m.out;
+  EXPECT_GE(seen.value("streams", 0), 1) << m.out;
+  EXPECT_GT(seen.value("stream_points", 0), 0) << m.out;
 
   RunResult done = rep->Wait(std::chrono::seconds(120));
   ASSERT_EQ(done.exit_code, 0) << done.out << done.err;
+  // Per stream: every byte of the three files, counted on the stream that carried it, is in
+  // the pair's stream series (the last minute), each series named task-ID#K.
+  {
+    // The agents send their last samples within a telemetry interval; the hub settles 400 ms.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    nlohmann::json streams = WatchStreams("kek1->sdsc1");
+    ASSERT_TRUE(streams.is_object()) << "no streams message";
+    EXPECT_TRUE(streams.value("reset", false));
+    EXPECT_EQ(streams.value("pair", ""), "kek1->sdsc1");
+    std::uint64_t sum = 0;
+    std::set<std::string> tasks;
+    for (const auto& [name, bins] : streams["series"].items()) {
+      EXPECT_TRUE(std::regex_match(name, std::regex("task-[0-9]+#[0-9]+"))) << name;
+      tasks.insert(name.substr(0, name.find('#')));
+      for (const auto& b : bins) sum += b.get<std::uint64_t>();
+    }
+    EXPECT_EQ(sum, total) << streams.dump().substr(0, 2000);
+    EXPECT_EQ(tasks.size(), 3u) << "one copy per file";
+    EXPECT_TRUE(WatchStreams("kek9->sdsc1")["series"].empty()) << "a pair with no streams";
+  }
   testing::Subprocess idle = Browser("idle,detail");
   RunResult i = idle.Wait(std::chrono::seconds(90));
   EXPECT_EQ(i.exit_code, 0) << i.out << i.err;

@@ -102,9 +102,21 @@ def phase_moving(p):
     ticks1, g1 = p.ticks(), p.graph("0.1s")
     recent = p.js("return window.gfdash.recentMbps(arguments[0], 30);", "route:" + p.args.route)
     tps = (ticks1 - ticks0) / (time.monotonic() - t0)
+    # The streams panel: the page watches the busiest node pair and draws one line per stream.
+    streams = wait_for("the stream graphs", lambda: p.js("""
+        const g = document.querySelector('#stream-graphs .graph[data-window="0.1s"]');
+        const names = window.gfdash.streams;
+        return names.length > 0 && +g.dataset.points > 0 &&
+            {pair: document.getElementById('stream-pair').value, names, points: +g.dataset.points};"""),
+                       p.args.timeout)
+    p.js("document.getElementById('stream-graphs').scrollIntoView();")
+    time.sleep(0.5)  # a few more points
+    screenshot(p.d, p.args.out, "streams")
+    p.js("window.scrollTo(0, 0);")
     result = {"phase": "moving", "ticks_per_s": round(tps, 2), "points_0_1s": g1["points"],
               "last_mbps": g1["last_mbps"], "max_recent_mbps": max(samples + recent),
-              "total_bytes": p.total_bytes()}
+              "total_bytes": p.total_bytes(), "stream_pair": streams["pair"],
+              "streams": len(streams["names"]), "stream_points": streams["points"]}
     # Once the 5-minute window is full the count stays at 3000, but the last point still moves.
     if not (g1["points"] > g0["points"] or g1["last_ms"] > g0["last_ms"]):
         raise PhaseError(f"0.1-s graph did not grow: {g0} -> {g1}", result)

@@ -122,13 +122,13 @@ TEST(CopyMeterTest, SamplesWhatEachCopyReceivedAndTakesThemAsOneBatch) {
   EXPECT_FALSE(meter.Take("n", "s", 1).has_value()) << "nothing running";
   auto a = meter.Begin({1, 10, "kek1", "kek", 1000, 4, 0});
   auto b = meter.Begin({2, 10, "kek2", "kek", 1000, 2, 0});
-  a->fetch_add(100);
+  a->received.fetch_add(100);
   meter.Sample(100 * kMs);
-  a->fetch_add(50);
-  b->fetch_add(7);
+  a->received.fetch_add(50);
+  b->received.fetch_add(7);
   meter.End(2);
   meter.Sample(200 * kMs);
-  b->fetch_add(1000);  // after its last sample: not counted (it has ended)
+  b->received.fetch_add(1000);  // after its last sample: not counted (it has ended)
   meter.Sample(300 * kMs);
   std::optional<catalog::TelemetryBatch> batch = meter.Take("sdsc1", "sdsc", 300 * kMs);
   ASSERT_TRUE(batch.has_value());
@@ -141,6 +141,8 @@ TEST(CopyMeterTest, SamplesWhatEachCopyReceivedAndTakesThemAsOneBatch) {
   EXPECT_EQ(batch->points[0].bytes, (std::vector<std::uint64_t>{100, 0}));
   EXPECT_EQ(batch->points[1].bytes, (std::vector<std::uint64_t>{50, 7}));
   EXPECT_EQ(batch->points[2].bytes, (std::vector<std::uint64_t>{0, 0}));
+  // No stream counted anything: the stream counts are all zero, one per stream (4 + 2).
+  EXPECT_EQ(batch->points[1].stream_bytes, std::vector<std::uint64_t>(6, 0));
   // The ended copy is gone from the next batch; the running one stays.
   meter.Sample(400 * kMs);
   batch = meter.Take("sdsc1", "sdsc", 400 * kMs);
@@ -153,6 +155,65 @@ TEST(CopyMeterTest, SamplesWhatEachCopyReceivedAndTakesThemAsOneBatch) {
   EXPECT_FALSE(meter.Take("sdsc1", "sdsc", 600 * kMs).has_value()) << "idle: nothing sent";
 }
 
+TEST(CopyMeterTest, PerStreamCountsTravelInCopyOrderOnePerStream) {
+  CopyMeter meter;
+  auto a = meter.Begin({5, 10, "kek1", "kek", 1000, 3, 0});
+  auto b = meter.Begin({6, 10, "kek2", "kek", 1000, 2, 0});
+  a->received.fetch_add(60);
+  a->stream[0].fetch_add(10);
+  a->stream[2].fetch_add(50);
+  b->received.fetch_add(9);
+  b->stream[1].fetch_add(9);
+  meter.Sample(100 * kMs);
+  a->stream[1].fetch_add(4);
+  a->received.fetch_add(4);
+  meter.Sample(200 * kMs);
+  std::optional<catalog::TelemetryBatch> batch = meter.Take("sdsc1", "sdsc", 200 * kMs);
+  ASSERT_TRUE(batch.has_value());
+  ASSERT_TRUE(catalog::Validate(*batch).ok()) << catalog::Validate(*batch);
+  ASSERT_EQ(batch->points.size(), 2u);
+  EXPECT_EQ(batch->points[0].stream_bytes, (std::vector<std::uint64_t>{10, 0, 50, 0, 9}));
+  EXPECT_EQ(batch->points[1].stream_bytes, (std::vector<std::uint64_t>{0, 4, 0, 0, 0}));
+  // More streams than a copy may have are cut to the limit (the counters match the report).
+  auto c = meter.Begin({7, 10, "kek1", "kek", 1000, 1000, 0});
+  EXPECT_EQ(c->stream.size(), catalog::kMaxTelemetryStreams);
+}
+
+TEST_F(TelemetryHubTest, StreamsAreKeptPerNodePairForTheirOwnShorterHistory) {
+  TelemetryHubOptions o;
+  o.clock = [this] { return now_ms_ * kMs; };
+  o.stream_history = std::chrono::seconds(2);
+  TelemetryHub hub(o);
+  const std::int64_t t0 = now_ms_;
+  now_ms_ += 100;
+  catalog::TelemetryCopy a = CopyOf(1, 7, "kek1", "kek", 30);
+  a.streams = 2;
+  catalog::TelemetryCopy b = CopyOf(2, 7, "kek2", "kek", 5);
+  b.streams = 1;
+  catalog::TelemetryPoint p{(t0 + 100) * kMs, {30, 5}, {10, 20, 5}};
+  ASSERT_TRUE(hub.Add(Batch(now_ms_, {a, b}, {p})).ok());
+  now_ms_ += 400;
+  TelemetryBins kek1 = hub.StreamsSince("kek1->sdsc1", 0);
+  ASSERT_EQ(kek1.series.size(), 2u) << "two streams of task 1";
+  EXPECT_EQ(kek1.series["task-1#0"].back(), 10u);
+  EXPECT_EQ(kek1.series["task-1#1"].back(), 20u);
+  EXPECT_EQ(kek1.series["task-1#0"].size(), 20u) << "2 s of 0.1-s bins";
+  EXPECT_EQ(hub.StreamsSince("kek2->sdsc1", 0).series["task-2#0"].back(), 5u);
+  EXPECT_TRUE(hub.StreamsSince("kek3->sdsc1", 0).series.empty());
+  EXPECT_TRUE(hub.StreamsSince("kek1->sdsc1", kek1.end_ms).series.empty()) << "handed out once";
+  EXPECT_EQ(hub.Since(0).series.count("task-1#0"), 0u) << "streams are not in the main feed";
+  // A batch without stream counts (an older agent) still counts its bytes.
+  ASSERT_TRUE(hub.Add(Batch(now_ms_, {CopyOf(3, 7, "kek1", "kek", 8)}, {{now_ms_ * kMs, {8}}})).ok());
+  EXPECT_EQ(hub.Now().route_bytes_total["kek->sdsc"], 43u);
+  // After the stream history the streams are gone; the route's bins stay.
+  for (int i = 0; i < 30; ++i) {
+    now_ms_ += 100;
+    ASSERT_TRUE(hub.Add(Batch(now_ms_, {CopyOf(3, 7, "kek1", "kek", 8)}, {{now_ms_ * kMs, {0}}})).ok());
+  }
+  EXPECT_TRUE(hub.StreamsSince("kek1->sdsc1", 0).series.empty());
+  EXPECT_EQ(hub.Since(0).series.count("route:kek->sdsc"), 1u);
+}
+
 TEST(TelemetryValidateTest, RefusesMalformedBatches) {
   catalog::TelemetryBatch b = Batch(1, {CopyOf(1, 1, "kek1", "kek", 0)}, {{1, {1, 2}}});
   EXPECT_TRUE(absl::IsInvalidArgument(catalog::Validate(b))) << "two counts for one copy";
@@ -163,6 +224,14 @@ TEST(TelemetryValidateTest, RefusesMalformedBatches) {
   EXPECT_TRUE(absl::IsInvalidArgument(catalog::Validate(b)));
   b.copies[0].src_node = "kek1";
   EXPECT_TRUE(catalog::Validate(b).ok());
+  b.points = {{1, {1}, {1, 2, 3}}};
+  EXPECT_TRUE(absl::IsInvalidArgument(catalog::Validate(b))) << "3 stream counts for 4 streams";
+  b.points = {{1, {1}, {1, 2, 3, 4}}};
+  EXPECT_TRUE(catalog::Validate(b).ok());
+  b.copies[0].streams = catalog::kMaxTelemetryStreams + 1;
+  b.points = {{1, {1}}};
+  EXPECT_TRUE(absl::IsInvalidArgument(catalog::Validate(b))) << "too many streams";
+  b.copies[0].streams = 4;
   b.points.assign(catalog::kMaxTelemetryPoints + 1, {1, {1}});
   EXPECT_TRUE(absl::IsInvalidArgument(catalog::Validate(b)));
 }

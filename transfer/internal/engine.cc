@@ -706,10 +706,18 @@ ProgressReporter::ProgressReporter(const TransferOptions& o, std::uint64_t total
   p_.resumed_bytes = resumed;
   p_.bytes_done = resumed;
   p_.streams = streams;
+  p_.stream_bytes.assign(static_cast<std::size_t>(std::max(0, streams)), 0);
 }
 
-void ProgressReporter::Add(std::uint64_t bytes, bool force) {
+void ProgressReporter::Add(int stream, std::uint64_t bytes) {
   p_.bytes_done = std::min(p_.bytes_total, p_.bytes_done + bytes);
+  if (stream >= 0 && static_cast<std::size_t>(stream) < p_.stream_bytes.size()) {
+    p_.stream_bytes[static_cast<std::size_t>(stream)] += bytes;
+  }
+  Report(false);
+}
+
+void ProgressReporter::Report(bool force) {
   if (!fn_) return;
   auto now = SteadyTime::now();
   if (force || now - last_ >= std::chrono::milliseconds(100)) {
@@ -721,7 +729,7 @@ void ProgressReporter::Add(std::uint64_t bytes, bool force) {
 
 void ProgressReporter::SetDone(std::uint64_t done) {
   p_.bytes_done = done;
-  Add(0, true);
+  Report(true);
 }
 
 }  // namespace gfrep::transfer::internal

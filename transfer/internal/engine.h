@@ -230,11 +230,14 @@ class ProgressReporter {
  public:
   ProgressReporter(const TransferOptions& o, std::uint64_t total, std::uint64_t resumed,
                    int streams);
-  void Add(std::uint64_t bytes, bool force = false);
+  // `bytes` more carried by data stream `stream` (0 <= stream < streams).
+  void Add(int stream, std::uint64_t bytes);
   void SetDone(std::uint64_t done);
 
  private:
   std::function<void(const Progress&)> fn_;
+  void Report(bool force);
+
   Progress p_;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_{};

@@ -215,7 +215,7 @@ asio::awaitable<void> FinalFlush(std::shared_ptr<ReceiverState> st,
 asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverState> st,
                                             std::shared_ptr<DestinationFile> dst,
                                             const TransferOptions& o, BlockChecksumAlgorithm alg,
-                                            ProgressReporter& progress) {
+                                            ProgressReporter& progress, int stream) {
   constexpr std::size_t kPiece = 256 * 1024;
   auto ex = co_await asio::this_coro::executor;
   // Read-back scratch, and this stream's block buffer (a block is received whole and checked
@@ -318,7 +318,7 @@ asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverSta
     st->pending.push_back(range);
     st->pending_bytes += h->length;
     st->received_now += h->length;
-    progress.Add(h->length);
+    progress.Add(stream, h->length);
     if (!st->flush_error.ok()) co_return st->flush_error;
     if (st->pending_bytes >= o.journal_interval && !st->flushing) StartFlush(st, dst, ex);
   }
@@ -453,8 +453,10 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
   bool keep_partial = true;  // false once the partial file was committed or discarded
   for (;;) {
     std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
-    for (const ConnPtr& c : data) {
-      tasks.push_back([&, c]() { return ReceiveStream(*c, st, dst, o, alg, progress); });
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      tasks.push_back([&, c = data[i], i]() {
+        return ReceiveStream(*c, st, dst, o, alg, progress, static_cast<int>(i));
+      });
     }
     absl::Status s = co_await RunConcurrently(std::move(tasks), [&] {
       st->failed = true;

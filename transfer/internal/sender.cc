@@ -177,7 +177,7 @@ asio::awaitable<void> WaitForBacklogBelow(Conn& c, std::uint64_t low_water, cons
 asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, const SourceFile& src,
                                          const TransferOptions& o, BlockChecksumAlgorithm alg,
                                          TokenBucket* bucket, ProgressReporter& progress,
-                                         std::uint64_t low_water) {
+                                         int stream, std::uint64_t low_water) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
   asio::steady_timer drain(co_await asio::this_coro::executor);
   st.timers.push_back(&timer);
@@ -233,7 +233,7 @@ asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, const SourceF
     }
     if (!s.ok()) co_return s;
     st.sent += len;
-    progress.Add(len);
+    progress.Add(stream, len);
   }
   if (st.failed) co_return absl::CancelledError("stream stopped");
   co_return co_await c.SendFrame(FrameType::kEnd, "");
@@ -350,9 +350,11 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
     st.queue.assign(blocks.begin(), blocks.end());
     st.failed = false;
     std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
-    for (const ConnPtr& c : data) {
-      tasks.push_back(
-          [&, c]() { return SendStream(*c, st, *src, o, alg, bucket.get(), progress, low_water); });
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      tasks.push_back([&, c = data[i], i]() {
+        return SendStream(*c, st, *src, o, alg, bucket.get(), progress, static_cast<int>(i),
+                          low_water);
+      });
     }
     absl::Status s = co_await RunConcurrently(std::move(tasks), [&] {
       st.Stop();
