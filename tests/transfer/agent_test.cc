@@ -500,6 +500,28 @@ TEST_F(AgentTest, HalfOpenConnectionsAnnouncingHugeControlFramesKeepMemoryBounde
   EXPECT_LT(peak - before, std::uint64_t{64} << 20) << "resident memory grew by " << ((peak - before) >> 20) << " MiB";
 }
 
+// Progress tells what each data stream carried: one count per stream, adding up to the file
+// at the end (the dashboard's per-stream graphs), for a pull (receiver) and a push (sender).
+TEST_F(AgentTest, ProgressCountsTheBytesOfEachStream) {
+  for (bool pull : {true, false}) {
+    Progress last;
+    TransferOptions o = options_;
+    o.progress = [&](const Progress& p) { last = p; };
+    absl::StatusOr<TransferStats> s = pull ? Pull(endpoint_, "f.dat", dir_.path() / "copy.dat", o)
+                                           : Push(dir_.path() / "copy.dat", endpoint_, "d/streams.dat", o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_EQ(last.stream_bytes.size(), static_cast<std::size_t>(s->streams)) << (pull ? "pull" : "push");
+    std::uint64_t sum = 0;
+    int carried = 0;
+    for (std::uint64_t b : last.stream_bytes) {
+      sum += b;
+      carried += b > 0 ? 1 : 0;
+    }
+    EXPECT_EQ(sum, 3u << 20) << (pull ? "pull" : "push");
+    EXPECT_GE(carried, 2) << "3 MiB over 3 streams: more than one stream carried blocks";
+  }
+}
+
 // Two sessions writing the same destination at once: the second is refused at once, and
 // whichever succeeds put exactly its own bytes in place.
 TEST_F(AgentTest, ConcurrentPutsToOnePathNeverMixTheirBytes) {
