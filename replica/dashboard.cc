@@ -101,7 +101,7 @@ void Dashboard::AddRoutes(HttpRoutes& routes) {
   routes.websockets["/ws"] = [this](std::shared_ptr<WebSocketPeer> peer) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      pages_.push_back({std::move(peer), false});
+      pages_.push_back({std::move(peer), false, std::make_shared<StreamWatch>()});
     }
     wake_.notify_all();  // greeted at once, not at the next tick
   };

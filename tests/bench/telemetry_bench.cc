@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
       b.copies.push_back({1, 1, "marker1", "marker", 1, 1, value});
       const std::int64_t now_ns = catalog::SystemNowNs();
       b.sent_ns = now_ns;
-      b.points.push_back({now_ns, {value}});
+      b.points.push_back({now_ns, {value}, {}});
       {
         std::lock_guard<std::mutex> lock(mu);
         marks[value] = Clock::now();

@@ -169,7 +169,7 @@ TEST_F(DashboardTest, HealthAndMetricsAreServedByBothDaemons) {
   bad.node = "kek1";
   bad.site = "kek";
   bad.copies.push_back({1, 1, "sdsc1", "sdsc", 10, 1, 0});
-  bad.points.push_back({1, {1, 2, 3}});
+  bad.points.push_back({1, {1, 2, 3}, {}});
   catalog::ClientOptions co;
   co.address = catalog_;
   auto raw = catalog::CatalogClient::Create(co);

@@ -42,7 +42,7 @@ TEST_F(TelemetryHubTest, PointsLandInTheirBinsPerRouteAndPerNodePair) {
   ASSERT_TRUE(hub.Add(Batch(now_ms_,
                             {CopyOf(1, 7, "kek1", "kek", 300), CopyOf(2, 7, "kek2", "kek", 30),
                              CopyOf(3, 8, "tsukuba1", "tsukuba", 5)},
-                            {{(t0 + 100) * kMs, {100, 10, 0}}, {(t0 + 200) * kMs, {200, 20, 5}}}))
+                            {{(t0 + 100) * kMs, {100, 10, 0}, {}}, {(t0 + 200) * kMs, {200, 20, 5}, {}}}))
                   .ok());
   // Nothing is complete before `settle` (400 ms) has passed after a bin's end.
   EXPECT_TRUE(hub.Since(t0).series.empty());
@@ -73,7 +73,7 @@ TEST_F(TelemetryHubTest, PointsLandInTheirBinsPerRouteAndPerNodePair) {
   for (int i = 0; i < 2; ++i) {
     catalog::TelemetryCopy whole = CopyOf(3, 8, "tsukuba1", "tsukuba", 5);
     whole.size = 5;
-    ASSERT_TRUE(hub.Add(Batch(now_ms_, {whole}, {{now_ms_ * kMs, {0}}})).ok());
+    ASSERT_TRUE(hub.Add(Batch(now_ms_, {whole}, {{now_ms_ * kMs, {0}, {}}})).ok());
   }
   EXPECT_EQ(hub.Now().route_files_total["tsukuba->sdsc"], 1u);
   EXPECT_EQ(hub.InFlightBytes(8), 0u) << "a copy with all its bytes is no longer in flight";
@@ -92,7 +92,7 @@ TEST_F(TelemetryHubTest, AnAgentsClockOffsetIsCorrectedByTheSendTime) {
   TelemetryHub hub = Make();
   // The agent's clock is 1 h ahead: its points are placed by our clock.
   const std::int64_t ahead = now_ms_ + 3'600'000;
-  ASSERT_TRUE(hub.Add(Batch(ahead, {CopyOf(1, 1, "kek1", "kek", 50)}, {{ahead * kMs, {50}}})).ok());
+  ASSERT_TRUE(hub.Add(Batch(ahead, {CopyOf(1, 1, "kek1", "kek", 50)}, {{ahead * kMs, {50}, {}}})).ok());
   now_ms_ += 500;
   TelemetryBins bins = hub.Since(now_ms_ - 2000);
   ASSERT_EQ(bins.series.count("route:kek->sdsc"), 1u);
@@ -108,7 +108,7 @@ TEST_F(TelemetryHubTest, HistoryIsKeptForFiveMinutesAndALateBrowserGetsIt) {
   const std::int64_t start = now_ms_;
   for (int i = 1; i <= 3600; ++i) {  // 6 min of 100-ms samples, 1 byte each
     now_ms_ = start + i * 100;
-    ASSERT_TRUE(hub.Add(Batch(now_ms_, {CopyOf(1, 1, "kek1", "kek", 0)}, {{now_ms_ * kMs, {1}}})).ok());
+    ASSERT_TRUE(hub.Add(Batch(now_ms_, {CopyOf(1, 1, "kek1", "kek", 0)}, {{now_ms_ * kMs, {1}, {}}})).ok());
   }
   now_ms_ += 400;
   TelemetryBins all = hub.Since(0);
@@ -203,23 +203,23 @@ TEST_F(TelemetryHubTest, StreamsAreKeptPerNodePairForTheirOwnShorterHistory) {
   EXPECT_TRUE(hub.StreamsSince("kek1->sdsc1", kek1.end_ms).series.empty()) << "handed out once";
   EXPECT_EQ(hub.Since(0).series.count("task-1#0"), 0u) << "streams are not in the main feed";
   // A batch without stream counts (an older agent) still counts its bytes.
-  ASSERT_TRUE(hub.Add(Batch(now_ms_, {CopyOf(3, 7, "kek1", "kek", 8)}, {{now_ms_ * kMs, {8}}})).ok());
+  ASSERT_TRUE(hub.Add(Batch(now_ms_, {CopyOf(3, 7, "kek1", "kek", 8)}, {{now_ms_ * kMs, {8}, {}}})).ok());
   EXPECT_EQ(hub.Now().route_bytes_total["kek->sdsc"], 43u);
   // After the stream history the streams are gone; the route's bins stay.
   for (int i = 0; i < 30; ++i) {
     now_ms_ += 100;
-    ASSERT_TRUE(hub.Add(Batch(now_ms_, {CopyOf(3, 7, "kek1", "kek", 8)}, {{now_ms_ * kMs, {0}}})).ok());
+    ASSERT_TRUE(hub.Add(Batch(now_ms_, {CopyOf(3, 7, "kek1", "kek", 8)}, {{now_ms_ * kMs, {0}, {}}})).ok());
   }
   EXPECT_TRUE(hub.StreamsSince("kek1->sdsc1", 0).series.empty());
   EXPECT_EQ(hub.Since(0).series.count("route:kek->sdsc"), 1u);
 }
 
 TEST(TelemetryValidateTest, RefusesMalformedBatches) {
-  catalog::TelemetryBatch b = Batch(1, {CopyOf(1, 1, "kek1", "kek", 0)}, {{1, {1, 2}}});
+  catalog::TelemetryBatch b = Batch(1, {CopyOf(1, 1, "kek1", "kek", 0)}, {{1, {1, 2}, {}}});
   EXPECT_TRUE(absl::IsInvalidArgument(catalog::Validate(b))) << "two counts for one copy";
-  b.points = {{2, {1}}, {1, {1}}};
+  b.points = {{2, {1}, {}}, {1, {1}, {}}};
   EXPECT_TRUE(absl::IsInvalidArgument(catalog::Validate(b))) << "out of order";
-  b.points = {{1, {1}}};
+  b.points = {{1, {1}, {}}};
   b.copies[0].src_node = "../x";
   EXPECT_TRUE(absl::IsInvalidArgument(catalog::Validate(b)));
   b.copies[0].src_node = "kek1";
@@ -229,10 +229,10 @@ TEST(TelemetryValidateTest, RefusesMalformedBatches) {
   b.points = {{1, {1}, {1, 2, 3, 4}}};
   EXPECT_TRUE(catalog::Validate(b).ok());
   b.copies[0].streams = catalog::kMaxTelemetryStreams + 1;
-  b.points = {{1, {1}}};
+  b.points = {{1, {1}, {}}};
   EXPECT_TRUE(absl::IsInvalidArgument(catalog::Validate(b))) << "too many streams";
   b.copies[0].streams = 4;
-  b.points.assign(catalog::kMaxTelemetryPoints + 1, {1, {1}});
+  b.points.assign(catalog::kMaxTelemetryPoints + 1, {1, {1}, {}});
   EXPECT_TRUE(absl::IsInvalidArgument(catalog::Validate(b)));
 }
 
