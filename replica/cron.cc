@@ -47,7 +47,8 @@ absl::Status ParseField(std::string_view text, std::string_view name, int lo, in
     if (from < lo || to > hi || from > to) {
       return bad(fmt::format("values must be {}..{}", lo, hi));
     }
-    for (int v = from; v <= to; v += step) bits.set(static_cast<std::size_t>(v));
+    // In a wider type: a step near INT_MAX would overflow an int.
+    for (std::int64_t v = from; v <= to; v += step) bits.set(static_cast<std::size_t>(v));
   }
   return absl::OkStatus();
 }

@@ -22,6 +22,14 @@ TEST(CronTest, EveryNightAtTwoInTokyo) {
       << "strictly after";
 }
 
+// A step near INT_MAX (found by tests/fuzz/cron_fuzz.cc: the loop's int overflowed).
+TEST(CronTest, AHugeStepMeansTheFirstValueOnly) {
+  auto s = CronSchedule::Parse("59/2147483647 * * * *", "UTC");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(Utc(s->Next(At("UTC", 2026, 11, 24, 10, 0))), "2026-11-24 10:59:00");
+  EXPECT_EQ(Utc(s->Next(At("UTC", 2026, 11, 24, 10, 59))), "2026-11-24 11:59:00");
+}
+
 TEST(CronTest, FieldsListsRangesStepsAndDays) {
   auto s = CronSchedule::Parse("*/15 9-17 * * 1-5", "UTC");
   ASSERT_TRUE(s.ok()) << s.status();

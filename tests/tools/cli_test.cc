@@ -15,6 +15,14 @@ TEST(ParseSizeTest, AcceptsBinarySuffixes) {
   EXPECT_EQ(*ParseSize("610KB"), 610u * 1024);
 }
 
+// Between 2^63 and 2^64 (found by tests/fuzz/units_fuzz.cc: "9000000T" came back as 2^63).
+TEST(ParseSizeTest, ValuesAbove2To63AreExactAndAbove2To64Refused) {
+  EXPECT_EQ(*ParseSize("9000000T"), 9'000'000ull << 40);
+  EXPECT_EQ(*ParseSize("16000000T"), 16'000'000ull << 40);
+  EXPECT_EQ(ParseSize("17000000T").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseRate("18000000000G"), 18'000'000'000'000'000'000ull);
+}
+
 TEST(ParseSizeTest, RejectsGarbage) {
   for (const char* bad : {"", "abc", "-1", "12Q", "1..2M", "M", "nan", "1e400"}) {
     auto r = ParseSize(bad);

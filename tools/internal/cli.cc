@@ -54,7 +54,8 @@ absl::StatusOr<std::uint64_t> ParseScaled(std::string_view what, std::string_vie
   if (value >= static_cast<double>(std::numeric_limits<std::uint64_t>::max())) {
     return absl::InvalidArgumentError(fmt::format("bad {} '{}': too large", what, text));
   }
-  return static_cast<std::uint64_t>(std::llround(value));
+  // Below 2^64 but possibly above 2^63: llround (a long long) would overflow.
+  return static_cast<std::uint64_t>(std::round(value));
 }
 
 }  // namespace
