@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "absl/synchronization/mutex.h"
+#include "catalog/identity.h"
 #include "catalog/internal/convert.h"
 #include "catalog/proto/catalog.grpc.pb.h"
 
@@ -135,7 +136,40 @@ class Service final : public v1::Catalog::CallbackService {
     watch_pool_.join();
   }
 
+  std::uint64_t denied() const { return denied_.load(); }
+
  private:
+  // The caller's identity: the gfrep:// URI SAN of its verified client certificate.
+  static std::optional<Identity> IdentityOf(const grpc::CallbackServerContext* c) {
+    std::shared_ptr<const grpc::AuthContext> auth = c->auth_context();
+    if (auth == nullptr || !auth->IsPeerAuthenticated()) return std::nullopt;
+    for (const grpc::string_ref& uri : auth->FindPropertyValues(GRPC_PEER_URI_PROPERTY_NAME)) {
+      if (std::optional<Identity> id = IdentityFromUri(std::string_view(uri.data(), uri.size()))) return id;
+    }
+    return std::nullopt;
+  }
+
+  template <typename Items, typename NodeOf>
+  static std::vector<std::string_view> NodesOf(const Items& items, NodeOf node_of) {
+    std::vector<std::string_view> out;
+    for (const auto& i : items) out.push_back(node_of(i));
+    return out;
+  }
+
+  // nullptr when the caller may do `action`; otherwise the call, finished with
+  // PERMISSION_DENIED. Without client certificates (no CA configured) everything is allowed.
+  grpc::ServerUnaryReactor* Deny(grpc::CallbackServerContext* c, std::string_view action, Access access,
+                                 const std::vector<std::string_view>& nodes = {}) {
+    if (options_.tls_client_ca_pem.empty()) return nullptr;
+    absl::Status s = Authorize(IdentityOf(c), action, access, nodes);
+    if (s.ok()) return nullptr;
+    denied_ += 1;
+    if (options_.on_denied) options_.on_denied(s);
+    grpc::ServerUnaryReactor* reactor = c->DefaultReactor();
+    reactor->Finish(ToGrpc(s));
+    return reactor;
+  }
+
   // Runs fn (returning absl::Status) on the worker pool and finishes the call with it.
   template <typename Fn>
   grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* context, Fn fn) {
@@ -160,6 +194,7 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* Mkdir(grpc::CallbackServerContext* c, const v1::MkdirRequest* req,
                                   v1::Attributes* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "Mkdir", Access::kNamespace)) return denied;
     return Offload(c, [this, req, resp] {
       MkdirOptions o;
       o.parents = req->parents();
@@ -172,6 +207,7 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* CreateFile(grpc::CallbackServerContext* c,
                                        const v1::CreateFileRequest* req,
                                        v1::Attributes* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "CreateFile", Access::kNamespace)) return denied;
     return Offload(c, [this, req, resp] {
       FileContent content = FromProto(req->content());
       if (content.mode == 0) content.mode = 0644;
@@ -182,6 +218,7 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* BeginWrite(grpc::CallbackServerContext* c,
                                        const v1::CreateFileRequest* req,
                                        v1::WriteReservation* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "BeginWrite", Access::kNamespace)) return denied;
     return Offload(c, [this, req, resp] {
       FileContent content = FromProto(req->content());
       if (content.mode == 0) content.mode = 0644;
@@ -197,6 +234,7 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* CommitFile(grpc::CallbackServerContext* c,
                                        const v1::CommitFileRequest* req,
                                        v1::Attributes* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "CommitFile", Access::kNamespace)) return denied;
     return Offload(c, [this, req, resp] {
       FileContent content = FromProto(req->content());
       if (content.mode == 0) content.mode = 0644;
@@ -209,6 +247,7 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* CreateFiles(grpc::CallbackServerContext* c,
                                         const v1::CreateFilesRequest* req,
                                         v1::AttributesList* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "CreateFiles", Access::kNamespace)) return denied;
     return Offload(c, [this, req, resp] {
       std::vector<NewFile> files;
       files.reserve(static_cast<std::size_t>(req->files_size()));
@@ -225,6 +264,7 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* StatMany(grpc::CallbackServerContext* c,
                                      const v1::StatManyRequest* req,
                                      v1::StatManyResponse* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "StatMany", Access::kRead)) return denied;
     return Offload(c, [this, req, resp] {
       std::vector<std::string> paths(req->paths().begin(), req->paths().end());
       absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> results = catalog_.StatMany(paths);
@@ -236,16 +276,19 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* Stat(grpc::CallbackServerContext* c, const v1::PathRequest* req,
                                  v1::Attributes* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "Stat", Access::kRead)) return denied;
     return Inline(c, [&] { return Fill(catalog_.Stat(req->path()), resp); });
   }
 
   grpc::ServerUnaryReactor* StatInode(grpc::CallbackServerContext* c, const v1::InodeRequest* req,
                                       v1::Attributes* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "StatInode", Access::kRead)) return denied;
     return Inline(c, [&] { return Fill(catalog_.StatInode(req->inode()), resp); });
   }
 
   grpc::ServerUnaryReactor* PathOf(grpc::CallbackServerContext* c, const v1::InodeRequest* req,
                                    v1::PathResponse* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "PathOf", Access::kRead)) return denied;
     return Inline(c, [&] {
       absl::StatusOr<std::string> p = catalog_.PathOf(req->inode());
       if (p.ok()) resp->set_path(*p);
@@ -255,6 +298,7 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* c, const v1::ListRequest* req,
                                  v1::ListResponse* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "List", Access::kRead)) return denied;
     return Offload(c, [this, req, resp] {
       ListOptions o;
       o.start_after = req->start_after();
@@ -273,22 +317,26 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* Remove(grpc::CallbackServerContext* c, const v1::RemoveRequest* req,
                                    v1::Empty*) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "Remove", Access::kNamespace)) return denied;
     return Offload(c, [this, req] { return catalog_.Remove(req->path(), req->recursive()); });
   }
 
   grpc::ServerUnaryReactor* Rename(grpc::CallbackServerContext* c, const v1::RenameRequest* req,
                                    v1::Empty*) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "Rename", Access::kNamespace)) return denied;
     return Offload(c, [this, req] { return catalog_.Rename(req->from(), req->to()); });
   }
 
   grpc::ServerUnaryReactor* Locate(grpc::CallbackServerContext* c, const v1::PathRequest* req,
                                    v1::Location* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "Locate", Access::kRead)) return denied;
     return Offload(c, [this, req, resp] { return Fill(catalog_.Locate(req->path()), resp); });
   }
 
   grpc::ServerUnaryReactor* GetReplicas(grpc::CallbackServerContext* c,
                                         const v1::InodeRequest* req,
                                         v1::ReplicaList* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "GetReplicas", Access::kRead)) return denied;
     return Offload(c, [this, req, resp] {
       return FillList<Replica, v1::Replica>(catalog_.GetReplicas(req->inode()),
                                             [resp] { return resp->add_replicas(); });
@@ -297,6 +345,7 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* PutReplica(grpc::CallbackServerContext* c, const v1::Replica* req,
                                        v1::Empty*) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "PutReplica", Access::kOwnNode, {req->node()})) return denied;
     return Offload(c, [this, req] {
       absl::StatusOr<Replica> r = FromProto(*req);
       if (!r.ok()) return r.status();
@@ -307,12 +356,14 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* RemoveReplica(grpc::CallbackServerContext* c,
                                           const v1::RemoveReplicaRequest* req,
                                           v1::Empty*) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "RemoveReplica", Access::kOwnNode, {req->node()})) return denied;
     return Offload(c, [this, req] { return catalog_.RemoveReplica(req->inode(), req->node()); });
   }
 
   grpc::ServerUnaryReactor* ListNodeReplicas(grpc::CallbackServerContext* c,
                                              const v1::ListNodeReplicasRequest* req,
                                              v1::ReplicaList* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "ListNodeReplicas", Access::kRead)) return denied;
     return Offload(c, [this, req, resp] {
       return FillList<Replica, v1::Replica>(
           catalog_.ListNodeReplicas(req->node(), req->start_after(),
@@ -323,16 +374,19 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* PutSite(grpc::CallbackServerContext* c, const v1::Site* req,
                                     v1::Empty*) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "PutSite", Access::kAdmin)) return denied;
     return Offload(c, [this, req] { return catalog_.PutSite(FromProto(*req)); });
   }
 
   grpc::ServerUnaryReactor* RemoveSite(grpc::CallbackServerContext* c, const v1::NameRequest* req,
                                        v1::Empty*) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "RemoveSite", Access::kAdmin)) return denied;
     return Offload(c, [this, req] { return catalog_.RemoveSite(req->name()); });
   }
 
   grpc::ServerUnaryReactor* ListSites(grpc::CallbackServerContext* c, const v1::Empty*,
                                       v1::SiteList* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "ListSites", Access::kRead)) return denied;
     return Offload(c, [this, resp] {
       return FillList<Site, v1::Site>(catalog_.ListSites(), [resp] { return resp->add_sites(); });
     });
@@ -340,22 +394,26 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* RegisterNode(grpc::CallbackServerContext* c, const v1::Node* req,
                                          v1::Empty*) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "RegisterNode", Access::kOwnNode, {req->name()})) return denied;
     return Offload(c, [this, req] { return catalog_.RegisterNode(FromProto(*req)); });
   }
 
   grpc::ServerUnaryReactor* RemoveNode(grpc::CallbackServerContext* c, const v1::NameRequest* req,
                                        v1::Empty*) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "RemoveNode", Access::kAdmin)) return denied;
     return Offload(c, [this, req] { return catalog_.RemoveNode(req->name()); });
   }
 
   grpc::ServerUnaryReactor* GetNode(grpc::CallbackServerContext* c, const v1::NameRequest* req,
                                     v1::Node* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "GetNode", Access::kRead)) return denied;
     return Inline(c, [&] { return Fill(catalog_.GetNode(req->name()), resp); });
   }
 
   grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* c,
                                       const v1::ListNodesRequest* req,
                                       v1::NodeList* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "ListNodes", Access::kRead)) return denied;
     return Offload(c, [this, req, resp] {
       return FillList<Node, v1::Node>(catalog_.ListNodes(req->site()),
                                       [resp] { return resp->add_nodes(); });
@@ -364,26 +422,31 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* SendHeartbeat(grpc::CallbackServerContext* c,
                                           const v1::HeartbeatRequest* req, v1::Empty*) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "SendHeartbeat", Access::kOwnNode, {req->node()})) return denied;
     return Offload(c, [this, req] { return catalog_.SendHeartbeat(FromProto(*req)); });
   }
 
   grpc::ServerUnaryReactor* PutRoute(grpc::CallbackServerContext* c, const v1::Route* req,
                                      v1::Empty*) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "PutRoute", Access::kAdmin)) return denied;
     return Offload(c, [this, req] { return catalog_.PutRoute(FromProto(*req)); });
   }
 
   grpc::ServerUnaryReactor* RemoveRoute(grpc::CallbackServerContext* c, const v1::RouteKey* req,
                                         v1::Empty*) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "RemoveRoute", Access::kAdmin)) return denied;
     return Offload(c, [this, req] { return catalog_.RemoveRoute(req->src_site(), req->dst_site()); });
   }
 
   grpc::ServerUnaryReactor* GetRoute(grpc::CallbackServerContext* c, const v1::RouteKey* req,
                                      v1::Route* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "GetRoute", Access::kRead)) return denied;
     return Inline(c, [&] { return Fill(catalog_.GetRoute(req->src_site(), req->dst_site()), resp); });
   }
 
   grpc::ServerUnaryReactor* ListRoutes(grpc::CallbackServerContext* c, const v1::Empty*,
                                        v1::RouteList* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "ListRoutes", Access::kRead)) return denied;
     return Offload(c, [this, resp] {
       return FillList<Route, v1::Route>(catalog_.ListRoutes(), [resp] { return resp->add_routes(); });
     });
@@ -392,11 +455,13 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* CreateRequest(grpc::CallbackServerContext* c,
                                           const v1::RequestSpec* req,
                                           v1::Request* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "CreateRequest", Access::kNamespace)) return denied;
     return Offload(c, [this, req, resp] { return Fill(catalog_.CreateRequest(FromProto(*req)), resp); });
   }
 
   grpc::ServerUnaryReactor* GetRequest(grpc::CallbackServerContext* c, const v1::IdRequest* req,
                                        v1::Request* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "GetRequest", Access::kRead)) return denied;
     return Inline(c, [&] {
       absl::StatusOr<Request> r = catalog_.GetRequest(req->id());
       if (r.ok() && options_.request_in_flight) r->in_flight_bytes = options_.request_in_flight(r->id);
@@ -407,6 +472,7 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* ListRequests(grpc::CallbackServerContext* c,
                                          const v1::ListRequestsRequest* req,
                                          v1::RequestList* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "ListRequests", Access::kRead)) return denied;
     return Offload(c, [this, req, resp] {
       RequestState state = RequestState::kQueued;
       if (!req->any_state()) {
@@ -428,6 +494,7 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* UpdateRequest(grpc::CallbackServerContext* c,
                                           const v1::UpdateRequestRequest* req,
                                           v1::Request* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "UpdateRequest", Access::kNamespace)) return denied;
     return Offload(c, [this, req, resp] {
       RequestUpdate u;
       u.id = req->id();
@@ -450,12 +517,14 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* CancelRequest(grpc::CallbackServerContext* c,
                                           const v1::IdRequest* req, v1::Empty*) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "CancelRequest", Access::kNamespace)) return denied;
     return Offload(c, [this, req] { return catalog_.CancelRequest(req->id()); });
   }
 
   grpc::ServerUnaryReactor* CreateTasks(grpc::CallbackServerContext* c,
                                         const v1::CreateTasksRequest* req,
                                         v1::TaskList* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "CreateTasks", Access::kAdmin)) return denied;
     return Offload(c, [this, req, resp] {
       std::vector<TaskSpec> specs;
       specs.reserve(static_cast<std::size_t>(req->specs_size()));
@@ -467,12 +536,14 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* GetTask(grpc::CallbackServerContext* c, const v1::IdRequest* req,
                                     v1::Task* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "GetTask", Access::kRead)) return denied;
     return Inline(c, [&] { return Fill(catalog_.GetTask(req->id()), resp); });
   }
 
   grpc::ServerUnaryReactor* ListTasks(grpc::CallbackServerContext* c,
                                       const v1::ListTasksRequest* req,
                                       v1::TaskList* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "ListTasks", Access::kRead)) return denied;
     return Offload(c, [this, req, resp] {
       TaskFilter f;
       f.request_id = req->request_id();
@@ -491,6 +562,7 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* ClaimTask(grpc::CallbackServerContext* c,
                                       const v1::ClaimTaskRequest* req, v1::Task* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "ClaimTask", Access::kOwnNode, {req->node()})) return denied;
     return Offload(c, [this, req, resp] {
       return Fill(catalog_.ClaimTask(req->node(), req->owner(),
                                      std::chrono::milliseconds(req->lease_ms())),
@@ -500,6 +572,7 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* ClaimTasks(grpc::CallbackServerContext* c,
                                        const v1::ClaimTasksRequest* req, v1::TaskList* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "ClaimTasks", Access::kOwnNode, {req->node()})) return denied;
     return Offload(c, [this, req, resp] {
       std::vector<std::string> owners(req->owners().begin(), req->owners().end());
       return FillList<Task, v1::Task>(
@@ -510,6 +583,7 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* RenewLease(grpc::CallbackServerContext* c,
                                        const v1::RenewLeaseRequest* req, v1::Task* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "RenewLease", Access::kOwnNode, {NodeOfOwner(req->owner())})) return denied;
     return Offload(c, [this, req, resp] {
       return Fill(catalog_.RenewLease(req->id(), req->owner(),
                                       std::chrono::milliseconds(req->lease_ms())),
@@ -520,6 +594,7 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* CompleteTask(grpc::CallbackServerContext* c,
                                          const v1::CompleteTaskRequest* req,
                                          v1::Task* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "CompleteTask", Access::kOwnNode, {NodeOfOwner(req->owner())})) return denied;
     return Offload(c, [this, req, resp] {
       return Fill(catalog_.CompleteTask(req->id(), req->owner()), resp);
     });
@@ -528,6 +603,7 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* CompleteTasks(grpc::CallbackServerContext* c,
                                           const v1::CompleteTasksRequest* req,
                                           v1::CompleteTasksResponse* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "CompleteTasks", Access::kOwnNode, NodesOf(req->items(), [](const auto& i) { return NodeOfOwner(i.owner()); }))) return denied;
     return Offload(c, [this, req, resp] {
       std::vector<TaskCompletion> items;
       items.reserve(static_cast<std::size_t>(req->items_size()));
@@ -544,6 +620,7 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* TransitionReplicas(grpc::CallbackServerContext* c,
                                                const v1::TransitionReplicasRequest* req,
                                                v1::TransitionReplicasResponse* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "TransitionReplicas", Access::kOwnNode, NodesOf(req->items(), [](const auto& i) { return std::string_view(i.node()); }))) return denied;
     return Offload(c, [this, req, resp]() -> absl::Status {
       std::vector<ReplicaTransition> items;
       items.reserve(static_cast<std::size_t>(req->items_size()));
@@ -584,6 +661,7 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* GetPolicies(grpc::CallbackServerContext* c, const v1::Empty*,
                                         v1::PolicyDocument* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "GetPolicies", Access::kRead)) return denied;
     return Offload(c, [this, resp]() -> absl::Status {
       absl::StatusOr<PolicyDocument> d = catalog_.GetPolicies();
       if (!d.ok()) return d.status();
@@ -595,6 +673,7 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* PutPolicies(grpc::CallbackServerContext* c,
                                         const v1::PutPoliciesRequest* req,
                                         v1::PolicyDocument* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "PutPolicies", Access::kAdmin)) return denied;
     return Offload(c, [this, req, resp]() -> absl::Status {
       std::optional<std::uint64_t> expected;
       if (req->has_expected_version()) expected = req->expected_version();
@@ -607,6 +686,7 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* PublishTelemetry(grpc::CallbackServerContext* c,
                                              const v1::TelemetryBatch* req, v1::Empty*) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "PublishTelemetry", Access::kOwnNode, {req->node()})) return denied;
     return Inline(c, [&]() -> absl::Status {
       TelemetryBatch b;
       b.node = req->node();
@@ -628,6 +708,7 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* FailTask(grpc::CallbackServerContext* c,
                                      const v1::FailTaskRequest* req, v1::Task* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "FailTask", Access::kOwnNode, {NodeOfOwner(req->owner())})) return denied;
     return Offload(c, [this, req, resp] {
       return Fill(catalog_.FailTask(req->id(), req->owner(), req->error(), req->retryable(),
                                     std::chrono::milliseconds(req->retry_after_ms())),
@@ -637,6 +718,7 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* ExpireLeases(grpc::CallbackServerContext* c, const v1::Empty*,
                                          v1::ExpireLeasesResponse* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "ExpireLeases", Access::kAdmin)) return denied;
     return Offload(c, [this, resp] {
       absl::StatusOr<std::size_t> n = catalog_.ExpireLeases();
       if (n.ok()) resp->set_expired(*n);
@@ -647,6 +729,7 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* AbandonTask(grpc::CallbackServerContext* c,
                                         const v1::AbandonTaskRequest* req,
                                         v1::Task* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "AbandonTask", Access::kAdmin)) return denied;
     return Offload(c, [this, req, resp] {
       return Fill(catalog_.AbandonTask(req->id(), req->reason()), resp);
     });
@@ -655,6 +738,7 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* ReadEvents(grpc::CallbackServerContext* c,
                                        const v1::ReadEventsRequest* req,
                                        v1::EventList* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "ReadEvents", Access::kRead)) return denied;
     // A long poll sleeps for up to max_event_wait: on the worker pool, a few dozen
     // pollers (one per site agent) would hold every worker and stall all mutations.
     const bool long_poll = req->wait_ms() != 0;
@@ -670,6 +754,7 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* LastEventSeq(grpc::CallbackServerContext* c, const v1::Empty*,
                                          v1::SeqResponse* resp) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "LastEventSeq", Access::kRead)) return denied;
     return Inline(c, [&] {
       absl::StatusOr<std::uint64_t> seq = catalog_.LastEventSeq();
       if (seq.ok()) resp->set_seq(*seq);
@@ -688,6 +773,7 @@ class Service final : public v1::Catalog::CallbackService {
   boost::asio::thread_pool poll_pool_;  // ReadEvents long polls
   boost::asio::thread_pool watch_pool_;
   std::atomic<bool> stopping_{false};
+  std::atomic<std::uint64_t> denied_{0};
 };
 
 }  // namespace
@@ -778,6 +864,9 @@ absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& cat
   if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and a key");
   }
+  if (!options.tls_client_ca_pem.empty() && options.tls_cert_pem.empty()) {
+    return absl::InvalidArgumentError("client certificates (mutual TLS) need the server's own certificate and key");
+  }
   std::size_t colon = options.listen.rfind(':');
   if (colon == std::string::npos || colon == 0) {
     return absl::InvalidArgumentError(fmt::format("bad listen address '{}': want HOST:PORT", options.listen));
@@ -790,6 +879,10 @@ absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& cat
   } else {
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+    if (!options.tls_client_ca_pem.empty()) {
+      ssl.pem_root_certs = options.tls_client_ca_pem;
+      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
     creds = grpc::SslServerCredentials(ssl);
   }
   grpc::ServerBuilder builder;
@@ -810,6 +903,8 @@ absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& cat
 }
 
 const std::string& CatalogServer::address() const { return impl_->address; }
+
+std::uint64_t CatalogServer::denied_calls() const { return impl_->service->denied(); }
 int CatalogServer::port() const { return impl_->port; }
 
 void CatalogServer::Shutdown() {

@@ -29,6 +29,13 @@ struct ServerOptions {
   // PEM server certificate chain and key. Both empty: plaintext.
   std::string tls_cert_pem;
   std::string tls_key_pem;
+  // PEM of the CA whose certificates clients must present (mutual TLS; needs the pair
+  // above). Set: every call is authorized by the caller's identity (catalog/identity.h) and
+  // a refusal is PERMISSION_DENIED naming the action and the identity. Empty: no client
+  // certificates, no identities, everything allowed (development on loopback).
+  std::string tls_client_ca_pem;
+  // Called for every refused call (on a gRPC thread): e.g. a log line.
+  std::function<void(const absl::Status&)> on_denied;
   // Threads that run blocking catalog calls (mutations wait for an fsync each; more
   // threads let more writers share one group commit).
   int worker_threads = 64;
@@ -70,6 +77,8 @@ class CatalogServer {
   const std::string& address() const;
   // Method ("/gfrep.catalog.v1.Catalog/Stat") -> its latencies so far. Thread-safe.
   std::map<std::string, RpcLatency> RpcLatencies() const;
+  // Calls refused by authorization so far.
+  std::uint64_t denied_calls() const;
   int port() const;
 
   // Stops accepting calls, cancels Watch streams, waits for running calls (up to 5 s).

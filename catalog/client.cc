@@ -69,6 +69,12 @@ absl::StatusOr<std::unique_ptr<CatalogClient>> CatalogClient::Create(
         fmt::format("bad catalog address '{}': want HOST:PORT", options.address));
   }
   if (options.timeout.count() <= 0) return absl::InvalidArgumentError("timeout must be positive");
+  if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
+    return absl::InvalidArgumentError("a client certificate needs its key, and the key its certificate");
+  }
+  if (!options.tls_cert_pem.empty() && options.tls_root_pem.empty()) {
+    return absl::InvalidArgumentError("a client certificate needs TLS: give the catalog's CA too");
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   std::shared_ptr<grpc::ChannelCredentials> creds;
@@ -77,6 +83,8 @@ absl::StatusOr<std::unique_ptr<CatalogClient>> CatalogClient::Create(
   } else {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = options.tls_root_pem;
+    ssl.pem_cert_chain = options.tls_cert_pem;
+    ssl.pem_private_key = options.tls_key_pem;
     creds = grpc::SslCredentials(ssl);
   }
   grpc::ChannelArguments args;

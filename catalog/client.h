@@ -25,6 +25,10 @@ struct ClientOptions {
   std::string address;
   // PEM of the CA that signed the server certificate. Empty: plaintext (loopback/tests).
   std::string tls_root_pem;
+  // PEM client certificate and key (mutual TLS: the caller's identity, catalog/identity.h).
+  // Both or neither; only with tls_root_pem.
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
   // Per-call deadline for unary calls (ReadEvents adds its wait to this).
   std::chrono::milliseconds timeout{30000};
   // Wait for the connection to come up instead of failing fast with kUnavailable.

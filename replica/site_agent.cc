@@ -225,7 +225,13 @@ absl::Status SiteAgent::Register() {
     if (!found) {
       catalog::Site site;
       site.name = options_.site;
-      if (absl::Status s = cat.PutSite(site); !s.ok()) return s;
+      if (absl::Status s = cat.PutSite(site); !s.ok()) {
+        if (!absl::IsPermissionDenied(s)) return s;
+        return absl::FailedPreconditionError(fmt::format(
+            "site '{}' is not in the catalog, and this node may not add it ({}): an admin adds it "
+            "with gfsite add {}",
+            options_.site, std::string(s.message()), options_.site));
+      }
     }
   }
   catalog::Heartbeat hb = MakeHeartbeat();

@@ -48,6 +48,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--tls-cert", tls_cert, "PEM server certificate chain (enables TLS)");
   app.add_option("--tls-key", tls_key, "PEM private key for --tls-cert");
+  std::string tls_client_ca;
+  bool insecure = false;
+  app.add_option("--tls-client-ca", tls_client_ca,
+                 "PEM CA whose certificates clients must present (mutual TLS); every call is then "
+                 "authorized by the caller's identity (gfca issue node|user|admin NAME)");
+  app.add_flag("--insecure", insecure,
+               "Serve a non-loopback address without mutual TLS: anyone who reaches the port may do "
+               "anything (development only)");
   app.add_option("--workers", workers, "Threads running catalog operations")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
@@ -172,6 +180,25 @@ int main(int argc, char** argv) {
     server_options.tls_cert_pem = *cert;
     server_options.tls_key_pem = *key;
   }
+  if (!tls_client_ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadPem(tls_client_ca);
+    if (!ca.ok()) return tools::Fail(kProgram, std::string(ca.status().message()));
+    server_options.tls_client_ca_pem = *ca;
+    server_options.on_denied = [log](const absl::Status& s) { log->warn("refused: {}", std::string(s.message())); };
+  } else {
+    const std::string host = listen.substr(0, listen.rfind(':'));
+    if (!replica::IsLoopbackHost(host) && !insecure) {
+      return tools::Fail(kProgram,
+                         fmt::format("--listen {}: not a loopback address, and no mutual TLS: anyone who "
+                                     "reaches the port could delete the namespace. Give --tls-cert, "
+                                     "--tls-key and --tls-client-ca (gfca init; gfca issue catalog NAME "
+                                     "--host ADDRESS), or --insecure for a trusted test network",
+                                     listen),
+                         2);
+    }
+    log->warn("UNAUTHENTICATED catalog: every caller may do everything (no --tls-client-ca){}",
+              insecure ? "; --insecure on a non-loopback address" : "");
+  }
   absl::StatusOr<std::unique_ptr<catalog::CatalogServer>> server =
       catalog::CatalogServer::Start(**store, server_options);
   if (!server.ok()) return tools::Fail(kProgram, server.status().ToString());
@@ -260,6 +287,8 @@ int main(int argc, char** argv) {
         m.Sample("gfrep_catalog_rpc_duration_seconds_sum", {{"method", name}}, h.sum_seconds);
         m.Sample("gfrep_catalog_rpc_duration_seconds_count", {{"method", name}}, static_cast<double>(h.count));
       }
+      m.Counter("gfrep_catalog_denied_calls_total", "Catalog calls refused by authorization (PERMISSION_DENIED)",
+                static_cast<double>(srv->denied_calls()));
       m.Family("gfrep_catalog_rpc_errors_total", "counter", "Catalog RPCs that ended with a status other than OK");
       for (const auto& [method, h] : rpcs) {
         m.Sample("gfrep_catalog_rpc_errors_total", {{"method", method.substr(method.rfind('/') + 1)}},

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "catalog/client.h"
+#include "tools/internal/catalog_flags.h"
 #include "replica/http_server.h"
 #include "replica/metrics.h"
 #include "replica/site_agent.h"
@@ -93,6 +94,10 @@ int main(int argc, char** argv) {
   app.add_option("--site", site, "site this node belongs to (with --node and --catalog)");
   app.add_option("--node", node, "name of this node in the catalog");
   app.add_option("--catalog", catalog_address, "gfcatalogd HOST:PORT to join");
+  std::string catalog_ca;
+  app.add_option("--catalog-ca", catalog_ca,
+                 "PEM CA of a TLS catalog; the agent presents --tls-cert/--tls-key to it as its identity "
+                 "(gfca issue node NAME)");
   app.add_option("--advertise", advertise, "HOST:PORT other agents reach us at (default: the bound address)");
   app.add_option("--workers", workers, "replica copies at once, at most (threads)")
       ->check(CLI::Range(1, 256))
@@ -223,6 +228,16 @@ int main(int argc, char** argv) {
     gfrep::catalog::ClientOptions co;
     co.address = catalog_address;
     co.timeout = std::chrono::seconds(10);
+    if (!catalog_ca.empty()) {
+      for (auto [path, what, out] : {std::tuple{&catalog_ca, "--catalog-ca", &co.tls_root_pem},
+                                     std::tuple{&tls_cert, "--tls-cert", &co.tls_cert_pem},
+                                     std::tuple{&tls_key, "--tls-key", &co.tls_key_pem}}) {
+        if (path->empty()) continue;
+        absl::StatusOr<std::string> pem = gfrep::tools::ReadPemFile(*path, what);
+        if (!pem.ok()) return gfrep::tools::Fail("gfsited", Msg(pem.status()));
+        *out = *pem;
+      }
+    }
     auto client = gfrep::catalog::CatalogClient::Create(co);
     if (!client.ok()) return gfrep::tools::Fail("gfsited", Msg(client.status()));
     catalog_client = std::move(*client);

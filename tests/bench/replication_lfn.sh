@@ -79,7 +79,8 @@ TOPO_UP=1
 declare -A ADDR
 for n in "${NODES[@]}"; do ADDR[$n]=$("$BIN/gftopo" addr "$TOPO" "$n"); done
 # shellcheck disable=SC2086
-start catalog "$FIRST_SRC" "$BIN/gfcatalogd" --db "$WORK/db" --listen "${ADDR[$FIRST_SRC]}:0" ${CATALOG_FLAGS:-}
+# --insecure: the namespaces are this script's own (no mutual TLS, as in the earlier figures).
+start catalog "$FIRST_SRC" "$BIN/gfcatalogd" --db "$WORK/db" --listen "${ADDR[$FIRST_SRC]}:0" --insecure ${CATALOG_FLAGS:-}
 export GFREP_CATALOG=$LISTEN
 KEY=$WORK/key
 AGENT_FLAGS=()

@@ -166,7 +166,8 @@ class RouteProbeEmulatedTest : public ::testing::Test {
 TEST_F(RouteProbeEmulatedTest, ProbeReportsTheEmulatedRttAndRate) {
   const std::string key = dir_.Sub("key");
   const std::string cat = StartDaemon(
-      "rpa-n1", {BinPath("gfcatalogd"), "--db", dir_.Sub("db"), "--listen", Addr("rpa-n1") + ":0"});
+      "rpa-n1", {BinPath("gfcatalogd"), "--db", dir_.Sub("db"), "--listen", Addr("rpa-n1") + ":0",
+                 "--insecure"});  // the test's own namespaces: no certificates needed
   ASSERT_FALSE(cat.empty());
   for (const std::string site : {"rpa", "rpb"}) {
     const std::string node = site + "-n1";

@@ -13,14 +13,29 @@ void FederationTest::StartFederation(const std::map<std::string, std::string>& s
   site_of_ = site_of;
   options_ = options;
   ASSERT_TRUE(transfer::LoadOrCreateSharedKey(key_).ok());
+  if (options_.mutual_tls) {
+    RunResult r = RunCommand({BinPath("gfca"), "init", "--dir", Ca("")});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    IssueCert("catalog", "catalog", {"--host", "127.0.0.1"});
+    IssueCert("admin", "root");
+    for (const auto& [node, site] : site_of_) IssueCert("node", node);
+    if (::testing::Test::HasFatalFailure()) return;
+    for (const std::string& f : std::vector<std::string>{"--tls-cert", Ca("catalog.pem"), "--tls-key",
+                                                         Ca("catalog.key"), "--tls-client-ca", Ca("ca.pem")}) {
+      options_.catalogd_flags.push_back(f);
+    }
+  }
   StartCatalog();
   if (::testing::Test::HasFatalFailure()) return;
-  catalog::ClientOptions co;
+  catalog::ClientOptions co = options_.mutual_tls ? ClientAs("root") : catalog::ClientOptions{};
   co.address = catalog_;
   co.timeout = std::chrono::seconds(10);
   auto client = catalog::CatalogClient::Create(co);
   ASSERT_TRUE(client.ok());
   client_ = std::move(*client);
+  if (options_.mutual_tls) {  // nodes may not add their sites: the admin does
+    for (const auto& [node, site] : site_of_) ASSERT_TRUE(client_->PutSite({site, {}}).ok());
+  }
   for (const auto& [node, site] : site_of_) {
     StartAgent(node);
     if (::testing::Test::HasFatalFailure()) return;
@@ -52,6 +67,12 @@ void FederationTest::StartAgent(const std::string& node) {
       "--site",           site_of_.at(node), "--node",      node,          "--catalog",
       catalog_,           "--key-file",      key_,          "--log-level", "info"};
   argv.insert(argv.end(), options_.agent_flags.begin(), options_.agent_flags.end());
+  if (options_.mutual_tls) {
+    for (const std::string& f : std::vector<std::string>{"--catalog-ca", Ca("ca.pem"), "--tls-cert",
+                                                         Ca(node + ".pem"), "--tls-key", Ca(node + ".key")}) {
+      argv.push_back(f);
+    }
+  }
   auto p = Subprocess::Start(argv);
   ASSERT_TRUE(p.ok()) << p.status();
   auto addr = p->WaitForListen(std::chrono::seconds(30));
@@ -74,7 +95,29 @@ void FederationTest::WaitForNodes(std::size_t n) {
 SubprocessOptions FederationTest::ToolOptions() const {
   SubprocessOptions o;
   o.env = {{"GFREP_CATALOG", catalog_}};
+  if (options_.mutual_tls) {
+    o.env["GFREP_CATALOG_CA"] = Ca("ca.pem");
+    o.env["GFREP_CERT"] = Ca("root.pem");
+    o.env["GFREP_KEY"] = Ca("root.key");
+  }
   return o;
+}
+
+void FederationTest::IssueCert(const std::string& role, const std::string& name, std::vector<std::string> extra) {
+  std::vector<std::string> argv = {BinPath("gfca"), "issue", role, name, "--dir", Ca("")};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  RunResult r = RunCommand(argv);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+}
+
+catalog::ClientOptions FederationTest::ClientAs(const std::string& name) const {
+  catalog::ClientOptions co;
+  co.address = catalog_;
+  co.timeout = std::chrono::seconds(10);
+  co.tls_root_pem = ReadFile(Ca("ca.pem"));
+  co.tls_cert_pem = ReadFile(Ca(name + ".pem"));
+  co.tls_key_pem = ReadFile(Ca(name + ".key"));
+  return co;
 }
 
 RunResult FederationTest::Tool(std::vector<std::string> argv, std::chrono::seconds timeout) {

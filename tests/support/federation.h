@@ -38,6 +38,9 @@ struct FederationOptions {
   std::vector<std::string> catalogd_flags;
   // Extra flags for every gfsited.
   std::vector<std::string> agent_flags = {"--lease", "3"};
+  // Mutual TLS with gfca's certificates (in <dir>/ca): the catalog's, one per node (the
+  // agents present theirs), and an admin "root" used by client_ and the tools.
+  bool mutual_tls = false;
 };
 
 class FederationTest : public ::testing::Test {
@@ -67,8 +70,17 @@ class FederationTest : public ::testing::Test {
   // to site agents (gfreg, gfexport, gfcp).
   RunResult Tool(std::vector<std::string> argv,
                  std::chrono::seconds timeout = std::chrono::seconds(120));
-  // The environment tools need (GFREP_CATALOG), for tools started as Subprocess.
+  // The environment tools need (GFREP_CATALOG and, with mutual TLS, GFREP_CATALOG_CA,
+  // GFREP_CERT, GFREP_KEY of the admin), for tools started as Subprocess.
   SubprocessOptions ToolOptions() const;
+  // With mutual TLS: runs gfca issue ROLE NAME into <dir>/ca (extra args appended); the
+  // certificate is Ca(NAME + ".pem"), its key Ca(NAME + ".key").
+  void IssueCert(const std::string& role, const std::string& name, std::vector<std::string> extra = {});
+  std::string Ca(const std::string& file) const { return (dir_.path() / "ca" / file).string(); }
+  // The options StartFederation was given (and the flags it added); StartCatalog uses them.
+  FederationOptions& federation_options() { return options_; }
+  // Client options for the catalog as `name` (a certificate IssueCert made).
+  catalog::ClientOptions ClientAs(const std::string& name) const;
 
   // Writes a local file of `size` random bytes (from `seed`) and stores it at `node` with
   // gfreg. Returns the bytes.

@@ -14,6 +14,9 @@ void AddCatalogFlags(CLI::App& app, CatalogFlags& flags) {
                  "gfcatalogd address HOST:PORT (default: $GFREP_CATALOG)");
   app.add_option("--tls-ca", flags.tls_ca,
                  "PEM CA certificate for a TLS catalog (default: $GFREP_CATALOG_CA)");
+  app.add_option("--cert", flags.cert,
+                 "PEM client certificate: who you are to a catalog with mutual TLS (default: $GFREP_CERT)");
+  app.add_option("--key", flags.key, "PEM key of --cert (default: $GFREP_KEY)");
   app.add_option("--timeout", flags.timeout_s, "Seconds per catalog call")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
@@ -28,19 +31,34 @@ absl::StatusOr<std::unique_ptr<catalog::CatalogClient>> ConnectCatalog(const Cat
   if (options.address.empty()) {
     return absl::InvalidArgumentError("no catalog: pass --catalog HOST:PORT or set GFREP_CATALOG");
   }
-  std::string ca = flags.tls_ca;
-  if (ca.empty()) {
-    if (const char* env = std::getenv("GFREP_CATALOG_CA"); env != nullptr) ca = env;
-  }
-  if (!ca.empty()) {
-    std::ifstream in(ca);
-    if (!in) return absl::InvalidArgumentError(fmt::format("cannot read CA file {}", ca));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    options.tls_root_pem = ss.str();
+  auto flag_or_env = [](const std::string& flag, const char* env) {
+    const char* v = std::getenv(env);
+    return !flag.empty() ? flag : v != nullptr ? std::string(v) : std::string();
+  };
+  const std::string ca = flag_or_env(flags.tls_ca, "GFREP_CATALOG_CA");
+  const std::string cert = flag_or_env(flags.cert, "GFREP_CERT");
+  const std::string key = flag_or_env(flags.key, "GFREP_KEY");
+  for (auto [path, what, out] : {std::tuple{&ca, "CA", &options.tls_root_pem},
+                                 std::tuple{&cert, "certificate", &options.tls_cert_pem},
+                                 std::tuple{&key, "key", &options.tls_key_pem}}) {
+    if (path->empty()) continue;
+    absl::StatusOr<std::string> pem = ReadPemFile(*path, what);
+    if (!pem.ok()) return pem.status();
+    *out = *pem;
   }
   options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(flags.timeout_s * 1000));
   return catalog::CatalogClient::Create(options);
+}
+
+absl::StatusOr<std::string> ReadPemFile(const std::string& path, std::string_view what) {
+  std::ifstream in(path);
+  if (!in) return absl::InvalidArgumentError(fmt::format("cannot read {} file {}", what, path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (ss.str().find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(fmt::format("{} file {} is not PEM", what, path));
+  }
+  return ss.str();
 }
 
 std::string ErrorText(const absl::Status& status) {

@@ -18,16 +18,21 @@ namespace gfrep::tools {
 struct CatalogFlags {
   std::string catalog;  // host:port; default $GFREP_CATALOG
   std::string tls_ca;   // PEM file of the CA; default $GFREP_CATALOG_CA; empty: plaintext
+  std::string cert;     // PEM client certificate (gfca issue user|admin NAME); default $GFREP_CERT
+  std::string key;      // its key; default $GFREP_KEY
   double timeout_s = 30;
 };
 
 void AddCatalogFlags(CLI::App& app, CatalogFlags& flags);
 
-// kInvalidArgument when no address is given (flag or environment) or the CA file is unreadable.
+// kInvalidArgument when no address is given (flag or environment) or a PEM file is unreadable.
 absl::StatusOr<std::unique_ptr<catalog::CatalogClient>> ConnectCatalog(const CatalogFlags& flags);
 
 // "message (NOT_FOUND)": what the tools print after "<program>: ".
 std::string ErrorText(const absl::Status& status);
+
+// The contents of a PEM file named by a flag (`what` names it in the error).
+absl::StatusOr<std::string> ReadPemFile(const std::string& path, std::string_view what);
 
 std::string TypeName(catalog::FileType type);
 std::string FormatTime(std::int64_t unix_ns);

@@ -1,0 +1,80 @@
+#include "catalog/identity.h"
+
+#include <fmt/format.h>
+
+namespace gfrep::catalog {
+namespace {
+
+std::string_view RoleName(Role r) {
+  switch (r) {
+    case Role::kNode: return "node";
+    case Role::kUser: return "user";
+    case Role::kAdmin: return "admin";
+    case Role::kCatalog: return "catalog";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string Identity::ToString() const { return fmt::format("{} {}", RoleName(role), name); }
+
+std::optional<Identity> IdentityFromUri(std::string_view uri) {
+  constexpr std::string_view kScheme = "gfrep://";
+  if (!uri.starts_with(kScheme)) return std::nullopt;
+  uri.remove_prefix(kScheme.size());
+  const std::size_t slash = uri.find('/');
+  if (slash == std::string_view::npos) return std::nullopt;
+  const std::string_view role = uri.substr(0, slash);
+  const std::string_view name = uri.substr(slash + 1);
+  if (name.empty() || name.size() > 64 || name.find_first_of("/\\ \t\r\n") != std::string_view::npos) {
+    return std::nullopt;
+  }
+  Identity id;
+  id.name = std::string(name);
+  if (role == "node") {
+    id.role = Role::kNode;
+  } else if (role == "user") {
+    id.role = Role::kUser;
+  } else if (role == "admin") {
+    id.role = Role::kAdmin;
+  } else if (role == "catalog") {
+    id.role = Role::kCatalog;
+  } else {
+    return std::nullopt;
+  }
+  return id;
+}
+
+std::string_view NodeOfOwner(std::string_view owner) { return owner.substr(0, owner.find('/')); }
+
+absl::Status Authorize(const std::optional<Identity>& who, std::string_view action, Access access,
+                       const std::vector<std::string_view>& nodes) {
+  if (!who) {
+    return absl::PermissionDeniedError(fmt::format(
+        "{}: the client certificate names no gfrep identity (a URI SAN gfrep://ROLE/NAME; gfca issue makes one)",
+        action));
+  }
+  if (who->role == Role::kAdmin || who->role == Role::kCatalog) return absl::OkStatus();
+  switch (access) {
+    case Access::kRead:
+      return absl::OkStatus();
+    case Access::kNamespace:
+      return absl::OkStatus();  // user or node
+    case Access::kOwnNode:
+      if (who->role != Role::kNode) break;
+      for (std::string_view n : nodes) {
+        if (n != who->name) {
+          return absl::PermissionDeniedError(
+              fmt::format("{}: {} may act only for itself, not for node '{}'", action, who->ToString(), n));
+        }
+      }
+      return absl::OkStatus();
+    case Access::kAdmin:
+      break;
+  }
+  return absl::PermissionDeniedError(fmt::format("{}: {} may not ({} only)", action, who->ToString(),
+                                                 access == Access::kAdmin ? "admin" : "the node itself or admin"));
+}
+
+}  // namespace gfrep::catalog

@@ -1,0 +1,53 @@
+#pragma once
+
+// Who calls the catalog, and what each kind of caller may do (gfcatalogd with mutual TLS).
+//
+// A caller's identity comes from its client certificate: the URI subject alternative name
+// gfrep://ROLE/NAME (gfca puts it there; an organisation's CA must too). Roles:
+//   node     a site agent (gfsited) named NAME: reads; registers itself, heartbeats, claims
+//            and completes its own tasks, records and removes its own replicas, publishes
+//            its telemetry; may also write the namespace (the agent stores files it fetched)
+//   user     reads; writes the namespace (mkdir, store, remove, rename); makes, changes and
+//            cancels replication requests
+//   admin    everything, including topology (sites, nodes, routes), policies and tasks
+//   catalog  the catalog's own certificate: as admin
+// Without mutual TLS (plaintext on loopback, development only) there are no identities and
+// every call is allowed; gfcatalogd says so loudly at start.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace gfrep::catalog {
+
+enum class Role { kNode, kUser, kAdmin, kCatalog };
+
+struct Identity {
+  Role role = Role::kUser;
+  std::string name;
+  std::string ToString() const;  // "node kek1", "user alice"
+};
+
+// gfrep://ROLE/NAME -> identity; nullopt for anything else.
+std::optional<Identity> IdentityFromUri(std::string_view uri);
+
+// What a call needs.
+enum class Access {
+  kRead,       // any identity
+  kNamespace,  // user, node, admin
+  kOwnNode,    // node acting for itself (the nodes named in the call), admin
+  kAdmin,      // admin
+};
+
+// OK or kPermissionDenied naming the action and the identity. `nodes`: for kOwnNode, the
+// nodes the call acts for (each must be the caller's name).
+absl::Status Authorize(const std::optional<Identity>& who, std::string_view action, Access access,
+                       const std::vector<std::string_view>& nodes = {});
+
+// The node a lease owner string belongs to ("kek1/1234-abcd#7" -> "kek1").
+std::string_view NodeOfOwner(std::string_view owner);
+
+}  // namespace gfrep::catalog

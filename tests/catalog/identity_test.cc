@@ -1,0 +1,49 @@
+#include "catalog/identity.h"
+
+#include <gtest/gtest.h>
+
+namespace gfrep::catalog {
+namespace {
+
+TEST(IdentityTest, FromTheCertificatesUri) {
+  std::optional<Identity> n = IdentityFromUri("gfrep://node/kek1");
+  ASSERT_TRUE(n.has_value());
+  EXPECT_EQ(n->role, Role::kNode);
+  EXPECT_EQ(n->ToString(), "node kek1");
+  EXPECT_EQ(IdentityFromUri("gfrep://admin/ops")->role, Role::kAdmin);
+  for (const char* bad : {"", "gfrep://", "gfrep://node", "gfrep://node/", "gfrep://root/x", "http://node/kek1",
+                          "gfrep://node/a/b", "spiffe://node/kek1"}) {
+    EXPECT_FALSE(IdentityFromUri(bad).has_value()) << bad;
+  }
+  EXPECT_EQ(NodeOfOwner("kek1/1234-abcd#7"), "kek1");
+  EXPECT_EQ(NodeOfOwner("kek1"), "kek1");
+}
+
+TEST(IdentityTest, EachRoleMayDoWhatItsRoleAllows) {
+  const Identity alice{Role::kUser, "alice"}, kek1{Role::kNode, "kek1"}, ops{Role::kAdmin, "ops"},
+      cat{Role::kCatalog, "catalog"};
+  for (const Identity& who : {alice, kek1, ops, cat}) {
+    EXPECT_TRUE(Authorize(who, "Stat", Access::kRead).ok()) << who.ToString();
+    EXPECT_TRUE(Authorize(who, "Mkdir", Access::kNamespace).ok()) << who.ToString();
+  }
+  EXPECT_TRUE(Authorize(ops, "PutSite", Access::kAdmin).ok());
+  EXPECT_TRUE(Authorize(cat, "PutSite", Access::kAdmin).ok());
+  absl::Status s = Authorize(alice, "PutSite", Access::kAdmin);
+  EXPECT_TRUE(absl::IsPermissionDenied(s));
+  EXPECT_EQ(s.message(), "PutSite: user alice may not (admin only)");
+  EXPECT_TRUE(absl::IsPermissionDenied(Authorize(kek1, "PutRoute", Access::kAdmin)));
+  // A node for itself only; a user not at all; an admin for anyone.
+  EXPECT_TRUE(Authorize(kek1, "ClaimTasks", Access::kOwnNode, {"kek1"}).ok());
+  s = Authorize(kek1, "ClaimTasks", Access::kOwnNode, {"kek1", "kek2"});
+  EXPECT_TRUE(absl::IsPermissionDenied(s));
+  EXPECT_NE(s.message().find("not for node 'kek2'"), absl::string_view::npos) << s;
+  EXPECT_TRUE(absl::IsPermissionDenied(Authorize(alice, "ClaimTasks", Access::kOwnNode, {"alice"})));
+  EXPECT_TRUE(Authorize(ops, "ClaimTasks", Access::kOwnNode, {"kek2"}).ok());
+  // A verified certificate without a gfrep identity: nothing.
+  s = Authorize(std::nullopt, "Stat", Access::kRead);
+  EXPECT_TRUE(absl::IsPermissionDenied(s));
+  EXPECT_NE(s.message().find("gfrep://ROLE/NAME"), absl::string_view::npos) << s;
+}
+
+}  // namespace
+}  // namespace gfrep::catalog
