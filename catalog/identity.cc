@@ -60,7 +60,8 @@ absl::Status Authorize(const std::optional<Identity>& who, std::string_view acti
     case Access::kRead:
       return absl::OkStatus();
     case Access::kNamespace:
-      return absl::OkStatus();  // user or node
+      if (who->role == Role::kUser) return absl::OkStatus();
+      break;
     case Access::kOwnNode:
       if (who->role != Role::kNode) break;
       for (std::string_view n : nodes) {
@@ -73,8 +74,10 @@ absl::Status Authorize(const std::optional<Identity>& who, std::string_view acti
     case Access::kAdmin:
       break;
   }
-  return absl::PermissionDeniedError(fmt::format("{}: {} may not ({} only)", action, who->ToString(),
-                                                 access == Access::kAdmin ? "admin" : "the node itself or admin"));
+  return absl::PermissionDeniedError(fmt::format("{}: {} may not ({})", action, who->ToString(),
+                                                 access == Access::kAdmin       ? "admin only"
+                                                 : access == Access::kNamespace ? "users and admins"
+                                                                                : "the node itself or admin"));
 }
 
 }  // namespace gfrep::catalog

@@ -6,7 +6,8 @@
 // gfrep://ROLE/NAME (gfca puts it there; an organisation's CA must too). Roles:
 //   node     a site agent (gfsited) named NAME: reads; registers itself, heartbeats, claims
 //            and completes its own tasks, records and removes its own replicas, publishes
-//            its telemetry; may also write the namespace (the agent stores files it fetched)
+//            its telemetry; nothing else (not the namespace: a stolen node key cannot delete
+//            files, only lie about its own replicas)
 //   user     reads; writes the namespace (mkdir, store, remove, rename); makes, changes and
 //            cancels replication requests
 //   admin    everything, including topology (sites, nodes, routes), policies and tasks
@@ -37,7 +38,7 @@ std::optional<Identity> IdentityFromUri(std::string_view uri);
 // What a call needs.
 enum class Access {
   kRead,       // any identity
-  kNamespace,  // user, node, admin
+  kNamespace,  // user, admin
   kOwnNode,    // node acting for itself (the nodes named in the call), admin
   kAdmin,      // admin
 };

@@ -24,8 +24,14 @@ TEST(IdentityTest, EachRoleMayDoWhatItsRoleAllows) {
       cat{Role::kCatalog, "catalog"};
   for (const Identity& who : {alice, kek1, ops, cat}) {
     EXPECT_TRUE(Authorize(who, "Stat", Access::kRead).ok()) << who.ToString();
-    EXPECT_TRUE(Authorize(who, "Mkdir", Access::kNamespace).ok()) << who.ToString();
   }
+  for (const Identity& who : {alice, ops, cat}) {
+    EXPECT_TRUE(Authorize(who, "Remove", Access::kNamespace).ok()) << who.ToString();
+  }
+  // A node's certificate cannot touch the namespace.
+  absl::Status rm = Authorize(kek1, "Remove", Access::kNamespace);
+  EXPECT_TRUE(absl::IsPermissionDenied(rm));
+  EXPECT_EQ(rm.message(), "Remove: node kek1 may not (users and admins)");
   EXPECT_TRUE(Authorize(ops, "PutSite", Access::kAdmin).ok());
   EXPECT_TRUE(Authorize(cat, "PutSite", Access::kAdmin).ok());
   absl::Status s = Authorize(alice, "PutSite", Access::kAdmin);

@@ -153,6 +153,7 @@ TEST_F(CatalogAuthTest, EachIdentityMayDoOnlyWhatItsRoleAllows) {
   ExpectDenied(kek1->PutReplica(forged), "PutReplica", "node kek1");
   ExpectDenied(kek1->RemoveReplica(1, "sdsc1"), "RemoveReplica", "node kek1");
   ExpectDenied(kek1->PutRoute(catalog::Route{}), "PutRoute", "node kek1");
+  ExpectDenied(kek1->Remove("/alice", true), "Remove", "node kek1");
   // Its reads work.
   EXPECT_TRUE(kek1->ListSites().ok());
 
