@@ -318,6 +318,11 @@ class Catalog {
 
   // --- Events ----------------------------------------------------------------------
 
+  // Appends an audit event (EventKind::kAudit: node = `who`, state = `what`, detail =
+  // `detail`), durable like any other. The default implementation (for fakes) is
+  // kUnimplemented.
+  virtual absl::Status RecordAudit(std::string_view who, std::string_view what, std::string_view detail);
+
   // Events with seq > after_seq, oldest first, at most `max`. If none exist yet, waits up
   // to `wait` for one (long poll; an empty result after the wait is not an error).
   // The log keeps a bounded history; the oldest kept seq is returned by FirstEventSeq.

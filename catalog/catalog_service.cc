@@ -6,6 +6,8 @@
 #include <grpcpp/support/server_interceptor.h>
 
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 
@@ -14,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "catalog/identity.h"
 #include "catalog/internal/convert.h"
+#include "catalog/internal/rate_limiter.h"
 #include "catalog/proto/catalog.grpc.pb.h"
 
 namespace gfrep::catalog {
@@ -125,7 +128,15 @@ class Service final : public v1::Catalog::CallbackService {
         options_(options),
         pool_(static_cast<std::size_t>(options.worker_threads)),
         poll_pool_(static_cast<std::size_t>(options.worker_threads)),
-        watch_pool_(static_cast<std::size_t>(options.watch_threads)) {}
+        watch_pool_(static_cast<std::size_t>(options.watch_threads)) {
+    if (options.max_calls_per_identity > 0) {
+      const double burst = options.max_call_burst_per_identity > 0 ? options.max_call_burst_per_identity
+                                                                   : 2 * options.max_calls_per_identity;
+      limiter_ = std::make_unique<internal::RateLimiter>(options.max_calls_per_identity, std::max(1.0, burst));
+    }
+  }
+
+  std::uint64_t rate_limited() const { return rate_limited_.load(); }
 
   void Stop() {
     stopping_ = true;
@@ -161,13 +172,63 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* Deny(grpc::CallbackServerContext* c, std::string_view action, Access access,
                                  const std::vector<std::string_view>& nodes = {}) {
     if (options_.tls_client_ca_pem.empty()) return nullptr;
-    absl::Status s = Authorize(IdentityOf(c), action, access, nodes);
-    if (s.ok()) return nullptr;
+    const std::optional<Identity> who = IdentityOf(c);
+    absl::Status s = Authorize(who, action, access, nodes);
+    if (s.ok()) return OverRate(c, action, *who);
     denied_ += 1;
     if (options_.on_denied) options_.on_denied(s);
+    Audit(who ? who->ToString() : "unidentified", fmt::format("{} [from {}]", std::string(s.message()), c->peer()));
     grpc::ServerUnaryReactor* reactor = c->DefaultReactor();
     reactor->Finish(ToGrpc(s));
     return reactor;
+  }
+
+  // The rate limit of an authorized caller: nullptr while it is within its rate; otherwise
+  // the call, finished with RESOURCE_EXHAUSTED and when to retry.
+  grpc::ServerUnaryReactor* OverRate(grpc::CallbackServerContext* c, std::string_view action,
+                                     const Identity& who) {
+    if (limiter_ == nullptr) return nullptr;
+    const std::chrono::milliseconds wait = limiter_->Acquire(who.ToString());
+    if (wait.count() == 0) return nullptr;
+    rate_limited_ += 1;
+    c->AddTrailingMetadata("gfrep-retry-after-ms", std::to_string(wait.count()));
+    grpc::ServerUnaryReactor* reactor = c->DefaultReactor();
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 fmt::format("{}: {} is over its rate of {:g} calls a second; retry in {} ms",
+                                             action, who.ToString(), options_.max_calls_per_identity,
+                                             wait.count())));
+    return reactor;
+  }
+
+  // An audit event for a refused call, written off the gRPC thread. At most kAuditPerSecond
+  // a second: a flood of refused calls must not become a flood of fsyncs; the next record
+  // says how many were left out.
+  static constexpr int kAuditPerSecond = 100;
+  void Audit(std::string who, std::string detail) {
+    {
+      std::lock_guard<std::mutex> lock(audit_mu_);
+      const auto now = std::chrono::steady_clock::now();
+      if (now - audit_window_ >= std::chrono::seconds(1)) {
+        audit_window_ = now;
+        audit_in_window_ = 0;
+      }
+      if (audit_in_window_ >= kAuditPerSecond) {
+        audit_skipped_ += 1;
+        return;
+      }
+      audit_in_window_ += 1;
+      if (audit_skipped_ > 0) {
+        detail += fmt::format(" ({} earlier refusals not recorded: more than {} a second)", audit_skipped_,
+                              kAuditPerSecond);
+        audit_skipped_ = 0;
+      }
+    }
+    boost::asio::post(pool_, [this, who = std::move(who), detail = std::move(detail)] {
+      absl::Status s = catalog_.RecordAudit(who, "denied", detail);
+      if (!s.ok() && !absl::IsUnimplemented(s) && options_.on_denied) {
+        options_.on_denied(absl::Status(s.code(), fmt::format("audit event for {} not recorded: {}", who, std::string(s.message()))));
+      }
+    });
   }
 
   // Runs fn (returning absl::Status) on the worker pool and finishes the call with it.
@@ -774,6 +835,12 @@ class Service final : public v1::Catalog::CallbackService {
   boost::asio::thread_pool watch_pool_;
   std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> denied_{0};
+  std::unique_ptr<internal::RateLimiter> limiter_;  // null: no rate limit
+  std::atomic<std::uint64_t> rate_limited_{0};
+  std::mutex audit_mu_;
+  std::chrono::steady_clock::time_point audit_window_{};  // guarded by audit_mu_
+  int audit_in_window_ = 0;                                // guarded by audit_mu_
+  std::uint64_t audit_skipped_ = 0;                        // guarded by audit_mu_
 };
 
 }  // namespace
@@ -905,6 +972,7 @@ absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& cat
 const std::string& CatalogServer::address() const { return impl_->address; }
 
 std::uint64_t CatalogServer::denied_calls() const { return impl_->service->denied(); }
+std::uint64_t CatalogServer::rate_limited_calls() const { return impl_->service->rate_limited(); }
 int CatalogServer::port() const { return impl_->port; }
 
 void CatalogServer::Shutdown() {

@@ -35,7 +35,14 @@ struct ServerOptions {
   // certificates, no identities, everything allowed (development on loopback).
   std::string tls_client_ca_pem;
   // Called for every refused call (on a gRPC thread): e.g. a log line.
+  // Also told when the audit event of a refusal could not be written.
   std::function<void(const absl::Status&)> on_denied;
+  // With mutual TLS: calls a second each identity may make (0: no limit), and the burst it
+  // may make at once (0: twice the rate). A caller over its rate gets RESOURCE_EXHAUSTED
+  // with trailing metadata "gfrep-retry-after-ms" (CatalogClient waits and retries within
+  // its timeout); other callers are not slowed by it.
+  double max_calls_per_identity = 0;
+  double max_call_burst_per_identity = 0;
   // Threads that run blocking catalog calls (mutations wait for an fsync each; more
   // threads let more writers share one group commit).
   int worker_threads = 64;
@@ -79,6 +86,8 @@ class CatalogServer {
   std::map<std::string, RpcLatency> RpcLatencies() const;
   // Calls refused by authorization so far.
   std::uint64_t denied_calls() const;
+  // Calls refused with RESOURCE_EXHAUSTED for being over their identity's rate.
+  std::uint64_t rate_limited_calls() const;
   int port() const;
 
   // Stops accepting calls, cancels Watch streams, waits for running calls (up to 5 s).

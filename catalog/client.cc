@@ -2,6 +2,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <optional>
+#include <string_view>
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "catalog/internal/convert.h"
@@ -49,13 +54,34 @@ struct CatalogClient::Impl {
     ctx.set_wait_for_ready(options.wait_for_ready);
   }
 
-  // Calls one unary method; converts the status and, on success, the response.
+  // Calls one unary method; converts the status and, on success, the response. A call the
+  // catalog refused for our identity's rate (RESOURCE_EXHAUSTED with "gfrep-retry-after-ms";
+  // nothing was done) is sent again after the wait it names, while the call's time lasts.
   template <typename Req, typename Resp, typename Method>
   absl::Status Call(Method method, const Req& req, Resp* resp,
                     std::chrono::milliseconds extra = {}) const {
-    grpc::ClientContext ctx;
-    Prepare(ctx, extra);
-    return FromGrpc((stub.get()->*method)(&ctx, req, resp));
+    const auto deadline = std::chrono::steady_clock::now() + options.timeout + extra;
+    for (;;) {
+      grpc::ClientContext ctx;
+      Prepare(ctx, extra);
+      grpc::Status s = (stub.get()->*method)(&ctx, req, resp);
+      const std::optional<std::chrono::milliseconds> wait = RetryAfter(s, ctx);
+      if (!wait || std::chrono::steady_clock::now() + *wait >= deadline) return FromGrpc(s);
+      std::this_thread::sleep_for(*wait);  // the server said when; nothing to wait on
+    }
+  }
+
+  static std::optional<std::chrono::milliseconds> RetryAfter(const grpc::Status& s, const grpc::ClientContext& ctx) {
+    if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) return std::nullopt;
+    const auto& trailers = ctx.GetServerTrailingMetadata();
+    auto it = trailers.find("gfrep-retry-after-ms");
+    if (it == trailers.end()) return std::nullopt;
+    std::int64_t ms = 0;
+    for (char c : std::string_view(it->second.data(), it->second.size())) {
+      if (c < '0' || c > '9' || ms > 60000) return std::nullopt;
+      ms = ms * 10 + (c - '0');
+    }
+    return std::chrono::milliseconds(std::clamp<std::int64_t>(ms, 1, 5000));
   }
 };
 

@@ -1,6 +1,7 @@
 #include "catalog/identity.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace gfrep::catalog {
 namespace {
@@ -44,6 +45,50 @@ std::optional<Identity> IdentityFromUri(std::string_view uri) {
     return std::nullopt;
   }
   return id;
+}
+
+std::optional<Identity> IdentityFromUris(const std::vector<std::string>& uris) {
+  for (const std::string& uri : uris) {
+    if (std::optional<Identity> id = IdentityFromUri(uri)) return id;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::vector<Role>> ParseRoles(std::string_view list) {
+  std::vector<Role> out;
+  if (list.empty()) return absl::InvalidArgumentError("no roles given");
+  for (bool more = true; more;) {
+    const std::size_t comma = list.find(',');
+    const std::string_view word = list.substr(0, comma);
+    more = comma != std::string_view::npos;
+    if (more) list.remove_prefix(comma + 1);
+    std::optional<Identity> id = IdentityFromUri(fmt::format("gfrep://{}/x", word));
+    if (!id) {
+      return absl::InvalidArgumentError(
+          fmt::format("unknown role '{}' (roles: node, user, admin, catalog)", word));
+    }
+    out.push_back(id->role);
+  }
+  return out;
+}
+
+absl::Status AuthorizeTransferPeer(const std::vector<std::string>& uris, const std::vector<Role>& allowed) {
+  std::optional<Identity> id = IdentityFromUris(uris);
+  if (!id) {
+    return absl::PermissionDeniedError(
+        "transfer session: the client certificate names no gfrep identity (a URI SAN "
+        "gfrep://ROLE/NAME; gfca issue makes one)");
+  }
+  for (Role r : allowed) {
+    if (r == id->role) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(fmt::format(
+      "transfer session: {} may not open one here (this agent serves {})", id->ToString(),
+      fmt::join([&] {
+        std::vector<std::string_view> names;
+        for (Role r : allowed) names.push_back(RoleName(r));
+        return names;
+      }(), ", ")));
 }
 
 std::string_view NodeOfOwner(std::string_view owner) { return owner.substr(0, owner.find('/')); }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace gfrep::catalog {
 
@@ -47,6 +48,18 @@ enum class Access {
 // nodes the call acts for (each must be the caller's name).
 absl::Status Authorize(const std::optional<Identity>& who, std::string_view action, Access access,
                        const std::vector<std::string_view>& nodes = {});
+
+// The identity among a certificate's URI subject alternative names (the first gfrep:// one
+// that parses); nullopt without one.
+std::optional<Identity> IdentityFromUris(const std::vector<std::string>& uris);
+
+// "node,admin,user" -> roles. kInvalidArgument naming an unknown role or an empty list.
+absl::StatusOr<std::vector<Role>> ParseRoles(std::string_view list);
+
+// Whether a site agent serves a transfer session to the holder of a certificate with these
+// URI SANs (gfsited --tls-peers): OK if it names a gfrep identity whose role is in `allowed`,
+// else kPermissionDenied naming the identity.
+absl::Status AuthorizeTransferPeer(const std::vector<std::string>& uris, const std::vector<Role>& allowed);
 
 // The node a lease owner string belongs to ("kek1/1234-abcd#7" -> "kek1").
 std::string_view NodeOfOwner(std::string_view owner);

@@ -78,6 +78,7 @@ std::string_view ToString(EventKind kind) {
     case EventKind::kTask: return "task";
     case EventKind::kRequest: return "request";
     case EventKind::kNode: return "node";
+    case EventKind::kAudit: return "audit";
   }
   return "unknown";
 }
@@ -345,6 +346,10 @@ absl::StatusOr<PolicyDocument> Catalog::GetPolicies() {
 
 absl::StatusOr<std::map<std::string, std::uint64_t>> Catalog::StorageStats() {
   return absl::UnimplementedError("no storage figures");
+}
+
+absl::Status Catalog::RecordAudit(std::string_view, std::string_view, std::string_view) {
+  return absl::UnimplementedError("RecordAudit");
 }
 
 absl::Status Catalog::PublishTelemetry(const TelemetryBatch&) {

@@ -325,7 +325,9 @@ struct TaskFilter {
   std::size_t limit = 10000;
 };
 
-enum class EventKind : std::uint8_t { kReplica = 1, kTask = 2, kRequest = 3, kNode = 4 };
+// kAudit: a refused call (node = the caller's identity, state = "denied", detail = the
+// refusal), written by gfcatalogd with mutual TLS.
+enum class EventKind : std::uint8_t { kReplica = 1, kTask = 2, kRequest = 3, kNode = 4, kAudit = 5 };
 std::string_view ToString(EventKind kind);
 
 // A change, in commit order. Seq is strictly increasing (gaps allowed).

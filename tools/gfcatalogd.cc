@@ -56,6 +56,12 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure", insecure,
                "Serve a non-loopback address without mutual TLS: anyone who reaches the port may do "
                "anything (development only)");
+  double max_calls_per_identity = 5000;
+  app.add_option("--max-calls-per-identity", max_calls_per_identity,
+                 "With mutual TLS: calls a second each identity may make, in bursts of twice that "
+                 "(over it: RESOURCE_EXHAUSTED, and clients wait and retry); 0 = no limit")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
   app.add_option("--workers", workers, "Threads running catalog operations")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
@@ -172,6 +178,7 @@ int main(int argc, char** argv) {
   }
   server_options.listen = listen;
   server_options.worker_threads = workers;
+  server_options.max_calls_per_identity = max_calls_per_identity;
   if (!tls_cert.empty() || !tls_key.empty()) {
     absl::StatusOr<std::string> cert = ReadPem(tls_cert);
     absl::StatusOr<std::string> key = ReadPem(tls_key);
@@ -289,6 +296,9 @@ int main(int argc, char** argv) {
       }
       m.Counter("gfrep_catalog_denied_calls_total", "Catalog calls refused by authorization (PERMISSION_DENIED)",
                 static_cast<double>(srv->denied_calls()));
+      m.Counter("gfrep_catalog_rate_limited_calls_total",
+                "Catalog calls refused for being over their identity's rate (RESOURCE_EXHAUSTED)",
+                static_cast<double>(srv->rate_limited_calls()));
       m.Family("gfrep_catalog_rpc_errors_total", "counter", "Catalog RPCs that ended with a status other than OK");
       for (const auto& [method, h] : rpcs) {
         m.Sample("gfrep_catalog_rpc_errors_total", {{"method", method.substr(method.rfind('/') + 1)}},

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "catalog/client.h"
+#include "catalog/identity.h"
 #include "tools/internal/catalog_flags.h"
 #include "replica/http_server.h"
 #include "replica/metrics.h"
@@ -69,6 +70,10 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
   app.add_option("--tls-ca", tls_ca, "PEM CA: verifies agents we pull from, and client certificates");
   app.add_flag("--require-tls", require_tls, "refuse sessions without TLS");
+  std::string tls_peers = "node,admin,user";
+  app.add_option("--tls-peers", tls_peers,
+                 "roles whose client certificates (gfrep://ROLE/NAME) may open sessions here")
+      ->capture_default_str();
   app.add_option("--buffer", buffer, "socket buffer for accepted data connections (e.g. 4M; 0 = kernel autotuning)");
   app.add_option("--journal-interval", journal_interval, "make restart markers durable every SIZE received bytes");
   app.add_option("--max-connections", max_connections, "connections served at once; more are closed at once")
@@ -180,6 +185,11 @@ int main(int argc, char** argv) {
   options.shared_key = *key;
   options.tls = {tls_cert, tls_key, tls_ca};
   options.require_tls = require_tls;
+  absl::StatusOr<std::vector<gfrep::catalog::Role>> peer_roles = gfrep::catalog::ParseRoles(tls_peers);
+  if (!peer_roles.ok()) return gfrep::tools::Fail("gfsited", "--tls-peers: " + Msg(peer_roles.status()));
+  options.authorize_certificate = [roles = *peer_roles](const std::vector<std::string>& uris) {
+    return gfrep::catalog::AuthorizeTransferPeer(uris, roles);
+  };
   options.max_connections = max_connections;
   options.max_connections_per_peer = max_connections_per_peer;
   options.defaults.route.socket_buffer = *buf;

@@ -294,6 +294,14 @@ struct AgentServer::Impl {
 
     // Authentication: a verified client certificate, or the shared-key challenge.
     if (*want_tls && !options.tls.ca.empty() && conn->PeerCertificateVerified()) {
+      const std::vector<std::string> uris = conn->PeerCertificateUris();
+      if (options.authorize_certificate) {
+        if (absl::Status s = options.authorize_certificate(uris); !s.ok()) {
+          log->warn("refused peer {} ({}): {}", peer, uris.empty() ? "no identity" : uris.front(), s.message());
+          co_return co_await Fail(*conn, s);
+        }
+      }
+      log->debug("peer {} authenticated by certificate {}", peer, uris.empty() ? "(no identity)" : uris.front());
       Json msg2 = {{"op", "welcome"}, {"method", "certificate"}};
       if (absl::Status s = co_await conn->SendControl(msg2); !s.ok()) co_return s;
     } else {
@@ -314,6 +322,10 @@ struct AgentServer::Impl {
                                                  fmt::format("gfrep-server|{}|{}", *client_nonce, server_nonce));
       Json msg4 = {{"op", "welcome"}, {"method", "shared-key"}, {"mac", server_mac}};
       if (absl::Status s = co_await conn->SendControl(msg4); !s.ok()) co_return s;
+      // In clear text every later message carries a MAC keyed from this authentication.
+      if (!conn->tls()) {
+        conn->BindControlMessages(internal::ControlSessionKey(options.shared_key, *client_nonce, server_nonce), false);
+      }
     }
     absl::StatusOr<Json> req = co_await conn->ReadControl();
     if (!req.ok()) co_return co_await Fail(*conn, req.status());

@@ -46,6 +46,11 @@ struct AgentOptions {
   TlsOptions tls;
   // Refuse sessions that do not use TLS.
   bool require_tls = false;
+  // Who may open a session by client certificate: called with the URI subject alternative
+  // names of a verified certificate (gfrep://ROLE/NAME from gfca); a non-OK status refuses
+  // the session with that status (PERMISSION_DENIED naming the identity). Unset: every
+  // certificate the CA signed is accepted.
+  std::function<absl::Status(const std::vector<std::string>& uris)> authorize_certificate;
   // Defaults for pulls this agent makes (third-party) and limits for sessions it serves.
   TransferOptions defaults;
   // Connections served at once, from all peers; more are closed at once. 1..1,000,000.

@@ -358,7 +358,7 @@ void ToProto(const Event& in, v1::Event* out) {
 }
 
 absl::StatusOr<Event> FromProto(const v1::Event& in) {
-  if (in.kind() < v1::Event::REPLICA || in.kind() > v1::Event::NODE) {
+  if (in.kind() < v1::Event::REPLICA || in.kind() > v1::Event::AUDIT) {
     return absl::InvalidArgumentError("bad event kind");
   }
   Event e;

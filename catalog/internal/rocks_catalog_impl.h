@@ -166,6 +166,7 @@ class RocksCatalog final : public Catalog {
   absl::StatusOr<std::vector<Event>> ReadEvents(std::uint64_t after_seq, std::size_t max,
                                                 std::chrono::milliseconds wait) override;
   absl::StatusOr<std::uint64_t> LastEventSeq() override;
+  absl::Status RecordAudit(std::string_view who, std::string_view what, std::string_view detail) override;
 
   absl::StatusOr<std::string> Property(std::string_view name) {
     std::string value;

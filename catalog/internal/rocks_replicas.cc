@@ -326,6 +326,13 @@ absl::Status RocksCatalog::RemoveNode(std::string_view name) {
   return WriteLocked(&batch, "remove node");
 }
 
+absl::Status RocksCatalog::RecordAudit(std::string_view who, std::string_view what, std::string_view detail) {
+  WorkLock work(this);
+  rocksdb::WriteBatch batch;
+  AddEvent(batch, EventKind::kAudit, 0, TruncateUtf8(who, kMaxNameBytes), what, detail);
+  return WriteLocked(&batch, "record audit event");
+}
+
 absl::StatusOr<Node> RocksCatalog::GetNode(std::string_view name) {
   if (absl::Status s = ValidateName(name); !s.ok()) return s;
   absl::StatusOr<std::string> v = Get(kNodes, name, fmt::format("node {}", name));

@@ -51,5 +51,26 @@ TEST(IdentityTest, EachRoleMayDoWhatItsRoleAllows) {
   EXPECT_NE(s.message().find("gfrep://ROLE/NAME"), absl::string_view::npos) << s;
 }
 
+TEST(IdentityTest, TransferPeersAreServedByRole) {
+  absl::StatusOr<std::vector<Role>> roles = ParseRoles("node,admin");
+  ASSERT_TRUE(roles.ok()) << roles.status();
+  EXPECT_EQ(roles->size(), 2u);
+  EXPECT_FALSE(ParseRoles("").ok());
+  EXPECT_FALSE(ParseRoles("node,").ok());
+  absl::StatusOr<std::vector<Role>> bad = ParseRoles("node,robot");
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+  EXPECT_NE(bad.status().message().find("'robot'"), absl::string_view::npos);
+  // The first gfrep identity among the URIs counts; others are ignored.
+  EXPECT_TRUE(AuthorizeTransferPeer({"https://example.org/x", "gfrep://node/kek1"}, *roles).ok());
+  EXPECT_TRUE(AuthorizeTransferPeer({"gfrep://admin/ops"}, *roles).ok());
+  absl::Status user = AuthorizeTransferPeer({"gfrep://user/alice"}, *roles);
+  EXPECT_TRUE(absl::IsPermissionDenied(user));
+  EXPECT_EQ(user.message(), "transfer session: user alice may not open one here (this agent serves node, admin)");
+  absl::Status none = AuthorizeTransferPeer({}, *roles);
+  EXPECT_TRUE(absl::IsPermissionDenied(none));
+  EXPECT_NE(none.message().find("gfrep://ROLE/NAME"), absl::string_view::npos);
+  EXPECT_TRUE(absl::IsPermissionDenied(AuthorizeTransferPeer({"gfrep://robot/r2"}, *roles)));
+}
+
 }  // namespace
 }  // namespace gfrep::catalog

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <thread>
 
 #include "catalog/client.h"
 #include "tests/support/federation.h"
@@ -159,6 +160,27 @@ TEST_F(CatalogAuthTest, EachIdentityMayDoOnlyWhatItsRoleAllows) {
 
   // The admin may do all of it; the refusals were counted.
   EXPECT_TRUE(root->PutSite({"lab", {}}).ok());
+
+  // Each refusal is also an audit event in the catalog's event log: who, what, from where
+  // (written off the call's thread, so it may trail the answer by a moment).
+  auto audited = [&](const std::string& who, const std::string& action) {
+    for (int attempt = 0; attempt < 50; ++attempt) {
+      absl::StatusOr<std::vector<catalog::Event>> events = root->ReadEvents(0, 100000, std::chrono::milliseconds(0));
+      if (!events.ok()) return false;
+      for (const catalog::Event& e : *events) {
+        if (e.kind == catalog::EventKind::kAudit && e.node == who && e.state == "denied" &&
+            e.detail.find(action + ": " + who) != std::string::npos && e.detail.find("[from ipv4:127.0.0.1:") != std::string::npos) {
+          return true;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the write is asynchronous
+    }
+    return false;
+  };
+  EXPECT_TRUE(audited("user alice", "PutSite"));
+  EXPECT_TRUE(audited("user alice", "SendHeartbeat"));
+  EXPECT_TRUE(audited("node kek1", "PutReplica"));
+  EXPECT_TRUE(audited("node kek1", "Remove"));
 }
 
 TEST(CatalogAuthStartTest, APublicAddressWithoutMutualTlsIsRefusedUnlessInsecure) {
@@ -174,6 +196,62 @@ TEST(CatalogAuthStartTest, APublicAddressWithoutMutualTlsIsRefusedUnlessInsecure
   p->Signal(SIGTERM);
   RunResult done = p->Wait(std::chrono::seconds(20));
   EXPECT_NE(done.err.find("UNAUTHENTICATED"), std::string::npos) << "says loudly that nobody is authenticated";
+}
+
+// One identity flooding the catalog is held to its rate (RESOURCE_EXHAUSTED naming it, which
+// the client library waits out and retries) while another identity is served at once.
+TEST(CatalogAuthStartTest, AnIdentityOverItsRateWaitsAndOthersAreNotSlowed) {
+  testing::TempDir dir("auth-rate");
+  const std::string ca = dir.Sub("ca");
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"init"}, {"issue", "catalog", "cat", "--host", "127.0.0.1"}, {"issue", "user", "alice"},
+           {"issue", "admin", "root"}}) {
+    args.insert(args.begin(), testing::BinPath("gfca"));
+    args.insert(args.end(), {"--dir", ca});
+    RunResult r = testing::RunCommand(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  // Two calls a second, four at once.
+  auto p = testing::Subprocess::Start({testing::BinPath("gfcatalogd"), "--db", dir.Sub("db"), "--listen",
+                                       "127.0.0.1:0", "--no-planner", "--tls-cert", ca + "/cat.pem", "--tls-key",
+                                       ca + "/cat.key", "--tls-client-ca", ca + "/ca.pem",
+                                       "--max-calls-per-identity", "2"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<std::string> address = p->WaitForListen(std::chrono::seconds(30));
+  ASSERT_TRUE(address.ok()) << address.status();
+  auto client = [&](const std::string& name, std::chrono::milliseconds timeout) {
+    catalog::ClientOptions co;
+    co.address = *address;
+    co.timeout = timeout;
+    co.tls_root_pem = testing::ReadFile(ca + "/ca.pem");
+    co.tls_cert_pem = testing::ReadFile(ca + "/" + name + ".pem");
+    co.tls_key_pem = testing::ReadFile(ca + "/" + name + ".key");
+    auto c = catalog::CatalogClient::Create(co);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return std::move(*c);
+  };
+  // A short timeout leaves no room for the half-second wait, so the refusal shows.
+  auto alice_hasty = client("alice", std::chrono::milliseconds(300));
+  absl::Status last;
+  int ok = 0;
+  for (int i = 0; i < 8 && (last.ok() || ok == 0); ++i) {
+    last = alice_hasty->Stat("/").status();
+    ok += last.ok() ? 1 : 0;
+  }
+  EXPECT_GE(ok, 4) << "the burst";
+  EXPECT_TRUE(absl::IsResourceExhausted(last)) << last;
+  EXPECT_NE(last.message().find("user alice is over its rate"), absl::string_view::npos) << last;
+  // Another identity is not held up by alice's flood: its first call succeeds within the
+  // same short timeout.
+  auto root = client("root", std::chrono::milliseconds(300));
+  EXPECT_TRUE(root->Stat("/").ok());
+  // With time to wait, the client library retries after the wait the catalog named: the
+  // caller sees success.
+  auto alice_patient = client("alice", std::chrono::seconds(10));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(alice_patient->Stat("/").ok()) << i;
+  p->Signal(SIGTERM);
+  RunResult done = p->Wait(std::chrono::seconds(20));
+  EXPECT_EQ(done.exit_code, 0) << done.err;
 }
 
 }  // namespace

@@ -260,6 +260,61 @@ TEST_F(TransferIntegrationTest, TlsCopiesAndNeverFallsBackToClearText) {
   EXPECT_FALSE(fs::exists(dir_.path() / "a" / "c.dat"));
 }
 
+TEST_F(TransferIntegrationTest, TlsChecksTheAgentsHostNameAndTheClientsRole) {
+  // gfca certificates: the agent's names 127.0.0.1 (a good one) or 10.9.9.9 (another host's);
+  // clients hold a node, a user and a catalog certificate.
+  const std::string ca = dir_.Sub("ca");
+  auto gfca = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), BinPath("gfca"));
+    args.insert(args.end(), {"--dir", ca});
+    RunResult r = RunCommand(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  };
+  gfca({"init"});
+  gfca({"issue", "node", "agent", "--host", "127.0.0.1"});
+  gfca({"issue", "node", "elsewhere", "--host", "10.9.9.9"});
+  gfca({"issue", "node", "kek1"});
+  gfca({"issue", "user", "alice"});
+  gfca({"issue", "catalog", "cat"});
+  testing::WriteRandomFile(dir_.path() / "src.dat", 1 << 20, 12);
+  auto put = [&](const std::string& agent, const std::string& client, const std::string& name) {
+    return RunCommand(Gfcp({"--tls", "--tls-ca", ca + "/ca.pem", "--tls-cert", ca + "/" + client + ".pem",
+                            "--tls-key", ca + "/" + client + ".key", dir_.Sub("src.dat"),
+                            "gf://" + agent + "/" + name}));
+  };
+  Subprocess good;
+  const std::string pg = StartAgent(good, dir_.Sub("a"), {"--tls-cert", ca + "/agent.pem", "--tls-key",
+                                                          ca + "/agent.key", "--tls-ca", ca + "/ca.pem",
+                                                          "--require-tls", "--tls-peers", "node,admin"});
+  RunResult node = put(pg, "kek1", "by-node.dat");
+  EXPECT_EQ(node.exit_code, 0) << node.err;
+  EXPECT_TRUE(fs::exists(dir_.path() / "a" / "by-node.dat"));
+  // A user and the catalog's own certificate are not among --tls-peers: refused, named.
+  RunResult user = put(pg, "alice", "by-user.dat");
+  EXPECT_NE(user.exit_code, 0);
+  EXPECT_NE(user.err.find("user alice may not"), std::string::npos) << user.err;
+  RunResult catalog = put(pg, "cat", "by-catalog.dat");
+  EXPECT_NE(catalog.exit_code, 0);
+  EXPECT_NE(catalog.err.find("catalog cat may not"), std::string::npos) << catalog.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "a" / "by-user.dat"));
+  EXPECT_FALSE(fs::exists(dir_.path() / "a" / "by-catalog.dat"));
+  EXPECT_TRUE(good.Stderr().find("refused peer") != std::string::npos) << good.Stderr();
+  // An agent whose certificate (rightly signed) names another host: the client refuses it.
+  Subprocess wrong;
+  const std::string pw = StartAgent(wrong, dir_.Sub("b"), {"--tls-cert", ca + "/elsewhere.pem", "--tls-key",
+                                                           ca + "/elsewhere.key", "--tls-ca", ca + "/ca.pem",
+                                                           "--require-tls"});
+  RunResult mismatch = put(pw, "kek1", "x.dat");
+  EXPECT_NE(mismatch.exit_code, 0);
+  EXPECT_NE(mismatch.err.find("does not name 127.0.0.1"), std::string::npos) << mismatch.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "b" / "x.dat"));
+  // A bad --tls-peers is a clear start-up error.
+  RunResult bad = RunCommand({BinPath("gfsited"), "--spool", dir_.Sub("c"), "--key-file", key_,
+                              "--tls-peers", "node,robot"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("unknown role 'robot'"), std::string::npos) << bad.err;
+}
+
 TEST_F(TransferIntegrationTest, CommandLineErrorsAreOneLineAndNonZero) {
   RunResult both_local = RunCommand(Gfcp({"a", "b"}));
   EXPECT_NE(both_local.exit_code, 0);

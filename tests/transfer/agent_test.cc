@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <condition_variable>
 #include <fstream>
 #include <future>
@@ -77,6 +78,122 @@ bool ClosedWithoutData(int fd, std::chrono::milliseconds timeout) {
   ssize_t n = ::recv(fd, &c, 1, 0);
   return n == 0 || (n < 0 && errno == ECONNRESET);
 }
+
+// An on-path attacker between a client and the agent: relays every connection, and rewrites
+// the payload of each control frame the client sends with `rewrite` (the header stays valid:
+// its check covers the header only). Stops and joins its threads when destroyed.
+class TamperingProxy {
+ public:
+  TamperingProxy(Endpoint agent, std::function<void(std::string&)> rewrite)
+      : agent_(std::move(agent)), rewrite_(std::move(rewrite)) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    socklen_t len = sizeof(a);
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(listen_fd_, 64) != 0 ||
+        ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      ADD_FAILURE() << "proxy: " << std::strerror(errno);
+      return;
+    }
+    endpoint_ = Endpoint{"127.0.0.1", ntohs(a.sin_port)};
+    threads_.emplace_back([this] { AcceptLoop(); });
+  }
+  ~TamperingProxy() {
+    stopping_ = true;
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+    }
+    for (std::size_t i = 0;; ++i) {  // threads_ may grow until the accept loop ended
+      std::thread t;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (i >= threads_.size()) break;
+        t = std::move(threads_[i]);
+      }
+      if (t.joinable()) t.join();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int fd : fds_) ::close(fd);
+    ::close(listen_fd_);
+  }
+  const Endpoint& endpoint() const { return endpoint_; }
+  int rewritten() const { return rewritten_; }
+
+ private:
+  static bool ReadAll(int fd, void* p, std::size_t n) {
+    auto* c = static_cast<char*>(p);
+    while (n > 0) {
+      ssize_t r = ::recv(fd, c, n, 0);
+      if (r <= 0) return false;
+      c += r;
+      n -= static_cast<std::size_t>(r);
+    }
+    return true;
+  }
+  static bool WriteAll(int fd, const void* p, std::size_t n) {
+    const auto* c = static_cast<const char*>(p);
+    while (n > 0) {
+      ssize_t w = ::send(fd, c, n, MSG_NOSIGNAL);
+      if (w <= 0) return false;
+      c += w;
+      n -= static_cast<std::size_t>(w);
+    }
+    return true;
+  }
+  void AcceptLoop() {
+    while (!stopping_) {
+      int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) return;
+      int agent = ConnectFrom("127.0.0.1", agent_);
+      std::lock_guard<std::mutex> lock(mu_);
+      fds_.push_back(client);
+      if (agent < 0) {
+        ::shutdown(client, SHUT_RDWR);
+        continue;
+      }
+      fds_.push_back(agent);
+      threads_.emplace_back([this, client, agent] { ClientToAgent(client, agent); });
+      threads_.emplace_back([client, agent] {  // agent -> client, as is
+        char buf[65536];
+        for (;;) {
+          ssize_t r = ::recv(agent, buf, sizeof(buf), 0);
+          if (r <= 0 || !WriteAll(client, buf, static_cast<std::size_t>(r))) break;
+        }
+        ::shutdown(client, SHUT_RDWR);
+      });
+    }
+  }
+  void ClientToAgent(int client, int agent) {
+    for (;;) {
+      internal::HeaderBytes h;
+      if (!ReadAll(client, h.data(), h.size())) break;
+      absl::StatusOr<internal::FrameHeader> fh = internal::DecodeHeader(h, UINT32_MAX);
+      if (!fh.ok()) break;
+      std::string payload(fh->length, '\0');
+      if (!ReadAll(client, payload.data(), payload.size())) break;
+      if (fh->type == internal::FrameType::kControl) {
+        const std::string before = payload;
+        rewrite_(payload);
+        if (payload != before) ++rewritten_;
+      }
+      if (!WriteAll(agent, h.data(), h.size()) || !WriteAll(agent, payload.data(), payload.size())) break;
+    }
+    ::shutdown(agent, SHUT_RDWR);
+  }
+
+  Endpoint agent_;
+  std::function<void(std::string&)> rewrite_;
+  int listen_fd_ = -1;
+  Endpoint endpoint_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> rewritten_{0};
+  std::mutex mu_;
+  std::vector<int> fds_;
+  std::vector<std::thread> threads_;
+};
 
 class AgentTest : public ::testing::Test {
  protected:
@@ -156,6 +273,30 @@ TEST_F(AgentTest, PushPullRoundTripAndCommitHook) {
   ASSERT_EQ(committed.size(), 1u);
   EXPECT_EQ(committed[0].filename(), "back.dat");
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / ".gfrep-tmp"));
+}
+
+// Without TLS, an on-path attacker who cannot read the key file used to be able to rewrite
+// any control message after the shared-key handshake: here the put's destination path. Each
+// message now carries a MAC keyed from the handshake; the altered request is refused and no
+// file is written under either name.
+TEST_F(AgentTest, AControlMessageAlteredOnThePathIsRefused) {
+  testing::WriteRandomFile(dir_.path() / "src.dat", 1 << 20, 21);
+  auto swap_name = [](std::string& payload) {
+    for (std::size_t at; (at = payload.find("victim-a.dat")) != std::string::npos;) payload[at + 7] = 'b';
+  };
+  TamperingProxy proxy(endpoint_, swap_name);
+  absl::StatusOr<TransferStats> put = Push(dir_.path() / "src.dat", proxy.endpoint(), "victim-a.dat", options_);
+  EXPECT_GE(proxy.rewritten(), 1);
+  ASSERT_FALSE(put.ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(put.status())) << put.status();
+  EXPECT_NE(put.status().message().find("failed its authentication"), absl::string_view::npos) << put.status();
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "spool" / "victim-a.dat"));
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "spool" / "victim-b.dat"));
+  // Through the same proxy, a message it leaves alone passes: the MAC is not in the way.
+  absl::StatusOr<TransferStats> clean = Push(dir_.path() / "src.dat", proxy.endpoint(), "clean.dat", options_);
+  ASSERT_TRUE(clean.ok()) << clean.status();
+  EXPECT_TRUE(SameBytes(testing::ReadFile(dir_.path() / "spool" / "clean.dat"),
+                        testing::ReadFile(dir_.path() / "src.dat")));
 }
 
 TEST_F(AgentTest, EmptyFileCopies) {
@@ -507,6 +648,9 @@ TEST_F(AgentTest, ProgressCountsTheBytesOfEachStream) {
     Progress last;
     TransferOptions o = options_;
     o.progress = [&](const Progress& p) { last = p; };
+    // Paced streams (10 MB/s each): on an idle loopback one stream used to send every block
+    // of a push before the others had connected, and the test failed now and then.
+    o.route.stream_rate_bps = 80'000'000;
     absl::StatusOr<TransferStats> s = pull ? Pull(endpoint_, "f.dat", dir_.path() / "copy.dat", o)
                                            : Push(dir_.path() / "copy.dat", endpoint_, "d/streams.dat", o);
     ASSERT_TRUE(s.ok()) << s.status();

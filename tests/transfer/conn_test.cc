@@ -50,5 +50,63 @@ TEST(ConnTest, SendingAFileToAPeerThatClosedFailsWithoutSigpipe) {
   EXPECT_EQ(sigismember(&pending, SIGPIPE), 0);  // none left pending either
 }
 
+// Two Conns over one loopback connection; `a` is the client side.
+struct ConnPair {
+  asio::io_context io;
+  std::unique_ptr<Conn> a, b;
+  ConnPair() {
+    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    tcp::socket client(io);
+    client.connect(acceptor.local_endpoint());
+    a = std::make_unique<Conn>(std::move(client));
+    b = std::make_unique<Conn>(acceptor.accept());
+  }
+  // Sends `m` from `from` and reads one message on `to`.
+  absl::StatusOr<Json> Relay(Conn& from, Conn& to, const Json& m) {
+    absl::StatusOr<Json> got = absl::UnknownError("not run");
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+      if (absl::Status s = co_await from.SendControl(m); !s.ok()) {
+        got = s;
+        co_return;
+      }
+      got = co_await to.ReadControl();
+    }, asio::detached);
+    io.restart();
+    io.run();
+    return got;
+  }
+};
+
+TEST(ConnTest, BoundControlMessagesPassBothWaysAndForgeriesFail) {
+  const std::string key = ControlSessionKey(std::string(32, 'k'), "client-nonce-0001", "server-nonce-0001");
+  ConnPair p;
+  p.a->BindControlMessages(key, true);
+  p.b->BindControlMessages(key, false);
+  for (int i = 0; i < 3; ++i) {  // several in each direction: the sequence numbers advance
+    absl::StatusOr<Json> ab = p.Relay(*p.a, *p.b, Json{{"op", "ping"}, {"i", i}});
+    ASSERT_TRUE(ab.ok()) << ab.status();
+    EXPECT_EQ((*ab)["i"], i);
+    absl::StatusOr<Json> ba = p.Relay(*p.b, *p.a, Json{{"op", "pong"}, {"i", i}});
+    ASSERT_TRUE(ba.ok()) << ba.status();
+  }
+  // A message MAC'd with another session's key (a replay from another connection) fails.
+  ConnPair q;
+  q.a->BindControlMessages(ControlSessionKey(std::string(32, 'k'), "client-nonce-0002", "server-nonce-0001"), true);
+  q.b->BindControlMessages(key, false);
+  absl::StatusOr<Json> other = q.Relay(*q.a, *q.b, Json{{"op", "ping"}});
+  EXPECT_TRUE(absl::IsPermissionDenied(other.status())) << other.status();
+  // An unsigned message to a bound reader fails too.
+  ConnPair r;
+  r.b->BindControlMessages(key, false);
+  absl::StatusOr<Json> bare = r.Relay(*r.a, *r.b, Json{{"op", "ping"}});
+  EXPECT_TRUE(absl::IsPermissionDenied(bare.status())) << bare.status();
+  // A message sent with the reader's own direction label (reflected back at its sender) fails.
+  ConnPair t;
+  t.a->BindControlMessages(key, false);
+  t.b->BindControlMessages(key, false);
+  absl::StatusOr<Json> reflected = t.Relay(*t.a, *t.b, Json{{"op", "ping"}});
+  EXPECT_TRUE(absl::IsPermissionDenied(reflected.status())) << reflected.status();
+}
+
 }  // namespace
 }  // namespace gfrep::transfer::internal

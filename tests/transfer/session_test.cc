@@ -209,8 +209,10 @@ TEST_F(SessionTest, WarmSessionsCarryFilesOverTls) {
   const std::string cmd =
       "cd '" + d + "' && openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=ca "
       "-keyout ca.key -out ca.pem 2>/dev/null && openssl req -newkey rsa:2048 -nodes "
-      "-subj /CN=127.0.0.1 -keyout agent.key -out agent.csr 2>/dev/null && openssl x509 -req "
-      "-in agent.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 -out agent.pem 2>/dev/null";
+      "-subj /CN=127.0.0.1 -keyout agent.key -out agent.csr 2>/dev/null && "
+      "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && openssl x509 -req "
+      "-in agent.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 -extfile san.ext "
+      "-out agent.pem 2>/dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   TlsOptions server_tls;
   server_tls.cert = dir_.path() / "agent.pem";

@@ -6,6 +6,8 @@
 #include <openssl/crypto.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/sendfile.h>
@@ -150,6 +152,30 @@ std::string HmacHex(std::string_view key, std::string_view message) {
   return out;
 }
 
+std::string HmacRaw(std::string_view key, std::string_view message) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), md, &len);
+  return std::string(reinterpret_cast<const char*>(md), len);
+}
+
+std::string ControlSessionKey(std::string_view shared_key, std::string_view client_nonce,
+                              std::string_view server_nonce) {
+  return HmacRaw(shared_key, fmt::format("gfrep-session|{}|{}", client_nonce, server_nonce));
+}
+
+namespace {
+// What a bound control message's MAC covers: who sent it, its place in that direction's
+// sequence, and its JSON.
+std::string ControlMac(std::string_view key, bool from_client, std::uint64_t sequence,
+                       std::string_view json) {
+  std::string m = fmt::format("gfrep-control|{}|{}|", from_client ? "c>s" : "s>c", sequence);
+  m.append(json);
+  return HmacRaw(key, m);
+}
+}  // namespace
+
 bool ConstantTimeEqual(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
@@ -174,6 +200,55 @@ asio::awaitable<absl::Status> Conn::Handshake(asio::ssl::context& ctx, bool serv
     co_return absl::UnavailableError(fmt::format("TLS handshake failed: {}", ec.message()));
   }
   co_return absl::OkStatus();
+}
+
+asio::awaitable<absl::Status> Conn::Handshake(asio::ssl::context& ctx, std::string_view host) {
+  tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, ctx);
+  SSL* ssl = tls_->native_handle();
+  const std::string name(host);
+  boost::system::error_code aec;
+  (void)asio::ip::make_address(name, aec);
+  const bool is_ip = !aec;
+  // The certificate must name what we dialled: an IP address in an iPAddress SAN, a host
+  // name in a dNSName SAN (OpenSSL's checks, run during the handshake's verification).
+  const int set = is_ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str())
+                        : SSL_set1_host(ssl, name.c_str());
+  if (set != 1) co_return absl::InvalidArgumentError(fmt::format("TLS: cannot check host '{}'", name));
+  if (!is_ip) SSL_set_tlsext_host_name(ssl, name.c_str());
+  auto [ec] = co_await tls_->async_handshake(asio::ssl::stream_base::client, kNoThrow);
+  if (ec) {
+    const long v = SSL_get_verify_result(ssl);
+    if (v == X509_V_ERR_HOSTNAME_MISMATCH || v == X509_V_ERR_IP_ADDRESS_MISMATCH) {
+      co_return absl::PermissionDeniedError(fmt::format(
+          "TLS: the agent's certificate does not name {} (issue it with gfca issue node NAME --host {})",
+          name, name));
+    }
+    co_return absl::UnavailableError(fmt::format("TLS handshake failed: {}", ec.message()));
+  }
+  co_return absl::OkStatus();
+}
+
+std::vector<std::string> Conn::PeerCertificateUris() {
+  std::vector<std::string> out;
+  if (!PeerCertificateVerified()) return out;
+  X509* cert = SSL_get1_peer_certificate(tls_->native_handle());
+  auto* names = static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+  for (int i = 0; names != nullptr && i < sk_GENERAL_NAME_num(names); ++i) {
+    const GENERAL_NAME* n = sk_GENERAL_NAME_value(names, i);
+    if (n->type != GEN_URI) continue;
+    const ASN1_IA5STRING* uri = n->d.uniformResourceIdentifier;
+    out.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(uri)), ASN1_STRING_length(uri));
+  }
+  GENERAL_NAMES_free(names);
+  X509_free(cert);
+  return out;
+}
+
+void Conn::BindControlMessages(std::string key, bool client) {
+  mac_key_ = std::move(key);
+  client_ = client;
+  sent_ = 0;
+  received_ = 0;
 }
 
 bool Conn::PeerCertificateVerified() {
@@ -205,6 +280,7 @@ asio::awaitable<absl::Status> Conn::SendFrame(FrameType type, std::string_view p
 asio::awaitable<absl::Status> Conn::SendControl(const Json& message) {
   // `replace`: a message quoting bytes that are not UTF-8 (a path, say) must not throw.
   std::string text = message.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (bound()) text += ControlMac(mac_key_, client_, sent_++, text);
   co_return co_await SendFrame(FrameType::kControl, text);
 }
 
@@ -242,6 +318,20 @@ asio::awaitable<absl::StatusOr<Json>> Conn::ReadControl(std::uint32_t max_payloa
   }
   std::string payload(h->length, '\0');
   if (absl::Status s = co_await ReadExact(payload.data(), payload.size()); !s.ok()) co_return s;
+  if (bound()) {
+    const std::uint64_t sequence = received_++;
+    bool good = payload.size() >= kControlMacSize;
+    if (good) {
+      std::string_view json(payload.data(), payload.size() - kControlMacSize);
+      std::string_view mac(payload.data() + json.size(), kControlMacSize);
+      good = ConstantTimeEqual(mac, ControlMac(mac_key_, !client_, sequence, json));
+    }
+    if (!good) {
+      co_return absl::PermissionDeniedError(
+          "control message failed its authentication (altered, injected or replayed on the way?)");
+    }
+    payload.resize(payload.size() - kControlMacSize);
+  }
   Json j = Json::parse(payload, nullptr, false);
   if (j.is_discarded() || !j.is_object()) co_return absl::DataLossError("malformed control message");
   absl::StatusOr<std::string> op = GetString(j, "op");
@@ -506,8 +596,8 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
   ClientConnection out{conn, *server_nonce};
   if (options.tls) {
     if (tls_ctx == nullptr) co_return absl::InternalError("bug: TLS requested without a context");
-    if (absl::Status s = co_await conn->Handshake(*tls_ctx, false); !s.ok()) {
-      co_return absl::UnavailableError(fmt::format("{}: {}", endpoint.ToString(), s.message()));
+    if (absl::Status s = co_await conn->Handshake(*tls_ctx, endpoint.host); !s.ok()) {
+      co_return absl::Status(s.code(), fmt::format("{}: {}", endpoint.ToString(), s.message()));
     }
   }
   if (role != "control") co_return out;
@@ -537,6 +627,7 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
     co_return absl::PermissionDeniedError(fmt::format(
         "{}: the agent failed to prove it holds our shared key (different key file?)", endpoint.ToString()));
   }
+  if (!conn->tls()) conn->BindControlMessages(ControlSessionKey(options.shared_key, nonce, out.server_nonce), true);
   co_return out;
 }
 

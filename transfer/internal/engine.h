@@ -47,7 +47,10 @@ namespace gfrep::transfer::internal {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 inline constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
-inline constexpr int kProtocolVersion = 1;
+// 2 (2026-11-24): control messages after a shared-key authentication carry a MAC.
+inline constexpr int kProtocolVersion = 2;
+// Bytes of the MAC that ends every control message on a bound connection (HMAC-SHA256).
+inline constexpr std::size_t kControlMacSize = 32;
 
 absl::Status FromAsio(const boost::system::error_code& ec, std::string_view context);
 // errno `e` as a status (ENOSPC -> kResourceExhausted, ENOENT -> kNotFound, ...).
@@ -58,6 +61,13 @@ std::shared_ptr<spdlog::logger> LoggerOf(const std::shared_ptr<spdlog::logger>& 
 asio::thread_pool& BlockingPool();
 std::string RandomHex(std::size_t bytes);
 std::string HmacHex(std::string_view key, std::string_view message);
+// HMAC-SHA256 of `message`: 32 raw bytes.
+std::string HmacRaw(std::string_view key, std::string_view message);
+// The key that binds a control connection's messages to its shared-key authentication: both
+// sides derive it from the shared key and both nonces, so an on-path attacker that cannot
+// read the key file can neither forge, alter, replay nor reorder a message.
+std::string ControlSessionKey(std::string_view shared_key, std::string_view client_nonce,
+                              std::string_view server_nonce);
 bool ConstantTimeEqual(std::string_view a, std::string_view b);
 
 // Runs fn() on BlockingPool() and resumes on the caller's executor with its result. The job
@@ -109,8 +119,22 @@ class Conn {
   std::uint64_t activity() const { return activity_; }
 
   asio::awaitable<absl::Status> Handshake(asio::ssl::context& ctx, bool server);
+  // Client side: also checks that the server's certificate names `host` (a DNS name or an IP
+  // address, against its subject alternative names).
+  asio::awaitable<absl::Status> Handshake(asio::ssl::context& ctx, std::string_view host);
   // True if TLS is on and the peer presented a certificate that verified.
   bool PeerCertificateVerified();
+  // The URI subject alternative names of the peer's verified certificate (gfrep://ROLE/NAME
+  // for certificates from gfca); empty without one.
+  std::vector<std::string> PeerCertificateUris();
+
+  // From now on every control message sent ends with HMAC-SHA256(key, direction | sequence
+  // number | JSON), and every control message read must end with the peer's: one that does
+  // not verify (altered, injected, replayed, reordered or unsigned) fails with
+  // kPermissionDenied. For shared-key sessions in clear text (TLS protects its own);
+  // `client` says which direction label this side sends with.
+  void BindControlMessages(std::string key, bool client);
+  bool bound() const { return !mac_key_.empty(); }
 
   // Never throws (strings that are not UTF-8 are replaced).
   asio::awaitable<absl::Status> SendControl(const Json& message);
@@ -137,6 +161,10 @@ class Conn {
   tcp::socket socket_;
   std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;
   std::uint64_t activity_ = 0;
+  std::string mac_key_;  // empty: messages are not bound
+  bool client_ = false;
+  std::uint64_t sent_ = 0;      // control messages sent since binding
+  std::uint64_t received_ = 0;  // control messages read since binding
 };
 using ConnPtr = std::shared_ptr<Conn>;
 
