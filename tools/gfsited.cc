@@ -215,6 +215,7 @@ int main(int argc, char** argv) {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
@@ -278,7 +279,15 @@ int main(int argc, char** argv) {
   // unreachable, and a signal must stop that too.
   std::thread waiter([&set, s = server->get(), agent = site_agent.get(), log] {
     int sig = 0;
-    sigwait(&set, &sig);
+    // SIGHUP: read the TLS files again (certificate rotation without a restart).
+    while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
+      absl::Status r = s->ReloadTls();
+      if (r.ok()) {
+        log->info("SIGHUP: TLS certificate, key and CA reloaded; new sessions use them");
+      } else {
+        log->error("SIGHUP: TLS files not reloaded, the ones in force stay: {}", r.ToString());
+      }
+    }
     log->info("signal {}: stopping", sig);
     s->Stop();
     if (agent) agent->Stop();

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <list>
 #include <map>
+#include <mutex>
 #include <optional>
 
 #include <fmt/format.h>
@@ -98,7 +99,13 @@ struct AgentServer::Impl {
   AgentOptions options;
   std::shared_ptr<spdlog::logger> log;
   std::filesystem::path spool;
-  std::unique_ptr<asio::ssl::context> tls;  // serving
+  // Serving; replaced by ReloadTls (sessions that began keep theirs). Guarded by tls_mu.
+  std::shared_ptr<asio::ssl::context> tls;
+  mutable std::mutex tls_mu;
+  std::shared_ptr<asio::ssl::context> Tls() const {
+    std::lock_guard<std::mutex> lock(tls_mu);
+    return tls;
+  }
   // Used only on the io thread. Declared before `io`: coroutine frames destroyed with `io`
   // still give back their session tokens and connection slots.
   std::map<std::string, std::shared_ptr<Session>> sessions;
@@ -277,7 +284,8 @@ struct AgentServer::Impl {
     if ((*role != "control" && *role != "data") || client_nonce->size() < 16 || client_nonce->size() > 64) {
       co_return co_await Fail(*conn, absl::InvalidArgumentError("malformed hello"));
     }
-    if (*want_tls && !tls) {
+    const std::shared_ptr<asio::ssl::context> tls_ctx = Tls();
+    if (*want_tls && !tls_ctx) {
       co_return co_await Fail(*conn, absl::FailedPreconditionError(
                                          "this agent has no TLS certificate (start gfsited with --tls-cert/--tls-key)"));
     }
@@ -288,7 +296,8 @@ struct AgentServer::Impl {
     Json msg1 = {{"op", "hello_ok"}, {"nonce", server_nonce}};
     if (absl::Status s = co_await conn->SendControl(msg1); !s.ok()) co_return s;
     if (*want_tls) {
-      if (absl::Status s = co_await conn->Handshake(*tls, true); !s.ok()) co_return s;
+      conn->KeepTlsContext(tls_ctx);
+      if (absl::Status s = co_await conn->Handshake(*tls_ctx, true); !s.ok()) co_return s;
     }
     if (*role == "data") co_return co_await Join(conn, server_nonce);
 
@@ -684,13 +693,23 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Create(AgentOptions op
   if (!impl->options.tls.cert.empty()) {
     auto ctx = internal::MakeTlsContext(impl->options.tls, true);
     if (!ctx.ok()) return ctx.status();
-    impl->tls = std::move(*ctx);
+    impl->tls = std::shared_ptr<asio::ssl::context>(std::move(*ctx));
   }
   impl->options.defaults.tls_options = impl->options.tls;
   absl::StatusOr<Endpoint> listen = ParseEndpoint(impl->options.listen);
   impl->probes = std::make_unique<internal::ProbeService>(impl->options.probe_helper,
                                                           listen.ok() ? listen->host : "0.0.0.0");
   return std::unique_ptr<AgentServer>(new AgentServer(std::move(impl)));
+}
+
+absl::Status AgentServer::ReloadTls() {
+  if (impl_->options.tls.cert.empty()) return absl::FailedPreconditionError("this agent has no TLS certificate");
+  absl::StatusOr<std::unique_ptr<asio::ssl::context>> ctx = internal::MakeTlsContext(impl_->options.tls, true);
+  if (!ctx.ok()) return ctx.status();
+  std::shared_ptr<asio::ssl::context> fresh(std::move(*ctx));
+  std::lock_guard<std::mutex> lock(impl_->tls_mu);
+  impl_->tls = std::move(fresh);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Endpoint> AgentServer::Start() {

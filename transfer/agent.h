@@ -81,6 +81,11 @@ class AgentServer {
   absl::StatusOr<Endpoint> Start();
   // Serves until Stop().
   void Run();
+  // Reads the certificate, key and CA files again (certificate rotation; gfsited does this on
+  // SIGHUP): sessions that start afterwards use them, running ones keep what they began
+  // with. On an error (a missing file, a key that does not match) the files in force stay.
+  // Thread-safe.
+  absl::Status ReloadTls();
   void Stop();
 
   struct Stats {

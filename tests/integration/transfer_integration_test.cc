@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -313,6 +314,62 @@ TEST_F(TransferIntegrationTest, TlsChecksTheAgentsHostNameAndTheClientsRole) {
                               "--tls-peers", "node,robot"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("unknown role 'robot'"), std::string::npos) << bad.err;
+}
+
+// Certificate rotation without a restart: gfsited reads its TLS files again on SIGHUP. A
+// broken set (a key that does not match) is refused and the one in force stays.
+TEST_F(TransferIntegrationTest, SighupReloadsTheAgentsCertificate) {
+  const std::string ca = dir_.Sub("ca");
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"init"}, {"issue", "node", "old", "--host", "10.9.9.9"}, {"issue", "node", "new", "--host", "127.0.0.1"}}) {
+    args.insert(args.begin(), BinPath("gfca"));
+    args.insert(args.end(), {"--dir", ca});
+    RunResult r = RunCommand(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  // The files the agent is started with first hold a certificate for another host.
+  const fs::path pem = dir_.path() / "agent.pem";
+  const fs::path key = dir_.path() / "agent.key";
+  auto install = [&](const std::string& pem_from, const std::string& key_from) {
+    fs::copy_file(pem_from, dir_.path() / "next.pem", fs::copy_options::overwrite_existing);
+    fs::copy_file(key_from, dir_.path() / "next.key", fs::copy_options::overwrite_existing);
+    fs::rename(dir_.path() / "next.pem", pem);
+    fs::rename(dir_.path() / "next.key", key);
+  };
+  install(ca + "/old.pem", ca + "/old.key");
+  Subprocess a;
+  const std::string pa = StartAgent(a, dir_.Sub("a"), {"--tls-cert", pem.string(), "--tls-key", key.string(),
+                                                       "--tls-ca", ca + "/ca.pem", "--require-tls"});
+  testing::WriteRandomFile(dir_.path() / "src.dat", 1 << 20, 13);
+  auto put = [&](const std::string& name) {
+    return RunCommand(Gfcp({"--tls", "--tls-ca", ca + "/ca.pem", dir_.Sub("src.dat"), "gf://" + pa + "/" + name}));
+  };
+  auto wait_for_log = [&](const std::string& needle, std::size_t count) {
+    for (int i = 0; i < 100; ++i) {
+      std::string err = a.Stderr();
+      std::size_t n = 0;
+      for (std::size_t at = err.find(needle); at != std::string::npos; at = err.find(needle, at + 1)) ++n;
+      if (n >= count) return true;
+      std::this_thread::sleep_for(50ms);  // polling a log file: there is no event to wait on
+    }
+    return false;
+  };
+  RunResult before = put("before.dat");
+  EXPECT_NE(before.exit_code, 0);
+  EXPECT_NE(before.err.find("does not name 127.0.0.1"), std::string::npos) << before.err;
+  // A certificate with another certificate's key: refused, the old one stays in force.
+  install(ca + "/new.pem", ca + "/old.key");
+  a.Signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log("TLS files not reloaded", 1)) << a.Stderr();
+  EXPECT_NE(put("mismatch.dat").err.find("does not name 127.0.0.1"), std::string::npos);
+  // The right pair: new sessions use it, with no restart.
+  install(ca + "/new.pem", ca + "/new.key");
+  a.Signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log("TLS certificate, key and CA reloaded", 1)) << a.Stderr();
+  RunResult after = put("after.dat");
+  EXPECT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_EQ(testing::ReadFile(dir_.path() / "a" / "after.dat"), testing::ReadFile(dir_.path() / "src.dat"));
+  EXPECT_TRUE(a.running());
 }
 
 TEST_F(TransferIntegrationTest, CommandLineErrorsAreOneLineAndNonZero) {

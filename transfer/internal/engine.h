@@ -122,6 +122,8 @@ class Conn {
   // Client side: also checks that the server's certificate names `host` (a DNS name or an IP
   // address, against its subject alternative names).
   asio::awaitable<absl::Status> Handshake(asio::ssl::context& ctx, std::string_view host);
+  // Holds `ctx` as long as this connection (a server's context may be replaced meanwhile).
+  void KeepTlsContext(std::shared_ptr<asio::ssl::context> ctx) { tls_ctx_ = std::move(ctx); }
   // True if TLS is on and the peer presented a certificate that verified.
   bool PeerCertificateVerified();
   // The URI subject alternative names of the peer's verified certificate (gfrep://ROLE/NAME
@@ -159,6 +161,7 @@ class Conn {
   asio::awaitable<absl::Status> Write(const Buffers& buffers, std::string_view what);
 
   tcp::socket socket_;
+  std::shared_ptr<asio::ssl::context> tls_ctx_;  // declared first: outlives tls_
   std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;
   std::uint64_t activity_ = 0;
   std::string mac_key_;  // empty: messages are not bound
