@@ -222,6 +222,13 @@ class Catalog {
   virtual absl::StatusOr<std::vector<Request>> ListRequests(bool any_state, RequestState state,
                                                             std::size_t limit) = 0;
   virtual absl::StatusOr<Request> UpdateRequest(const RequestUpdate& update) = 0;
+  // Forgets finished requests (done, failed, cancelled) last changed before
+  // `finished_before_ns`, with their tasks: at most `max` requests, oldest first; returns how
+  // many. A request with an open task stays. Ids are never given out twice, also after a
+  // restart (the high-water marks are stored with the purge). One event (kind request,
+  // state "purged") per request. The default implementation (for
+  // fakes) is kUnimplemented.
+  virtual absl::StatusOr<std::size_t> PurgeFinishedRequests(std::int64_t finished_before_ns, std::size_t max);
 
   // Creates tasks atomically (all or none). Each path must be a file; the task records its
   // inode, current generation and size. Both nodes must exist.

@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <google/protobuf/descriptor.h>
 #include <grpcpp/support/server_interceptor.h>
 
@@ -941,8 +943,28 @@ absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& cat
   auto impl = std::make_unique<Impl>();
   impl->service = std::make_unique<Service>(catalog, options);
   std::shared_ptr<grpc::ServerCredentials> creds;
+  const bool watch_files = options.tls_reload_interval.count() > 0 && !options.tls_cert_file.empty() &&
+                           !options.tls_key_file.empty() &&
+                           (options.tls_client_ca_pem.empty() || !options.tls_client_ca_file.empty());
   if (options.tls_cert_pem.empty()) {
     creds = grpc::InsecureServerCredentials();
+  } else if (watch_files) {
+    // The same handshake as below, from files gRPC reads again every interval.
+    const auto interval = static_cast<unsigned int>(options.tls_reload_interval.count());
+    auto provider = options.tls_client_ca_pem.empty()
+                        ? std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+                              options.tls_key_file, options.tls_cert_file, interval)
+                        : std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+                              options.tls_key_file, options.tls_cert_file, options.tls_client_ca_file, interval);
+    grpc::experimental::TlsServerCredentialsOptions tls(provider);
+    tls.watch_identity_key_cert_pairs();
+    if (!options.tls_client_ca_pem.empty()) {
+      tls.watch_root_certs();
+      tls.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    } else {
+      tls.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    }
+    creds = grpc::experimental::TlsServerCredentials(tls);
   } else {
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});

@@ -34,6 +34,13 @@ struct ServerOptions {
   // a refusal is PERMISSION_DENIED naming the action and the identity. Empty: no client
   // certificates, no identities, everything allowed (development on loopback).
   std::string tls_client_ca_pem;
+  // Certificate rotation without a restart: the files the three PEMs above were read from,
+  // and how often to look at them again (gRPC's file watcher; a new pair is used for new
+  // connections once both files changed and match). Zero or no paths: the PEMs stay.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  std::chrono::seconds tls_reload_interval{0};
   // Called for every refused call (on a gRPC thread): e.g. a log line.
   // Also told when the audit event of a refusal could not be written.
   std::function<void(const absl::Status&)> on_denied;

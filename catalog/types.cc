@@ -348,6 +348,10 @@ absl::StatusOr<std::map<std::string, std::uint64_t>> Catalog::StorageStats() {
   return absl::UnimplementedError("no storage figures");
 }
 
+absl::StatusOr<std::size_t> Catalog::PurgeFinishedRequests(std::int64_t, std::size_t) {
+  return absl::UnimplementedError("PurgeFinishedRequests");
+}
+
 absl::Status Catalog::RecordAudit(std::string_view, std::string_view, std::string_view) {
   return absl::UnimplementedError("RecordAudit");
 }

@@ -711,10 +711,29 @@ void Planner::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Planner::PurgeIfDue() {
+  if (options_.finished_request_retention.count() <= 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (last_purge_.time_since_epoch().count() != 0 && now - last_purge_ < options_.purge_interval) return;
+  last_purge_ = now;
+  const std::int64_t cutoff =
+      Now() - std::chrono::duration_cast<std::chrono::nanoseconds>(options_.finished_request_retention).count();
+  for (int round = 0; round < 100 && !stop_; ++round) {  // 1000 a round, 100,000 at most per interval
+    absl::StatusOr<std::size_t> n = options_.catalog->PurgeFinishedRequests(cutoff, 1000);
+    if (!n.ok()) {
+      if (!absl::IsUnimplemented(n.status())) log_->warn("planner: purge finished requests: {}", n.status().ToString());
+      return;
+    }
+    if (*n > 0) log_->info("planner: forgot {} requests finished over {} s ago", *n, options_.finished_request_retention.count());
+    if (*n < 1000) return;
+  }
+}
+
 void Planner::Loop() {
   std::uint64_t seq = 0;
   bool have_seq = false;
   while (!stop_) {
+    PurgeIfDue();
     if (!have_seq) {
       absl::StatusOr<std::uint64_t> last = options_.catalog->LastEventSeq();
       if (last.ok()) {

@@ -76,6 +76,11 @@ struct PlannerOptions {
   int max_open_tasks_per_node = 64;
   // Attempts per task (passed to TaskSpec::max_attempts).
   std::uint32_t max_attempts = 5;
+  // Finished requests (and their tasks) are forgotten this long after they finished
+  // (Catalog::PurgeFinishedRequests, checked every `purge_interval` by Start()'s loop);
+  // zero keeps them forever.
+  std::chrono::seconds finished_request_retention{7 * 24 * 3600};
+  std::chrono::milliseconds purge_interval{600000};
   // Longest wait between two steps when nothing happens (Start()).
   std::chrono::milliseconds interval{1000};
   // Null: spdlog::default_logger().
@@ -155,6 +160,8 @@ class Planner {
   std::int64_t Now() const;
   absl::StatusOr<FileList> Expand(const catalog::RequestSpec& spec);
   void Loop();
+  // Forgets old finished requests when `purge_interval` has passed since the last time.
+  void PurgeIfDue();
 
   // Constant after construction.
   PlannerOptions options_;
@@ -171,6 +178,7 @@ class Planner {
 
   std::atomic<bool> stop_{false};
   std::thread thread_;
+  std::chrono::steady_clock::time_point last_purge_{};  // Loop's thread only
 };
 
 }  // namespace gfrep::replica

@@ -56,6 +56,12 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure", insecure,
                "Serve a non-loopback address without mutual TLS: anyone who reaches the port may do "
                "anything (development only)");
+  int tls_reload_s = 60;
+  app.add_option("--tls-reload-interval", tls_reload_s,
+                 "Seconds between looks at the --tls-cert/--tls-key/--tls-client-ca files: rotated "
+                 "certificates are used for new connections without a restart; 0 = read once")
+      ->check(CLI::Range(0, 86400))
+      ->capture_default_str();
   double max_calls_per_identity = 5000;
   app.add_option("--max-calls-per-identity", max_calls_per_identity,
                  "With mutual TLS: calls a second each identity may make, in bursts of twice that "
@@ -82,6 +88,12 @@ int main(int argc, char** argv) {
                  "gfsited reports its --workers gets at least 5 per worker (claims ahead and "
                  "commits in flight hold tasks too)")
       ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  double keep_finished_days = 7;
+  app.add_option("--keep-finished-requests", keep_finished_days,
+                 "Planner: days a finished request (and its tasks) is kept before it is forgotten; "
+                 "0 keeps them forever")
+      ->check(CLI::Range(0.0, 36500.0))
       ->capture_default_str();
   bool no_repair = false;
   app.add_flag("--no-repair", no_repair,
@@ -179,6 +191,10 @@ int main(int argc, char** argv) {
   server_options.listen = listen;
   server_options.worker_threads = workers;
   server_options.max_calls_per_identity = max_calls_per_identity;
+  server_options.tls_cert_file = tls_cert;
+  server_options.tls_key_file = tls_key;
+  server_options.tls_client_ca_file = tls_client_ca;
+  server_options.tls_reload_interval = std::chrono::seconds(tls_reload_s);
   if (!tls_cert.empty() || !tls_key.empty()) {
     absl::StatusOr<std::string> cert = ReadPem(tls_cert);
     absl::StatusOr<std::string> key = ReadPem(tls_key);
@@ -222,6 +238,8 @@ int main(int argc, char** argv) {
     planner_options.logger = log;
     planner_options.heartbeat_timeout = std::chrono::seconds(node_timeout_s);
     planner_options.max_open_tasks_per_node = open_per_node;
+    planner_options.finished_request_retention =
+        std::chrono::seconds(static_cast<std::int64_t>(keep_finished_days * 86400));
     absl::StatusOr<std::unique_ptr<replica::Planner>> p = replica::Planner::Create(planner_options);
     if (!p.ok()) return tools::Fail(kProgram, p.status().ToString());
     planner = std::move(*p);

@@ -98,6 +98,15 @@ absl::Status RocksCatalog::Init() {
   committed_seq_ = *seq;
   last_request_ = *req;
   last_task_ = *task;
+  for (auto [key, last] : {std::pair{kRequestHwmKey, &last_request_}, std::pair{kTaskHwmKey, &last_task_}}) {
+    std::string v;
+    rocksdb::Status gs = db_->Get(rocksdb::ReadOptions(), cf(kDefault), key, &v);
+    if (gs.IsNotFound()) continue;
+    if (absl::Status s = FromRocks(gs, key); !s.ok()) return s;
+    absl::StatusOr<std::uint64_t> mark = GetBigEndian64(v);
+    if (!mark.ok()) return mark.status();
+    *last = std::max(*last, *mark);
+  }
   return absl::OkStatus();
 }
 

@@ -54,6 +54,10 @@ inline constexpr const char* kCfNames[kNumCf] = {
 
 inline constexpr char kInodeHwmKey[] = "inode_hwm";
 inline constexpr char kPoliciesKey[] = "policies";
+// The highest request and task ids given out when requests were last purged (a purge may
+// remove the newest ones; ids are never given out twice).
+inline constexpr char kRequestHwmKey[] = "request_hwm";
+inline constexpr char kTaskHwmKey[] = "task_hwm";
 inline constexpr std::uint64_t kInodeBlock = 1u << 16;
 inline constexpr std::size_t kNameLockStripes = 512;
 inline constexpr std::uint32_t kMaxCopies = 64;
@@ -166,6 +170,7 @@ class RocksCatalog final : public Catalog {
   absl::StatusOr<std::vector<Event>> ReadEvents(std::uint64_t after_seq, std::size_t max,
                                                 std::chrono::milliseconds wait) override;
   absl::StatusOr<std::uint64_t> LastEventSeq() override;
+  absl::StatusOr<std::size_t> PurgeFinishedRequests(std::int64_t finished_before_ns, std::size_t max) override;
   absl::Status RecordAudit(std::string_view who, std::string_view what, std::string_view detail) override;
 
   absl::StatusOr<std::string> Property(std::string_view name) {

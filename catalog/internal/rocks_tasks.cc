@@ -74,6 +74,46 @@ absl::StatusOr<std::vector<Request>> RocksCatalog::ListRequests(bool any_state,
 }
 
 
+absl::StatusOr<std::size_t> RocksCatalog::PurgeFinishedRequests(std::int64_t finished_before_ns, std::size_t max) {
+  WorkLock work(this);
+  rocksdb::WriteBatch batch;
+  std::size_t purged = 0;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf(kRequests)));
+  for (it->SeekToFirst(); it->Valid() && purged < max; it->Next()) {
+    absl::StatusOr<Request> r = DecodeRequest(View(it->value()));
+    if (!r.ok()) return r.status();
+    if (!IsFinal(r->state) || r->updated_ns >= finished_before_ns) continue;
+    std::vector<std::uint64_t> tasks;
+    absl::Status s = Scan(kRequestTasks, U64Key(r->id), "", [&](std::string_view key, std::string_view) {
+      if (absl::StatusOr<std::uint64_t> id = GetBigEndian64(key, 8); id.ok()) tasks.push_back(*id);
+      return true;
+    });
+    if (!s.ok()) return s;
+    bool keep = false;
+    for (std::uint64_t id : tasks) {
+      absl::StatusOr<Task> t = GetTask(id);
+      if (absl::IsNotFound(t.status())) continue;
+      if (!t.ok()) return t.status();
+      keep = keep || t->state == TaskState::kQueued || t->state == TaskState::kLeased;
+    }
+    if (keep) continue;
+    for (std::uint64_t id : tasks) {
+      batch.Delete(cf(kTasks), U64Key(id));
+      batch.Delete(cf(kRequestTasks), RequestTaskKey(r->id, id));
+    }
+    batch.Delete(cf(kRequests), U64Key(r->id));
+    AddEvent(batch, EventKind::kRequest, r->id, "", "purged",
+             fmt::format("finished {} ({}), {} tasks", ToString(r->state), r->spec.owner, tasks.size()));
+    purged += 1;
+  }
+  if (absl::Status s = FromRocks(it->status(), "purge requests"); !s.ok()) return s;
+  if (purged == 0) return purged;
+  batch.Put(cf(kDefault), kRequestHwmKey, U64Key(last_request_));
+  batch.Put(cf(kDefault), kTaskHwmKey, U64Key(last_task_));
+  if (absl::Status s = WriteLocked(&batch, "purge requests"); !s.ok()) return s;
+  return purged;
+}
+
 absl::StatusOr<Request> RocksCatalog::UpdateRequest(const RequestUpdate& u) {
   if (absl::Status s = ValidateLabel("error", u.error); !s.ok()) return s;
   WorkLock work(this);

@@ -254,5 +254,59 @@ TEST(CatalogAuthStartTest, AnIdentityOverItsRateWaitsAndOthersAreNotSlowed) {
   EXPECT_EQ(done.exit_code, 0) << done.err;
 }
 
+// Certificate rotation without a restart: gfcatalogd looks at its TLS files again every
+// --tls-reload-interval seconds. Here its first certificate names another host (clients
+// refuse it); once the files hold one for 127.0.0.1, new connections use it.
+TEST(CatalogAuthStartTest, RotatedCertificateFilesAreUsedWithoutARestart) {
+  testing::TempDir dir("auth-rotate");
+  const std::string ca = dir.Sub("ca");
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"init"}, {"issue", "catalog", "old", "--host", "10.9.9.9"}, {"issue", "catalog", "new", "--host", "127.0.0.1"},
+           {"issue", "admin", "root"}}) {
+    args.insert(args.begin(), testing::BinPath("gfca"));
+    args.insert(args.end(), {"--dir", ca});
+    RunResult r = testing::RunCommand(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  const fs::path pem = dir.path() / "catalog.pem";
+  const fs::path key = dir.path() / "catalog.key";
+  auto install = [&](const std::string& name) {  // each file replaced whole (rename)
+    fs::copy_file(ca + "/" + name + ".pem", dir.path() / "next.pem", fs::copy_options::overwrite_existing);
+    fs::copy_file(ca + "/" + name + ".key", dir.path() / "next.key", fs::copy_options::overwrite_existing);
+    fs::rename(dir.path() / "next.key", key);
+    fs::rename(dir.path() / "next.pem", pem);
+  };
+  install("old");
+  auto p = testing::Subprocess::Start({testing::BinPath("gfcatalogd"), "--db", dir.Sub("db"), "--listen",
+                                       "127.0.0.1:0", "--no-planner", "--tls-cert", pem.string(), "--tls-key",
+                                       key.string(), "--tls-client-ca", ca + "/ca.pem", "--tls-reload-interval", "1"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<std::string> address = p->WaitForListen(std::chrono::seconds(30));
+  ASSERT_TRUE(address.ok()) << address.status();
+  auto stat_root = [&]() {
+    catalog::ClientOptions co;
+    co.address = *address;
+    co.timeout = std::chrono::seconds(2);
+    co.tls_root_pem = testing::ReadFile(ca + "/ca.pem");
+    co.tls_cert_pem = testing::ReadFile(ca + "/root.pem");
+    co.tls_key_pem = testing::ReadFile(ca + "/root.key");
+    auto c = catalog::CatalogClient::Create(co);
+    return c.ok() ? (*c)->Stat("/").status() : c.status();
+  };
+  EXPECT_FALSE(stat_root().ok()) << "the first certificate names 10.9.9.9";
+  install("new");
+  absl::Status after;
+  for (int i = 0; i < 20; ++i) {  // picked up within a second or two
+    after = stat_root();
+    if (after.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  EXPECT_TRUE(after.ok()) << after;
+  EXPECT_TRUE(p->running()) << "no restart";
+  p->Signal(SIGTERM);
+  RunResult done = p->Wait(std::chrono::seconds(20));
+  EXPECT_EQ(done.exit_code, 0) << done.err;
+}
+
 }  // namespace
 }  // namespace gfrep

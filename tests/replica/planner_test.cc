@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <atomic>
 #include <functional>
 #include <set>
@@ -867,6 +869,46 @@ TEST_F(PlannerTest, ACancelRacingAStepIsNotUndone) {
   EXPECT_TRUE((*planner)->Step().ok());
   EXPECT_EQ(Get(id).state, RequestState::kCancelled);
   EXPECT_TRUE(Tasks(id, false).empty());
+}
+
+// The running planner forgets finished requests after their retention (gfcatalogd
+// --keep-finished-requests): the catalog does not grow with every request ever made.
+TEST_F(PlannerTest, AFinishedRequestIsForgottenAfterItsRetention) {
+  Commit("/d/old", 10, "a1");
+  catalog::RequestSpec spec;
+  spec.paths = {"/d/old"};
+  spec.dst_sites = {"B"};
+  const std::uint64_t old_id = Request(spec);
+  auto planner = MakePlanner();
+  ASSERT_TRUE(planner->Step().ok());
+  CompleteAll();
+  ASSERT_TRUE(planner->Step().ok());
+  ASSERT_EQ(Get(old_id).state, RequestState::kDone);
+  catalog::RequestSpec open_spec = spec;
+  open_spec.dst_sites = {"C"};
+  const std::uint64_t open_id = Request(open_spec);  // its task is never completed: it stays open
+  PlannerOptions o;
+  o.catalog = cat_.get();
+  o.clock = [this] { return now_.load(); };
+  o.finished_request_retention = std::chrono::hours(1);
+  o.purge_interval = std::chrono::milliseconds(10);
+  o.interval = std::chrono::milliseconds(20);
+  auto running = Planner::Create(o);
+  ASSERT_TRUE(running.ok()) << running.status();
+  (*running)->Start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // several purge checks within the hour
+  EXPECT_TRUE(cat_->GetRequest(old_id).ok()) << "kept within its retention";
+  now_ += 2 * 3600 * kSecond;
+  bool forgotten = false;
+  for (int i = 0; i < 200 && !forgotten; ++i) {
+    forgotten = absl::IsNotFound(cat_->GetRequest(old_id).status());
+    if (!forgotten) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the planner's thread
+  }
+  (*running)->Stop();
+  EXPECT_TRUE(forgotten);
+  absl::StatusOr<catalog::Request> open = cat_->GetRequest(open_id);
+  ASSERT_TRUE(open.ok()) << open.status();
+  EXPECT_NE(open->state, RequestState::kDone);
 }
 
 }  // namespace

@@ -1510,5 +1510,77 @@ TEST_F(RocksCatalogTest, AClaimReplacesACorruptRecordOfItsNode) {
   EXPECT_EQ(RecordOf("/f", "b1")->state, ReplicaState::kComplete);
 }
 
+// Finished requests are forgotten after their retention, with their tasks; open ones, recent
+// ones stay, and a restart gives no purged id out again.
+TEST_F(RocksCatalogTest, PurgeForgetsOldFinishedRequestsWithTheirTasksAndNeverReusesAnId) {
+  MakeTopologyAndFile();
+  auto request_with_task = [&](RequestState end) {
+    absl::StatusOr<Request> req = catalog_->CreateRequest(Req("/f"));
+    EXPECT_TRUE(req.ok()) << req.status();
+    TaskSpec spec;
+    spec.request_id = req->id;
+    spec.path = "/f";
+    spec.src_node = "a1";
+    spec.dst_node = "b1";
+    spec.max_attempts = 3;
+    absl::StatusOr<std::vector<Task>> tasks = catalog_->CreateTasks({spec});
+    EXPECT_TRUE(tasks.ok()) << tasks.status();
+    if (end != RequestState::kRunning) {
+      EXPECT_TRUE(catalog_->AbandonTask(tasks->front().id, "test").ok());
+      RequestUpdate u;
+      u.id = req->id;
+      u.set_state = true;
+      u.state = end;
+      EXPECT_TRUE(catalog_->UpdateRequest(u).ok());
+    }
+    return std::make_pair(req->id, tasks->front().id);
+  };
+  const std::int64_t t0 = now_.load();
+  auto [done_req, done_task] = request_with_task(RequestState::kDone);
+  auto [failed_req, failed_task] = request_with_task(RequestState::kFailed);
+  auto [open_req, open_task] = request_with_task(RequestState::kRunning);  // still running
+  now_ += 3600'000'000'000LL;  // an hour later
+  auto [recent_req, recent_task] = request_with_task(RequestState::kDone);
+  auto [newest_req, newest_task] = request_with_task(RequestState::kCancelled);
+  now_ += 1'000'000'000LL;
+  absl::StatusOr<std::uint64_t> seq = catalog_->LastEventSeq();
+  ASSERT_TRUE(seq.ok());
+
+  // Older than half an hour: the done and the failed request go, with their tasks.
+  absl::StatusOr<std::size_t> purged = catalog_->PurgeFinishedRequests(t0 + 1800'000'000'000LL, 100);
+  ASSERT_TRUE(purged.ok()) << purged.status();
+  EXPECT_EQ(*purged, 2u);
+  EXPECT_TRUE(absl::IsNotFound(catalog_->GetRequest(done_req).status()));
+  EXPECT_TRUE(absl::IsNotFound(catalog_->GetTask(done_task).status()));
+  EXPECT_TRUE(absl::IsNotFound(catalog_->GetRequest(failed_req).status()));
+  EXPECT_TRUE(absl::IsNotFound(catalog_->GetTask(failed_task).status()));
+  EXPECT_TRUE(catalog_->ListTasks(ByRequest(done_req))->empty());
+  EXPECT_TRUE(catalog_->GetRequest(open_req).ok());
+  EXPECT_TRUE(catalog_->GetTask(open_task).ok());
+  EXPECT_TRUE(catalog_->GetRequest(recent_req).ok());
+  absl::StatusOr<std::vector<Event>> events = catalog_->ReadEvents(*seq, 100, 0ms);
+  ASSERT_TRUE(events.ok());
+  int purge_events = 0;
+  for (const Event& e : *events) purge_events += e.kind == EventKind::kRequest && e.state == "purged" ? 1 : 0;
+  EXPECT_EQ(purge_events, 2);
+
+  // Everything finished and old: all but the running one, the newest included.
+  now_ += 3600'000'000'000LL;
+  purged = catalog_->PurgeFinishedRequests(now_.load(), 100);
+  ASSERT_TRUE(purged.ok()) << purged.status();
+  EXPECT_EQ(*purged, 2u);  // recent_req and newest_req; open_req still runs
+  EXPECT_TRUE(absl::IsNotFound(catalog_->GetRequest(newest_req).status()));
+  EXPECT_TRUE(absl::IsNotFound(catalog_->GetTask(newest_task).status()));
+  // After a restart, new ids are above every id given out before, also the purged newest.
+  Open();
+  absl::StatusOr<Request> next = catalog_->CreateRequest(Req("/f"));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_GT(next->id, newest_req);
+  absl::StatusOr<Task> task = OneTask();
+  ASSERT_TRUE(task.ok()) << task.status();
+  EXPECT_GT(task->id, newest_task);
+  EXPECT_EQ(catalog_->PurgeFinishedRequests(now_.load(), 0).value_or(99), 0u) << "max 0 purges none";
+}
+
 }  // namespace
 }  // namespace gfrep::catalog
