@@ -181,6 +181,15 @@ TEST_F(CatalogAuthTest, EachIdentityMayDoOnlyWhatItsRoleAllows) {
   EXPECT_TRUE(audited("user alice", "SendHeartbeat"));
   EXPECT_TRUE(audited("node kek1", "PutReplica"));
   EXPECT_TRUE(audited("node kek1", "Remove"));
+  // gfevents shows them to an operator.
+  RunResult shown = Tool({"gfevents", "--kind", "audit", "-n", "100"});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("audit   user alice     denied     PutSite: user alice may not (admin only) [from ipv4:127.0.0.1:"),
+            std::string::npos) << shown.out;
+  EXPECT_EQ(shown.out.find("replica "), std::string::npos) << "only audit events";
+  RunResult bad_kind = Tool({"gfevents", "--kind", "audits"});
+  EXPECT_NE(bad_kind.exit_code, 0);
+  EXPECT_NE(bad_kind.err.find("not one of"), std::string::npos) << bad_kind.err;
 }
 
 TEST(CatalogAuthStartTest, APublicAddressWithoutMutualTlsIsRefusedUnlessInsecure) {
