@@ -7,8 +7,10 @@
 #include <google/protobuf/descriptor.h>
 #include <grpcpp/support/server_interceptor.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <mutex>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -977,6 +979,10 @@ absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& cat
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, creds, &impl->port);
   builder.RegisterService(impl->service.get());
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(std::clamp<std::int64_t>(options.handshake_timeout.count(), 1, INT32_MAX)));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(std::clamp<std::int64_t>(options.max_connection_idle.count(), 1, INT32_MAX)));
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;

@@ -55,6 +55,12 @@ struct ServerOptions {
   int worker_threads = 64;
   // Threads that poll the event log for Watch streams.
   int watch_threads = 4;
+  // A connection that has not finished its (TLS and HTTP/2) handshake by then is closed: a
+  // flood of connections that never speak holds no file descriptor for long. gRPC's own
+  // default is 120 s.
+  std::chrono::milliseconds handshake_timeout{10000};
+  // A connection with no call for this long is closed (clients reconnect when they next call).
+  std::chrono::milliseconds max_connection_idle{600000};
   // Largest request or response message, bytes.
   int max_message_bytes = 64 << 20;
   // Longest long-poll a ReadEvents caller may ask for.

@@ -56,6 +56,11 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure", insecure,
                "Serve a non-loopback address without mutual TLS: anyone who reaches the port may do "
                "anything (development only)");
+  double handshake_timeout_s = 10;
+  app.add_option("--handshake-timeout", handshake_timeout_s,
+                 "Seconds a new connection may take to finish its TLS and HTTP/2 handshake before it is closed")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
   int tls_reload_s = 60;
   app.add_option("--tls-reload-interval", tls_reload_s,
                  "Seconds between looks at the --tls-cert/--tls-key/--tls-client-ca files: rotated "
@@ -195,6 +200,12 @@ int main(int argc, char** argv) {
   server_options.tls_key_file = tls_key;
   server_options.tls_client_ca_file = tls_client_ca;
   server_options.tls_reload_interval = std::chrono::seconds(tls_reload_s);
+  server_options.handshake_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(handshake_timeout_s * 1000));
+  // Each client connection is a file descriptor: the usual soft limit of 1024 would let a
+  // thousand idle connections lock everyone else out.
+  if (absl::Status s = tools::RaiseOpenFileLimit(1u << 20, *log); !s.ok() && absl::IsInternal(s)) {
+    log->warn("{}", s.ToString());
+  }
   if (!tls_cert.empty() || !tls_key.empty()) {
     absl::StatusOr<std::string> cert = ReadPem(tls_cert);
     absl::StatusOr<std::string> key = ReadPem(tls_key);

@@ -27,26 +27,6 @@ namespace {
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 }  // namespace
 
-namespace {
-
-// Raises the soft RLIMIT_NOFILE to `want` (at most the hard limit).
-absl::Status RaiseOpenFileLimit(rlim_t want, spdlog::logger& log) {
-  rlimit rl{};
-  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return absl::InternalError("getrlimit(RLIMIT_NOFILE) failed");
-  if (rl.rlim_cur >= want) return absl::OkStatus();
-  const rlim_t was = rl.rlim_cur;
-  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
-  if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) return absl::InternalError("setrlimit(RLIMIT_NOFILE) failed");
-  log.info("open files limit {} -> {}", was, rl.rlim_cur);
-  if (rl.rlim_cur < want) {
-    return absl::ResourceExhaustedError(fmt::format(
-        "open files limited to {} (hard limit); --max-connections {} may not all be served",
-        rl.rlim_cur, want - 4096));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"gfsited: gfrep site agent (serves and receives striped transfers for a spool directory)"};
@@ -174,9 +154,9 @@ int main(int argc, char** argv) {
 
   // Every connection served and every data stream of a copy is a file descriptor: a soft
   // limit of 1024 (the usual default) would make accept fail long before --max-connections.
-  if (absl::Status s = RaiseOpenFileLimit(static_cast<rlim_t>(max_connections) + 4096, *log);
+  if (absl::Status s = gfrep::tools::RaiseOpenFileLimit(static_cast<std::uint64_t>(max_connections) + 4096, *log);
       !s.ok()) {
-    log->warn("{}", s.ToString());
+    log->warn("{}: --max-connections {} may not all be served", s.ToString(), max_connections);
   }
 
   gfrep::transfer::AgentOptions options;

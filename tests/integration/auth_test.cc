@@ -4,9 +4,15 @@
 // expired) and a catalog certificate that does not name the host dialled; identities acting
 // beyond their role (a user changing the topology, a node acting for another node) get
 // PERMISSION_DENIED naming the action and the identity; a replication runs end to end.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <csignal>
 #include <filesystem>
 #include <thread>
@@ -312,6 +318,76 @@ TEST(CatalogAuthStartTest, RotatedCertificateFilesAreUsedWithoutARestart) {
   }
   EXPECT_TRUE(after.ok()) << after;
   EXPECT_TRUE(p->running()) << "no restart";
+  p->Signal(SIGTERM);
+  RunResult done = p->Wait(std::chrono::seconds(20));
+  EXPECT_EQ(done.exit_code, 0) << done.err;
+}
+
+// A flood of connections that never speak must not lock others out: gfcatalogd raises its
+// open-files limit (here started with a soft limit of 256, as a shell might give it 1024)
+// and closes connections that do not finish their TLS handshake (--handshake-timeout).
+TEST(CatalogAuthStartTest, AFloodOfSilentConnectionsDoesNotLockOthersOut) {
+  testing::TempDir dir("auth-flood");
+  const std::string ca = dir.Sub("ca");
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"init"}, {"issue", "catalog", "cat", "--host", "127.0.0.1"}, {"issue", "admin", "root"}}) {
+    args.insert(args.begin(), testing::BinPath("gfca"));
+    args.insert(args.end(), {"--dir", ca});
+    RunResult r = testing::RunCommand(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  auto p = testing::Subprocess::Start({"/usr/bin/prlimit", "--nofile=256:20000", testing::BinPath("gfcatalogd"),
+                                       "--db", dir.Sub("db"), "--listen", "127.0.0.1:0", "--no-planner",
+                                       "--tls-cert", ca + "/cat.pem", "--tls-key", ca + "/cat.key",
+                                       "--tls-client-ca", ca + "/ca.pem", "--handshake-timeout", "1"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<std::string> address = p->WaitForListen(std::chrono::seconds(30));
+  ASSERT_TRUE(address.ok()) << address.status();
+  const std::size_t colon = address->rfind(':');
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<std::uint16_t>(std::stoi(address->substr(colon + 1))));
+  ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  std::vector<int> silent;
+  struct Closer {
+    std::vector<int>& fds;
+    ~Closer() {
+      for (int fd : fds) ::close(fd);
+    }
+  } closer{silent};
+  for (int i = 0; i < 400; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    silent.push_back(fd);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0) << std::strerror(errno);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the catalog accept them
+  catalog::ClientOptions co;
+  co.address = *address;
+  co.timeout = std::chrono::seconds(5);
+  co.tls_root_pem = testing::ReadFile(ca + "/ca.pem");
+  co.tls_cert_pem = testing::ReadFile(ca + "/root.pem");
+  co.tls_key_pem = testing::ReadFile(ca + "/root.key");
+  auto client = catalog::CatalogClient::Create(co);
+  ASSERT_TRUE(client.ok());
+  absl::Status served = (*client)->Stat("/").status();
+  EXPECT_TRUE(served.ok()) << served << " (400 silent connections beside a soft limit of 256)";
+  // The silent ones are closed once their handshake time is up (EOF or reset within 10 s).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int closed = 0;
+  for (int fd : silent) {
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      pollfd pfd{fd, POLLIN, 0};
+      if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) != 1) break;
+      char buf[256];
+      if (::recv(fd, buf, sizeof(buf), MSG_DONTWAIT) <= 0) {
+        ++closed;
+        break;
+      }
+    }
+  }
+  EXPECT_EQ(closed, 400);
   p->Signal(SIGTERM);
   RunResult done = p->Wait(std::chrono::seconds(20));
   EXPECT_EQ(done.exit_code, 0) << done.err;

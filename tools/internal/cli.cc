@@ -2,6 +2,9 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -89,6 +92,21 @@ int Fail(std::string_view program, std::string_view message, int code) {
   std::fprintf(stderr, "%.*s: %.*s\n", static_cast<int>(program.size()), program.data(),
                static_cast<int>(message.size()), message.data());
   return code;
+}
+
+absl::Status RaiseOpenFileLimit(std::uint64_t want, spdlog::logger& log) {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return absl::InternalError("getrlimit(RLIMIT_NOFILE) failed");
+  if (rl.rlim_cur >= want) return absl::OkStatus();
+  const rlim_t was = rl.rlim_cur;
+  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? static_cast<rlim_t>(want) : std::min<rlim_t>(want, rl.rlim_max);
+  if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) return absl::InternalError("setrlimit(RLIMIT_NOFILE) failed");
+  log.info("open files limit {} -> {}", was, rl.rlim_cur);
+  if (rl.rlim_cur < want) {
+    return absl::ResourceExhaustedError(
+        fmt::format("open files limited to {} (the hard limit), below the {} wanted", rl.rlim_cur, want));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace gfrep::tools

@@ -41,4 +41,8 @@ absl::StatusOr<std::uint64_t> ParseRate(std::string_view text);
 // Prints "<program>: <message>" on stderr. Returns `code` so mains can `return Fail(...)`.
 int Fail(std::string_view program, std::string_view message, int code = 1);
 
+// Raises the soft RLIMIT_NOFILE to `want` (at most the hard limit) and logs the change.
+// kResourceExhausted naming both numbers if the hard limit is lower.
+absl::Status RaiseOpenFileLimit(std::uint64_t want, spdlog::logger& log);
+
 }  // namespace gfrep::tools
