@@ -1,6 +1,6 @@
 // The AMGA experiment on the gfrep catalog (issue 4), over gRPC on loopback.
 //
-//   build-*/bin/catalog_amga_bench [--max-dirs 10000] [--entries 100] [--samples 300]
+//   build-*/bin/catalog_amga_bench [--max-dirs 10000] [--entries 100] [--samples 300] [--mtls [--rate N]]
 //
 // 1. Grows a tree to 1, 100, 1K, 10K (... --max-dirs) directories of --entries files each,
 //    plus 10 directories of 1,000 entries, and after each size times `ls` (List over gRPC)
@@ -14,6 +14,8 @@
 #include <rocksdb/db.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -106,18 +108,44 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--batch", batch, "Paths per CreateFiles/StatMany call")->capture_default_str();
   app.add_option("--seconds", seconds, "Duration of each throughput run")->capture_default_str();
+  bool mtls = false;
+  double rate = 0;
+  app.add_flag("--mtls", mtls,
+               "Mutual TLS with authorization (gfca certificates; every client is the admin 'bench')");
+  app.add_option("--rate", rate, "With --mtls: max calls a second per identity (0: no limit)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   gfrep::testing::TempDir dir("catalog-bench");
+  ServerOptions so;
+  ClientOptions co;
+  if (mtls) {
+    const std::string ca = dir.Sub("ca");
+    const std::string gfca = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "gfca").string();
+    for (const std::string& args : {std::string("init"), std::string("issue catalog cat --host 127.0.0.1"),
+                                    std::string("issue admin bench")}) {
+      Check(std::system(fmt::format("'{}' {} --dir '{}' >/dev/null", gfca, args, ca).c_str()) == 0
+                ? absl::OkStatus()
+                : absl::InternalError("gfca " + args),
+            "certificates");
+    }
+    so.tls_cert_pem = gfrep::testing::ReadFile(ca + "/cat.pem");
+    so.tls_key_pem = gfrep::testing::ReadFile(ca + "/cat.key");
+    so.tls_client_ca_pem = gfrep::testing::ReadFile(ca + "/ca.pem");
+    so.max_calls_per_identity = rate;
+    co.tls_root_pem = so.tls_client_ca_pem;
+    co.tls_cert_pem = gfrep::testing::ReadFile(ca + "/bench.pem");
+    co.tls_key_pem = gfrep::testing::ReadFile(ca + "/bench.key");
+    std::printf("mutual TLS, authorization, %s\n",
+                rate > 0 ? fmt::format("at most {:g} calls/s per identity", rate).c_str() : "no rate limit");
+  }
   CatalogOptions bulk;
   bulk.path = dir.Sub("tree");
   bulk.sync = false;  // tree building only; the throughput part below syncs every write
   absl::StatusOr<std::unique_ptr<Catalog>> tree = OpenRocksCatalog(bulk);
   Check(tree.status(), "open tree catalog");
-  ServerOptions so;
   absl::StatusOr<std::unique_ptr<CatalogServer>> server = CatalogServer::Start(**tree, so);
   Check(server.status(), "start server");
-  ClientOptions co;
   co.address = (*server)->address();
   absl::StatusOr<std::unique_ptr<CatalogClient>> client = CatalogClient::Create(co);
   Check(client.status(), "client");
