@@ -49,24 +49,21 @@ struct CatalogClient::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Catalog::Stub> stub;
 
-  void Prepare(grpc::ClientContext& ctx, std::chrono::milliseconds extra = {}) const {
-    ctx.set_deadline(std::chrono::system_clock::now() + options.timeout + extra);
-    ctx.set_wait_for_ready(options.wait_for_ready);
-  }
-
   // Calls one unary method; converts the status and, on success, the response. A call the
   // catalog refused for our identity's rate (RESOURCE_EXHAUSTED with "gfrep-retry-after-ms";
   // nothing was done) is sent again after the wait it names, while the call's time lasts.
   template <typename Req, typename Resp, typename Method>
   absl::Status Call(Method method, const Req& req, Resp* resp,
                     std::chrono::milliseconds extra = {}) const {
-    const auto deadline = std::chrono::steady_clock::now() + options.timeout + extra;
+    // One deadline for all attempts: a retried call takes no longer than one would.
+    const auto deadline = std::chrono::system_clock::now() + options.timeout + extra;
     for (;;) {
       grpc::ClientContext ctx;
-      Prepare(ctx, extra);
+      ctx.set_deadline(deadline);
+      ctx.set_wait_for_ready(options.wait_for_ready);
       grpc::Status s = (stub.get()->*method)(&ctx, req, resp);
       const std::optional<std::chrono::milliseconds> wait = RetryAfter(s, ctx);
-      if (!wait || std::chrono::steady_clock::now() + *wait >= deadline) return FromGrpc(s);
+      if (!wait || std::chrono::system_clock::now() + *wait >= deadline) return FromGrpc(s);
       std::this_thread::sleep_for(*wait);  // the server said when; nothing to wait on
     }
   }

@@ -27,7 +27,6 @@ namespace {
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 }  // namespace
 
-
 int main(int argc, char** argv) {
   CLI::App app{"gfsited: gfrep site agent (serves and receives striped transfers for a spool directory)"};
   gfrep::tools::CommonFlags common;
