@@ -243,16 +243,22 @@
     title: '1 s', bins: 10, step: 5, graph: null, labelsKey: '',
   };
 
-  // The streams' three graphs: one line per stream, 0.1-s bins and 1-s and 10-s averages.
-  const streamViews = ROUTE_VIEWS.map((spec) => {
-    const div = el('div', 'graph');
-    div.dataset.window = spec.window;
-    div.dataset.points = '0';
-    div.dataset.lastMbps = '0';
-    div.dataset.lastMs = '0';
-    document.getElementById('stream-graphs').append(div);
-    return Object.assign({ el: div, graph: null, labelsKey: '' }, spec, { color: null });
-  });
+  // The three graphs of a route or of the streams panel (0.1-s bins, 1-s and 10-s averages),
+  // appended to `parent`; `extra` is merged into each view.
+  function makeGraphViews(parent, extra) {
+    return ROUTE_VIEWS.map((spec) => {
+      const div = el('div', 'graph');
+      div.dataset.window = spec.window;
+      div.dataset.points = '0';
+      div.dataset.lastMbps = '0';
+      div.dataset.lastMs = '0';
+      parent.append(div);
+      return Object.assign({ el: div, graph: null, labelsKey: '' }, spec, extra);
+    });
+  }
+
+  // The streams' three graphs: one line per stream.
+  const streamViews = makeGraphViews(document.getElementById('stream-graphs'), { color: null });
 
   function el(tag, className, text) {
     const e = document.createElement(tag);
@@ -273,15 +279,7 @@
     head.append(meta);
     row.append(head);
     const graphs = el('div', 'graphs');
-    const views = ROUTE_VIEWS.map((spec) => {
-      const div = el('div', 'graph');
-      div.dataset.window = spec.window;
-      div.dataset.points = '0';
-      div.dataset.lastMbps = '0';
-      div.dataset.lastMs = '0';
-      graphs.append(div);
-      return Object.assign({ el: div, graph: null, labelsKey: '' }, spec);
-    });
+    const views = makeGraphViews(graphs, {});
     row.append(graphs);
     route = { row, meta, views, capacityBps: 0, ceilingBps: 0 };
     routeRows.set(key, route);
