@@ -69,13 +69,8 @@ int main(int argc, char** argv) {
   const auto page_start = Clock::now();
   std::thread page([&] {
     namespace asio = boost::asio;
-    namespace websocket = boost::beast::websocket;
     asio::io_context io;
-    websocket::stream<asio::ip::tcp::socket> ws(io);
-    const std::size_t colon = http.rfind(':');
-    ws.next_layer().connect({asio::ip::make_address(http.substr(0, colon)),
-                             static_cast<unsigned short>(std::stoi(http.substr(colon + 1)))});
-    ws.handshake(http, "/ws");
+    gfrep::testing::WebSocket ws = gfrep::testing::OpenWebSocket(io, http, "/ws");
     ws.text(true);
     ws.write(asio::buffer(std::string(R"({"streams":"src0->n0"})")));  // one pair's streams
     boost::beast::flat_buffer buffer;

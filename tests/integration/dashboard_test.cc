@@ -80,13 +80,8 @@ class DashboardTest : public testing::FederationTest {
   // (the last minute of its streams' bins).
   nlohmann::json WatchStreams(const std::string& pair) {
     namespace asio = boost::asio;
-    namespace websocket = boost::beast::websocket;
     asio::io_context io;
-    websocket::stream<asio::ip::tcp::socket> ws(io);
-    const std::size_t colon = http_.rfind(':');
-    ws.next_layer().connect({asio::ip::make_address(http_.substr(0, colon)),
-                             static_cast<unsigned short>(std::stoi(http_.substr(colon + 1)))});
-    ws.handshake(http_, "/ws");
+    testing::WebSocket ws = testing::OpenWebSocket(io, http_, "/ws");
     ws.text(true);
     ws.write(asio::buffer(nlohmann::json{{"streams", pair}}.dump()));
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -132,14 +127,8 @@ TEST_F(DashboardTest, HealthAndMetricsAreServedByBothDaemons) {
   // A page connected to /ws gets the history first, then ticks at 10 Hz and the state every
   // second (not only when it connects).
   {
-    namespace asio = boost::asio;
-    namespace websocket = boost::beast::websocket;
-    asio::io_context io;
-    websocket::stream<asio::ip::tcp::socket> ws(io);
-    const std::size_t colon = http_.rfind(':');
-    ws.next_layer().connect({asio::ip::make_address(http_.substr(0, colon)),
-                             static_cast<unsigned short>(std::stoi(http_.substr(colon + 1)))});
-    ws.handshake(http_, "/ws");
+    boost::asio::io_context io;
+    testing::WebSocket ws = testing::OpenWebSocket(io, http_, "/ws");
     std::map<std::string, int> kinds;
     std::string first;
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(3500);

@@ -60,4 +60,14 @@ double MetricValue(const std::string& text, const std::string& name) {
   return -1;
 }
 
+WebSocket OpenWebSocket(boost::asio::io_context& io, const std::string& host_port, const std::string& target) {
+  namespace asio = boost::asio;
+  WebSocket ws(io);
+  const std::size_t colon = host_port.rfind(':');
+  ws.next_layer().connect({asio::ip::make_address(host_port.substr(0, colon)),
+                           static_cast<unsigned short>(std::stoi(host_port.substr(colon + 1)))});
+  ws.handshake(host_port, target);
+  return ws;
+}
+
 }  // namespace gfrep::testing
