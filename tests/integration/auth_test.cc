@@ -198,6 +198,18 @@ TEST_F(CatalogAuthTest, EachIdentityMayDoOnlyWhatItsRoleAllows) {
   EXPECT_NE(bad_kind.err.find("not one of"), std::string::npos) << bad_kind.err;
 }
 
+// Client options for gfcatalogd at `address` as NAME, with the certificates gfca made in `ca`.
+catalog::ClientOptions ClientWithCertificate(const std::string& address, const std::string& ca,
+                                             const std::string& name, std::chrono::milliseconds timeout) {
+  catalog::ClientOptions co;
+  co.address = address;
+  co.timeout = timeout;
+  co.tls_root_pem = testing::ReadFile(ca + "/ca.pem");
+  co.tls_cert_pem = testing::ReadFile(ca + "/" + name + ".pem");
+  co.tls_key_pem = testing::ReadFile(ca + "/" + name + ".key");
+  return co;
+}
+
 TEST(CatalogAuthStartTest, APublicAddressWithoutMutualTlsIsRefusedUnlessInsecure) {
   testing::TempDir dir("auth-start");
   RunResult r = testing::RunCommand(
@@ -218,14 +230,10 @@ TEST(CatalogAuthStartTest, APublicAddressWithoutMutualTlsIsRefusedUnlessInsecure
 TEST(CatalogAuthStartTest, AnIdentityOverItsRateWaitsAndOthersAreNotSlowed) {
   testing::TempDir dir("auth-rate");
   const std::string ca = dir.Sub("ca");
-  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+  absl::Status certs = testing::MakeCertificates(ca, {
            {"init"}, {"issue", "catalog", "cat", "--host", "127.0.0.1"}, {"issue", "user", "alice"},
-           {"issue", "admin", "root"}}) {
-    args.insert(args.begin(), testing::BinPath("gfca"));
-    args.insert(args.end(), {"--dir", ca});
-    RunResult r = testing::RunCommand(args);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-  }
+           {"issue", "admin", "root"}});
+  ASSERT_TRUE(certs.ok()) << certs;
   // Two calls a second, four at once.
   auto p = testing::Subprocess::Start({testing::BinPath("gfcatalogd"), "--db", dir.Sub("db"), "--listen",
                                        "127.0.0.1:0", "--no-planner", "--tls-cert", ca + "/cat.pem", "--tls-key",
@@ -235,13 +243,7 @@ TEST(CatalogAuthStartTest, AnIdentityOverItsRateWaitsAndOthersAreNotSlowed) {
   absl::StatusOr<std::string> address = p->WaitForListen(std::chrono::seconds(30));
   ASSERT_TRUE(address.ok()) << address.status();
   auto client = [&](const std::string& name, std::chrono::milliseconds timeout) {
-    catalog::ClientOptions co;
-    co.address = *address;
-    co.timeout = timeout;
-    co.tls_root_pem = testing::ReadFile(ca + "/ca.pem");
-    co.tls_cert_pem = testing::ReadFile(ca + "/" + name + ".pem");
-    co.tls_key_pem = testing::ReadFile(ca + "/" + name + ".key");
-    auto c = catalog::CatalogClient::Create(co);
+    auto c = catalog::CatalogClient::Create(ClientWithCertificate(*address, ca, name, timeout));
     EXPECT_TRUE(c.ok()) << c.status();
     return std::move(*c);
   };
@@ -275,14 +277,10 @@ TEST(CatalogAuthStartTest, AnIdentityOverItsRateWaitsAndOthersAreNotSlowed) {
 TEST(CatalogAuthStartTest, RotatedCertificateFilesAreUsedWithoutARestart) {
   testing::TempDir dir("auth-rotate");
   const std::string ca = dir.Sub("ca");
-  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+  absl::Status certs = testing::MakeCertificates(ca, {
            {"init"}, {"issue", "catalog", "old", "--host", "10.9.9.9"}, {"issue", "catalog", "new", "--host", "127.0.0.1"},
-           {"issue", "admin", "root"}}) {
-    args.insert(args.begin(), testing::BinPath("gfca"));
-    args.insert(args.end(), {"--dir", ca});
-    RunResult r = testing::RunCommand(args);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-  }
+           {"issue", "admin", "root"}});
+  ASSERT_TRUE(certs.ok()) << certs;
   const fs::path pem = dir.path() / "catalog.pem";
   const fs::path key = dir.path() / "catalog.key";
   auto install = [&](const std::string& name) {  // each file replaced whole (rename)
@@ -299,13 +297,7 @@ TEST(CatalogAuthStartTest, RotatedCertificateFilesAreUsedWithoutARestart) {
   absl::StatusOr<std::string> address = p->WaitForListen(std::chrono::seconds(30));
   ASSERT_TRUE(address.ok()) << address.status();
   auto stat_root = [&]() {
-    catalog::ClientOptions co;
-    co.address = *address;
-    co.timeout = std::chrono::seconds(2);
-    co.tls_root_pem = testing::ReadFile(ca + "/ca.pem");
-    co.tls_cert_pem = testing::ReadFile(ca + "/root.pem");
-    co.tls_key_pem = testing::ReadFile(ca + "/root.key");
-    auto c = catalog::CatalogClient::Create(co);
+    auto c = catalog::CatalogClient::Create(ClientWithCertificate(*address, ca, "root", std::chrono::seconds(2)));
     return c.ok() ? (*c)->Stat("/").status() : c.status();
   };
   EXPECT_FALSE(stat_root().ok()) << "the first certificate names 10.9.9.9";
@@ -329,13 +321,9 @@ TEST(CatalogAuthStartTest, RotatedCertificateFilesAreUsedWithoutARestart) {
 TEST(CatalogAuthStartTest, AFloodOfSilentConnectionsDoesNotLockOthersOut) {
   testing::TempDir dir("auth-flood");
   const std::string ca = dir.Sub("ca");
-  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
-           {"init"}, {"issue", "catalog", "cat", "--host", "127.0.0.1"}, {"issue", "admin", "root"}}) {
-    args.insert(args.begin(), testing::BinPath("gfca"));
-    args.insert(args.end(), {"--dir", ca});
-    RunResult r = testing::RunCommand(args);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-  }
+  absl::Status certs = testing::MakeCertificates(ca, {
+           {"init"}, {"issue", "catalog", "cat", "--host", "127.0.0.1"}, {"issue", "admin", "root"}});
+  ASSERT_TRUE(certs.ok()) << certs;
   auto p = testing::Subprocess::Start({"/usr/bin/prlimit", "--nofile=256:20000", testing::BinPath("gfcatalogd"),
                                        "--db", dir.Sub("db"), "--listen", "127.0.0.1:0", "--no-planner",
                                        "--tls-cert", ca + "/cat.pem", "--tls-key", ca + "/cat.key",
@@ -362,13 +350,7 @@ TEST(CatalogAuthStartTest, AFloodOfSilentConnectionsDoesNotLockOthersOut) {
     ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0) << std::strerror(errno);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the catalog accept them
-  catalog::ClientOptions co;
-  co.address = *address;
-  co.timeout = std::chrono::seconds(5);
-  co.tls_root_pem = testing::ReadFile(ca + "/ca.pem");
-  co.tls_cert_pem = testing::ReadFile(ca + "/root.pem");
-  co.tls_key_pem = testing::ReadFile(ca + "/root.key");
-  auto client = catalog::CatalogClient::Create(co);
+  auto client = catalog::CatalogClient::Create(ClientWithCertificate(*address, ca, "root", std::chrono::seconds(5)));
   ASSERT_TRUE(client.ok());
   absl::Status served = (*client)->Stat("/").status();
   EXPECT_TRUE(served.ok()) << served << " (400 silent connections beside a soft limit of 256)";

@@ -265,18 +265,10 @@ TEST_F(TransferIntegrationTest, TlsChecksTheAgentsHostNameAndTheClientsRole) {
   // gfca certificates: the agent's names 127.0.0.1 (a good one) or 10.9.9.9 (another host's);
   // clients hold a node, a user and a catalog certificate.
   const std::string ca = dir_.Sub("ca");
-  auto gfca = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), BinPath("gfca"));
-    args.insert(args.end(), {"--dir", ca});
-    RunResult r = RunCommand(args);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-  };
-  gfca({"init"});
-  gfca({"issue", "node", "agent", "--host", "127.0.0.1"});
-  gfca({"issue", "node", "elsewhere", "--host", "10.9.9.9"});
-  gfca({"issue", "node", "kek1"});
-  gfca({"issue", "user", "alice"});
-  gfca({"issue", "catalog", "cat"});
+  absl::Status certs = testing::MakeCertificates(
+      ca, {{"init"}, {"issue", "node", "agent", "--host", "127.0.0.1"}, {"issue", "node", "elsewhere", "--host", "10.9.9.9"},
+           {"issue", "node", "kek1"}, {"issue", "user", "alice"}, {"issue", "catalog", "cat"}});
+  ASSERT_TRUE(certs.ok()) << certs;
   testing::WriteRandomFile(dir_.path() / "src.dat", 1 << 20, 12);
   auto put = [&](const std::string& agent, const std::string& client, const std::string& name) {
     return RunCommand(Gfcp({"--tls", "--tls-ca", ca + "/ca.pem", "--tls-cert", ca + "/" + client + ".pem",
@@ -320,13 +312,9 @@ TEST_F(TransferIntegrationTest, TlsChecksTheAgentsHostNameAndTheClientsRole) {
 // broken set (a key that does not match) is refused and the one in force stays.
 TEST_F(TransferIntegrationTest, SighupReloadsTheAgentsCertificate) {
   const std::string ca = dir_.Sub("ca");
-  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
-           {"init"}, {"issue", "node", "old", "--host", "10.9.9.9"}, {"issue", "node", "new", "--host", "127.0.0.1"}}) {
-    args.insert(args.begin(), BinPath("gfca"));
-    args.insert(args.end(), {"--dir", ca});
-    RunResult r = RunCommand(args);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-  }
+  absl::Status certs = testing::MakeCertificates(ca, {
+           {"init"}, {"issue", "node", "old", "--host", "10.9.9.9"}, {"issue", "node", "new", "--host", "127.0.0.1"}});
+  ASSERT_TRUE(certs.ok()) << certs;
   // The files the agent is started with first hold a certificate for another host.
   const fs::path pem = dir_.path() / "agent.pem";
   const fs::path key = dir_.path() / "agent.key";

@@ -220,4 +220,14 @@ double ProcessCpuSeconds(pid_t pid) {
          static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
+absl::Status MakeCertificates(const std::string& ca_dir, const std::vector<std::vector<std::string>>& commands) {
+  for (std::vector<std::string> args : commands) {
+    args.insert(args.begin(), BinPath("gfca"));
+    args.insert(args.end(), {"--dir", ca_dir});
+    RunResult r = RunCommand(args);
+    if (r.exit_code != 0) return absl::InternalError(absl::StrCat("gfca ", args[1], ": ", r.err));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace gfrep::testing

@@ -90,6 +90,10 @@ class Subprocess {
 // utime + stime of process `pid` so far, in seconds (from /proc/PID/stat); -1 if unreadable.
 double ProcessCpuSeconds(pid_t pid);
 
+// Runs `gfca ARGS... --dir ca_dir` for each of `commands` (e.g. {"init"}, {"issue", "node",
+// "kek1", "--host", "127.0.0.1"}); the first failure's stderr, or OK.
+absl::Status MakeCertificates(const std::string& ca_dir, const std::vector<std::vector<std::string>>& commands);
+
 RunResult RunCommand(const std::vector<std::string>& argv, const SubprocessOptions& options = {},
               std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
