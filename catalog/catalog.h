@@ -60,6 +60,13 @@ struct MkdirOptions {
   std::string owner;
 };
 
+// What SetAttributes changes (chmod, chown, chgrp); unset fields stay.
+struct AttributeChange {
+  std::optional<std::uint32_t> mode;  // 0..01777 (permission bits and the sticky bit)
+  std::optional<std::string> owner;   // a user name, or "" for none (admin-owned)
+  std::optional<std::string> group;   // a group name, or "" for none
+};
+
 // What a writer knows about a file's new content.
 struct FileContent {
   std::uint64_t size = 0;
@@ -322,6 +329,19 @@ class Catalog {
   // The default implementation (for fakes) is kUnimplemented.
   virtual absl::StatusOr<PolicyDocument> PutPolicies(std::string_view text, std::string_view source,
                                                      std::optional<std::uint64_t> expected_version);
+
+  // Changes an entry's mode, owner or group (the root's too) and returns the entry.
+  // kInvalidArgument for a mode above 01777 or a bad name. Who may do it is the server's
+  // business (catalog/permissions.h). The default implementation (for fakes) is kUnimplemented.
+  virtual absl::StatusOr<Attributes> SetAttributes(std::string_view path, const AttributeChange& change);
+
+  // --- User tokens (catalog/token.h) -----------------------------------------------
+
+  // Records that the token `id` is revoked; kept until `expires_unix` (after that the token
+  // is refused as expired anyway). Durable before it returns. Default: kUnimplemented.
+  virtual absl::Status RevokeToken(std::string_view id, std::int64_t expires_unix);
+  // Every revoked token still recorded: id -> its expiry (Unix seconds). Default: kUnimplemented.
+  virtual absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> RevokedTokens();
 
   // --- Events ----------------------------------------------------------------------
 

@@ -17,8 +17,11 @@
 
 #include <fmt/format.h>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "catalog/identity.h"
+#include "catalog/permissions.h"
+#include "catalog/token.h"
 #include "catalog/internal/convert.h"
 #include "catalog/internal/rate_limiter.h"
 #include "catalog/proto/catalog.grpc.pb.h"
@@ -69,6 +72,14 @@ std::size_t Limit(std::uint64_t requested, std::size_t max) {
 }
 
 class Service;
+
+// Who made a call, once it passed its role check: namespace calls of users then check the
+// entries' permissions (catalog/permissions.h). `who` is empty without mutual TLS.
+struct Caller {
+  std::optional<Identity> who;
+  std::string peer;
+  bool user() const { return who.has_value() && who->role == Role::kUser; }
+};
 
 // One Watch stream: polls the event log on the watch pool, writes one EventList per
 // batch, and finishes when the client cancels or the server shuts down. Never more than
@@ -125,6 +136,13 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::EventList> {
   v1::EventList batch_;
 };
 
+// A Watch refused before it started.
+class RefusedWatch final : public grpc::ServerWriteReactor<v1::EventList> {
+ public:
+  explicit RefusedWatch(const grpc::Status& s) { Finish(s); }
+  void OnDone() override { delete this; }
+};
+
 class Service final : public v1::Catalog::CallbackService {
  public:
   Service(Catalog& catalog, const ServerOptions& options)
@@ -153,15 +171,81 @@ class Service final : public v1::Catalog::CallbackService {
 
   std::uint64_t denied() const { return denied_.load(); }
 
+  // The revoked tokens recorded in the catalog (at start).
+  absl::Status LoadRevokedTokens() {
+    absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> list = catalog_.RevokedTokens();
+    if (absl::IsUnimplemented(list.status())) return absl::OkStatus();
+    if (!list.ok()) return list.status();
+    absl::MutexLock l(&revoked_mu_);
+    for (auto& [id, exp] : *list) revoked_.emplace(std::move(id), exp);
+    return absl::OkStatus();
+  }
+
  private:
-  // The caller's identity: the gfrep:// URI SAN of its verified client certificate.
-  static std::optional<Identity> IdentityOf(const grpc::CallbackServerContext* c) {
+  // The caller's identity: the gfrep:// URI SANs of its verified client certificate, else a
+  // user token in "authorization: Bearer TOKEN" (when the catalog has a token key). nullopt
+  // for neither; kUnauthenticated for a token that is malformed, forged, expired or revoked.
+  absl::StatusOr<std::optional<Identity>> IdentityOf(const grpc::CallbackServerContext* c) {
     std::shared_ptr<const grpc::AuthContext> auth = c->auth_context();
-    if (auth == nullptr || !auth->IsPeerAuthenticated()) return std::nullopt;
-    for (const grpc::string_ref& uri : auth->FindPropertyValues(GRPC_PEER_URI_PROPERTY_NAME)) {
-      if (std::optional<Identity> id = IdentityFromUri(std::string_view(uri.data(), uri.size()))) return id;
+    if (auth != nullptr && auth->IsPeerAuthenticated()) {
+      std::vector<std::string> uris;
+      for (const grpc::string_ref& uri : auth->FindPropertyValues(GRPC_PEER_URI_PROPERTY_NAME)) {
+        uris.emplace_back(uri.data(), uri.size());
+      }
+      if (std::optional<Identity> id = IdentityFromUris(uris)) return id;
     }
-    return std::nullopt;
+    const auto& meta = c->client_metadata();
+    auto it = meta.find("authorization");
+    if (it == meta.end() || options_.token_key.empty()) return std::optional<Identity>();
+    std::string_view value(it->second.data(), it->second.size());
+    constexpr std::string_view kBearer = "Bearer ";
+    if (!value.starts_with(kBearer)) {
+      return absl::UnauthenticatedError("authorization metadata: want 'Bearer TOKEN'");
+    }
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+    absl::StatusOr<TokenClaims> claims = VerifyToken(value.substr(kBearer.size()), options_.token_key, now);
+    if (!claims.ok()) return claims.status();
+    {
+      absl::MutexLock l(&revoked_mu_);
+      if (revoked_.contains(claims->id)) {
+        return absl::UnauthenticatedError(
+            fmt::format("token refused: token {} of user {} was revoked", claims->id, claims->user));
+      }
+    }
+    Identity id;
+    id.role = Role::kUser;
+    id.name = claims->user;
+    id.groups = std::move(claims->groups);
+    id.scopes = std::move(claims->scopes);
+    id.token_id = claims->id;
+    return std::optional<Identity>(std::move(id));
+  }
+
+  // A refusal by the namespace's permissions, counted and audited like a role refusal.
+  absl::Status Refused(const Caller& caller, absl::Status s) {
+    if (absl::IsPermissionDenied(s)) {
+      denied_ += 1;
+      if (options_.on_denied) options_.on_denied(s);
+      Audit(caller.who ? caller.who->ToString() : "unidentified",
+            fmt::format("{} [from {}]", std::string(s.message()), caller.peer));
+    }
+    return s;
+  }
+  // Users change and cancel only their own requests.
+  absl::Status OwnRequest(const Caller& caller, std::string_view action, std::uint64_t id) {
+    if (!caller.user()) return absl::OkStatus();
+    absl::StatusOr<Request> r = catalog_.GetRequest(id);
+    if (!r.ok()) return r.status();
+    if (r->spec.owner == caller.who->name) return absl::OkStatus();
+    return Refused(caller, absl::PermissionDeniedError(fmt::format(
+                               "{} {}: {} may not (the request is {}'s)", action, id, caller.who->ToString(),
+                               r->spec.owner.empty() ? "an admin" : r->spec.owner)));
+  }
+
+  NamespaceGuard Guard(const Caller& caller) {
+    return NamespaceGuard(catalog_, Principal{caller.who->name, caller.who->groups, caller.who->ToString()});
   }
 
   template <typename Items, typename NodeOf>
@@ -174,11 +258,26 @@ class Service final : public v1::Catalog::CallbackService {
   // nullptr when the caller may do `action`; otherwise the call, finished with
   // PERMISSION_DENIED. Without client certificates (no CA configured) everything is allowed.
   grpc::ServerUnaryReactor* Deny(grpc::CallbackServerContext* c, std::string_view action, Access access,
-                                 const std::vector<std::string_view>& nodes = {}) {
+                                 const std::vector<std::string_view>& nodes = {}, Caller* caller = nullptr) {
     if (options_.tls_client_ca_pem.empty()) return nullptr;
-    const std::optional<Identity> who = IdentityOf(c);
+    absl::StatusOr<std::optional<Identity>> identified = IdentityOf(c);
+    if (!identified.ok()) {
+      denied_ += 1;
+      if (options_.on_denied) options_.on_denied(identified.status());
+      Audit("unidentified", fmt::format("{}: {} [from {}]", action, std::string(identified.status().message()), c->peer()));
+      grpc::ServerUnaryReactor* reactor = c->DefaultReactor();
+      reactor->Finish(ToGrpc(identified.status()));
+      return reactor;
+    }
+    const std::optional<Identity>& who = *identified;
     absl::Status s = Authorize(who, action, access, nodes);
-    if (s.ok()) return OverRate(c, action, *who);
+    if (s.ok()) {
+      if (caller != nullptr) {
+        caller->who = who;
+        caller->peer = c->peer();
+      }
+      return OverRate(c, action, *who);
+    }
     denied_ += 1;
     if (options_.on_denied) options_.on_denied(s);
     Audit(who ? who->ToString() : "unidentified", fmt::format("{} [from {}]", std::string(s.message()), c->peer()));
@@ -192,7 +291,9 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* OverRate(grpc::CallbackServerContext* c, std::string_view action,
                                      const Identity& who) {
     if (limiter_ == nullptr) return nullptr;
-    const std::chrono::milliseconds wait = limiter_->Acquire(who.ToString());
+    Identity key = who;  // one rate per user, whichever token or certificate it uses
+    key.token_id.clear();
+    const std::chrono::milliseconds wait = limiter_->Acquire(key.ToString());
     if (wait.count() == 0) return nullptr;
     rate_limited_ += 1;
     c->AddTrailingMetadata("gfrep-retry-after-ms", std::to_string(wait.count()));
@@ -259,12 +360,19 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* Mkdir(grpc::CallbackServerContext* c, const v1::MkdirRequest* req,
                                   v1::Attributes* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "Mkdir", Access::kNamespace)) return denied;
-    return Offload(c, [this, req, resp] {
+    Caller caller;
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "Mkdir", Access::kNamespace, {}, &caller)) return denied;
+    return Offload(c, [this, req, resp, caller] {
       MkdirOptions o;
       o.parents = req->parents();
       if (req->mode() != 0) o.mode = req->mode();
       o.owner = req->owner();
+      if (caller.user()) {
+        if (absl::Status s = Guard(caller).MayCreate("Mkdir", req->path(), false).status(); !s.ok()) {
+          return Refused(caller, s);
+        }
+        o.owner = caller.who->name;
+      }
       return Fill(catalog_.Mkdir(req->path(), o), resp);
     });
   }
@@ -272,10 +380,17 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* CreateFile(grpc::CallbackServerContext* c,
                                        const v1::CreateFileRequest* req,
                                        v1::Attributes* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "CreateFile", Access::kNamespace)) return denied;
-    return Offload(c, [this, req, resp] {
+    Caller caller;
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "CreateFile", Access::kNamespace, {}, &caller)) return denied;
+    return Offload(c, [this, req, resp, caller] {
       FileContent content = FromProto(req->content());
       if (content.mode == 0) content.mode = 0644;
+      if (caller.user()) {
+        if (absl::Status s = Guard(caller).MayCreate("CreateFile", req->path(), false).status(); !s.ok()) {
+          return Refused(caller, s);
+        }
+        content.owner = caller.who->name;
+      }
       return Fill(catalog_.CreateFile(req->path(), content), resp);
     });
   }
@@ -283,10 +398,17 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* BeginWrite(grpc::CallbackServerContext* c,
                                        const v1::CreateFileRequest* req,
                                        v1::WriteReservation* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "BeginWrite", Access::kNamespace)) return denied;
-    return Offload(c, [this, req, resp] {
+    Caller caller;
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "BeginWrite", Access::kNamespace, {}, &caller)) return denied;
+    return Offload(c, [this, req, resp, caller] {
       FileContent content = FromProto(req->content());
       if (content.mode == 0) content.mode = 0644;
+      if (caller.user()) {
+        if (absl::Status s = Guard(caller).MayCreate("BeginWrite", req->path(), true).status(); !s.ok()) {
+          return Refused(caller, s);
+        }
+        content.owner = caller.who->name;
+      }
       absl::StatusOr<WriteReservation> r = catalog_.BeginWrite(req->path(), content);
       if (r.ok()) {
         ToProto(r->attributes, resp->mutable_attributes());
@@ -299,10 +421,18 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* CommitFile(grpc::CallbackServerContext* c,
                                        const v1::CommitFileRequest* req,
                                        v1::Attributes* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "CommitFile", Access::kNamespace)) return denied;
-    return Offload(c, [this, req, resp] {
+    Caller caller;
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "CommitFile", Access::kNamespace, {}, &caller)) return denied;
+    return Offload(c, [this, req, resp, caller] {
       FileContent content = FromProto(req->content());
       if (content.mode == 0) content.mode = 0644;
+      if (caller.user()) {
+        absl::StatusOr<std::optional<Attributes>> existing = Guard(caller).MayCreate("CommitFile", req->path(), true);
+        if (!existing.ok()) return Refused(caller, existing.status());
+        // A new file is the writer's; new content of someone else's file keeps its owner and mode.
+        content.owner = existing->has_value() ? "" : caller.who->name;
+        if (existing->has_value()) content.mode = (*existing)->mode;
+      }
       std::optional<std::uint64_t> expected;
       if (req->has_expected_generation()) expected = req->expected_generation();
       return Fill(catalog_.CommitFile(req->path(), content, req->writer_node(), expected), resp);
@@ -312,13 +442,24 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* CreateFiles(grpc::CallbackServerContext* c,
                                         const v1::CreateFilesRequest* req,
                                         v1::AttributesList* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "CreateFiles", Access::kNamespace)) return denied;
-    return Offload(c, [this, req, resp] {
+    Caller caller;
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "CreateFiles", Access::kNamespace, {}, &caller)) return denied;
+    return Offload(c, [this, req, resp, caller] {
       std::vector<NewFile> files;
       files.reserve(static_cast<std::size_t>(req->files_size()));
+      std::string checked_parent;  // a batch usually fills one directory: check it once
       for (const v1::CreateFileRequest& f : req->files()) {
         NewFile n{f.path(), FromProto(f.content())};
         if (n.content.mode == 0) n.content.mode = 0644;
+        if (caller.user()) {
+          const std::string parent = f.path().substr(0, f.path().rfind('/'));
+          if (parent != checked_parent || parent.empty()) {
+            absl::StatusOr<std::optional<Attributes>> existing = Guard(caller).MayCreate("CreateFiles", f.path(), false);
+            if (!existing.ok()) return Refused(caller, existing.status());
+            if (!existing->has_value()) checked_parent = parent;  // the parent's rights were checked
+          }
+          n.content.owner = caller.who->name;
+        }
         files.push_back(std::move(n));
       }
       return FillList<Attributes, v1::Attributes>(catalog_.CreateFiles(files),
@@ -329,11 +470,17 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* StatMany(grpc::CallbackServerContext* c,
                                      const v1::StatManyRequest* req,
                                      v1::StatManyResponse* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "StatMany", Access::kRead)) return denied;
-    return Offload(c, [this, req, resp] {
+    Caller caller;
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "StatMany", Access::kRead, {}, &caller)) return denied;
+    return Offload(c, [this, req, resp, caller] {
       std::vector<std::string> paths(req->paths().begin(), req->paths().end());
       absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> results = catalog_.StatMany(paths);
       if (!results.ok()) return results.status();
+      if (caller.user()) {
+        for (std::size_t i = 0; i < paths.size() && i < results->size(); ++i) {
+          if (absl::Status s = Guard(caller).MayLookup("StatMany", paths[i]); !s.ok()) (*results)[i] = Refused(caller, s);
+        }
+      }
       return FillResults(*results, [resp] { return resp->add_results(); },
                          [](v1::StatResult* out) { return out->mutable_attributes(); });
     });
@@ -341,8 +488,14 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* Stat(grpc::CallbackServerContext* c, const v1::PathRequest* req,
                                  v1::Attributes* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "Stat", Access::kRead)) return denied;
-    return Inline(c, [&] { return Fill(catalog_.Stat(req->path()), resp); });
+    Caller caller;
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "Stat", Access::kRead, {}, &caller)) return denied;
+    return Inline(c, [&] {
+      if (caller.user()) {
+        if (absl::Status s = Guard(caller).MayLookup("Stat", req->path()); !s.ok()) return Refused(caller, s);
+      }
+      return Fill(catalog_.Stat(req->path()), resp);
+    });
   }
 
   grpc::ServerUnaryReactor* StatInode(grpc::CallbackServerContext* c, const v1::InodeRequest* req,
@@ -363,8 +516,12 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* c, const v1::ListRequest* req,
                                  v1::ListResponse* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "List", Access::kRead)) return denied;
-    return Offload(c, [this, req, resp] {
+    Caller caller;
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "List", Access::kRead, {}, &caller)) return denied;
+    return Offload(c, [this, req, resp, caller] {
+      if (caller.user()) {
+        if (absl::Status s = Guard(caller).MayList("List", req->path()); !s.ok()) return Refused(caller, s);
+      }
       ListOptions o;
       o.start_after = req->start_after();
       o.limit = Limit(req->limit(), kMaxListEntries);
@@ -382,20 +539,71 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* Remove(grpc::CallbackServerContext* c, const v1::RemoveRequest* req,
                                    v1::Empty*) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "Remove", Access::kNamespace)) return denied;
-    return Offload(c, [this, req] { return catalog_.Remove(req->path(), req->recursive()); });
+    Caller caller;
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "Remove", Access::kNamespace, {}, &caller)) return denied;
+    return Offload(c, [this, req, caller] {
+      if (caller.user()) {
+        if (absl::Status s = Guard(caller).MayRemove("Remove", req->path(), req->recursive()); !s.ok()) {
+          return Refused(caller, s);
+        }
+      }
+      return catalog_.Remove(req->path(), req->recursive());
+    });
   }
 
   grpc::ServerUnaryReactor* Rename(grpc::CallbackServerContext* c, const v1::RenameRequest* req,
                                    v1::Empty*) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "Rename", Access::kNamespace)) return denied;
-    return Offload(c, [this, req] { return catalog_.Rename(req->from(), req->to()); });
+    Caller caller;
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "Rename", Access::kNamespace, {}, &caller)) return denied;
+    return Offload(c, [this, req, caller] {
+      if (caller.user()) {
+        if (absl::Status s = Guard(caller).MayRename("Rename", req->from(), req->to()); !s.ok()) {
+          return Refused(caller, s);
+        }
+      }
+      return catalog_.Rename(req->from(), req->to());
+    });
+  }
+
+  grpc::ServerUnaryReactor* SetAttributes(grpc::CallbackServerContext* c, const v1::SetAttributesRequest* req,
+                                          v1::Attributes* resp) override {
+    Caller caller;
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "SetAttributes", Access::kNamespace, {}, &caller)) return denied;
+    return Offload(c, [this, req, resp, caller] {
+      AttributeChange change;
+      if (req->has_mode()) change.mode = req->mode();
+      if (req->has_owner()) change.owner = req->owner();
+      if (req->has_group()) change.group = req->group();
+      if (caller.user()) {
+        if (absl::Status s = Guard(caller).MaySetAttributes("SetAttributes", req->path(), change); !s.ok()) {
+          return Refused(caller, s);
+        }
+      }
+      return Fill(catalog_.SetAttributes(req->path(), change), resp);
+    });
+  }
+
+  grpc::ServerUnaryReactor* RevokeToken(grpc::CallbackServerContext* c, const v1::RevokeTokenRequest* req,
+                                        v1::Empty*) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "RevokeToken", Access::kAdmin)) return denied;
+    return Offload(c, [this, req] {
+      if (absl::Status s = catalog_.RevokeToken(req->id(), req->expires_unix()); !s.ok()) return s;
+      absl::MutexLock l(&revoked_mu_);
+      revoked_[req->id()] = req->expires_unix();
+      return absl::OkStatus();
+    });
   }
 
   grpc::ServerUnaryReactor* Locate(grpc::CallbackServerContext* c, const v1::PathRequest* req,
                                    v1::Location* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "Locate", Access::kRead)) return denied;
-    return Offload(c, [this, req, resp] { return Fill(catalog_.Locate(req->path()), resp); });
+    Caller caller;
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "Locate", Access::kRead, {}, &caller)) return denied;
+    return Offload(c, [this, req, resp, caller] {
+      if (caller.user()) {
+        if (absl::Status s = Guard(caller).MayRead("Locate", req->path()); !s.ok()) return Refused(caller, s);
+      }
+      return Fill(catalog_.Locate(req->path()), resp);
+    });
   }
 
   grpc::ServerUnaryReactor* GetReplicas(grpc::CallbackServerContext* c,
@@ -520,8 +728,18 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* CreateRequest(grpc::CallbackServerContext* c,
                                           const v1::RequestSpec* req,
                                           v1::Request* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "CreateRequest", Access::kNamespace)) return denied;
-    return Offload(c, [this, req, resp] { return Fill(catalog_.CreateRequest(FromProto(*req)), resp); });
+    Caller caller;
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "CreateRequest", Access::kReplicate, {}, &caller)) return denied;
+    return Offload(c, [this, req, resp, caller] {
+      RequestSpec spec = FromProto(*req);
+      if (caller.user()) {
+        for (const std::string& path : spec.paths) {  // what you may not read you may not copy
+          if (absl::Status s = Guard(caller).MayRead("CreateRequest", path); !s.ok()) return Refused(caller, s);
+        }
+        spec.owner = caller.who->name;
+      }
+      return Fill(catalog_.CreateRequest(spec), resp);
+    });
   }
 
   grpc::ServerUnaryReactor* GetRequest(grpc::CallbackServerContext* c, const v1::IdRequest* req,
@@ -559,8 +777,10 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* UpdateRequest(grpc::CallbackServerContext* c,
                                           const v1::UpdateRequestRequest* req,
                                           v1::Request* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "UpdateRequest", Access::kNamespace)) return denied;
-    return Offload(c, [this, req, resp] {
+    Caller caller;
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "UpdateRequest", Access::kReplicate, {}, &caller)) return denied;
+    return Offload(c, [this, req, resp, caller] {
+      if (absl::Status s = OwnRequest(caller, "UpdateRequest", req->id()); !s.ok()) return s;
       RequestUpdate u;
       u.id = req->id();
       u.set_state = req->set_state();
@@ -582,8 +802,12 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* CancelRequest(grpc::CallbackServerContext* c,
                                           const v1::IdRequest* req, v1::Empty*) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "CancelRequest", Access::kNamespace)) return denied;
-    return Offload(c, [this, req] { return catalog_.CancelRequest(req->id()); });
+    Caller caller;
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "CancelRequest", Access::kReplicate, {}, &caller)) return denied;
+    return Offload(c, [this, req, caller] {
+      if (absl::Status s = OwnRequest(caller, "CancelRequest", req->id()); !s.ok()) return s;
+      return catalog_.CancelRequest(req->id());
+    });
   }
 
   grpc::ServerUnaryReactor* CreateTasks(grpc::CallbackServerContext* c,
@@ -827,8 +1051,18 @@ class Service final : public v1::Catalog::CallbackService {
     });
   }
 
-  grpc::ServerWriteReactor<v1::EventList>* Watch(grpc::CallbackServerContext*,
+  grpc::ServerWriteReactor<v1::EventList>* Watch(grpc::CallbackServerContext* c,
                                                  const v1::WatchRequest* req) override {
+    if (!options_.tls_client_ca_pem.empty()) {
+      absl::StatusOr<std::optional<Identity>> who = IdentityOf(c);
+      absl::Status s = who.ok() ? Authorize(*who, "Watch", Access::kRead) : who.status();
+      if (!s.ok()) {
+        denied_ += 1;
+        Audit(who.ok() && who->has_value() ? (*who)->ToString() : "unidentified",
+              fmt::format("{} [from {}]", std::string(s.message()), c->peer()));
+        return new RefusedWatch(ToGrpc(s));
+      }
+    }
     return new WatchReactor(catalog_, watch_pool_, req->after_seq(), stopping_);
   }
 
@@ -839,6 +1073,8 @@ class Service final : public v1::Catalog::CallbackService {
   boost::asio::thread_pool watch_pool_;
   std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> denied_{0};
+  absl::Mutex revoked_mu_;
+  absl::flat_hash_map<std::string, std::int64_t> revoked_ ABSL_GUARDED_BY(revoked_mu_);  // token id -> expiry
   std::unique_ptr<internal::RateLimiter> limiter_;  // null: no rate limit
   std::atomic<std::uint64_t> rate_limited_{0};
   std::mutex audit_mu_;
@@ -942,8 +1178,19 @@ absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& cat
   if (colon == std::string::npos || colon == 0) {
     return absl::InvalidArgumentError(fmt::format("bad listen address '{}': want HOST:PORT", options.listen));
   }
+  if (!options.token_key.empty() && options.tls_client_ca_pem.empty()) {
+    return absl::InvalidArgumentError("user tokens need mutual TLS (a client CA): they are accepted only over TLS");
+  }
   auto impl = std::make_unique<Impl>();
   impl->service = std::make_unique<Service>(catalog, options);
+  if (absl::Status s = impl->service->LoadRevokedTokens(); !s.ok()) {
+    impl->service->Join();
+    return s;
+  }
+  // With tokens a client may come without a certificate; one it sends is still verified.
+  const grpc_ssl_client_certificate_request_type request_client_cert =
+      options.token_key.empty() ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
   std::shared_ptr<grpc::ServerCredentials> creds;
   const bool watch_files = options.tls_reload_interval.count() > 0 && !options.tls_cert_file.empty() &&
                            !options.tls_key_file.empty() &&
@@ -962,7 +1209,7 @@ absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& cat
     tls.watch_identity_key_cert_pairs();
     if (!options.tls_client_ca_pem.empty()) {
       tls.watch_root_certs();
-      tls.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+      tls.set_cert_request_type(request_client_cert);
     } else {
       tls.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
     }
@@ -972,7 +1219,7 @@ absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& cat
     ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
     if (!options.tls_client_ca_pem.empty()) {
       ssl.pem_root_certs = options.tls_client_ca_pem;
-      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+      ssl.client_certificate_request = request_client_cert;
     }
     creds = grpc::SslServerCredentials(ssl);
   }

@@ -41,6 +41,10 @@ struct ServerOptions {
   std::string tls_key_file;
   std::string tls_client_ca_file;
   std::chrono::seconds tls_reload_interval{0};
+  // With mutual TLS: the key that user tokens are signed with (catalog/token.h; raw bytes).
+  // Set: a client may present a token instead of a certificate (client certificates are
+  // then requested, not required; a caller with neither is refused). Empty: certificates only.
+  std::string token_key;
   // Called for every refused call (on a gRPC thread): e.g. a log line.
   // Also told when the audit event of a refusal could not be written.
   std::function<void(const absl::Status&)> on_denied;

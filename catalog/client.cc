@@ -98,6 +98,9 @@ absl::StatusOr<std::unique_ptr<CatalogClient>> CatalogClient::Create(
   if (!options.tls_cert_pem.empty() && options.tls_root_pem.empty()) {
     return absl::InvalidArgumentError("a client certificate needs TLS: give the catalog's CA too");
   }
+  if (!options.token.empty() && options.tls_root_pem.empty()) {
+    return absl::InvalidArgumentError("a token is sent only over TLS: give the catalog's CA too");
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   std::shared_ptr<grpc::ChannelCredentials> creds;
@@ -109,6 +112,9 @@ absl::StatusOr<std::unique_ptr<CatalogClient>> CatalogClient::Create(
     ssl.pem_cert_chain = options.tls_cert_pem;
     ssl.pem_private_key = options.tls_key_pem;
     creds = grpc::SslCredentials(ssl);
+    if (!options.token.empty()) {
+      creds = grpc::CompositeChannelCredentials(creds, grpc::AccessTokenCredentials(options.token));
+    }
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -335,6 +341,26 @@ absl::Status CatalogClient::Rename(std::string_view from, std::string_view to) {
   req.set_to(std::string(to));
   v1::Empty resp;
   return impl_->Call(&v1::Catalog::Stub::Rename, req, &resp);
+}
+
+absl::StatusOr<Attributes> CatalogClient::SetAttributes(std::string_view path, const AttributeChange& change) {
+  v1::SetAttributesRequest req;
+  if (absl::Status s = CheckPath(path); !s.ok()) return s;
+  req.set_path(std::string(path));
+  if (change.mode) req.set_mode(*change.mode);
+  if (change.owner) req.set_owner(*change.owner);
+  if (change.group) req.set_group(*change.group);
+  v1::Attributes resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::SetAttributes, req, &resp); !s.ok()) return s;
+  return FromProto(resp);
+}
+
+absl::Status CatalogClient::RevokeToken(std::string_view id, std::int64_t expires_unix) {
+  v1::RevokeTokenRequest req;
+  req.set_id(std::string(id));
+  req.set_expires_unix(expires_unix);
+  v1::Empty resp;
+  return impl_->Call(&v1::Catalog::Stub::RevokeToken, req, &resp);
 }
 
 absl::StatusOr<Location> CatalogClient::Locate(std::string_view path) {

@@ -29,6 +29,9 @@ struct ClientOptions {
   // Both or neither; only with tls_root_pem.
   std::string tls_cert_pem;
   std::string tls_key_pem;
+  // A user token (catalog/token.h, gfauth token create) sent with every call as
+  // "authorization: Bearer TOKEN": who you are without a certificate. Only with tls_root_pem.
+  std::string token;
   // Per-call deadline for unary calls (ReadEvents adds its wait to this).
   std::chrono::milliseconds timeout{30000};
   // Wait for the connection to come up instead of failing fast with kUnavailable.
@@ -79,6 +82,8 @@ class CatalogClient final : public Catalog {
                                              const ListOptions& options) override;
   absl::Status Remove(std::string_view path, bool recursive) override;
   absl::Status Rename(std::string_view from, std::string_view to) override;
+  absl::StatusOr<Attributes> SetAttributes(std::string_view path, const AttributeChange& change) override;
+  absl::Status RevokeToken(std::string_view id, std::int64_t expires_unix) override;
 
   absl::StatusOr<Location> Locate(std::string_view path) override;
   absl::StatusOr<std::vector<Replica>> GetReplicas(InodeId inode) override;

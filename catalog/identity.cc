@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 namespace gfrep::catalog {
 namespace {
 
@@ -16,9 +18,16 @@ std::string_view RoleName(Role r) {
   return "?";
 }
 
+bool ValidName(std::string_view name) {
+  return !name.empty() && name.size() <= 64 && name.find_first_of("/\\ \t\r\n") == std::string_view::npos;
+}
+
 }  // namespace
 
-std::string Identity::ToString() const { return fmt::format("{} {}", RoleName(role), name); }
+std::string Identity::ToString() const {
+  if (!token_id.empty()) return fmt::format("{} {} (token {})", RoleName(role), name, token_id);
+  return fmt::format("{} {}", RoleName(role), name);
+}
 
 std::optional<Identity> IdentityFromUri(std::string_view uri) {
   constexpr std::string_view kScheme = "gfrep://";
@@ -28,9 +37,7 @@ std::optional<Identity> IdentityFromUri(std::string_view uri) {
   if (slash == std::string_view::npos) return std::nullopt;
   const std::string_view role = uri.substr(0, slash);
   const std::string_view name = uri.substr(slash + 1);
-  if (name.empty() || name.size() > 64 || name.find_first_of("/\\ \t\r\n") != std::string_view::npos) {
-    return std::nullopt;
-  }
+  if (!ValidName(name)) return std::nullopt;
   Identity id;
   id.name = std::string(name);
   if (role == "node") {
@@ -48,10 +55,19 @@ std::optional<Identity> IdentityFromUri(std::string_view uri) {
 }
 
 std::optional<Identity> IdentityFromUris(const std::vector<std::string>& uris) {
+  std::optional<Identity> out;
+  std::vector<std::string> groups;
   for (const std::string& uri : uris) {
-    if (std::optional<Identity> id = IdentityFromUri(uri)) return id;
+    constexpr std::string_view kGroup = "gfrep://group/";
+    if (uri.starts_with(kGroup)) {
+      const std::string_view g = std::string_view(uri).substr(kGroup.size());
+      if (ValidName(g)) groups.emplace_back(g);
+    } else if (!out) {
+      out = IdentityFromUri(uri);
+    }
   }
-  return std::nullopt;
+  if (out) out->groups = std::move(groups);
+  return out;
 }
 
 absl::StatusOr<std::vector<Role>> ParseRoles(std::string_view list) {
@@ -97,14 +113,24 @@ absl::Status Authorize(const std::optional<Identity>& who, std::string_view acti
                        const std::vector<std::string_view>& nodes) {
   if (!who) {
     return absl::PermissionDeniedError(fmt::format(
-        "{}: the client certificate names no gfrep identity (a URI SAN gfrep://ROLE/NAME; gfca issue makes one)",
+        "{}: the client certificate names no gfrep identity (a URI SAN gfrep://ROLE/NAME; gfca issue makes one) and no user token was sent",
         action));
+  }
+  if (who->scopes) {
+    const std::string_view need = access == Access::kRead        ? "read"
+                                  : access == Access::kReplicate ? "replicate"
+                                                                 : "write";
+    if (std::find(who->scopes->begin(), who->scopes->end(), need) == who->scopes->end()) {
+      return absl::PermissionDeniedError(
+          fmt::format("{}: {} may not (its token lacks the scope '{}')", action, who->ToString(), need));
+    }
   }
   if (who->role == Role::kAdmin || who->role == Role::kCatalog) return absl::OkStatus();
   switch (access) {
     case Access::kRead:
       return absl::OkStatus();
     case Access::kNamespace:
+    case Access::kReplicate:
       if (who->role == Role::kUser) return absl::OkStatus();
       break;
     case Access::kOwnNode:
@@ -120,9 +146,10 @@ absl::Status Authorize(const std::optional<Identity>& who, std::string_view acti
       break;
   }
   return absl::PermissionDeniedError(fmt::format("{}: {} may not ({})", action, who->ToString(),
-                                                 access == Access::kAdmin       ? "admin only"
-                                                 : access == Access::kNamespace ? "users and admins"
-                                                                                : "the node itself or admin"));
+                                                 access == Access::kAdmin ? "admin only"
+                                                 : access == Access::kNamespace || access == Access::kReplicate
+                                                     ? "users and admins"
+                                                     : "the node itself or admin"));
 }
 
 }  // namespace gfrep::catalog

@@ -30,7 +30,13 @@ enum class Role { kNode, kUser, kAdmin, kCatalog };
 struct Identity {
   Role role = Role::kUser;
   std::string name;
-  std::string ToString() const;  // "node kek1", "user alice"
+  // The groups it belongs to: gfrep://group/G URI SANs of its certificate, or a token's
+  // "groups". Used for the group bits of a namespace entry's mode (catalog/permissions.h).
+  std::vector<std::string> groups;
+  // A token's scopes (catalog/token.h) and id; a certificate's holder has every scope.
+  std::optional<std::vector<std::string>> scopes;
+  std::string token_id;
+  std::string ToString() const;  // "node kek1", "user alice", "user alice (token 1f2e...)"
 };
 
 // gfrep://ROLE/NAME -> identity; nullopt for anything else.
@@ -40,6 +46,7 @@ std::optional<Identity> IdentityFromUri(std::string_view uri);
 enum class Access {
   kRead,       // any identity
   kNamespace,  // user, admin
+  kReplicate,  // user, admin: replication requests
   kOwnNode,    // node acting for itself (the nodes named in the call), admin
   kAdmin,      // admin
 };
@@ -50,7 +57,7 @@ absl::Status Authorize(const std::optional<Identity>& who, std::string_view acti
                        const std::vector<std::string_view>& nodes = {});
 
 // The identity among a certificate's URI subject alternative names (the first gfrep:// one
-// that parses); nullopt without one.
+// that parses, with the groups of every gfrep://group/G); nullopt without one.
 std::optional<Identity> IdentityFromUris(const std::vector<std::string>& uris);
 
 // "node,admin,user" -> roles. kInvalidArgument naming an unknown role or an empty list.

@@ -356,6 +356,16 @@ absl::Status Catalog::RecordAudit(std::string_view, std::string_view, std::strin
   return absl::UnimplementedError("RecordAudit");
 }
 
+absl::StatusOr<Attributes> Catalog::SetAttributes(std::string_view, const AttributeChange&) {
+  return absl::UnimplementedError("SetAttributes");
+}
+
+absl::Status Catalog::RevokeToken(std::string_view, std::int64_t) { return absl::UnimplementedError("RevokeToken"); }
+
+absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> Catalog::RevokedTokens() {
+  return absl::UnimplementedError("RevokedTokens");
+}
+
 absl::Status Catalog::PublishTelemetry(const TelemetryBatch&) {
   return absl::UnimplementedError("this catalog serves no dashboard");
 }

@@ -40,8 +40,9 @@ struct Attributes {
   std::string name;  // last path component; "" for the root
   FileType type = FileType::kFile;
   std::uint64_t size = 0;
-  std::uint32_t mode = 0644;
-  std::string owner;
+  std::uint32_t mode = 0644;  // POSIX bits: 0777 and the sticky bit 01000 (catalog/permissions.h)
+  std::string owner;          // user name; "" for entries made by an admin or without TLS
+  std::string group;          // "" or a group; a new entry takes its parent directory's group
   std::int64_t mtime_ns = 0;
   std::string checksum_algo;  // e.g. "xxh3-128"; empty: unknown
   std::string checksum;       // hex digest of the current generation's bytes

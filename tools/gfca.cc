@@ -1,13 +1,14 @@
 // gfca: a development certificate authority for a gfrep federation.
 //   gfca init [--dir DIR] [--name NAME] [--days 3650]
-//   gfca issue ROLE NAME [--dir DIR] [--out DIR] [--days 365] [--host H]...
+//   gfca issue ROLE NAME [--dir DIR] [--out DIR] [--days 365] [--host H]... [--group G]...
 // ROLE is node (a gfsited), catalog (gfcatalogd), admin or user. Files: DIR/ca.pem, DIR/ca.key,
-// OUT/NAME.pem, OUT/NAME.key (keys 0600). DIR defaults to $GFREP_CA_DIR or ./gfrep-ca.
+// DIR/token.key (signs user tokens: gfauth), OUT/NAME.pem, OUT/NAME.key (keys 0600). DIR defaults to $GFREP_CA_DIR or ./gfrep-ca.
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "catalog/token.h"
 #include "tools/internal/ca.h"
 #include "tools/internal/cli.h"
 
@@ -53,6 +54,8 @@ int main(int argc, char** argv) {
   issue->add_option("--days", issue_options.days,
                     "Days valid (a negative number issues one that has already expired, for tests)")
       ->capture_default_str();
+  issue->add_option("--group", issue_options.groups,
+                    "A group the holder belongs to, for the group bits of the namespace's modes (repeatable)");
   issue->add_option("--host", issue_options.hosts,
                     "A DNS name or IP address the holder serves on (repeatable; node and catalog)");
   CLI11_PARSE(app, argc, argv);
@@ -68,12 +71,14 @@ int main(int argc, char** argv) {
     }
     absl::StatusOr<tools::Pem> ca = tools::MakeCa(ca_name, ca_days);
     if (!ca.ok()) return tools::Fail(kProgram, std::string(ca.status().message()));
-    for (auto [name, text, mode] : {std::tuple{"ca.key", ca->key, 0600u}, std::tuple{"ca.pem", ca->cert, 0644u}}) {
+    for (auto [name, text, mode] : {std::tuple{"ca.key", ca->key, 0600u}, std::tuple{"ca.pem", ca->cert, 0644u},
+                                    std::tuple{"token.key", catalog::NewTokenKey() + "\n", 0600u}}) {
       if (absl::Status s = tools::WriteFileMode(fs::path(dir) / name, text, mode); !s.ok()) {
         return tools::Fail(kProgram, std::string(s.message()));
       }
     }
-    std::printf("CA '%s' in %s: ca.pem (give it to every daemon and user), ca.key (keep it here)\n",
+    std::printf("CA '%s' in %s: ca.pem (give it to every daemon and user), ca.key (keep it here), "
+                "token.key (gfcatalogd --token-key; gfauth token create)\n",
                 ca_name.c_str(), dir.c_str());
     return 0;
   }

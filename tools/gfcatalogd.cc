@@ -11,6 +11,7 @@
 
 #include "catalog/catalog.h"
 #include "catalog/catalog_service.h"
+#include "catalog/token.h"
 #include "replica/planner.h"
 #include "replica/dashboard.h"
 #include "replica/http_server.h"
@@ -56,6 +57,14 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure", insecure,
                "Serve a non-loopback address without mutual TLS: anyone who reaches the port may do "
                "anything (development only)");
+  std::string token_key;
+  app.add_option("--token-key", token_key,
+                 "With mutual TLS: the key user tokens are signed with (gfca init writes token.key; "
+                 "gfauth token create mints them): users may then present a token instead of a certificate");
+  int max_message_mib = 64;
+  app.add_option("--max-message-mib", max_message_mib, "Largest request or response message, MiB")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   double handshake_timeout_s = 10;
   app.add_option("--handshake-timeout", handshake_timeout_s,
                  "Seconds a new connection may take to finish its TLS and HTTP/2 handshake before it is closed")
@@ -200,6 +209,7 @@ int main(int argc, char** argv) {
   server_options.tls_key_file = tls_key;
   server_options.tls_client_ca_file = tls_client_ca;
   server_options.tls_reload_interval = std::chrono::seconds(tls_reload_s);
+  server_options.max_message_bytes = max_message_mib << 20;
   server_options.handshake_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(handshake_timeout_s * 1000));
   // Each client connection is a file descriptor: the usual soft limit of 1024 would let a
   // thousand idle connections lock everyone else out.
@@ -219,7 +229,13 @@ int main(int argc, char** argv) {
     if (!ca.ok()) return tools::Fail(kProgram, std::string(ca.status().message()));
     server_options.tls_client_ca_pem = *ca;
     server_options.on_denied = [log](const absl::Status& s) { log->warn("refused: {}", std::string(s.message())); };
+    if (!token_key.empty()) {
+      absl::StatusOr<std::string> key = catalog::ReadTokenKey(token_key);
+      if (!key.ok()) return tools::Fail(kProgram, std::string(key.status().message()), 2);
+      server_options.token_key = *key;
+    }
   } else {
+    if (!token_key.empty()) return tools::Fail(kProgram, "--token-key needs mutual TLS (--tls-client-ca)", 2);
     const std::string host = listen.substr(0, listen.rfind(':'));
     if (!replica::IsLoopbackHost(host) && !insecure) {
       return tools::Fail(kProgram,

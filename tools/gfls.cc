@@ -27,8 +27,9 @@ std::string LongLine(const Attributes& a, const std::string& name) {
     perms += (bits & 2) ? 'w' : '-';
     perms += (bits & 1) ? 'x' : '-';
   }
-  return fmt::format("{} {:<8} {:>14} {} g{:<3} {}", perms, a.owner.empty() ? "-" : a.owner,
-                     a.size, gfrep::tools::FormatTime(a.mtime_ns), a.generation, name);
+  if ((a.mode & 01000) != 0) perms.back() = perms.back() == 'x' ? 't' : 'T';
+  return fmt::format("{} {:<8} {:<8} {:>14} {} g{:<3} {}", perms, a.owner.empty() ? "-" : a.owner,
+                     a.group.empty() ? "-" : a.group, a.size, gfrep::tools::FormatTime(a.mtime_ns), a.generation, name);
 }
 
 }  // namespace
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> paths;
   tools::AddCommonFlags(app, common);
   tools::AddCatalogFlags(app, cat);
-  app.add_flag("-l", long_format, "Long format: mode, owner, size, mtime, generation");
+  app.add_flag("-l", long_format, "Long format: mode, owner, group, size, mtime, generation");
   app.add_flag("-R,--recursive", recursive, "List subdirectories recursively");
   app.add_flag("-d,--directory", directory, "List directories themselves, not their contents");
   app.add_flag("--json", json, "One JSON object per line: {path, ...attributes}");

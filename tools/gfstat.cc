@@ -42,9 +42,9 @@ int main(int argc, char** argv) {
       continue;
     }
     std::cout << fmt::format(
-        "  File: {}\n  Type: {}\n  Size: {}\n  Mode: {:04o}\n Owner: {}\n Inode: {}\n"
+        "  File: {}\n  Type: {}\n  Size: {}\n  Mode: {:04o}\n Owner: {}\n Group: {}\n Inode: {}\n"
         " Mtime: {}\n   Gen: {}\n   Sum: {}{}{}\n",
-        path, tools::TypeName(a->type), a->size, a->mode, a->owner, a->inode,
+        path, tools::TypeName(a->type), a->size, a->mode, a->owner.empty() ? "-" : a->owner, a->group.empty() ? "-" : a->group, a->inode,
         tools::FormatTime(a->mtime_ns), a->generation, a->checksum_algo,
         a->checksum_algo.empty() ? "" : ":", a->checksum);
   }

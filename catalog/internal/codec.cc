@@ -204,6 +204,7 @@ std::string EncodeAttributes(const Attributes& a) {
   w.Str(a.checksum_algo);
   w.Str(a.checksum);
   w.U64(a.generation);
+  w.Str(a.group);  // added later: records without it decode with group ""
   return w.Take();
 }
 
@@ -222,6 +223,7 @@ absl::StatusOr<Attributes> DecodeAttributes(std::string_view in) {
   a.checksum_algo = r.Str();
   a.checksum = r.Str();
   a.generation = r.U64();
+  if (!r.AtEnd()) a.group = r.Str();
   if (!ok) return absl::DataLossError("corrupt attributes record: bad type");
   if (absl::Status s = r.Finish("attributes"); !s.ok()) return s;
   return a;

@@ -31,7 +31,7 @@ void ToProto(const Attributes& in, v1::Attributes* out) {
   out->set_checksum_algo(in.checksum_algo);
   out->set_checksum(in.checksum);
   out->set_generation(in.generation);
-  out->set_inode(in.inode);
+  out->set_group(in.group);
 }
 
 absl::StatusOr<Attributes> FromProto(const v1::Attributes& in) {
@@ -53,6 +53,7 @@ absl::StatusOr<Attributes> FromProto(const v1::Attributes& in) {
   a.checksum_algo = in.checksum_algo();
   a.checksum = in.checksum();
   a.generation = in.generation();
+  a.group = in.group();
   return a;
 }
 

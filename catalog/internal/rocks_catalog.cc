@@ -165,6 +165,7 @@ absl::StatusOr<Attributes> RocksCatalog::CreateEntry(const Attributes& parent,
   a.type = type;
   a.mode = content.mode;
   a.owner = content.owner;
+  a.group = parent.group;
   a.mtime_ns = Now();
   if (type == FileType::kFile) {
     a.size = content.size;
@@ -314,6 +315,7 @@ absl::StatusOr<std::vector<Attributes>> RocksCatalog::CreateFiles(
     a.type = FileType::kFile;
     a.mode = files[i].content.mode;
     a.owner = files[i].content.owner;
+    a.group = parent_of[i]->group;
     a.mtime_ns = now;
     a.size = files[i].content.size;
     a.checksum_algo = files[i].content.checksum_algo;
@@ -371,6 +373,7 @@ absl::StatusOr<WriteReservation> RocksCatalog::BeginWrite(std::string_view path,
     a.type = FileType::kFile;
     a.mode = content.mode;
     a.owner = content.owner;
+    a.group = parent->group;
     a.mtime_ns = Now();
     batch.Put(cf(kDentries), DentryKey(a.parent, a.name), EncodeAttributes(a));
     batch.Put(cf(kInodes), U64Key(a.inode), EncodeInodeRef(a.parent, a.name));
@@ -415,6 +418,7 @@ absl::StatusOr<Attributes> RocksCatalog::CommitFile(
     a.parent = parent->inode;
     a.name = name;
     a.type = FileType::kFile;
+    a.group = parent->group;
   } else {
     return existing.status();
   }
@@ -665,6 +669,52 @@ absl::Status RocksCatalog::Rename(std::string_view from, std::string_view to) {
   batch.Put(cf(kDentries), DentryKey(moved.parent, moved.name), EncodeAttributes(moved));
   batch.Put(cf(kInodes), U64Key(moved.inode), EncodeInodeRef(moved.parent, moved.name));
   return WriteLocked(&batch, "rename");
+}
+
+absl::StatusOr<Attributes> RocksCatalog::SetAttributes(std::string_view path, const AttributeChange& change) {
+  absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
+  if (!parts.ok()) return parts.status();
+  if (change.mode && *change.mode > 01777) {
+    return absl::InvalidArgumentError(fmt::format("mode {:o}: want permission bits and the sticky bit (at most 1777)", *change.mode));
+  }
+  for (const auto& [what, v] : {std::pair{"owner", &change.owner}, std::pair{"group", &change.group}}) {
+    if (v->has_value()) {
+      if (absl::Status s = ValidateLabel(what, **v); !s.ok()) return s;
+    }
+  }
+  absl::ReaderMutexLock tree(&tree_mu_);
+  absl::StatusOr<Attributes> a = Resolve(*parts, parts->size());
+  if (!a.ok()) return a.status();
+  absl::MutexLock name_lock(&NameLock(a->parent, a->name));
+  absl::StatusOr<Attributes> cur = GetDentry(a->parent, a->name);  // again, under the name's lock
+  if (!cur.ok()) return cur.status();
+  if (change.mode) cur->mode = *change.mode;
+  if (change.owner) cur->owner = *change.owner;
+  if (change.group) cur->group = *change.group;
+  rocksdb::WriteBatch batch;
+  batch.Put(cf(kDentries), DentryKey(cur->parent, cur->name), EncodeAttributes(*cur));
+  if (absl::Status s = Write(&batch, "set attributes"); !s.ok()) return s;
+  return cur;
+}
+
+absl::Status RocksCatalog::RevokeToken(std::string_view id, std::int64_t expires_unix) {
+  if (id.empty() || id.size() > 64) return absl::InvalidArgumentError("token id: 1-64 characters");
+  rocksdb::WriteBatch batch;
+  batch.Put(cf(kDefault), fmt::format("{}{}", kRevokedTokenPrefix, id), U64Key(static_cast<std::uint64_t>(expires_unix)));
+  return Write(&batch, "revoke token");
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> RocksCatalog::RevokedTokens() {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  absl::Status s = Scan(kDefault, kRevokedTokenPrefix, "", [&](std::string_view k, std::string_view v) {
+    if (absl::StatusOr<std::uint64_t> exp = GetBigEndian64(v); exp.ok()) {
+      out.emplace_back(std::string(k.substr(std::string_view(kRevokedTokenPrefix).size())),
+                       static_cast<std::int64_t>(*exp));
+    }
+    return true;
+  });
+  if (!s.ok()) return s;
+  return out;
 }
 
 absl::StatusOr<std::string> GetDbProperty(Catalog& catalog, std::string_view property) {

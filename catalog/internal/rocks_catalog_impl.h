@@ -58,6 +58,7 @@ inline constexpr char kPoliciesKey[] = "policies";
 // remove the newest ones; ids are never given out twice).
 inline constexpr char kRequestHwmKey[] = "request_hwm";
 inline constexpr char kTaskHwmKey[] = "task_hwm";
+inline constexpr char kRevokedTokenPrefix[] = "revoked_token/";  // + id -> expiry (I64 key)
 inline constexpr std::uint64_t kInodeBlock = 1u << 16;
 inline constexpr std::size_t kNameLockStripes = 512;
 inline constexpr std::uint32_t kMaxCopies = 64;
@@ -172,6 +173,9 @@ class RocksCatalog final : public Catalog {
   absl::StatusOr<std::uint64_t> LastEventSeq() override;
   absl::StatusOr<std::size_t> PurgeFinishedRequests(std::int64_t finished_before_ns, std::size_t max) override;
   absl::Status RecordAudit(std::string_view who, std::string_view what, std::string_view detail) override;
+  absl::StatusOr<Attributes> SetAttributes(std::string_view path, const AttributeChange& change) override;
+  absl::Status RevokeToken(std::string_view id, std::int64_t expires_unix) override;
+  absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> RevokedTokens() override;
 
   absl::StatusOr<std::string> Property(std::string_view name) {
     std::string value;

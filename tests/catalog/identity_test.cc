@@ -19,9 +19,39 @@ TEST(IdentityTest, FromTheCertificatesUri) {
   EXPECT_EQ(NodeOfOwner("kek1"), "kek1");
 }
 
+Identity Id(Role role, std::string name) {
+  Identity id;
+  id.role = role;
+  id.name = std::move(name);
+  return id;
+}
+
+TEST(IdentityTest, GroupsComeFromGroupUrisAndScopesLimitATokensHolder) {
+  std::optional<Identity> id = IdentityFromUris(
+      {"gfrep://group/phys", "gfrep://user/alice", "gfrep://group/bad/name", "gfrep://group/sim", "gfrep://user/bob"});
+  ASSERT_TRUE(id.has_value());
+  EXPECT_EQ(id->name, "alice") << "the first identity URI";
+  EXPECT_EQ(id->groups, (std::vector<std::string>{"phys", "sim"}));
+  EXPECT_FALSE(IdentityFromUris({"gfrep://group/phys"}).has_value()) << "a group alone is nobody";
+  EXPECT_FALSE(ParseRoles("group").ok());
+
+  Identity reader = Id(Role::kUser, "alice");
+  reader.scopes = std::vector<std::string>{"read"};
+  reader.token_id = "ab12";
+  EXPECT_TRUE(Authorize(reader, "Stat", Access::kRead).ok());
+  absl::Status s = Authorize(reader, "Mkdir", Access::kNamespace);
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_EQ(s.message(), "Mkdir: user alice (token ab12) may not (its token lacks the scope 'write')");
+  s = Authorize(reader, "CreateRequest", Access::kReplicate);
+  EXPECT_NE(s.message().find("lacks the scope 'replicate'"), absl::string_view::npos) << s;
+  reader.scopes->push_back("replicate");
+  EXPECT_TRUE(Authorize(reader, "CreateRequest", Access::kReplicate).ok());
+  EXPECT_TRUE(Authorize(Id(Role::kNode, "kek1"), "Mkdir", Access::kReplicate).code() == absl::StatusCode::kPermissionDenied);
+}
+
 TEST(IdentityTest, EachRoleMayDoWhatItsRoleAllows) {
-  const Identity alice{Role::kUser, "alice"}, kek1{Role::kNode, "kek1"}, ops{Role::kAdmin, "ops"},
-      cat{Role::kCatalog, "catalog"};
+  const Identity alice = Id(Role::kUser, "alice"), kek1 = Id(Role::kNode, "kek1"), ops = Id(Role::kAdmin, "ops"),
+                 cat = Id(Role::kCatalog, "catalog");
   for (const Identity& who : {alice, kek1, ops, cat}) {
     EXPECT_TRUE(Authorize(who, "Stat", Access::kRead).ok()) << who.ToString();
   }

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "catalog/client.h"
@@ -123,10 +124,15 @@ TEST_F(CatalogAuthTest, EachIdentityMayDoOnlyWhatItsRoleAllows) {
   auto root = As("root");
   ASSERT_TRUE(alice && kek1 && root);
 
-  // A user writes the namespace and asks for replication, but not the topology or policies.
+  // A user writes the namespace where its modes allow (an admin gave alice /alice) and asks
+  // for replication, but not the topology or policies.
   catalog::MkdirOptions mk;
   mk.parents = true;
-  EXPECT_TRUE(alice->Mkdir("/alice/data", mk).ok());
+  mk.owner = "alice";
+  ASSERT_TRUE(root->Mkdir("/alice", mk).ok());
+  absl::StatusOr<catalog::Attributes> made = alice->Mkdir("/alice/data", mk);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ(made->owner, "alice");
   ExpectDenied(alice->PutSite({"evil", {}}), "PutSite", "user alice");
   ExpectDenied(alice->RemoveNode("kek1"), "RemoveNode", "user alice");
   ExpectDenied(alice->PutPolicies("rules: []\n", "alice", std::nullopt).status(), "PutPolicies", "user alice");
@@ -196,6 +202,162 @@ TEST_F(CatalogAuthTest, EachIdentityMayDoOnlyWhatItsRoleAllows) {
   RunResult bad_kind = Tool({"gfevents", "--kind", "audits"});
   EXPECT_NE(bad_kind.exit_code, 0);
   EXPECT_NE(bad_kind.err.find("not one of"), std::string::npos) << bad_kind.err;
+}
+
+// Users and the namespace's modes (catalog/permissions.h): an admin gives alice a home with
+// gfchown; alice works in it; bob (a certificate) may not create, remove, rename or read
+// there, nor chmod; the refusals name the action, path and identity and are audited.
+TEST_F(CatalogAuthTest, UsersMayDoOnlyWhatTheNamespacesModesAllow) {
+  IssueCert("user", "alice", {"--group", "phys"});
+  IssueCert("user", "bob");
+  auto alice = As("alice");
+  auto bob = As("bob");
+  auto root = As("root");
+  ASSERT_TRUE(alice && bob && root);
+  catalog::MkdirOptions p;
+  p.parents = true;
+  // The root is the admins': users do not create at the top.
+  ExpectDenied(alice->Mkdir("/mine", p).status(), "Mkdir /mine", "user alice may not create in /");
+  ASSERT_EQ(Tool({"gfmkdir", "-p", "/home/alice"}).exit_code, 0);
+  RunResult chown = Tool({"gfchown", "alice:phys", "/home/alice"});
+  ASSERT_EQ(chown.exit_code, 0) << chown.err;
+  absl::StatusOr<catalog::Attributes> run = alice->Mkdir("/home/alice/run", p);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->owner, "alice") << "the creator owns it, whatever the request said";
+  EXPECT_EQ(run->group, "phys") << "inherited from /home/alice";
+  catalog::FileContent c;
+  c.owner = "root";  // a user cannot make a file someone else's
+  absl::StatusOr<catalog::Attributes> f = alice->CreateFile("/home/alice/run/out", c);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->owner, "alice");
+
+  ExpectDenied(bob->Mkdir("/home/alice/run/x", p).status(), "Mkdir /home/alice/run/x",
+               "user bob may not create in /home/alice/run (owner alice, group phys, mode 0755)");
+  ExpectDenied(bob->CreateFile("/home/alice/run/y", c).status(), "CreateFile", "user bob");
+  ExpectDenied(bob->BeginWrite("/home/alice/run/out", c).status(), "BeginWrite /home/alice/run/out", "user bob may not write it");
+  ExpectDenied(bob->Remove("/home/alice/run/out", false), "Remove /home/alice/run/out", "user bob may not remove from");
+  ExpectDenied(bob->Remove("/home/alice", true), "Remove /home/alice", "user bob may not remove from /");
+  ExpectDenied(bob->Rename("/home/alice/run/out", "/home/alice/run/out2"), "Rename", "user bob");
+  ExpectDenied(bob->SetAttributes("/home/alice/run", {0777, std::nullopt, std::nullopt}).status(), "SetAttributes",
+               "user bob may not change its mode");
+  // Reads follow the modes too: after chmod 700 bob may neither list nor locate inside.
+  EXPECT_TRUE(bob->List("/home/alice/run", {}).ok());
+  RunResult chmod = testing::RunCommand({testing::BinPath("gfchmod"), "700", "/home/alice/run"}, [&] {
+    testing::SubprocessOptions o = ToolOptions();
+    o.env["GFREP_CERT"] = Ca("alice.pem");
+    o.env["GFREP_KEY"] = Ca("alice.key");
+    return o;
+  }());
+  ASSERT_EQ(chmod.exit_code, 0) << chmod.err;
+  ExpectDenied(bob->List("/home/alice/run", {}).status(), "List /home/alice/run", "user bob may not list it");
+  ExpectDenied(bob->Locate("/home/alice/run/out").status(), "Locate", "user bob may not search /home/alice/run");
+  ExpectDenied(bob->Stat("/home/alice/run/out").status(), "Stat", "user bob may not search");
+  EXPECT_TRUE(alice->Locate("/home/alice/run/out").ok());
+  // alice removes and renames her own; the admin may do anything.
+  EXPECT_TRUE(alice->Rename("/home/alice/run/out", "/home/alice/run/out2").ok());
+  EXPECT_TRUE(alice->Remove("/home/alice/run/out2", false).ok());
+  EXPECT_TRUE(root->List("/home/alice/run", {}).ok());
+  // gfls -l shows owner and group.
+  RunResult ls = Tool({"gfls", "-l", "/home/alice"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_NE(ls.out.find("drwx------ alice    phys"), std::string::npos) << ls.out;
+  // The refusals are audited with the identity.
+  bool audited = false;
+  for (int attempt = 0; attempt < 50 && !audited; ++attempt) {
+    absl::StatusOr<std::vector<catalog::Event>> events = root->ReadEvents(0, 100000, std::chrono::milliseconds(0));
+    ASSERT_TRUE(events.ok());
+    for (const catalog::Event& e : *events) {
+      audited |= e.kind == catalog::EventKind::kAudit && e.node == "user bob" &&
+                 e.detail.find("Remove /home/alice/run/out: user bob may not") != std::string::npos;
+    }
+    if (!audited) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(audited);
+}
+
+// User tokens (gfauth): a token stands for its user without a certificate; its scopes limit
+// it; an expired, forged or revoked one is refused (revocation survives a restart).
+TEST_F(CatalogAuthTest, UserTokensWithTheWrongScopeExpiredForgedOrRevokedAreRefused) {
+  auto root = As("root");
+  ASSERT_TRUE(root);
+  catalog::MkdirOptions p;
+  p.parents = true;
+  p.owner = "carol";
+  ASSERT_TRUE(root->Mkdir("/home/carol", p).ok());
+  auto mint = [&](const std::string& user, const std::string& scope, const std::string& ttl) {
+    RunResult r = testing::RunCommand({testing::BinPath("gfauth"), "token", "create", user, "--scope", scope,
+                                       "--ttl", ttl, "--key", Ca("token.key")});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out.substr(0, r.out.find('\n'));
+  };
+  auto with_token = [&](const std::string& token) {
+    catalog::ClientOptions co = ClientAs("root");
+    co.tls_cert_pem.clear();
+    co.tls_key_pem.clear();
+    co.token = token;
+    co.timeout = std::chrono::seconds(5);
+    return std::move(*catalog::CatalogClient::Create(co));
+  };
+  // A read-only token reads but may not write.
+  auto reader = with_token(mint("carol", "read", "1h"));
+  EXPECT_TRUE(reader->List("/home/carol", {}).ok());
+  ExpectDenied(reader->Mkdir("/home/carol/x", {}).status(), "Mkdir", "lacks the scope 'write'");
+  // A writing token writes as its user, within the modes.
+  const std::string writer_token = mint("carol", "read,write", "1h");
+  auto writer = with_token(writer_token);
+  absl::StatusOr<catalog::Attributes> made = writer->Mkdir("/home/carol/x", {});
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ(made->owner, "carol");
+  ExpectDenied(writer->Mkdir("/other", {}).status(), "Mkdir /other", "user carol (token ");
+  ExpectDenied(writer->CreateRequest({}).status(), "CreateRequest", "lacks the scope 'replicate'");
+  // The tools take it from $GFREP_TOKEN (no certificate needed).
+  testing::SubprocessOptions env;
+  env.env = {{"GFREP_CATALOG", catalog_}, {"GFREP_CATALOG_CA", Ca("ca.pem")}, {"GFREP_TOKEN", writer_token}};
+  RunResult mk = testing::RunCommand({testing::BinPath("gfmkdir"), "/home/carol/y"}, env);
+  EXPECT_EQ(mk.exit_code, 0) << mk.err;
+  // Expired.
+  auto brief = with_token(mint("carol", "read", "1s"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  absl::Status expired = brief->List("/home/carol", {}).status();
+  EXPECT_TRUE(absl::IsUnauthenticated(expired)) << expired;
+  EXPECT_NE(expired.message().find("expired"), absl::string_view::npos) << expired;
+  // Forged: signed with another key.
+  const std::string other_key = (fs::path(Ca("")).parent_path().parent_path() / "other.key").string();
+  {
+    std::ofstream(other_key) << std::string(64, 'a') << "\n";
+    fs::permissions(other_key, fs::perms::owner_read | fs::perms::owner_write);
+  }
+  RunResult forged = testing::RunCommand(
+      {testing::BinPath("gfauth"), "token", "create", "root", "--key", other_key});
+  ASSERT_EQ(forged.exit_code, 0) << forged.err;
+  absl::Status f = with_token(forged.out.substr(0, forged.out.find('\n')))->ListSites().status();
+  EXPECT_TRUE(absl::IsUnauthenticated(f)) << f;
+  EXPECT_NE(f.message().find("bad signature"), absl::string_view::npos) << f;
+  // Revoked by an admin (gfauth token revoke), also after the catalog restarts.
+  RunResult revoke = Tool({"gfauth", "token", "revoke", writer_token});
+  ASSERT_EQ(revoke.exit_code, 0) << revoke.err;
+  absl::Status revoked = writer->List("/home/carol", {}).status();
+  EXPECT_TRUE(absl::IsUnauthenticated(revoked)) << revoked;
+  EXPECT_NE(revoked.message().find("was revoked"), absl::string_view::npos) << revoked;
+  StopCatalog();
+  StartCatalog();
+  auto again = with_token(writer_token);
+  EXPECT_TRUE(absl::IsUnauthenticated(again->List("/home/carol", {}).status()));
+  EXPECT_TRUE(with_token(mint("carol", "read", "1h"))->List("/home/carol", {}).ok()) << "other tokens still work";
+  // A user may not revoke tokens, not even with every scope.
+  env.env["GFREP_TOKEN"] = mint("carol", "read,write,replicate", "1h");
+  RunResult by_user = testing::RunCommand({testing::BinPath("gfauth"), "token", "revoke", writer_token}, env);
+  EXPECT_NE(by_user.exit_code, 0);
+  EXPECT_NE(by_user.err.find("RevokeToken: user carol (token "), std::string::npos) << by_user.err;
+  EXPECT_NE(by_user.err.find("admin only"), std::string::npos) << by_user.err;
+  // Neither certificate nor token: refused.
+  catalog::ClientOptions none = ClientAs("root");
+  none.tls_cert_pem.clear();
+  none.tls_key_pem.clear();
+  none.timeout = std::chrono::seconds(5);
+  absl::Status anon = (*catalog::CatalogClient::Create(none))->ListSites().status();
+  EXPECT_TRUE(absl::IsPermissionDenied(anon)) << anon;
+  EXPECT_NE(anon.message().find("no user token"), absl::string_view::npos) << anon;
 }
 
 // Client options for gfcatalogd at `address` as NAME, with the certificates gfca made in `ca`.

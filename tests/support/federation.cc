@@ -21,7 +21,8 @@ void FederationTest::StartFederation(const std::map<std::string, std::string>& s
     for (const auto& [node, site] : site_of_) IssueCert("node", node);
     if (::testing::Test::HasFatalFailure()) return;
     for (const std::string& f : std::vector<std::string>{"--tls-cert", Ca("catalog.pem"), "--tls-key",
-                                                         Ca("catalog.key"), "--tls-client-ca", Ca("ca.pem")}) {
+                                                         Ca("catalog.key"), "--tls-client-ca", Ca("ca.pem"),
+                                                         "--token-key", Ca("token.key")}) {
       options_.catalogd_flags.push_back(f);
     }
   }

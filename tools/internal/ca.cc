@@ -168,6 +168,10 @@ absl::StatusOr<Pem> Issue(const Pem& ca, const IssueOptions& o) {
   X509_set_issuer_name(cert->get(), X509_get_subject_name(ca_cert->get()));
   std::string san = fmt::format("URI:gfrep://{}/{}", o.role, o.name);
   if (o.role == "node" || o.role == "catalog") san += ",DNS:" + o.name;
+  for (const std::string& g : o.groups) {
+    if (!ValidName(g)) return absl::InvalidArgumentError(fmt::format("group '{}': 1-64 letters, digits, . - _", g));
+    san += ",URI:gfrep://group/" + g;
+  }
   for (const std::string& h : o.hosts) {
     if (IsIp(h)) {
       san += ",IP:" + h;

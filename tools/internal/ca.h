@@ -34,6 +34,7 @@ struct IssueOptions {
   // 2*|days| ago, notAfter |days| ago), for tests of refusals.
   int days = 365;
   std::vector<std::string> hosts;  // extra DNS names or IP addresses (SANs)
+  std::vector<std::string> groups;  // users: gfrep://group/G URI SANs (catalog/permissions.h)
 };
 
 // A certificate for `options` signed by `ca`. kInvalidArgument for a bad role, name or host.

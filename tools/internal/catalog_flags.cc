@@ -17,6 +17,9 @@ void AddCatalogFlags(CLI::App& app, CatalogFlags& flags) {
   app.add_option("--cert", flags.cert,
                  "PEM client certificate: who you are to a catalog with mutual TLS (default: $GFREP_CERT)");
   app.add_option("--key", flags.key, "PEM key of --cert (default: $GFREP_KEY)");
+  app.add_option("--token-file", flags.token_file,
+                 "File holding a user token (gfauth token create): who you are without a certificate "
+                 "(default: $GFREP_TOKEN_FILE, or the token in $GFREP_TOKEN)");
   app.add_option("--timeout", flags.timeout_s, "Seconds per catalog call")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
@@ -35,9 +38,21 @@ absl::StatusOr<std::unique_ptr<catalog::CatalogClient>> ConnectCatalog(const Cat
     const char* v = std::getenv(env);
     return !flag.empty() ? flag : v != nullptr ? std::string(v) : std::string();
   };
+  if (const std::string file = flag_or_env(flags.token_file, "GFREP_TOKEN_FILE"); !file.empty()) {
+    std::ifstream in(file);
+    if (!in) return absl::InvalidArgumentError(fmt::format("cannot read token file {}", file));
+    std::getline(in, options.token);
+    if (options.token.empty()) return absl::InvalidArgumentError(fmt::format("token file {} is empty", file));
+  } else if (const char* env = std::getenv("GFREP_TOKEN"); env != nullptr) {
+    options.token = env;
+  }
+  if (!options.token.empty() && !flags.cert.empty()) {
+    return absl::InvalidArgumentError("give --cert or a token, not both");
+  }
   const std::string ca = flag_or_env(flags.tls_ca, "GFREP_CATALOG_CA");
-  const std::string cert = flag_or_env(flags.cert, "GFREP_CERT");
-  const std::string key = flag_or_env(flags.key, "GFREP_KEY");
+  // A token stands instead of the certificate in $GFREP_CERT.
+  const std::string cert = options.token.empty() ? flag_or_env(flags.cert, "GFREP_CERT") : "";
+  const std::string key = options.token.empty() ? flag_or_env(flags.key, "GFREP_KEY") : "";
   for (auto [path, what, out] : {std::tuple{&ca, "CA", &options.tls_root_pem},
                                  std::tuple{&cert, "certificate", &options.tls_cert_pem},
                                  std::tuple{&key, "key", &options.tls_key_pem}}) {
@@ -89,7 +104,7 @@ std::string FormatTime(std::int64_t unix_ns) {
 nlohmann::json ToJson(const catalog::Attributes& a) {
   return {{"inode", a.inode},       {"name", a.name},
           {"type", TypeName(a.type)}, {"size", a.size},
-          {"mode", fmt::format("{:04o}", a.mode)}, {"owner", a.owner},
+          {"mode", fmt::format("{:04o}", a.mode)}, {"owner", a.owner}, {"group", a.group},
           {"mtime", FormatTime(a.mtime_ns)}, {"mtime_ns", a.mtime_ns},
           {"checksum_algo", a.checksum_algo}, {"checksum", a.checksum},
           {"generation", a.generation}};

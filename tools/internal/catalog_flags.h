@@ -1,7 +1,8 @@
 #pragma once
 
 // Flags and helpers shared by the catalog tools (gfmkdir, gfls, gfstat, gfwhere, gfrm, gfmv,
-// gfsite, gfnode, gfroute): --catalog / GFREP_CATALOG, --tls-ca / GFREP_CATALOG_CA,
+// gfsite, gfnode, gfroute, ...): --catalog / GFREP_CATALOG, --tls-ca / GFREP_CATALOG_CA,
+// --cert/--key / GFREP_CERT/GFREP_KEY, --token-file / GFREP_TOKEN_FILE / GFREP_TOKEN,
 // one-line error text for a status, and JSON/text renderings of catalog records.
 
 #include <CLI/CLI.hpp>
@@ -20,6 +21,7 @@ struct CatalogFlags {
   std::string tls_ca;   // PEM file of the CA; default $GFREP_CATALOG_CA; empty: plaintext
   std::string cert;     // PEM client certificate (gfca issue user|admin NAME); default $GFREP_CERT
   std::string key;      // its key; default $GFREP_KEY
+  std::string token_file;  // a user token (gfauth token create); default $GFREP_TOKEN_FILE, or $GFREP_TOKEN itself
   double timeout_s = 30;
 };
 
