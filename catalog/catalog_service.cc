@@ -732,11 +732,26 @@ class Service final : public v1::Catalog::CallbackService {
     if (grpc::ServerUnaryReactor* denied = Deny(c, "CreateRequest", Access::kReplicate, {}, &caller)) return denied;
     return Offload(c, [this, req, resp, caller] {
       RequestSpec spec = FromProto(*req);
-      if (caller.user()) {
-        for (const std::string& path : spec.paths) {  // what you may not read you may not copy
-          if (absl::Status s = Guard(caller).MayRead("CreateRequest", path); !s.ok()) return Refused(caller, s);
-        }
-        spec.owner = caller.who->name;
+      if (!caller.user()) return Fill(catalog_.CreateRequest(spec), resp);
+      for (const std::string& path : spec.paths) {  // what you may not read you may not copy
+        if (absl::Status s = Guard(caller).MayRead("CreateRequest", path); !s.ok()) return Refused(caller, s);
+      }
+      spec.owner = caller.who->name;
+      if (options_.max_open_requests_per_user == 0) return Fill(catalog_.CreateRequest(spec), resp);
+      // Count and create under one lock, so concurrent calls cannot both take the last place.
+      std::lock_guard<std::mutex> quota(request_quota_mu_);
+      std::size_t open = 0;
+      for (RequestState state : {RequestState::kQueued, RequestState::kRunning}) {
+        absl::StatusOr<std::vector<Request>> list = catalog_.ListRequests(false, state, kMaxListEntries);
+        if (!list.ok()) return list.status();
+        open += static_cast<std::size_t>(std::count_if(
+            list->begin(), list->end(), [&](const Request& r) { return r.spec.owner == spec.owner; }));
+      }
+      if (open >= options_.max_open_requests_per_user) {
+        return absl::ResourceExhaustedError(fmt::format(
+            "CreateRequest: user {} has {} open replication requests, its quota (gfcatalogd "
+            "--max-open-requests-per-user); wait for some to finish or cancel them",
+            spec.owner, open));
       }
       return Fill(catalog_.CreateRequest(spec), resp);
     });
@@ -1073,6 +1088,7 @@ class Service final : public v1::Catalog::CallbackService {
   boost::asio::thread_pool watch_pool_;
   std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> denied_{0};
+  std::mutex request_quota_mu_;  // users' CreateRequest with a quota
   absl::Mutex revoked_mu_;
   absl::flat_hash_map<std::string, std::int64_t> revoked_ ABSL_GUARDED_BY(revoked_mu_);  // token id -> expiry
   std::unique_ptr<internal::RateLimiter> limiter_;  // null: no rate limit

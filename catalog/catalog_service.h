@@ -54,6 +54,10 @@ struct ServerOptions {
   // its timeout); other callers are not slowed by it.
   double max_calls_per_identity = 0;
   double max_call_burst_per_identity = 0;
+  // With mutual TLS: replication requests a user may have open (queued or running) at once;
+  // one more is RESOURCE_EXHAUSTED naming the user and the quota (0: no quota). Bounds the
+  // planner's work any one user can queue. Admins and policies are not counted.
+  std::size_t max_open_requests_per_user = 0;
   // Threads that run blocking catalog calls (mutations wait for an fsync each; more
   // threads let more writers share one group commit).
   int worker_threads = 64;

@@ -57,6 +57,10 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure", insecure,
                "Serve a non-loopback address without mutual TLS: anyone who reaches the port may do "
                "anything (development only)");
+  std::size_t open_requests_per_user = 1000;
+  app.add_option("--max-open-requests-per-user", open_requests_per_user,
+                 "With mutual TLS: replication requests a user may have queued or running at once; 0 = no quota")
+      ->capture_default_str();
   std::string token_key;
   app.add_option("--token-key", token_key,
                  "With mutual TLS: the key user tokens are signed with (gfca init writes token.key; "
@@ -210,6 +214,7 @@ int main(int argc, char** argv) {
   server_options.tls_client_ca_file = tls_client_ca;
   server_options.tls_reload_interval = std::chrono::seconds(tls_reload_s);
   server_options.max_message_bytes = max_message_mib << 20;
+  server_options.max_open_requests_per_user = open_requests_per_user;
   server_options.handshake_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(handshake_timeout_s * 1000));
   // Each client connection is a file descriptor: the usual soft limit of 1024 would let a
   // thousand idle connections lock everyone else out.

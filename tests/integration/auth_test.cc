@@ -436,6 +436,57 @@ TEST(CatalogAuthStartTest, AnIdentityOverItsRateWaitsAndOthersAreNotSlowed) {
 // Certificate rotation without a restart: gfcatalogd looks at its TLS files again every
 // --tls-reload-interval seconds. Here its first certificate names another host (clients
 // refuse it); once the files hold one for 127.0.0.1, new connections use it.
+// A user's open replication requests are bounded (--max-open-requests-per-user): one more
+// is RESOURCE_EXHAUSTED naming the user, while other users and admins go on; a user cancels
+// only its own requests, and a cancelled one frees its place.
+TEST(CatalogAuthStartTest, AUsersOpenRequestsAreBoundedByItsQuota) {
+  testing::TempDir dir("auth-quota");
+  const std::string ca = dir.Sub("ca");
+  absl::Status certs = testing::MakeCertificates(ca, {
+           {"init"}, {"issue", "catalog", "cat", "--host", "127.0.0.1"}, {"issue", "user", "alice"},
+           {"issue", "user", "bob"}, {"issue", "admin", "root"}});
+  ASSERT_TRUE(certs.ok()) << certs;
+  auto p = testing::Subprocess::Start({testing::BinPath("gfcatalogd"), "--db", dir.Sub("db"), "--listen",
+                                       "127.0.0.1:0", "--no-planner", "--tls-cert", ca + "/cat.pem", "--tls-key",
+                                       ca + "/cat.key", "--tls-client-ca", ca + "/ca.pem",
+                                       "--max-open-requests-per-user", "2"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<std::string> address = p->WaitForListen(std::chrono::seconds(30));
+  ASSERT_TRUE(address.ok()) << address.status();
+  auto client = [&](const std::string& name) {
+    return std::move(*catalog::CatalogClient::Create(ClientWithCertificate(*address, ca, name, std::chrono::seconds(10))));
+  };
+  auto alice = client("alice"), bob = client("bob"), root = client("root");
+  catalog::MkdirOptions mk;
+  mk.parents = true;
+  ASSERT_TRUE(root->Mkdir("/data", mk).ok());
+  ASSERT_TRUE(root->CreateFile("/data/f", {}).ok());
+  catalog::RequestSpec spec;
+  spec.paths = {"/data/f"};
+  spec.copies = 2;
+  spec.owner = "root";  // a user's requests are its own whatever it says
+  absl::StatusOr<catalog::Request> first = alice->CreateRequest(spec);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->spec.owner, "alice");
+  ASSERT_TRUE(alice->CreateRequest(spec).ok());
+  absl::Status over = alice->CreateRequest(spec).status();
+  EXPECT_TRUE(absl::IsResourceExhausted(over)) << over;
+  EXPECT_NE(over.message().find("user alice has 2 open replication requests"), absl::string_view::npos) << over;
+  // Others are not held to alice's count.
+  absl::StatusOr<catalog::Request> bobs = bob->CreateRequest(spec);
+  EXPECT_TRUE(bobs.ok()) << bobs.status();
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(root->CreateRequest(spec).ok()) << "admins have no quota";
+  // alice may not cancel bob's request; cancelling her own frees a place.
+  absl::Status not_hers = alice->CancelRequest(bobs->id);
+  EXPECT_TRUE(absl::IsPermissionDenied(not_hers)) << not_hers;
+  EXPECT_NE(not_hers.message().find("the request is bob's"), absl::string_view::npos) << not_hers;
+  ASSERT_TRUE(alice->CancelRequest(first->id).ok());
+  EXPECT_TRUE(alice->CreateRequest(spec).ok());
+  p->Signal(SIGTERM);
+  RunResult done = p->Wait(std::chrono::seconds(20));
+  EXPECT_EQ(done.exit_code, 0) << done.err;
+}
+
 TEST(CatalogAuthStartTest, RotatedCertificateFilesAreUsedWithoutARestart) {
   testing::TempDir dir("auth-rotate");
   const std::string ca = dir.Sub("ca");
