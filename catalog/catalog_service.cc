@@ -477,8 +477,19 @@ class Service final : public v1::Catalog::CallbackService {
       absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> results = catalog_.StatMany(paths);
       if (!results.ok()) return results.status();
       if (caller.user()) {
+        // Looking up a path needs search rights on the directories above it only: one walk
+        // per parent directory (a batch usually stats the files of a few directories).
+        NamespaceGuard guard = Guard(caller);
+        absl::flat_hash_map<std::string, absl::Status> by_parent;
         for (std::size_t i = 0; i < paths.size() && i < results->size(); ++i) {
-          if (absl::Status s = Guard(caller).MayLookup("StatMany", paths[i]); !s.ok()) (*results)[i] = Refused(caller, s);
+          const std::size_t slash = paths[i].rfind('/');
+          const std::string parent = slash == std::string::npos ? std::string() : paths[i].substr(0, slash);
+          auto [it, fresh] = by_parent.try_emplace(parent);
+          if (fresh) it->second = guard.MayLookup("StatMany", paths[i]);
+          if (!it->second.ok()) {
+            // The refusal names the first path of its directory; audited once per directory.
+            (*results)[i] = fresh ? Refused(caller, it->second) : it->second;
+          }
         }
       }
       return FillResults(*results, [resp] { return resp->add_results(); },

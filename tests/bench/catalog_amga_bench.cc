@@ -1,6 +1,6 @@
 // The AMGA experiment on the gfrep catalog (issue 4), over gRPC on loopback.
 //
-//   build-*/bin/catalog_amga_bench [--max-dirs 10000] [--entries 100] [--samples 300] [--mtls [--rate N]]
+//   build-*/bin/catalog_amga_bench [--max-dirs 10000] [--entries 100] [--samples 300] [--mtls [--rate N] [--as-user]]
 //
 // 1. Grows a tree to 1, 100, 1K, 10K (... --max-dirs) directories of --entries files each,
 //    plus 10 directories of 1,000 entries, and after each size times `ls` (List over gRPC)
@@ -112,6 +112,10 @@ int main(int argc, char** argv) {
   double rate = 0;
   app.add_flag("--mtls", mtls,
                "Mutual TLS with authorization (gfca certificates; every client is the admin 'bench')");
+  bool as_user = false;
+  app.add_flag("--as-user", as_user,
+               "With --mtls: the clients are the user 'bench' (owner of the directories it writes), so "
+               "every call also checks the namespace's permissions");
   app.add_option("--rate", rate, "With --mtls: max calls a second per identity (0: no limit)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -123,7 +127,7 @@ int main(int argc, char** argv) {
     const std::string ca = dir.Sub("ca");
     const std::string gfca = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "gfca").string();
     for (const std::string& args : {std::string("init"), std::string("issue catalog cat --host 127.0.0.1"),
-                                    std::string("issue admin bench")}) {
+                                    std::string(as_user ? "issue user bench" : "issue admin bench")}) {
       Check(std::system(fmt::format("'{}' {} --dir '{}' >/dev/null", gfca, args, ca).c_str()) == 0
                 ? absl::OkStatus()
                 : absl::InternalError("gfca " + args),
@@ -136,7 +140,7 @@ int main(int argc, char** argv) {
     co.tls_root_pem = so.tls_client_ca_pem;
     co.tls_cert_pem = gfrep::testing::ReadFile(ca + "/bench.pem");
     co.tls_key_pem = gfrep::testing::ReadFile(ca + "/bench.key");
-    std::printf("mutual TLS, authorization, %s\n",
+    std::printf("mutual TLS, authorization as %s, %s\n", as_user ? "user bench (permission checks)" : "admin bench",
                 rate > 0 ? fmt::format("at most {:g} calls/s per identity", rate).c_str() : "no rate limit");
   }
   CatalogOptions bulk;
@@ -222,7 +226,9 @@ int main(int argc, char** argv) {
   std::printf("| clients | creates/s | stats/s | lists/s (100 entries) | WAL writes per sync "
               "(creates) | creates/s, %d per CreateFiles | stats/s, %d per StatMany |\n"
               "|---:|---:|---:|---:|---:|---:|---:|\n", batch, batch);
-  Check((*store)->Mkdir("/c", {}).status(), "mkdir /c");
+  MkdirOptions writable;
+  writable.owner = "bench";  // the user writes here (--as-user)
+  Check((*store)->Mkdir("/c", writable).status(), "mkdir /c");
   Check((*store)->Mkdir("/l", {}).status(), "mkdir /l");
   for (int i = 0; i < 100; ++i) {
     Check((*store)->CreateFile(fmt::format("/l/f{:03}", i), content).status(), "create");

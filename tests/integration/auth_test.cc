@@ -252,6 +252,13 @@ TEST_F(CatalogAuthTest, UsersMayDoOnlyWhatTheNamespacesModesAllow) {
   ExpectDenied(bob->List("/home/alice/run", {}).status(), "List /home/alice/run", "user bob may not list it");
   ExpectDenied(bob->Locate("/home/alice/run/out").status(), "Locate", "user bob may not search /home/alice/run");
   ExpectDenied(bob->Stat("/home/alice/run/out").status(), "Stat", "user bob may not search");
+  absl::StatusOr<std::vector<absl::StatusOr<catalog::Attributes>>> many =
+      bob->StatMany({"/home/alice/run/out", "/home/alice/run/nothing", "/home/alice/run"});
+  ASSERT_TRUE(many.ok()) << many.status();
+  ASSERT_EQ(many->size(), 3u);
+  EXPECT_TRUE(absl::IsPermissionDenied((*many)[0].status())) << (*many)[0].status();
+  EXPECT_TRUE(absl::IsPermissionDenied((*many)[1].status())) << "same directory: " << (*many)[1].status();
+  EXPECT_TRUE((*many)[2].ok()) << "the directory itself may be looked up: " << (*many)[2].status();
   EXPECT_TRUE(alice->Locate("/home/alice/run/out").ok());
   // alice removes and renames her own; the admin may do anything.
   EXPECT_TRUE(alice->Rename("/home/alice/run/out", "/home/alice/run/out2").ok());
