@@ -145,38 +145,36 @@ absl::Status NamespaceGuard::MayEmpty(std::string_view action, const std::string
   return absl::OkStatus();
 }
 
-absl::Status NamespaceGuard::MayRemove(std::string_view action, std::string_view path, bool recursive) {
+absl::Status NamespaceGuard::MayUnlink(std::string_view action, std::string_view path, std::string_view verb,
+                                       std::optional<Walk>* walk) {
   absl::StatusOr<Walk> w = WalkPath(path);
   if (!w.ok()) return w.status();
   if (!w->complete() || w->parts.empty()) return Search(action, *w, w->chain.size());
   const std::size_t n = w->chain.size();
   if (absl::Status s = Search(action, *w, n - 2); !s.ok()) return s;
-  const Attributes& parent = w->chain[n - 2];
-  const Attributes& entry = w->chain[n - 1];
-  if (absl::Status s = Need(action, path, parent, kWrite | kSearch,
-                            fmt::format("remove from {}", Prefix(w->parts, n - 2)));
+  if (absl::Status s = Need(action, path, w->chain[n - 2], kWrite | kSearch,
+                            fmt::format("{} {}", verb, Prefix(w->parts, n - 2)));
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = Sticky(action, path, parent, entry); !s.ok()) return s;
-  if (recursive && entry.type == FileType::kDirectory) return MayEmpty(action, Prefix(w->parts, n - 1), entry);
+  if (absl::Status s = Sticky(action, path, w->chain[n - 2], w->chain[n - 1]); !s.ok()) return s;
+  *walk = std::move(*w);
+  return absl::OkStatus();
+}
+
+absl::Status NamespaceGuard::MayRemove(std::string_view action, std::string_view path, bool recursive) {
+  std::optional<Walk> w;
+  if (absl::Status s = MayUnlink(action, path, "remove from", &w); !s.ok() || !w) return s;
+  const Attributes& entry = w->chain.back();
+  if (recursive && entry.type == FileType::kDirectory) return MayEmpty(action, JoinPath(w->parts), entry);
   return absl::OkStatus();
 }
 
 absl::Status NamespaceGuard::MayRename(std::string_view action, std::string_view from, std::string_view to) {
-  absl::StatusOr<Walk> src = WalkPath(from);
-  if (!src.ok()) return src.status();
-  if (!src->complete() || src->parts.empty()) return Search(action, *src, src->chain.size());
-  const std::size_t n = src->chain.size();
-  if (absl::Status s = Search(action, *src, n - 2); !s.ok()) return s;
-  const Attributes& src_parent = src->chain[n - 2];
-  const Attributes& entry = src->chain[n - 1];
-  if (absl::Status s = Need(action, from, src_parent, kWrite | kSearch,
-                            fmt::format("move out of {}", Prefix(src->parts, n - 2)));
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = Sticky(action, from, src_parent, entry); !s.ok()) return s;
+  std::optional<Walk> src;
+  if (absl::Status s = MayUnlink(action, from, "move out of", &src); !s.ok() || !src) return s;
+  const Attributes& src_parent = src->chain[src->chain.size() - 2];
+  const Attributes& entry = src->chain.back();
   absl::StatusOr<Walk> dst = WalkPath(to);
   if (!dst.ok()) return dst.status();
   if (dst->parts.empty()) return absl::OkStatus();  // the call refuses it

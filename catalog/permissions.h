@@ -77,6 +77,11 @@ class NamespaceGuard {
                     std::string_view what);
   absl::Status Sticky(std::string_view action, std::string_view path, const Attributes& dir,
                       const Attributes& entry);
+  // The rights to take an existing `path` out of its directory (remove it or move it away):
+  // search above, w and x on the parent ("VERB PARENT" names it), the sticky rule. Sets
+  // `*walk` only when the entry exists and is not the root (else the call decides).
+  absl::Status MayUnlink(std::string_view action, std::string_view path, std::string_view verb,
+                         std::optional<Walk>* walk);
   absl::Status MayEmpty(std::string_view action, const std::string& dir_path, const Attributes& dir);
 
   Catalog& catalog_;

@@ -379,6 +379,21 @@ catalog::ClientOptions ClientWithCertificate(const std::string& address, const s
   return co;
 }
 
+// A gfcatalogd with mutual TLS and no planner on loopback, with certificates gfca makes in
+// `ca`: the catalog's ("cat", for 127.0.0.1) and one per {role, name}; `flags` appended.
+absl::StatusOr<testing::Subprocess> StartTlsCatalog(const testing::TempDir& dir, const std::string& ca,
+                                                    const std::vector<std::pair<std::string, std::string>>& identities,
+                                                    const std::vector<std::string>& flags) {
+  std::vector<std::vector<std::string>> gfca = {{"init"}, {"issue", "catalog", "cat", "--host", "127.0.0.1"}};
+  for (const auto& [role, name] : identities) gfca.push_back({"issue", role, name});
+  if (absl::Status s = testing::MakeCertificates(ca, gfca); !s.ok()) return s;
+  std::vector<std::string> argv = {testing::BinPath("gfcatalogd"), "--db", dir.Sub("db"), "--listen", "127.0.0.1:0",
+                                   "--no-planner", "--tls-cert", ca + "/cat.pem", "--tls-key", ca + "/cat.key",
+                                   "--tls-client-ca", ca + "/ca.pem"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return testing::Subprocess::Start(argv);
+}
+
 TEST(CatalogAuthStartTest, APublicAddressWithoutMutualTlsIsRefusedUnlessInsecure) {
   testing::TempDir dir("auth-start");
   RunResult r = testing::RunCommand(
@@ -399,15 +414,8 @@ TEST(CatalogAuthStartTest, APublicAddressWithoutMutualTlsIsRefusedUnlessInsecure
 TEST(CatalogAuthStartTest, AnIdentityOverItsRateWaitsAndOthersAreNotSlowed) {
   testing::TempDir dir("auth-rate");
   const std::string ca = dir.Sub("ca");
-  absl::Status certs = testing::MakeCertificates(ca, {
-           {"init"}, {"issue", "catalog", "cat", "--host", "127.0.0.1"}, {"issue", "user", "alice"},
-           {"issue", "admin", "root"}});
-  ASSERT_TRUE(certs.ok()) << certs;
   // Two calls a second, four at once.
-  auto p = testing::Subprocess::Start({testing::BinPath("gfcatalogd"), "--db", dir.Sub("db"), "--listen",
-                                       "127.0.0.1:0", "--no-planner", "--tls-cert", ca + "/cat.pem", "--tls-key",
-                                       ca + "/cat.key", "--tls-client-ca", ca + "/ca.pem",
-                                       "--max-calls-per-identity", "2"});
+  auto p = StartTlsCatalog(dir, ca, {{"user", "alice"}, {"admin", "root"}}, {"--max-calls-per-identity", "2"});
   ASSERT_TRUE(p.ok()) << p.status();
   absl::StatusOr<std::string> address = p->WaitForListen(std::chrono::seconds(30));
   ASSERT_TRUE(address.ok()) << address.status();
@@ -449,14 +457,8 @@ TEST(CatalogAuthStartTest, AnIdentityOverItsRateWaitsAndOthersAreNotSlowed) {
 TEST(CatalogAuthStartTest, AUsersOpenRequestsAreBoundedByItsQuota) {
   testing::TempDir dir("auth-quota");
   const std::string ca = dir.Sub("ca");
-  absl::Status certs = testing::MakeCertificates(ca, {
-           {"init"}, {"issue", "catalog", "cat", "--host", "127.0.0.1"}, {"issue", "user", "alice"},
-           {"issue", "user", "bob"}, {"issue", "admin", "root"}});
-  ASSERT_TRUE(certs.ok()) << certs;
-  auto p = testing::Subprocess::Start({testing::BinPath("gfcatalogd"), "--db", dir.Sub("db"), "--listen",
-                                       "127.0.0.1:0", "--no-planner", "--tls-cert", ca + "/cat.pem", "--tls-key",
-                                       ca + "/cat.key", "--tls-client-ca", ca + "/ca.pem",
-                                       "--max-open-requests-per-user", "2"});
+  auto p = StartTlsCatalog(dir, ca, {{"user", "alice"}, {"user", "bob"}, {"admin", "root"}},
+                           {"--max-open-requests-per-user", "2"});
   ASSERT_TRUE(p.ok()) << p.status();
   absl::StatusOr<std::string> address = p->WaitForListen(std::chrono::seconds(30));
   ASSERT_TRUE(address.ok()) << address.status();
