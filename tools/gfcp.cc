@@ -58,7 +58,9 @@ int main(int argc, char** argv) {
   app.add_option("--route-rate", route_rate, "cap for all streams together in bit/s, e.g. 1G");
   app.add_option("--cc", cc, "TCP congestion control (cubic, bbr, highspeed, ...)");
   app.add_flag("--tls", tls, "encrypt control and data connections with TLS");
-  app.add_option("--tls-ca", tls_ca, "PEM CA that signed the agents' certificates");
+  app.add_option("--tls-ca", tls_ca,
+                 "PEM CA that signed the agents' certificates; alone (without --tls) the control "
+                 "connection is mutual TLS and the data travels in clear");
   app.add_option("--tls-cert", tls_cert, "PEM client certificate (certificate authentication)");
   app.add_option("--tls-key", tls_key, "PEM key of --tls-cert");
   app.add_option("--checksum", checksum, "end-to-end checksum: xxh3-128, adler32, sha256");
@@ -92,6 +94,7 @@ int main(int argc, char** argv) {
   o.checksum = checksum;
   o.block_checksum = block_checksum;
   o.tls = tls;
+  o.tls_control = !tls_ca.empty();
   o.tls_options = {tls_cert, tls_key, tls_ca};
   if (!(timeout > 0 && timeout < 86400)) return gfrep::tools::Fail("gfcp", "--timeout must be 0..86400 seconds");
   o.io_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000));

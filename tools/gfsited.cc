@@ -48,8 +48,18 @@ int main(int argc, char** argv) {
   app.add_option("--tls-cert", tls_cert, "PEM certificate chain (enables TLS sessions)");
   app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
   app.add_option("--tls-ca", tls_ca, "PEM CA: verifies agents we pull from, and client certificates");
-  app.add_flag("--require-tls", require_tls, "refuse sessions without TLS");
-  std::string tls_peers = "node,admin,user";
+  app.add_flag("--require-tls", require_tls, "refuse sessions without TLS on every connection (control and data)");
+  bool require_tls_control = false;
+  app.add_flag("--require-tls-control", require_tls_control,
+               "refuse control connections in clear text (shared-key sessions); data may stay clear");
+  bool insecure = false;
+  app.add_flag("--insecure", insecure,
+               "Listen on a non-loopback address without a certificate set (--tls-cert, --tls-key, "
+               "--tls-ca): agents then authenticate each other by the shared key only and nothing is "
+               "encrypted. For trusted test networks");
+  // Not users: an agent cannot check the namespace's modes, so a user's certificate would
+  // read and write replicas the catalog may not let that user see.
+  std::string tls_peers = "node,admin";
   app.add_option("--tls-peers", tls_peers,
                  "roles whose client certificates (gfrep://ROLE/NAME) may open sessions here")
       ->capture_default_str();
@@ -188,6 +198,25 @@ int main(int argc, char** argv) {
   if ((tls_cert.empty()) != (tls_key.empty())) {
     return gfrep::tools::Fail("gfsited", "--tls-cert and --tls-key go together");
   }
+  // With a whole certificate set the agent pulls from other agents over mutual TLS (control
+  // connection; data joins keyed from that TLS session, encrypted when the route says tls).
+  const bool mutual_tls = !tls_cert.empty() && !tls_ca.empty();
+  const std::string listen_host = listen.substr(0, listen.rfind(':'));
+  if (!mutual_tls && !gfrep::replica::IsLoopbackHost(listen_host)) {
+    if (!insecure) {
+      return gfrep::tools::Fail(
+          "gfsited", fmt::format("--listen {}: not a loopback address, and no certificate set to talk mutual TLS "
+                                 "with other agents. Give --tls-cert, --tls-key and --tls-ca (gfca init; gfca "
+                                 "issue node NAME --host ADDRESS), or --insecure for a trusted network",
+                                 listen));
+    }
+    log->warn("--insecure on {}: agents authenticate each other by the shared key only, nothing is encrypted",
+              listen);
+  }
+  if (require_tls_control && tls_cert.empty()) {
+    return gfrep::tools::Fail("gfsited", "--require-tls-control needs --tls-cert and --tls-key");
+  }
+  options.require_tls_control = require_tls_control;
 
   // Signals are taken by a dedicated thread (sigwait) so the server stops cleanly.
   sigset_t set;
@@ -201,6 +230,7 @@ int main(int argc, char** argv) {
   gfrep::transfer::TransferOptions pull_defaults = options.defaults;
   pull_defaults.shared_key = *key;
   pull_defaults.tls_options = options.tls;
+  pull_defaults.tls_control = mutual_tls;
   auto server = gfrep::transfer::AgentServer::Create(std::move(options));
   if (!server.ok()) return gfrep::tools::Fail("gfsited", Msg(server.status()));
   absl::StatusOr<gfrep::transfer::Endpoint> bound = (*server)->Start();

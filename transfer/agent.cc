@@ -36,9 +36,12 @@ namespace {
 // A session waiting for (then owning) its data connections. Lives in Impl::sessions
 // while its control coroutine runs. Used only on the io thread.
 struct Session {
-  Session(const asio::any_io_executor& ex, int expected)
-      : expected(expected), ready(ex, std::chrono::steady_clock::time_point::max()) {}
+  Session(const asio::any_io_executor& ex, int expected, std::string join_key, bool tls_data)
+      : expected(expected), join_key(std::move(join_key)), tls_data(tls_data),
+        ready(ex, std::chrono::steady_clock::time_point::max()) {}
   int expected;
+  std::string join_key;  // internal::JoinKey of the control connection
+  bool tls_data;         // data connections must be TLS (else clear text)
   std::vector<ConnPtr> joined;
   asio::steady_timer ready;
 };
@@ -292,6 +295,11 @@ struct AgentServer::Impl {
     if (!*want_tls && options.require_tls) {
       co_return co_await Fail(*conn, absl::PermissionDeniedError("this agent requires TLS (use --tls)"));
     }
+    if (!*want_tls && *role == "control" && options.require_tls_control) {
+      co_return co_await Fail(*conn, absl::PermissionDeniedError(
+                                         "this agent requires TLS on the control connection (give the client "
+                                         "--tls-ca and a certificate; --tls encrypts the data too)"));
+    }
     std::string server_nonce = internal::RandomHex(16);
     Json msg1 = {{"op", "hello_ok"}, {"nonce", server_nonce}};
     if (absl::Status s = co_await conn->SendControl(msg1); !s.ok()) co_return s;
@@ -311,6 +319,8 @@ struct AgentServer::Impl {
         }
       }
       log->debug("peer {} authenticated by certificate {}", peer, uris.empty() ? "(no identity)" : uris.front());
+      // The session's log lines name who it is (to=ADDR (gfrep://node/NAME)).
+      peer = fmt::format("{} ({})", peer, uris.empty() ? "certificate" : uris.front());
       Json msg2 = {{"op", "welcome"}, {"method", "certificate"}};
       if (absl::Status s = co_await conn->SendControl(msg2); !s.ok()) co_return s;
     } else {
@@ -362,8 +372,11 @@ struct AgentServer::Impl {
     o.progress = nullptr;
     if (absl::Status s = internal::RouteFromJson(**req_options, o); !s.ok()) return s;
     if (absl::Status s = Validate(o); !s.ok()) return s;
-    if (o.tls && !conn.tls()) {
+    if ((o.tls || o.tls_control) && !conn.tls()) {
       return absl::InvalidArgumentError("TLS data requested on a clear control connection");
+    }
+    if (options.require_tls && !o.tls) {
+      return absl::PermissionDeniedError("this agent requires TLS on the data connections too (use --tls)");
     }
     return o;
   }
@@ -376,10 +389,15 @@ struct AgentServer::Impl {
     absl::StatusOr<std::string> mac = GetString(*join, "mac");
     auto it = token.ok() ? sessions.find(*token) : sessions.end();
     if (!op.ok() || *op != "join" || it == sessions.end() || !mac.ok() ||
-        static_cast<int>(it->second->joined.size()) >= it->second->expected ||
-        !internal::ConstantTimeEqual(*mac, internal::JoinMac(options.shared_key, *token, server_nonce))) {
+        static_cast<int>(it->second->joined.size()) >= it->second->expected || it->second->join_key.empty() ||
+        !internal::ConstantTimeEqual(*mac, internal::JoinMac(it->second->join_key, *token, server_nonce))) {
       co_return co_await Fail(*conn, absl::PermissionDeniedError(
                                          "unknown, expired or already used session token"));
+    }
+    if (conn->tls() != it->second->tls_data) {
+      co_return co_await Fail(*conn, absl::PermissionDeniedError(fmt::format(
+                                         "this session's data connections must {}use TLS",
+                                         it->second->tls_data ? "" : "not ")));
     }
     Json msg5 = {{"op", "joined"}};
     if (absl::Status s = co_await conn->SendControl(msg5); !s.ok()) co_return s;
@@ -436,7 +454,8 @@ struct AgentServer::Impl {
     absl::StatusOr<std::shared_ptr<internal::DestinationFile>> dst = internal::OpenDestination(spec);
     if (!dst.ok()) co_return co_await Fail(*conn, dst.status());
     std::string token = internal::RandomHex(16);
-    auto session = std::make_shared<Session>(co_await asio::this_coro::executor, o.route.streams);
+    auto session = std::make_shared<Session>(co_await asio::this_coro::executor, o.route.streams,
+                                             internal::JoinKey(*conn, options.shared_key), o.tls);
     sessions[token] = session;
     TokenGuard guard{this, token};
     Json reply{{"op", "session"}, {"token", token},
@@ -531,7 +550,8 @@ struct AgentServer::Impl {
     std::string token;
     if (data.empty()) {
       token = internal::RandomHex(16);
-      session = std::make_shared<Session>(co_await asio::this_coro::executor, o.route.streams);
+      session = std::make_shared<Session>(co_await asio::this_coro::executor, o.route.streams,
+                                          internal::JoinKey(*conn, options.shared_key), o.tls);
       sessions[token] = session;
       guard.emplace(this, token);
       offer["token"] = token;

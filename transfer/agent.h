@@ -44,8 +44,11 @@ struct AgentOptions {
   std::string shared_key;
   // TLS: cert+key enable TLS sessions; ca also enables client-certificate authentication.
   TlsOptions tls;
-  // Refuse sessions that do not use TLS.
+  // Refuse sessions that do not use TLS on every connection (control and data).
   bool require_tls = false;
+  // Refuse control connections in clear text (shared-key sessions); data connections may be
+  // clear when the session asks (TransferOptions::tls_control).
+  bool require_tls_control = false;
   // Who may open a session by client certificate: called with the URI subject alternative
   // names of a verified certificate (gfrep://ROLE/NAME from gfca); a non-OK status refuses
   // the session with that status (PERMISSION_DENIED naming the identity). Unset: every

@@ -107,7 +107,7 @@ absl::StatusOr<Prepared> Prepare(const TransferOptions& options, const Endpoint&
   if (absl::Status s = Validate(options); !s.ok()) return s;
   Prepared p{options, nullptr};
   if (p.options.route.route_name.empty()) p.options.route.route_name = peer.ToString();
-  if (options.tls) {
+  if (options.tls || options.tls_control) {
     auto ctx = internal::MakeTlsContext(options.tls_options, false);
     if (!ctx.ok()) return ctx.status();
     p.tls = std::move(*ctx);
@@ -145,13 +145,15 @@ asio::awaitable<absl::StatusOr<std::vector<internal::ClientConnection>>> Connect
 }
 
 // Joins connected data connections to session `token`, all at once.
+// `control` is the session's control connection (its TLS session keys the joins).
 asio::awaitable<absl::StatusOr<std::vector<ConnPtr>>> JoinConnected(
     const std::vector<internal::ClientConnection>& connected, const std::string& token,
-    const Prepared& p, std::string& congestion) {
+    internal::Conn& control, const Prepared& p, std::string& congestion) {
   auto log = internal::LoggerOf(p.options.logger);
+  const std::string join_key = internal::JoinKey(control, p.options.shared_key);
   std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
   for (const internal::ClientConnection& c : connected) {
-    tasks.push_back([&]() { return internal::SendJoin(c, token, p.options); });
+    tasks.push_back([&]() { return internal::SendJoin(c, token, join_key); });
   }
   absl::Status s = co_await internal::RunConcurrently(std::move(tasks));
   std::vector<ConnPtr> data;
@@ -231,7 +233,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> AsyncPush(std::filesystem::path l
   if (!missing.ok()) co_return missing.status();
   if (*resumed > 0) log->info("resuming: the agent already holds {} of {} bytes", *resumed, (*src)->size);
   std::string congestion;
-  absl::StatusOr<std::vector<ConnPtr>> data = co_await JoinConnected(connected, *token, *p, congestion);
+  absl::StatusOr<std::vector<ConnPtr>> data = co_await JoinConnected(connected, *token, *ctrl_conn, *p, congestion);
   if (!data.ok()) co_return data.status();
   deadline.reset();
   co_return co_await internal::RunSender(*ctrl_conn, *data, *src, *missing, p->options, congestion, *resumed);
@@ -451,7 +453,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
   } else {
     std::string stream_congestion;
     absl::StatusOr<std::vector<ConnPtr>> joined =
-        co_await JoinConnected(connected, *token, *p, stream_congestion);
+        co_await JoinConnected(connected, *token, *ctrl_conn, *p, stream_congestion);
     if (!joined.ok()) co_return joined.status();
     data = std::move(*joined);
   }

@@ -70,6 +70,12 @@ struct TransferOptions {
   std::string block_checksum = "xxh3-64";
   // Encrypt the control and data connections with TLS. Never falls back to clear text.
   bool tls = false;
+  // TLS on the control connection only (implied by `tls`): the agent is verified against
+  // tls_options.ca and, with tls_options.cert/key, we authenticate by certificate (mutual
+  // TLS); data connections join in clear text with a MAC keyed from the TLS session, so bulk
+  // bytes cost no encryption. Block checksums and the end-to-end checksum, which travels on
+  // the protected control connection, catch damage.
+  bool tls_control = false;
   TlsOptions tls_options;
   // The shared key (raw bytes) for challenge-response authentication; see auth.h.
   std::string shared_key;

@@ -63,7 +63,7 @@ def main():
                 subprocess.run(tb.in_ns(node, ["sysctl", "-q", "-w", f"net.ipv4.tcp_rmem={TUNED[0]}",
                                                f"net.ipv4.tcp_wmem={TUNED[1]}"]), check=True)
             gfsited = [os.path.join(tb.BIN, "gfsited"), "--listen", f"{b}:{GFSITED_PORT}",
-                       "--spool", spool, "--key-file", key, "--buffer", "32M"]
+                       "--spool", spool, "--key-file", key, "--buffer", "32M", "--insecure"]
             gridftp = ["globus-gridftp-server", "-aa", "-anonymous-user", "nobody", "-p",
                        str(GRIDFTP_PORT), "-control-interface", b, "-data-interface", b]
             # The GridFTP server resolves its own address and the host name; in the far

@@ -54,7 +54,7 @@ def gfcp(src_node, dst_addr, path, streams, mode, cc, key, name):
 class Gfsited:
     def __init__(self, node, addr, spool, key, mode):
         argv = [os.path.join(tb.BIN, "gfsited"), "--listen", f"{addr}:{PORT}", "--spool", spool,
-                "--key-file", key]
+                "--key-file", key, "--insecure"]
         if mode == "tuned":
             argv += ["--buffer", TUNED_BUFFER]
         self.server = tb.Server(node, argv, "listening on")

@@ -89,7 +89,7 @@ AGENT_FLAGS=()
 [[ -n ${SESSION_REUSE:-} ]] && AGENT_FLAGS+=(--session-reuse "$SESSION_REUSE")
 for n in "${NODES[@]}"; do
   start "agent-$n" "$n" "$BIN/gfsited" --listen "${ADDR[$n]}:0" --spool "$WORK/spool-$n" \
-    --site "${n%-n*}" --node "$n" --catalog "$GFREP_CATALOG" --key-file "$KEY" --log-level info "${AGENT_FLAGS[@]}"
+    --site "${n%-n*}" --node "$n" --catalog "$GFREP_CATALOG" --key-file "$KEY" --log-level info --insecure "${AGENT_FLAGS[@]}"
 done
 for _ in $(seq 100); do
   [[ $(ns "$FIRST_SRC" "$BIN/gfnode" list | wc -l) -ge ${#NODES[@]} ]] && break

@@ -74,7 +74,7 @@ def run_case(pairs, tuned, src, key):
             addr = tb.addr(TOPO, f"us-n{i}")
             daemons.append(tb.Server(f"us-n{i}", [
                 os.path.join(tb.BIN, "gfsited"), "--listen", f"{addr}:{PORT}", "--spool", spool,
-                "--key-file", key, "--buffer", p["buffer"]], "listening on"))
+                "--key-file", key, "--buffer", p["buffer"], "--insecure"], "listening on"))
         sampler = Sampler()
         sampler.start()
         procs = []

@@ -58,6 +58,10 @@ TEST_F(CatalogAuthTest, AReplicationRunsEndToEndWithMutualTls) {
   RunResult r = Tool({"gfrep", "-N", "2", "/exp/f"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(Replica("sdsc1", "/exp/f"), bytes);
+  // sdsc1 pulled from kek1 over mutual TLS: kek1 served a session authenticated by sdsc1's
+  // node certificate.
+  EXPECT_NE(agents_["kek1"].Stderr().find("sending path="), std::string::npos) << agents_["kek1"].Stderr();
+  EXPECT_NE(agents_["kek1"].Stderr().find("(gfrep://node/sdsc1)"), std::string::npos) << agents_["kek1"].Stderr();
   // The tools without a certificate are refused by the handshake, with the catalog's address.
   testing::SubprocessOptions bare;
   bare.env = {{"GFREP_CATALOG", catalog_}, {"GFREP_CATALOG_CA", Ca("ca.pem")}};

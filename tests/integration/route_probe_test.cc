@@ -173,7 +173,7 @@ TEST_F(RouteProbeEmulatedTest, ProbeReportsTheEmulatedRttAndRate) {
     const std::string node = site + "-n1";
     ASSERT_FALSE(StartDaemon(node, {BinPath("gfsited"), "--listen", Addr(node) + ":0", "--spool",
                                     dir_.Sub("spool-" + node), "--site", site, "--node", node, "--catalog",
-                                    cat, "--key-file", key})
+                                    cat, "--key-file", key, "--insecure"})
                      .empty());
   }
   for (int i = 0; i < 100; ++i) {

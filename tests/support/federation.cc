@@ -18,7 +18,8 @@ void FederationTest::StartFederation(const std::map<std::string, std::string>& s
     ASSERT_EQ(r.exit_code, 0) << r.err;
     IssueCert("catalog", "catalog", {"--host", "127.0.0.1"});
     IssueCert("admin", "root");
-    for (const auto& [node, site] : site_of_) IssueCert("node", node);
+    // Agents pull from each other over mutual TLS: their certificates name their address.
+    for (const auto& [node, site] : site_of_) IssueCert("node", node, {"--host", "127.0.0.1"});
     if (::testing::Test::HasFatalFailure()) return;
     for (const std::string& f : std::vector<std::string>{"--tls-cert", Ca("catalog.pem"), "--tls-key",
                                                          Ca("catalog.key"), "--tls-client-ca", Ca("ca.pem"),
@@ -70,7 +71,8 @@ void FederationTest::StartAgent(const std::string& node) {
   argv.insert(argv.end(), options_.agent_flags.begin(), options_.agent_flags.end());
   if (options_.mutual_tls) {
     for (const std::string& f : std::vector<std::string>{"--catalog-ca", Ca("ca.pem"), "--tls-cert",
-                                                         Ca(node + ".pem"), "--tls-key", Ca(node + ".key")}) {
+                                                         Ca(node + ".pem"), "--tls-key", Ca(node + ".key"),
+                                                         "--tls-ca", Ca("ca.pem")}) {
       argv.push_back(f);
     }
   }

@@ -14,12 +14,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <condition_variable>
 #include <fstream>
 #include <future>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "tests/support/temp_dir.h"
 #include "transfer/client.h"
@@ -81,7 +83,9 @@ bool ClosedWithoutData(int fd, std::chrono::milliseconds timeout) {
 
 // An on-path attacker between a client and the agent: relays every connection, and rewrites
 // the payload of each control frame the client sends with `rewrite` (the header stays valid:
-// its check covers the header only). Stops and joins its threads when destroyed.
+// its check covers the header only). Without `rewrite` it relays the bytes as they come (TLS
+// included). Either way it records every byte it saw, both ways (seen()). Stops and joins its
+// threads when destroyed.
 class TamperingProxy {
  public:
   TamperingProxy(Endpoint agent, std::function<void(std::string&)> rewrite)
@@ -121,6 +125,11 @@ class TamperingProxy {
   }
   const Endpoint& endpoint() const { return endpoint_; }
   int rewritten() const { return rewritten_; }
+  // Everything relayed so far, both directions interleaved; clears the record.
+  std::string TakeSeen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(seen_, "");
+  }
 
  private:
   static bool ReadAll(int fd, void* p, std::size_t n) {
@@ -155,16 +164,27 @@ class TamperingProxy {
         continue;
       }
       fds_.push_back(agent);
-      threads_.emplace_back([this, client, agent] { ClientToAgent(client, agent); });
-      threads_.emplace_back([client, agent] {  // agent -> client, as is
-        char buf[65536];
-        for (;;) {
-          ssize_t r = ::recv(agent, buf, sizeof(buf), 0);
-          if (r <= 0 || !WriteAll(client, buf, static_cast<std::size_t>(r))) break;
-        }
-        ::shutdown(client, SHUT_RDWR);
-      });
+      if (rewrite_) {
+        threads_.emplace_back([this, client, agent] { ClientToAgent(client, agent); });
+      } else {
+        threads_.emplace_back([this, client, agent] { Relay(client, agent); });
+      }
+      threads_.emplace_back([this, client, agent] { Relay(agent, client); });  // as is
     }
+  }
+  void Relay(int from, int to) {
+    char buf[65536];
+    for (;;) {
+      ssize_t r = ::recv(from, buf, sizeof(buf), 0);
+      if (r <= 0) break;
+      Record(std::string_view(buf, static_cast<std::size_t>(r)));
+      if (!WriteAll(to, buf, static_cast<std::size_t>(r))) break;
+    }
+    ::shutdown(to, SHUT_RDWR);
+  }
+  void Record(std::string_view bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    seen_.append(bytes);
   }
   void ClientToAgent(int client, int agent) {
     for (;;) {
@@ -179,6 +199,8 @@ class TamperingProxy {
         rewrite_(payload);
         if (payload != before) ++rewritten_;
       }
+      Record(std::string_view(reinterpret_cast<const char*>(h.data()), h.size()));
+      Record(payload);
       if (!WriteAll(agent, h.data(), h.size()) || !WriteAll(agent, payload.data(), payload.size())) break;
     }
     ::shutdown(agent, SHUT_RDWR);
@@ -193,7 +215,21 @@ class TamperingProxy {
   std::mutex mu_;
   std::vector<int> fds_;
   std::vector<std::thread> threads_;
+  std::string seen_;  // guarded by mu_
 };
+
+// A throwaway CA (openssl CLI) in `dir`: ca.pem, agent.pem/key naming 127.0.0.1, and a client
+// certificate client.pem/key. True on success.
+bool MakeTestCertificates(const std::filesystem::path& dir) {
+  const std::string d = dir.string();
+  const std::string cmd =
+      "cd '" + d + "' && openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=ca "
+      "-keyout ca.key -out ca.pem 2>/dev/null && printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && "
+      "for n in agent client; do openssl req -newkey rsa:2048 -nodes -subj /CN=$n -keyout $n.key "
+      "-out $n.csr 2>/dev/null && openssl x509 -req -in $n.csr -CA ca.pem -CAkey ca.key "
+      "-CAcreateserial -days 1 -extfile san.ext -out $n.pem 2>/dev/null || exit 1; done";
+  return std::system(cmd.c_str()) == 0;
+}
 
 class AgentTest : public ::testing::Test {
  protected:
@@ -297,6 +333,80 @@ TEST_F(AgentTest, AControlMessageAlteredOnThePathIsRefused) {
   ASSERT_TRUE(clean.ok()) << clean.status();
   EXPECT_TRUE(SameBytes(testing::ReadFile(dir_.path() / "spool" / "clean.dat"),
                         testing::ReadFile(dir_.path() / "src.dat")));
+}
+
+// tls_control: the control connection is mutual TLS (certificate authentication, nothing
+// of it readable on the path) while the data connections carry the file in clear text, joined
+// with a key exported from that TLS session (no shared key needed, and the shared key does
+// not let anyone else join). tls encrypts the data too.
+TEST_F(AgentTest, MutualTlsOnTheControlConnectionAloneLeavesDataClearAndKeysTheJoins) {
+  ASSERT_TRUE(MakeTestCertificates(dir_.path()));
+  const std::filesystem::path d = dir_.path();
+  int certificates_seen = 0;
+  StopAgent();
+  StartAgent([&](AgentOptions& o) {
+    o.tls = {d / "agent.pem", d / "agent.key", d / "ca.pem"};
+    o.require_tls_control = true;
+    o.authorize_certificate = [&](const std::vector<std::string>&) {
+      ++certificates_seen;
+      return absl::OkStatus();
+    };
+  });
+  testing::WriteRandomFile(d / "src.dat", 1 << 20, 31);
+  const std::string src = testing::ReadFile(d / "src.dat");
+  const std::string chunk = src.substr(300000, 64);  // 64 random bytes of the file
+  TamperingProxy proxy(endpoint_, nullptr);
+  options_.shared_key = std::string(32, 'x');  // not the agent's: the certificate is what counts
+  options_.tls_options = {d / "client.pem", d / "client.key", d / "ca.pem"};
+
+  // Control in clear text: refused by an agent that requires TLS there.
+  absl::StatusOr<TransferStats> clear = Push(d / "src.dat", proxy.endpoint(), "clear-name.dat", options_);
+  ASSERT_FALSE(clear.ok());
+  EXPECT_NE(clear.status().message().find("requires TLS on the control connection"), absl::string_view::npos)
+      << clear.status();
+
+  options_.tls_control = true;
+  proxy.TakeSeen();
+  absl::StatusOr<TransferStats> put = Push(d / "src.dat", proxy.endpoint(), "hidden-name.dat", options_);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(testing::ReadFile(d / "spool" / "hidden-name.dat"), src);
+  EXPECT_EQ(certificates_seen, 1);
+  std::string seen = proxy.TakeSeen();
+  EXPECT_NE(seen.find(chunk), std::string::npos) << "the data connections should carry the file in clear";
+  EXPECT_EQ(seen.find("hidden-name"), std::string::npos) << "the control connection leaked the path";
+
+  // tls: nothing of the file on the path either.
+  options_.tls = true;
+  put = Push(d / "src.dat", proxy.endpoint(), "sealed-name.dat", options_);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(testing::ReadFile(d / "spool" / "sealed-name.dat"), src);
+  seen = proxy.TakeSeen();
+  EXPECT_EQ(seen.find(chunk), std::string::npos) << "tls: the file crossed in clear";
+  EXPECT_EQ(seen.find("sealed-name"), std::string::npos);
+  options_.tls = false;
+
+  // A data connection keyed by the agent's shared key cannot join a session opened over TLS.
+  absl::Status join = RunClient([&]() -> asio::awaitable<absl::Status> {
+    auto log = spdlog::default_logger();
+    absl::StatusOr<std::unique_ptr<asio::ssl::context>> ctx = internal::MakeTlsContext(options_.tls_options, false);
+    if (!ctx.ok()) co_return ctx.status();
+    absl::StatusOr<internal::ClientConnection> ctrl =
+        co_await internal::ConnectTo(endpoint_, "control", options_, ctx->get(), *log);
+    if (!ctrl.ok()) co_return ctrl.status();
+    options_.route.streams = 1;
+    Json get{{"op", "get"}, {"path", "f.dat"}, {"options", internal::RouteToJson(options_)}};
+    if (absl::Status w = co_await ctrl->conn->SendControl(get); !w.ok()) co_return w;
+    absl::StatusOr<Json> offer = co_await ctrl->conn->ReadControl();
+    if (!offer.ok()) co_return offer.status();
+    TransferOptions clear_text = options_;
+    clear_text.tls_control = false;
+    clear_text.shared_key = std::string(32, 'k');  // the agent's own key
+    absl::StatusOr<internal::ConnPtr> data = co_await internal::JoinSession(
+        endpoint_, (*offer)["token"].get<std::string>(), clear_text, nullptr, *log);
+    co_return data.status();
+  });
+  EXPECT_TRUE(absl::IsPermissionDenied(join)) << join;
+  EXPECT_NE(join.message().find("session token"), absl::string_view::npos) << join;
 }
 
 TEST_F(AgentTest, EmptyFileCopies) {

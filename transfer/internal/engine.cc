@@ -579,8 +579,11 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
   }
   auto conn = std::make_shared<Conn>(std::move(*socket));
   std::string nonce = RandomHex(16);
+  // Data connections are encrypted only when asked; a control connection also under
+  // tls_control (mutual TLS, data in clear).
+  const bool use_tls = options.tls || (role == "control" && options.tls_control);
   Json msg1 = {{"op", "hello"}, {"version", kProtocolVersion}, {"role", std::string(role)},
-           {"tls", options.tls}, {"nonce", nonce}};
+           {"tls", use_tls}, {"nonce", nonce}};
   if (absl::Status s = co_await conn->SendControl(msg1); !s.ok()) co_return s;
   // Until the agent has proven it holds the key, it gets no more room than we give it.
   absl::StatusOr<Json> reply = co_await conn->ReadControl(kMaxPreAuthControlPayload);
@@ -594,7 +597,7 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
     co_return absl::DataLossError(fmt::format("{}: unexpected reply to hello", endpoint.ToString()));
   }
   ClientConnection out{conn, *server_nonce};
-  if (options.tls) {
+  if (use_tls) {
     if (tls_ctx == nullptr) co_return absl::InternalError("bug: TLS requested without a context");
     if (absl::Status s = co_await conn->Handshake(*tls_ctx, endpoint.host); !s.ok()) {
       co_return absl::Status(s.code(), fmt::format("{}: {}", endpoint.ToString(), s.message()));
@@ -605,7 +608,7 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
   if (!ch.ok()) co_return absl::Status(ch.status().code(), fmt::format("{}: {}", endpoint.ToString(), ch.status().message()));
   absl::StatusOr<std::string> ch_op = GetString(*ch, "op");
   absl::StatusOr<std::string> method = GetOptionalString(*ch, "method", "");
-  if (ch_op.ok() && *ch_op == "welcome" && options.tls && method.ok() && *method == "certificate") {
+  if (ch_op.ok() && *ch_op == "welcome" && use_tls && method.ok() && *method == "certificate") {
     log.debug("authenticated to {} by TLS client certificate", endpoint.ToString());
     co_return out;
   }
@@ -631,10 +634,23 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
   co_return out;
 }
 
+std::string JoinKey(Conn& control, std::string_view shared_key) {
+  if (!control.tls()) return std::string(shared_key);
+  // RFC 5705 exporter: both ends of this TLS session, and nobody else, can compute it.
+  std::string key(32, '\0');
+  static constexpr std::string_view kLabel = "EXPORTER-gfrep-join";
+  if (SSL_export_keying_material(control.NativeTls(), reinterpret_cast<unsigned char*>(key.data()), key.size(),
+                                 kLabel.data(), kLabel.size(), nullptr, 0, 0) != 1) {
+    return "";  // never matches: the joins are refused rather than keyed with nothing
+  }
+  return key;
+}
+
 asio::awaitable<absl::Status> SendJoin(const ClientConnection& c, std::string_view token,
-                                       const TransferOptions& options) {
+                                       std::string_view join_key) {
+  if (join_key.empty()) co_return absl::InternalError("no key to join the session with");
   Json join{{"op", "join"}, {"token", std::string(token)},
-            {"mac", JoinMac(options.shared_key, token, c.server_nonce)}};
+            {"mac", JoinMac(join_key, token, c.server_nonce)}};
   if (absl::Status s = co_await c.conn->SendControl(join); !s.ok()) co_return s;
   absl::StatusOr<Json> r = co_await c.conn->ReadControl(kMaxPreAuthControlPayload);
   if (!r.ok()) co_return r.status();
@@ -650,7 +666,7 @@ asio::awaitable<absl::StatusOr<ConnPtr>> JoinSession(const Endpoint& endpoint,
                                                      spdlog::logger& log) {
   absl::StatusOr<ClientConnection> c = co_await ConnectTo(endpoint, "data", options, tls_ctx, log);
   if (!c.ok()) co_return c.status();
-  if (absl::Status s = co_await SendJoin(*c, token, options); !s.ok()) co_return s;
+  if (absl::Status s = co_await SendJoin(*c, token, options.shared_key); !s.ok()) co_return s;
   co_return c->conn;
 }
 
@@ -683,6 +699,7 @@ Json RouteToJson(const TransferOptions& o) {
               {"checksum", o.checksum},
               {"block_checksum", o.block_checksum},
               {"tls", o.tls},
+              {"tls_control", o.tls_control},
               {"io_timeout_ms", o.io_timeout.count()},
               {"max_resend_rounds", o.max_resend_rounds}};
 }
@@ -711,6 +728,8 @@ absl::Status RouteFromJson(const Json& j, TransferOptions& o) {
   if (!block_checksum.ok()) return bad(block_checksum.status());
   absl::StatusOr<bool> tls = GetBool(j, "tls");
   if (!tls.ok()) return bad(tls.status());
+  absl::StatusOr<bool> tls_control = GetOptionalBool(j, "tls_control", false);
+  if (!tls_control.ok()) return bad(tls_control.status());
   absl::StatusOr<std::int64_t> io_timeout_ms = GetInt(j, "io_timeout_ms");
   if (!io_timeout_ms.ok()) return bad(io_timeout_ms.status());
   absl::StatusOr<std::int64_t> resend = GetInt(j, "max_resend_rounds");
@@ -728,6 +747,7 @@ absl::Status RouteFromJson(const Json& j, TransferOptions& o) {
   o.checksum = *checksum;
   o.block_checksum = *block_checksum;
   o.tls = *tls;
+  o.tls_control = *tls_control;
   o.io_timeout = std::chrono::milliseconds(std::clamp<std::int64_t>(*io_timeout_ms, 100, 3600000));
   o.max_resend_rounds = static_cast<int>(*resend);
   return Validate(o.route);

@@ -124,6 +124,8 @@ class Conn {
   asio::awaitable<absl::Status> Handshake(asio::ssl::context& ctx, std::string_view host);
   // Holds `ctx` as long as this connection (a server's context may be replaced meanwhile).
   void KeepTlsContext(std::shared_ptr<asio::ssl::context> ctx) { tls_ctx_ = std::move(ctx); }
+  // REQUIRES: tls().
+  SSL* NativeTls() { return tls_->native_handle(); }
   // True if TLS is on and the peer presented a certificate that verified.
   bool PeerCertificateVerified();
   // The URI subject alternative names of the peer's verified certificate (gfrep://ROLE/NAME
@@ -220,10 +222,16 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
                                                             const TransferOptions& options,
                                                             asio::ssl::context* tls_ctx,
                                                             spdlog::logger& log);
+// The key data connections prove they belong to a session with (JoinMac): under TLS on the
+// control connection, keying material exported from its TLS session (RFC 5705), so only the
+// holder of that connection can join and no shared key is needed; in clear text, the shared
+// key. Empty if the export failed.
+std::string JoinKey(Conn& control, std::string_view shared_key);
 // Joins a connected data connection (role "data") to session `token`.
 asio::awaitable<absl::Status> SendJoin(const ClientConnection& c, std::string_view token,
-                                       const TransferOptions& options);
-// Client side of a data connection joining session `token` (ConnectTo, then SendJoin).
+                                       std::string_view join_key);
+// Client side of a data connection joining session `token` (ConnectTo, then SendJoin) of a
+// control connection in clear text (keyed by options.shared_key).
 asio::awaitable<absl::StatusOr<ConnPtr>> JoinSession(const Endpoint& endpoint,
                                                      std::string_view token,
                                                      const TransferOptions& options,

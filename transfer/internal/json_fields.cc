@@ -87,4 +87,9 @@ absl::StatusOr<std::string> GetOptionalString(const Json& object, std::string_vi
   return GetString(object, key);
 }
 
+absl::StatusOr<bool> GetOptionalBool(const Json& object, std::string_view key, bool fallback) {
+  if (!object.is_object() || !object.contains(key)) return fallback;
+  return GetBool(object, key);
+}
+
 }  // namespace gfrep::transfer::internal

@@ -35,5 +35,6 @@ absl::StatusOr<const Json*> GetArray(const Json& object, std::string_view key);
 // Optional fields: absent gives `fallback`; present with another type is still an error.
 absl::StatusOr<std::string> GetOptionalString(const Json& object, std::string_view key,
                                               std::string fallback);
+absl::StatusOr<bool> GetOptionalBool(const Json& object, std::string_view key, bool fallback);
 
 }  // namespace gfrep::transfer::internal

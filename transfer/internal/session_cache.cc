@@ -63,9 +63,9 @@ namespace internal {
 std::string SessionKey(const Endpoint& agent, const TransferOptions& o) {
   // Not the route's rate: a get over a warm session carries its own, which the agent's
   // token bucket for the route takes on (a route's rate share changes as tasks come and go).
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}", agent.ToString(), o.route.streams,
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", agent.ToString(), o.route.streams,
                      o.route.socket_buffer, o.route.congestion, o.route.stream_rate_bps,
-                     o.route.route_name, o.tls);
+                     o.route.route_name, o.tls, o.tls_control);
 }
 
 }  // namespace internal
