@@ -45,7 +45,18 @@ std::string ErrorText(std::string_view error) {
   return out;
 }
 
+// Permission bits and the sticky bit; anything above (setuid, file type bits, garbage from a
+// client) is refused rather than stored.
+absl::Status ValidateMode(std::uint32_t mode) {
+  if (mode > 01777) {
+    return absl::InvalidArgumentError(
+        fmt::format("mode {:o}: want permission bits and the sticky bit (at most 1777)", mode));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateContent(const FileContent& content) {
+  if (absl::Status s = ValidateMode(content.mode); !s.ok()) return s;
   for (auto [what, v] : {std::pair<std::string_view, std::string_view>{"owner", content.owner},
                          {"checksum algorithm", content.checksum_algo},
                          {"checksum", content.checksum}}) {
@@ -184,6 +195,7 @@ absl::StatusOr<Attributes> RocksCatalog::Mkdir(std::string_view path,
   absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
   if (!parts.ok()) return parts.status();
   if (absl::Status s = ValidateLabel("owner", options.owner); !s.ok()) return s;
+  if (absl::Status s = ValidateMode(options.mode); !s.ok()) return s;
   absl::ReaderMutexLock tree(&tree_mu_);
   FileContent content;
   content.mode = options.mode;
@@ -674,8 +686,8 @@ absl::Status RocksCatalog::Rename(std::string_view from, std::string_view to) {
 absl::StatusOr<Attributes> RocksCatalog::SetAttributes(std::string_view path, const AttributeChange& change) {
   absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
   if (!parts.ok()) return parts.status();
-  if (change.mode && *change.mode > 01777) {
-    return absl::InvalidArgumentError(fmt::format("mode {:o}: want permission bits and the sticky bit (at most 1777)", *change.mode));
+  if (change.mode) {
+    if (absl::Status s = ValidateMode(*change.mode); !s.ok()) return s;
   }
   for (const auto& [what, v] : {std::pair{"owner", &change.owner}, std::pair{"group", &change.group}}) {
     if (v->has_value()) {

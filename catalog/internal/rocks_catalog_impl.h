@@ -25,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "catalog/catalog.h"
+#include "catalog/internal/claim_queue.h"
 #include "catalog/internal/codec.h"
 #include "catalog/internal/rocks_catalog.h"
 #include "catalog/internal/rocks_status.h"
@@ -207,6 +208,7 @@ class RocksCatalog final : public Catalog {
     }
     ~WorkLock() ABSL_UNLOCK_FUNCTION() {
       c_->last_seq_ = c_->committed_seq_;
+      c_->claim_queue_.DiscardStaged();  // notes of a batch never written
       c_->work_mu_.Unlock();
     }
     WorkLock(const WorkLock&) = delete;
@@ -220,7 +222,12 @@ class RocksCatalog final : public Catalog {
   absl::Status WriteLocked(rocksdb::WriteBatch* batch, std::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) {
     absl::Status s = Write(batch, what);
-    if (s.ok()) committed_seq_ = last_seq_;
+    if (s.ok()) {
+      committed_seq_ = last_seq_;
+      claim_queue_.Commit();
+    } else {
+      claim_queue_.Reset();  // whether the batch is on disk is unknown: read it again
+    }
     return s;
   }
 
@@ -339,6 +346,8 @@ class RocksCatalog final : public Catalog {
   // Per node, no open task of it has a lower id (ids only grow; a task that finished never
   // opens again). Absent: scan from the start.
   std::map<std::string, std::uint64_t, std::less<>> first_open_task_ ABSL_GUARDED_BY(work_mu_);
+  // Claim order of each node's open tasks (hints; see claim_queue.h).
+  ClaimQueue claim_queue_ ABSL_GUARDED_BY(work_mu_);
 };
 
 }  // namespace gfrep::catalog::internal

@@ -151,6 +151,7 @@ absl::StatusOr<Request> RocksCatalog::UpdateRequest(const RequestUpdate& u) {
 
 void RocksCatalog::PutTaskLocked(rocksdb::WriteBatch& batch, const Task& t) {
   batch.Put(cf(kTasks), U64Key(t.id), EncodeTask(t));
+  claim_queue_.Stage(t);
   bool open = t.state == TaskState::kQueued || t.state == TaskState::kLeased;
   if (open) {
     batch.Put(cf(kNodeTasks), NodeTaskKey(t.spec.dst_node, t.id), "");
@@ -347,29 +348,71 @@ absl::StatusOr<std::vector<Task>> RocksCatalog::ClaimTasks(std::string_view node
   if (owners.empty()) return claimed;
   WorkLock work(this);
   std::int64_t now = Now();
-  absl::StatusOr<std::vector<std::uint64_t>> ids = OpenTaskIdsLocked(node);
-  if (!ids.ok()) return ids.status();
-  rocksdb::WriteBatch batch;
-  std::vector<Task> ready;
-  for (std::uint64_t id : *ids) {
-    absl::StatusOr<Task> t = GetTask(id);
-    if (!t.ok()) return t.status();
-    if (t->state == TaskState::kLeased && t->lease_expiry_ns <= now) {
-      if (absl::Status es = ExpireLeaseLocked(batch, *t, now); !es.ok()) return es;
+  // Any return before the batch is written leaves the queue's entries of this claim
+  // unreliable: forget them (the next claim reads the node's open tasks again).
+  ClaimQueue::ResetOnError reset(claim_queue_);
+  if (!claim_queue_.Loaded(node)) {
+    absl::StatusOr<std::vector<std::uint64_t>> ids = OpenTaskIdsLocked(node);
+    if (!ids.ok()) return ids.status();
+    std::vector<Task> open;
+    for (std::uint64_t id : *ids) {
+      absl::StatusOr<Task> t = GetTask(id);
+      if (!t.ok()) return t.status();
+      open.push_back(std::move(*t));
     }
-    if (t->state == TaskState::kQueued && t->next_attempt_ns <= now) {
-      ready.push_back(std::move(*t));
-    }
+    claim_queue_.Load(node, open);
   }
-  std::sort(ready.begin(), ready.end(), [](const Task& a, const Task& b) {
-    return a.spec.priority != b.spec.priority ? a.spec.priority > b.spec.priority : a.id < b.id;
-  });
+  rocksdb::WriteBatch batch;
+  // Tasks changed in this batch (read from it, not from the database, which has the old).
+  std::map<std::uint64_t, Task> changed;
+  for (std::uint64_t id : claim_queue_.TakeExpiredLeases(node, now)) {
+    absl::StatusOr<Task> t = GetTask(id);
+    if (absl::IsNotFound(t.status())) continue;  // purged
+    if (!t.ok()) return t.status();
+    // Only a lease still held that ran out (a renewed one has a later entry).
+    if (t->state != TaskState::kLeased || t->lease_expiry_ns > now) continue;
+    if (absl::Status es = ExpireLeaseLocked(batch, *t, now); !es.ok()) return es;
+    if (t->state == TaskState::kQueued) claim_queue_.AddReady(node, t->spec.priority, t->id);
+    changed[id] = std::move(*t);
+  }
+  claim_queue_.Promote(node, now);
+  std::set<ClaimQueue::ReadyKey>& ready = claim_queue_.Ready(node);
   // Reads do not see this batch: a second task of a file already claimed here waits for the
   // next claim, which sees the first one's replica record.
   std::set<InodeId> inodes;
-  for (Task& t : ready) {
-    if (claimed.size() == owners.size()) break;
-    if (inodes.count(t.inode) > 0) continue;
+  std::set<std::uint64_t> visited;  // a task may have two entries (re-queued): act once
+  for (auto entry = ready.begin(); entry != ready.end() && claimed.size() < owners.size();) {
+    const std::uint64_t id = entry->second;
+    const std::int64_t priority = -entry->first;
+    if (visited.count(id) > 0) {  // acted on in this pass already: this entry is surplus
+      entry = ready.erase(entry);
+      continue;
+    }
+    Task t;
+    if (auto c = changed.find(id); c != changed.end()) {
+      t = c->second;
+    } else {
+      absl::StatusOr<Task> read = GetTask(id);
+      if (absl::IsNotFound(read.status())) {
+        entry = ready.erase(entry);
+        continue;
+      }
+      if (!read.ok()) return read.status();
+      t = std::move(*read);
+    }
+    // A stale entry: the task moved on (claimed, finished, re-queued with another priority
+    // or a later attempt, each of which has its own entry).
+    if (t.state != TaskState::kQueued || t.next_attempt_ns > now || t.spec.priority != priority ||
+        t.spec.dst_node != node) {
+      entry = ready.erase(entry);
+      continue;
+    }
+    visited.insert(id);
+    if (inodes.count(t.inode) > 0) {
+      ++entry;  // stays queued for the next claim
+      continue;
+    }
+    entry = ready.erase(entry);
     Attributes attrs;
     absl::StatusOr<std::string> obsolete = ObsoleteReason(t, &attrs);
     if (!obsolete.ok()) return obsolete.status();
@@ -413,6 +456,7 @@ absl::StatusOr<std::vector<Task>> RocksCatalog::ClaimTasks(std::string_view node
       return ws;
     }
   }
+  reset.Done();
   return claimed;
 }
 
@@ -451,28 +495,42 @@ absl::StatusOr<std::string> RocksCatalog::ObsoleteReason(const Task& t, Attribut
 absl::StatusOr<std::size_t> RocksCatalog::ExpireLeases() {
   WorkLock work(this);
   std::int64_t now = Now();
-  std::vector<std::uint64_t> ids;
-  // node_tasks holds the open tasks of every node: the leased ones are among them.
-  absl::Status s = Scan(kNodeTasks, "", "", [&](std::string_view key, std::string_view) {
-    if (key.size() < 8) return true;
-    if (absl::StatusOr<std::uint64_t> id = GetBigEndian64(key, key.size() - 8); id.ok()) {
-      ids.push_back(*id);
+  ClaimQueue::ResetOnError reset(claim_queue_);
+  if (!claim_queue_.AllLoaded()) {
+    // Once (and after a failed write): node_tasks holds the open tasks of every node.
+    std::vector<std::uint64_t> ids;
+    absl::Status s = Scan(kNodeTasks, "", "", [&](std::string_view key, std::string_view) {
+      if (key.size() < 8) return true;
+      if (absl::StatusOr<std::uint64_t> id = GetBigEndian64(key, key.size() - 8); id.ok()) {
+        ids.push_back(*id);
+      }
+      return true;
+    });
+    if (!s.ok()) return s;
+    std::vector<Task> open;
+    for (std::uint64_t id : ids) {
+      absl::StatusOr<Task> t = GetTask(id);
+      if (!t.ok()) return t.status();
+      open.push_back(std::move(*t));
     }
-    return true;
-  });
-  if (!s.ok()) return s;
+    claim_queue_.LoadAll(open);
+  }
   rocksdb::WriteBatch batch;
   std::size_t expired = 0;
-  for (std::uint64_t id : ids) {
-    absl::StatusOr<Task> t = GetTask(id);
-    if (!t.ok()) return t.status();
-    if (t->state != TaskState::kLeased || t->lease_expiry_ns > now) continue;
-    if (absl::Status es = ExpireLeaseLocked(batch, *t, now); !es.ok()) return es;
-    ++expired;
+  for (const std::string& node : claim_queue_.Nodes()) {
+    for (std::uint64_t id : claim_queue_.TakeExpiredLeases(node, now)) {
+      absl::StatusOr<Task> t = GetTask(id);
+      if (absl::IsNotFound(t.status())) continue;  // purged
+      if (!t.ok()) return t.status();
+      if (t->state != TaskState::kLeased || t->lease_expiry_ns > now) continue;  // renewed or done
+      if (absl::Status es = ExpireLeaseLocked(batch, *t, now); !es.ok()) return es;
+      ++expired;
+    }
   }
   if (expired > 0) {
     if (absl::Status ws = WriteLocked(&batch, "expire leases"); !ws.ok()) return ws;
   }
+  reset.Done();
   return expired;
 }
 
@@ -521,6 +579,7 @@ absl::StatusOr<Task> RocksCatalog::RenewLease(std::uint64_t id, std::string_view
   rocksdb::WriteBatch batch;
   // No event: renewals are frequent and change nothing a watcher acts on.
   batch.Put(cf(kTasks), U64Key(t->id), EncodeTask(*t));
+  claim_queue_.Stage(*t);  // the new expiry
   if (absl::Status s = WriteLocked(&batch, "renew lease"); !s.ok()) return s;
   return t;
 }

@@ -185,5 +185,25 @@ TEST_F(PermissionsTest, SetAttributesValidatesItsInput) {
   EXPECT_TRUE(absl::IsNotFound(catalog_->SetAttributes("/nope", root).status()));
 }
 
+// Until 2026-11-24 Mkdir and the create calls stored any mode they were given.
+TEST_F(PermissionsTest, CreatingWithAModeAbove1777IsRefused) {
+  MkdirOptions dir;
+  dir.mode = 04755;
+  absl::Status s = catalog_->Mkdir("/proj/setuid-dir", dir).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("at most 1777"), absl::string_view::npos) << s;
+  dir.parents = true;
+  EXPECT_TRUE(absl::IsInvalidArgument(catalog_->Mkdir("/proj/a/b", dir).status()));
+  FileContent file;
+  file.mode = 0100644;  // a stat() st_mode, file type bits included
+  EXPECT_TRUE(absl::IsInvalidArgument(catalog_->CreateFile("/proj/typed", file).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(catalog_->BeginWrite("/proj/typed", file).status()));
+  EXPECT_TRUE(absl::IsNotFound(catalog_->Stat("/proj/setuid-dir").status()));
+  EXPECT_TRUE(absl::IsNotFound(catalog_->Stat("/proj/a").status()));
+  EXPECT_TRUE(absl::IsNotFound(catalog_->Stat("/proj/typed").status()));
+  file.mode = 01777;
+  EXPECT_TRUE(catalog_->CreateFile("/proj/sticky", file).ok());
+}
+
 }  // namespace
 }  // namespace gfrep::catalog

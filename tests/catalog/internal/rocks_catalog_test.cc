@@ -586,6 +586,86 @@ TEST_F(RocksCatalogTest, CompleteTasksGivesEachItemWhatCompleteTaskWould) {
   EXPECT_EQ(RecordOf("/g3", "b1")->state, ReplicaState::kComplete);
 }
 
+// Claims take tasks from an in-memory claim order (claim_queue.h) rather than reading every
+// open task: it must follow every change made after it was loaded, and lose nothing when a
+// write fails or the catalog reopens.
+TEST_F(RocksCatalogTest, TheClaimOrderFollowsNewTasksFailedWritesRenewalsRetriesAndReopening) {
+  MakeTopologyAndFile();
+  CommitFiles(*catalog_, 6);
+  auto claim = [&](std::vector<std::string> owners) -> std::vector<std::string> {
+    absl::StatusOr<std::vector<Task>> got = catalog_->ClaimTasks("b1", owners, 10s);
+    EXPECT_TRUE(got.ok()) << got.status();
+    std::vector<std::string> paths;
+    for (const Task& t : got.ok() ? *got : std::vector<Task>{}) paths.push_back(t.spec.path);
+    return paths;
+  };
+  absl::StatusOr<Task> g1 = TaskTo("/g1", "b1", 0);
+  absl::StatusOr<Task> g2 = TaskTo("/g2", "b1", 5);
+  absl::StatusOr<Task> g3 = TaskTo("/g3", "b1", 0);
+  ASSERT_TRUE(g1.ok() && g2.ok() && g3.ok());
+  EXPECT_EQ(claim({"o1"}), std::vector<std::string>{"/g2"});  // loads b1's order
+  // A task made after the load, of a higher priority, comes next.
+  ASSERT_TRUE(TaskTo("/g4", "b1", 9).ok());
+  EXPECT_EQ(claim({"o2"}), std::vector<std::string>{"/g4"});
+  // A claim whose write fails changes nothing and forgets nothing.
+  fail_next_write_ = true;
+  EXPECT_EQ(catalog_->ClaimTasks("b1", {"o3", "o4"}, 10s).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(GetTaskOrDie(g1->id).state, TaskState::kQueued);
+  EXPECT_EQ(claim({"o3", "o4"}), (std::vector<std::string>{"/g1", "/g3"}));
+  EXPECT_TRUE(claim({"o5"}).empty());
+  // A renewed lease is not taken at its old expiry; it is at the new one, in the same call
+  // that notices it.
+  now_ += 8'000'000'000;
+  ASSERT_TRUE(catalog_->RenewLease(g2->id, "o1", 10s).ok());
+  now_ += 3'000'000'000;  // 11 s after the claims: o2..o4's leases ran out, o1's not
+  std::vector<std::string> after = claim({"o6", "o7", "o8", "o9"});
+  std::sort(after.begin(), after.end());
+  EXPECT_EQ(after, (std::vector<std::string>{"/g1", "/g3", "/g4"}));
+  now_ += 8'000'000'000;
+  EXPECT_EQ(claim({"o10"}), std::vector<std::string>{"/g2"});
+  // A retry delay holds a task back until it is due.
+  const absl::StatusOr<Task> g5 = TaskTo("/g5", "b1", 7);
+  ASSERT_TRUE(g5.ok());
+  EXPECT_EQ(claim({"o11"}), std::vector<std::string>{"/g5"});
+  ASSERT_TRUE(catalog_->FailTask(g5->id, "o11", "refused", true, 30s).ok());
+  EXPECT_TRUE(claim({"o12"}).empty());
+  now_ += 31'000'000'000;
+  // Reopened, the order is read again from the database: g5 is due, the leases of o6..o10
+  // ran out meanwhile.
+  Open();
+  after = claim({"a", "b", "c", "d", "e", "f"});
+  EXPECT_EQ(after.front(), "/g4");  // priority 9 first
+  std::sort(after.begin(), after.end());
+  EXPECT_EQ(after, (std::vector<std::string>{"/g1", "/g2", "/g3", "/g4", "/g5"}));
+  for (const Task& t : *catalog_->ListTasks(OpenFor("b1"))) EXPECT_EQ(t.state, TaskState::kLeased) << t.spec.path;
+}
+
+// ExpireLeases reads every node's open tasks once, then follows them in memory: a node
+// that had none then, and one whose expiry write failed, still get their leases expired.
+TEST_F(RocksCatalogTest, ExpireLeasesAfterItsFirstRunSeesNodesItNeverSawAndSurvivesAFailedWrite) {
+  MakeTopologyAndFile();
+  ASSERT_EQ(*catalog_->ExpireLeases(), 0u);
+  Node n;
+  n.name = "b2";
+  n.site = "b";
+  n.address = "127.0.0.1:2";
+  ASSERT_TRUE(catalog_->RegisterNode(n).ok());
+  absl::StatusOr<Task> t = TaskTo("/f", "b2");
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE(catalog_->ClaimTask("b2", "o1", 10s).ok());
+  now_ += 11'000'000'000;
+  fail_next_write_ = true;
+  EXPECT_EQ(catalog_->ExpireLeases().status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(GetTaskOrDie(t->id).state, TaskState::kLeased);
+  ASSERT_EQ(*catalog_->ExpireLeases(), 1u);
+  EXPECT_EQ(GetTaskOrDie(t->id).state, TaskState::kQueued);
+  EXPECT_EQ(*catalog_->ExpireLeases(), 0u);
+  absl::StatusOr<Task> again = catalog_->ClaimTask("b2", "o2", 10s);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->id, t->id);
+  EXPECT_EQ(again->attempts, 2u);
+}
+
 TEST_F(RocksCatalogTest, CompleteTasksWhoseWriteFailsChangeNothing) {
   MakeTopologyAndFile();
   CommitFiles(*catalog_, 2);
