@@ -1,10 +1,13 @@
 #include "catalog/client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 
 #include <algorithm>
 #include <optional>
 #include <string_view>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -46,8 +49,14 @@ void WatchHandle::Attach(std::function<void()> cancel) {
 
 struct CatalogClient::Impl {
   ClientOptions options;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::Catalog::Stub> stub;
+  // Replaced by ReloadCredentials; a call holds the one it started with.
+  mutable std::mutex stub_mu;
+  std::shared_ptr<v1::Catalog::Stub> stub;  // guarded by stub_mu
+
+  std::shared_ptr<v1::Catalog::Stub> Stub() const {
+    std::lock_guard<std::mutex> lock(stub_mu);
+    return stub;
+  }
 
   // Calls one unary method; converts the status and, on success, the response. A call the
   // catalog refused for our identity's rate (RESOURCE_EXHAUSTED with "gfrep-retry-after-ms";
@@ -61,7 +70,8 @@ struct CatalogClient::Impl {
       grpc::ClientContext ctx;
       ctx.set_deadline(deadline);
       ctx.set_wait_for_ready(options.wait_for_ready);
-      grpc::Status s = (stub.get()->*method)(&ctx, req, resp);
+      const std::shared_ptr<v1::Catalog::Stub> current = Stub();
+      grpc::Status s = (current.get()->*method)(&ctx, req, resp);
       const std::optional<std::chrono::milliseconds> wait = RetryAfter(s, ctx);
       if (!wait || std::chrono::system_clock::now() + *wait >= deadline) return FromGrpc(s);
       std::this_thread::sleep_for(*wait);  // the server said when; nothing to wait on
@@ -81,6 +91,50 @@ struct CatalogClient::Impl {
     return std::chrono::milliseconds(std::clamp<std::int64_t>(ms, 1, 5000));
   }
 };
+
+// A certificate and the private key that goes with it (or neither): a rotation that would
+// leave every call failing its handshake is refused before it is made.
+static absl::Status CheckKeyPair(const std::string& cert_pem, const std::string& key_pem) {
+  if (cert_pem.empty()) return absl::OkStatus();
+  BIO* cb = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+  X509* cert = PEM_read_bio_X509(cb, nullptr, nullptr, nullptr);
+  BIO_free(cb);
+  BIO* kb = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr);
+  BIO_free(kb);
+  absl::Status s = absl::OkStatus();
+  if (cert == nullptr) {
+    s = absl::InvalidArgumentError("the certificate is not PEM");
+  } else if (key == nullptr) {
+    s = absl::InvalidArgumentError("the key is not PEM");
+  } else if (X509_check_private_key(cert, key) != 1) {
+    s = absl::InvalidArgumentError("the key does not belong to the certificate");
+  }
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  return s;
+}
+
+// A channel and stub for `options` (validated by Create).
+static std::shared_ptr<v1::Catalog::Stub> MakeStub(const ClientOptions& options) {
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (options.tls_root_pem.empty()) {
+    creds = grpc::InsecureChannelCredentials();
+  } else {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tls_root_pem;
+    ssl.pem_cert_chain = options.tls_cert_pem;
+    ssl.pem_private_key = options.tls_key_pem;
+    creds = grpc::SslCredentials(ssl);
+    if (!options.token.empty()) {
+      creds = grpc::CompositeChannelCredentials(creds, grpc::AccessTokenCredentials(options.token));
+    }
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  return v1::Catalog::NewStub(grpc::CreateCustomChannel(options.address, creds, args));
+}
 
 CatalogClient::CatalogClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CatalogClient::~CatalogClient() = default;
@@ -103,26 +157,29 @@ absl::StatusOr<std::unique_ptr<CatalogClient>> CatalogClient::Create(
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  std::shared_ptr<grpc::ChannelCredentials> creds;
-  if (options.tls_root_pem.empty()) {
-    creds = grpc::InsecureChannelCredentials();
-  } else {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = options.tls_root_pem;
-    ssl.pem_cert_chain = options.tls_cert_pem;
-    ssl.pem_private_key = options.tls_key_pem;
-    creds = grpc::SslCredentials(ssl);
-    if (!options.token.empty()) {
-      creds = grpc::CompositeChannelCredentials(creds, grpc::AccessTokenCredentials(options.token));
-    }
-  }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  args.SetMaxSendMessageSize(kMaxMessageBytes);
-  impl->channel = grpc::CreateCustomChannel(options.address, creds, args);
-  impl->stub = v1::Catalog::NewStub(impl->channel);
+  impl->stub = MakeStub(options);
   return std::unique_ptr<CatalogClient>(new CatalogClient(std::move(impl)));
 }
+
+absl::Status CatalogClient::ReloadCredentials(const std::string& root_pem, const std::string& cert_pem,
+                                              const std::string& key_pem) {
+  if (impl_->options.tls_root_pem.empty()) {
+    return absl::FailedPreconditionError("this catalog client does not use TLS");
+  }
+  if (root_pem.empty() || cert_pem.empty() != key_pem.empty()) {
+    return absl::InvalidArgumentError("a CA, and a certificate with its key or neither");
+  }
+  if (absl::Status s = CheckKeyPair(cert_pem, key_pem); !s.ok()) return s;
+  ClientOptions next = impl_->options;
+  next.tls_root_pem = root_pem;
+  next.tls_cert_pem = cert_pem;
+  next.tls_key_pem = key_pem;
+  std::shared_ptr<v1::Catalog::Stub> stub = MakeStub(next);
+  std::lock_guard<std::mutex> lock(impl_->stub_mu);
+  impl_->stub = std::move(stub);
+  return absl::OkStatus();
+}
+
 
 absl::Status CatalogClient::Watch(std::uint64_t after_seq,
                                   const std::function<bool(const Event&)>& on_event,
@@ -138,7 +195,8 @@ absl::Status CatalogClient::Watch(std::uint64_t after_seq,
   }
   v1::WatchRequest req;
   req.set_after_seq(after_seq);
-  std::unique_ptr<grpc::ClientReader<v1::EventList>> reader = impl_->stub->Watch(&ctx, req);
+  const std::shared_ptr<v1::Catalog::Stub> stub = impl_->Stub();
+  std::unique_ptr<grpc::ClientReader<v1::EventList>> reader = stub->Watch(&ctx, req);
   v1::EventList batch;
   bool stopped = false;
   absl::Status bad;

@@ -58,6 +58,12 @@ class CatalogClient final : public Catalog {
   static absl::StatusOr<std::unique_ptr<CatalogClient>> Create(const ClientOptions& options);
   ~CatalogClient() override;
 
+  // Certificate rotation: calls from now on use a new channel with these PEMs (a CA, and a
+  // client certificate with its key or neither); calls already running finish on the old
+  // one. kFailedPrecondition for a client made without TLS. Thread-safe.
+  absl::Status ReloadCredentials(const std::string& root_pem, const std::string& cert_pem,
+                                 const std::string& key_pem);
+
   // Follows the server-streaming Watch RPC: calls `on_event` for every event with
   // seq > after_seq, in order, until on_event returns false (OK), `handle` is cancelled
   // (kCancelled) or the stream fails (kUnavailable etc.; resume from the last seq seen).

@@ -286,7 +286,24 @@ int main(int argc, char** argv) {
 
   // Started before the site agent registers: registration retries while the catalog is
   // unreachable, and a signal must stop that too.
-  std::thread waiter([&set, s = server->get(), agent = site_agent.get(), log] {
+  // The catalog connection's credentials, read again on SIGHUP (all three or none changes).
+  auto reload_catalog = [&, client = catalog_client.get()]() -> absl::Status {
+    if (client == nullptr || catalog_ca.empty()) return absl::OkStatus();
+    absl::StatusOr<std::string> ca = gfrep::tools::ReadPemFile(catalog_ca, "--catalog-ca");
+    if (!ca.ok()) return ca.status();
+    std::string cert, key;
+    if (!tls_cert.empty()) {
+      absl::StatusOr<std::string> c = gfrep::tools::ReadPemFile(tls_cert, "--tls-cert");
+      if (!c.ok()) return c.status();
+      absl::StatusOr<std::string> k = gfrep::tools::ReadPemFile(tls_key, "--tls-key");
+      if (!k.ok()) return k.status();
+      cert = *c;
+      key = *k;
+    }
+    return client->ReloadCredentials(*ca, cert, key);
+  };
+  const bool catalog_tls = catalog_client != nullptr && !catalog_ca.empty();
+  std::thread waiter([&set, s = server->get(), agent = site_agent.get(), log, &reload_catalog, catalog_tls] {
     int sig = 0;
     // SIGHUP: read the TLS files again (certificate rotation without a restart).
     while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
@@ -295,6 +312,12 @@ int main(int argc, char** argv) {
         log->info("SIGHUP: TLS certificate, key and CA reloaded; new sessions use them");
       } else {
         log->error("SIGHUP: TLS files not reloaded, the ones in force stay: {}", r.ToString());
+      }
+      if (absl::Status c = reload_catalog(); !c.ok()) {
+        log->error("SIGHUP: the catalog connection's TLS files not reloaded, the ones in force stay: {}",
+                   c.ToString());
+      } else if (catalog_tls) {
+        log->info("SIGHUP: the catalog connection's TLS files reloaded; new calls use them");
       }
     }
     log->info("signal {}: stopping", sig);

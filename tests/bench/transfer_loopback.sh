@@ -4,7 +4,8 @@
 #   source on disk, destination spool on /dev/shm so no disk writeback is timed) with
 #   1/4/8/16 streams; iperf3 -P N (same N, memory to memory); GridFTP (globus-gridftp-server
 #   anonymous on 127.0.0.1, globus-url-copy -p N, same source and a /dev/shm destination);
-#   gfcp --tls against `openssl speed -evp aes-256-gcm`.
+#   gfcp --tls against `openssl speed -evp aes-256-gcm`; gfcp --tls-ca (mutual TLS on the
+#   control connections only, data in clear: what agents use between them by default).
 # Prints a Markdown table: MB/s, CPU seconds per GB (all cores, from /proc/stat: sender +
 # receiver + everything else running, so run it on a quiet machine), and the ratios.
 #   tests/bench/transfer_loopback.sh            (GFREP_BIN=dir to skip tools/build)
@@ -32,14 +33,11 @@ head -c "$((SIZE_GIB * 1024 * 1024 * 1024))" /dev/urandom >"$WORK/a/big.dat"
 chmod 644 "$WORK/a/big.dat"
 cat "$WORK/a/big.dat" >/dev/null
 
-# TLS material: a throwaway CA and an agent certificate for 127.0.0.1.
-openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=gfrep-bench-ca \
-  -keyout "$WORK/ca.key" -out "$WORK/ca.pem" 2>/dev/null
-openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout "$WORK/agent.key" \
-  -out "$WORK/agent.csr" 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1\n' >"$WORK/san.ext"
-openssl x509 -req -in "$WORK/agent.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" -CAcreateserial \
-  -days 2 -extfile "$WORK/san.ext" -out "$WORK/agent.pem" 2>/dev/null
+# TLS material: a throwaway gfca CA and a node certificate for 127.0.0.1 (the agents present
+# it to each other when one pulls from the other).
+"$BIN/gfca" init --dir "$WORK/ca" >/dev/null
+"$BIN/gfca" issue node agent --host 127.0.0.1 --dir "$WORK/ca" >/dev/null
+cp "$WORK/ca/ca.pem" "$WORK/ca.pem"; cp "$WORK/ca/agent.pem" "$WORK/agent.pem"; cp "$WORK/ca/agent.key" "$WORK/agent.key"
 
 start() {  # start NAME ARGS... ; the daemon prints "listening on HOST:PORT"
   local name=$1; shift
@@ -89,9 +87,11 @@ def timed(cmd):
         sys.exit(f"failed: {' '.join(cmd)}\n{r.stderr}")
     return t, c, r.stdout
 
-def gfcp(n, tls=False):
+def gfcp(n, tls=False, tls_control=False):
     key = ["--key-file", f"{work}/key"]
     extra = ["--tls", "--tls-ca", f"{work}/ca.pem"] if tls else []
+    if tls_control:
+        extra = ["--tls-ca", f"{work}/ca.pem"]
     p0 = sum(proc_cpu(p) for p in pids)
     t, c, out = timed([f"{bin_dir}/gfcp", *key, *extra, "-p", str(n), "--json",
                        f"gf://{a}/big.dat", f"gf://{b}/big.dat"])
@@ -124,6 +124,7 @@ speed = subprocess.run(["openssl", "speed", "-evp", "aes-256-gcm", "-seconds", "
 m = re.search(r"(?im)^aes-256-gcm\s+([\d.]+)k", speed)
 aes = float(m.group(1)) * 1000 / 1e6 if m else float("nan")
 tls = [(n, gfcp(n, tls=True)) for n in (4, 8)]
+control = [(n, gfcp(n, tls_control=True), gfcp(n)) for n in (4, 8)]
 
 print(f"File: {size/2**30:.0f} GiB, page-cached source on disk, destinations on /dev/shm.")
 print()
@@ -135,4 +136,8 @@ print()
 print(f"TLS (TLS 1.3, AES-256-GCM): openssl speed -evp aes-256-gcm (16 KiB blocks, one core) = {aes:.0f} MB/s")
 for n, g in tls:
     print(f"- gfcp --tls -p {n}: {g[0]:.0f} MB/s = {g[0]/aes:.2f}x AES-GCM speed, CPU {g[1]:.2f} s/GB")
+print()
+print("Mutual TLS on the control connections only (gfcp --tls-ca; agent B pulls from A with its node certificate), against shared-key in clear measured right after:")
+for n, c, k in control:
+    print(f"- -p {n}: {c[0]:.0f} MB/s vs {k[0]:.0f} MB/s shared key = {c[0]/k[0]:.2f}x; CPU {c[1]:.2f} vs {k[1]:.2f} s/GB")
 PY

@@ -70,6 +70,50 @@ TEST_F(CatalogAuthTest, AReplicationRunsEndToEndWithMutualTls) {
   EXPECT_FALSE(anon.err.empty());
 }
 
+// Certificate rotation of an agent's catalog connection without a restart: gfsited reads
+// --catalog-ca/--tls-cert/--tls-key again on SIGHUP. A broken pair is refused and the one in
+// force stays. (Until 2026-11-24 only the transfer channel's files were read again.)
+TEST_F(CatalogAuthTest, SighupRotatesTheAgentsCatalogCertificate) {
+  IssueCert("node", "rotated", {"--host", "127.0.0.1"});
+  ASSERT_FALSE(HasFatalFailure());
+  auto install = [&](const std::string& pem_of, const std::string& key_of) {
+    fs::copy_file(Ca(pem_of + ".pem"), Ca("next.pem"), fs::copy_options::overwrite_existing);
+    fs::copy_file(Ca(key_of + ".key"), Ca("next.key"), fs::copy_options::overwrite_existing);
+    fs::rename(Ca("next.pem"), Ca("kek1.pem"));
+    fs::rename(Ca("next.key"), Ca("kek1.key"));
+  };
+  auto logged = [&](const std::string& needle) {
+    for (int i = 0; i < 100; ++i) {
+      if (agents_["kek1"].Stderr().find(needle) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling a log file
+    }
+    return false;
+  };
+  // Calls made with `who`'s certificate reached the catalog (refused as acting for kek1).
+  auto refused_as = [&](const std::string& who) {
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      absl::StatusOr<std::vector<catalog::Event>> events = client_->ReadEvents(0, 100000, std::chrono::milliseconds(0));
+      if (!events.ok()) return false;
+      for (const catalog::Event& e : *events) {
+        if (e.kind == catalog::EventKind::kAudit && e.node == who) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // heartbeats every 2 s
+    }
+    return false;
+  };
+  // A certificate with another certificate's key: refused at SIGHUP, nothing changes.
+  install("rotated", "sdsc1");
+  agents_["kek1"].Signal(SIGHUP);
+  ASSERT_TRUE(logged("the catalog connection's TLS files not reloaded")) << agents_["kek1"].Stderr();
+  EXPECT_NE(agents_["kek1"].Stderr().find("the key does not belong to the certificate"), std::string::npos);
+  // A whole pair, of node "rotated": the agent's next calls are made as that node.
+  install("rotated", "rotated");
+  agents_["kek1"].Signal(SIGHUP);
+  ASSERT_TRUE(logged("the catalog connection's TLS files reloaded")) << agents_["kek1"].Stderr();
+  EXPECT_TRUE(refused_as("node rotated"));
+  EXPECT_TRUE(agents_["kek1"].running());
+}
+
 TEST_F(CatalogAuthTest, CertificatesTheCatalogMustRefuse) {
   // No client certificate.
   catalog::ClientOptions none = ClientAs("root");
