@@ -338,7 +338,8 @@ class Catalog {
   // --- User tokens (catalog/token.h) -----------------------------------------------
 
   // Records that the token `id` is revoked; kept until `expires_unix` (after that the token
-  // is refused as expired anyway). Durable before it returns. Default: kUnimplemented.
+  // is refused as expired anyway: the next RevokeToken deletes the record). Durable before
+  // it returns. Default: kUnimplemented.
   virtual absl::Status RevokeToken(std::string_view id, std::int64_t expires_unix);
   // Every revoked token still recorded: id -> its expiry (Unix seconds). Default: kUnimplemented.
   virtual absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> RevokedTokens();

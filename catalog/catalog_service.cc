@@ -601,6 +601,17 @@ class Service final : public v1::Catalog::CallbackService {
       if (absl::Status s = catalog_.RevokeToken(req->id(), req->expires_unix()); !s.ok()) return s;
       absl::MutexLock l(&revoked_mu_);
       revoked_[req->id()] = req->expires_unix();
+      // Expired tokens are refused as such: their revocations need not be held (the catalog
+      // deleted its records of them just now).
+      const std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::system_clock::now().time_since_epoch()).count();
+      for (auto it = revoked_.begin(); it != revoked_.end();) {
+        if (it->second < now) {
+          revoked_.erase(it++);
+        } else {
+          ++it;
+        }
+      }
       return absl::OkStatus();
     });
   }

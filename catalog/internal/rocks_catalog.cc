@@ -713,6 +713,17 @@ absl::Status RocksCatalog::RevokeToken(std::string_view id, std::int64_t expires
   if (id.empty() || id.size() > 64) return absl::InvalidArgumentError("token id: 1-64 characters");
   rocksdb::WriteBatch batch;
   batch.Put(cf(kDefault), fmt::format("{}{}", kRevokedTokenPrefix, id), U64Key(static_cast<std::uint64_t>(expires_unix)));
+  // Records of tokens that expired are no longer needed (an expired token is refused as
+  // such): each revocation forgets them, so the list stays as long as the live revocations.
+  const std::int64_t now_unix = Now() / 1'000'000'000;
+  absl::Status s = Scan(kDefault, kRevokedTokenPrefix, "", [&](std::string_view k, std::string_view v) {
+    absl::StatusOr<std::uint64_t> exp = GetBigEndian64(v);
+    if (exp.ok() && static_cast<std::int64_t>(*exp) < now_unix && k.substr(std::string_view(kRevokedTokenPrefix).size()) != id) {
+      batch.Delete(cf(kDefault), Sl(k));
+    }
+    return true;
+  });
+  if (!s.ok()) return s;
   return Write(&batch, "revoke token");
 }
 

@@ -666,6 +666,26 @@ TEST_F(RocksCatalogTest, ExpireLeasesAfterItsFirstRunSeesNodesItNeverSawAndSurvi
   EXPECT_EQ(again->attempts, 2u);
 }
 
+// Revocations are kept until their token expires, durably, and no longer: until 2026-11-24
+// the records of expired tokens stayed forever.
+TEST_F(RocksCatalogTest, RevocationsSurviveReopeningAndAreForgottenOnceTheirTokenExpired) {
+  const std::int64_t now_s = now_.load() / 1'000'000'000;
+  ASSERT_TRUE(catalog_->RevokeToken("soon", now_s + 10).ok());
+  ASSERT_TRUE(catalog_->RevokeToken("later", now_s + 3600).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(catalog_->RevokeToken("", now_s)));
+  Open();
+  absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> list = catalog_->RevokedTokens();
+  ASSERT_TRUE(list.ok()) << list.status();
+  std::sort(list->begin(), list->end());
+  EXPECT_EQ(*list, (std::vector<std::pair<std::string, std::int64_t>>{{"later", now_s + 3600}, {"soon", now_s + 10}}));
+  now_ += 11'000'000'000;  // "soon" expired: the next revocation forgets it
+  ASSERT_TRUE(catalog_->RevokeToken("third", now_s + 7200).ok());
+  list = catalog_->RevokedTokens();
+  ASSERT_TRUE(list.ok());
+  std::sort(list->begin(), list->end());
+  EXPECT_EQ(*list, (std::vector<std::pair<std::string, std::int64_t>>{{"later", now_s + 3600}, {"third", now_s + 7200}}));
+}
+
 TEST_F(RocksCatalogTest, CompleteTasksWhoseWriteFailsChangeNothing) {
   MakeTopologyAndFile();
   CommitFiles(*catalog_, 2);
