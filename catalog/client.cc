@@ -180,7 +180,6 @@ absl::Status CatalogClient::ReloadCredentials(const std::string& root_pem, const
   return absl::OkStatus();
 }
 
-
 absl::Status CatalogClient::Watch(std::uint64_t after_seq,
                                   const std::function<bool(const Event&)>& on_event,
                                   WatchHandle* handle) {

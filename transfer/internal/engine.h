@@ -48,7 +48,9 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 inline constexpr auto kNoThrow = asio::as_tuple(asio::use_awaitable);
 // 2 (2026-11-24): control messages after a shared-key authentication carry a MAC.
-inline constexpr int kProtocolVersion = 2;
+// 3 (2026-11-24): data connections of a session whose control connection runs TLS join with
+// a key exported from that TLS session (JoinKey), not the shared key; "tls_control".
+inline constexpr int kProtocolVersion = 3;
 // Bytes of the MAC that ends every control message on a bound connection (HMAC-SHA256).
 inline constexpr std::size_t kControlMacSize = 32;
 
