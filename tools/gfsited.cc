@@ -49,9 +49,10 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
   app.add_option("--tls-ca", tls_ca, "PEM CA: verifies agents we pull from, and client certificates");
   app.add_flag("--require-tls", require_tls, "refuse sessions without TLS on every connection (control and data)");
-  bool require_tls_control = false;
-  app.add_flag("--require-tls-control", require_tls_control,
-               "refuse control connections in clear text (shared-key sessions); data may stay clear");
+  bool require_mutual_tls = false;
+  app.add_flag("--require-mutual-tls", require_mutual_tls,
+               "refuse control connections without a verified client certificate (shared-key "
+               "sessions, in clear or inside TLS); data may stay clear");
   bool insecure = false;
   app.add_flag("--insecure", insecure,
                "Listen on a non-loopback address without a certificate set (--tls-cert, --tls-key, "
@@ -213,10 +214,10 @@ int main(int argc, char** argv) {
     log->warn("--insecure on {}: agents authenticate each other by the shared key only, nothing is encrypted",
               listen);
   }
-  if (require_tls_control && tls_cert.empty()) {
-    return gfrep::tools::Fail("gfsited", "--require-tls-control needs --tls-cert and --tls-key");
+  if (require_mutual_tls && !mutual_tls) {
+    return gfrep::tools::Fail("gfsited", "--require-mutual-tls needs --tls-cert, --tls-key and --tls-ca");
   }
-  options.require_tls_control = require_tls_control;
+  options.require_mutual_tls = require_mutual_tls;
 
   // Signals are taken by a dedicated thread (sigwait) so the server stops cleanly.
   sigset_t set;

@@ -33,6 +33,10 @@ using namespace std::chrono_literals;
 
 namespace {
 
+constexpr char kMutualTlsOnly[] =
+    "this agent requires mutual TLS on the control connection: a client certificate from its CA "
+    "(--tls-ca with --tls-cert/--tls-key; --tls encrypts the data too)";
+
 // A session waiting for (then owning) its data connections. Lives in Impl::sessions
 // while its control coroutine runs. Used only on the io thread.
 struct Session {
@@ -295,10 +299,8 @@ struct AgentServer::Impl {
     if (!*want_tls && options.require_tls) {
       co_return co_await Fail(*conn, absl::PermissionDeniedError("this agent requires TLS (use --tls)"));
     }
-    if (!*want_tls && *role == "control" && options.require_tls_control) {
-      co_return co_await Fail(*conn, absl::PermissionDeniedError(
-                                         "this agent requires TLS on the control connection (give the client "
-                                         "--tls-ca and a certificate; --tls encrypts the data too)"));
+    if (!*want_tls && *role == "control" && options.require_mutual_tls) {
+      co_return co_await Fail(*conn, absl::PermissionDeniedError(kMutualTlsOnly));
     }
     std::string server_nonce = internal::RandomHex(16);
     Json msg1 = {{"op", "hello_ok"}, {"nonce", server_nonce}};
@@ -323,6 +325,9 @@ struct AgentServer::Impl {
       peer = fmt::format("{} ({})", peer, uris.empty() ? "certificate" : uris.front());
       Json msg2 = {{"op", "welcome"}, {"method", "certificate"}};
       if (absl::Status s = co_await conn->SendControl(msg2); !s.ok()) co_return s;
+    } else if (options.require_mutual_tls) {
+      log->warn("refused peer {}: no verified client certificate (this agent requires mutual TLS)", peer);
+      co_return co_await Fail(*conn, absl::PermissionDeniedError(kMutualTlsOnly));
     } else {
       Json msg3 = {{"op", "challenge"}};
       if (absl::Status s = co_await conn->SendControl(msg3); !s.ok()) co_return s;

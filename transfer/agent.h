@@ -46,9 +46,10 @@ struct AgentOptions {
   TlsOptions tls;
   // Refuse sessions that do not use TLS on every connection (control and data).
   bool require_tls = false;
-  // Refuse control connections in clear text (shared-key sessions); data connections may be
-  // clear when the session asks (TransferOptions::tls_control).
-  bool require_tls_control = false;
+  // Mutual TLS only: refuse a control connection that is not authenticated by a verified
+  // client certificate (clear text, or the shared key inside TLS). Data connections may still
+  // be clear when the session asks (TransferOptions::tls_control). Needs tls.ca.
+  bool require_mutual_tls = false;
   // Who may open a session by client certificate: called with the URI subject alternative
   // names of a verified certificate (gfrep://ROLE/NAME from gfca); a non-OK status refuses
   // the session with that status (PERMISSION_DENIED naming the identity). Unset: every

@@ -335,8 +335,8 @@ TEST_F(TransferIntegrationTest, AnAgentOffLoopbackNeedsACertificateSetOrInsecure
     EXPECT_EQ(r.err.find("no certificate set"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("10.9.9.9"), std::string::npos) << r.err;
   }
-  RunResult control = start({"--insecure", "--require-tls-control"});
-  EXPECT_NE(control.err.find("--require-tls-control needs --tls-cert"), std::string::npos) << control.err;
+  RunResult control = start({"--insecure", "--require-mutual-tls"});
+  EXPECT_NE(control.err.find("--require-mutual-tls needs --tls-cert"), std::string::npos) << control.err;
 }
 
 // Certificate rotation without a restart: gfsited reads its TLS files again on SIGHUP. A

@@ -346,7 +346,7 @@ TEST_F(AgentTest, MutualTlsOnTheControlConnectionAloneLeavesDataClearAndKeysTheJ
   StopAgent();
   StartAgent([&](AgentOptions& o) {
     o.tls = {d / "agent.pem", d / "agent.key", d / "ca.pem"};
-    o.require_tls_control = true;
+    o.require_mutual_tls = true;
     o.authorize_certificate = [&](const std::vector<std::string>&) {
       ++certificates_seen;
       return absl::OkStatus();
@@ -359,11 +359,30 @@ TEST_F(AgentTest, MutualTlsOnTheControlConnectionAloneLeavesDataClearAndKeysTheJ
   options_.shared_key = std::string(32, 'x');  // not the agent's: the certificate is what counts
   options_.tls_options = {d / "client.pem", d / "client.key", d / "ca.pem"};
 
-  // Control in clear text: refused by an agent that requires TLS there.
+  // Control in clear text: refused by an agent that requires mutual TLS.
   absl::StatusOr<TransferStats> clear = Push(d / "src.dat", proxy.endpoint(), "clear-name.dat", options_);
   ASSERT_FALSE(clear.ok());
-  EXPECT_NE(clear.status().message().find("requires TLS on the control connection"), absl::string_view::npos)
-      << clear.status();
+  EXPECT_NE(clear.status().message().find("requires mutual TLS"), absl::string_view::npos) << clear.status();
+  // TLS without a client certificate, holding the agent's own shared key: refused too.
+  TransferOptions keyed = options_;
+  keyed.tls_control = true;
+  keyed.shared_key = std::string(32, 'k');
+  keyed.tls_options = {{}, {}, d / "ca.pem"};
+  absl::StatusOr<TransferStats> no_cert = Push(d / "src.dat", endpoint_, "keyed.dat", keyed);
+  ASSERT_FALSE(no_cert.ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(no_cert.status())) << no_cert.status();
+  EXPECT_NE(no_cert.status().message().find("requires mutual TLS"), absl::string_view::npos) << no_cert.status();
+  // A client certificate from another CA fails the TLS handshake ("tlsv1 alert unknown ca").
+  std::filesystem::create_directories(d / "other");
+  ASSERT_TRUE(MakeTestCertificates(d / "other"));
+  keyed.tls_options = {d / "other" / "client.pem", d / "other" / "client.key", d / "ca.pem"};
+  absl::StatusOr<TransferStats> foreign = Push(d / "src.dat", endpoint_, "foreign.dat", keyed);
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_NE(foreign.status().message().find("unknown ca"), absl::string_view::npos) << foreign.status();
+  EXPECT_EQ(certificates_seen, 0);
+  for (const char* name : {"clear-name.dat", "keyed.dat", "foreign.dat"}) {
+    EXPECT_FALSE(std::filesystem::exists(d / "spool" / name)) << name;
+  }
 
   options_.tls_control = true;
   proxy.TakeSeen();
