@@ -637,7 +637,9 @@ TEST_F(RocksCatalogTest, TheClaimOrderFollowsNewTasksFailedWritesRenewalsRetries
   EXPECT_EQ(after.front(), "/g4");  // priority 9 first
   std::sort(after.begin(), after.end());
   EXPECT_EQ(after, (std::vector<std::string>{"/g1", "/g2", "/g3", "/g4", "/g5"}));
-  for (const Task& t : *catalog_->ListTasks(OpenFor("b1"))) EXPECT_EQ(t.state, TaskState::kLeased) << t.spec.path;
+  absl::StatusOr<std::vector<Task>> open = catalog_->ListTasks(OpenFor("b1"));
+  ASSERT_TRUE(open.ok()) << open.status();
+  for (const Task& t : *open) EXPECT_EQ(t.state, TaskState::kLeased) << t.spec.path;
 }
 
 // ExpireLeases reads every node's open tasks once, then follows them in memory: a node
