@@ -36,7 +36,10 @@ void ClaimQueue::Note(NodeQueue& q, const Task& t) {
   // Finished tasks need no entry; their old ones are dropped when visited.
 }
 
-void ClaimQueue::Stage(const Task& t) { staged_.push_back(t); }
+void ClaimQueue::Stage(const Task& t) {
+  // Notes for a node not followed would be dropped by Commit: do not copy them.
+  if (all_loaded_ || Loaded(t.spec.dst_node)) staged_.push_back(t);
+}
 
 void ClaimQueue::Commit() {
   for (const Task& t : staged_) {

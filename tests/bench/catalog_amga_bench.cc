@@ -30,31 +30,15 @@
 #include "catalog/catalog_service.h"
 #include "catalog/client.h"
 #include "catalog/internal/rocks_catalog.h"
+#include "tests/bench/bench_util.h"
 #include "tests/support/temp_dir.h"
 
 namespace {
 
 using namespace gfrep::catalog;
-using SteadyClock = std::chrono::steady_clock;
+using namespace gfrep::bench;
 
-double Ms(SteadyClock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-struct Percentiles {
-  double p50 = 0, p99 = 0;
-};
-
-Percentiles Summarise(std::vector<double> v) {
-  if (v.empty()) return {};
-  std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)]};
-}
-
-void Check(const absl::Status& s, const char* what) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
-    std::exit(1);
-  }
-}
 
 // AMGA 2.4's layout: one table keyed by full path; a listing scans it and matches
 // "^<dir>/[^/]+$" against every key.

@@ -268,6 +268,25 @@ class AgentTest : public ::testing::Test {
     server_.reset();
   }
 
+  // A control connection (TLS with `tls_ctx`) that asked for spool file f.dat and got its
+  // offer: the session's token, its data connections not yet joined.
+  struct OpenGet {
+    internal::ClientConnection control;
+    std::string token;
+  };
+  asio::awaitable<absl::StatusOr<OpenGet>> GetOverOneStream(asio::ssl::context* tls_ctx) {
+    auto log = spdlog::default_logger();
+    absl::StatusOr<internal::ClientConnection> ctrl =
+        co_await internal::ConnectTo(endpoint_, "control", options_, tls_ctx, *log);
+    if (!ctrl.ok()) co_return ctrl.status();
+    Json get{{"op", "get"}, {"path", "f.dat"}, {"options", internal::RouteToJson(options_)}};
+    if (absl::Status w = co_await ctrl->conn->SendControl(get); !w.ok()) co_return w;
+    absl::StatusOr<Json> offer = co_await ctrl->conn->ReadControl();
+    if (!offer.ok()) co_return offer.status();
+    if (!offer->contains("token") || !(*offer)["token"].is_string()) co_return absl::DataLossError("offer without token");
+    co_return OpenGet{*ctrl, (*offer)["token"].get<std::string>()};
+  }
+
   // Runs `body` as a coroutine on a fresh io_context and returns its status.
   absl::Status RunClient(std::function<asio::awaitable<absl::Status>()> body) {
     asio::io_context io;
@@ -409,19 +428,14 @@ TEST_F(AgentTest, MutualTlsOnTheControlConnectionAloneLeavesDataClearAndKeysTheJ
     auto log = spdlog::default_logger();
     absl::StatusOr<std::unique_ptr<asio::ssl::context>> ctx = internal::MakeTlsContext(options_.tls_options, false);
     if (!ctx.ok()) co_return ctx.status();
-    absl::StatusOr<internal::ClientConnection> ctrl =
-        co_await internal::ConnectTo(endpoint_, "control", options_, ctx->get(), *log);
-    if (!ctrl.ok()) co_return ctrl.status();
     options_.route.streams = 1;
-    Json get{{"op", "get"}, {"path", "f.dat"}, {"options", internal::RouteToJson(options_)}};
-    if (absl::Status w = co_await ctrl->conn->SendControl(get); !w.ok()) co_return w;
-    absl::StatusOr<Json> offer = co_await ctrl->conn->ReadControl();
-    if (!offer.ok()) co_return offer.status();
+    absl::StatusOr<OpenGet> get = co_await GetOverOneStream(ctx->get());
+    if (!get.ok()) co_return get.status();
     TransferOptions clear_text = options_;
     clear_text.tls_control = false;
     clear_text.shared_key = std::string(32, 'k');  // the agent's own key
     absl::StatusOr<internal::ConnPtr> data = co_await internal::JoinSession(
-        endpoint_, (*offer)["token"].get<std::string>(), clear_text, nullptr, *log);
+        endpoint_, get->token, clear_text, nullptr, *log);
     co_return data.status();
   });
   EXPECT_TRUE(absl::IsPermissionDenied(join)) << join;
@@ -457,15 +471,11 @@ TEST_F(AgentTest, UnknownTokenIsRefused) {
 TEST_F(AgentTest, ReplayedTokenIsRefused) {
   absl::Status s = RunClient([&]() -> asio::awaitable<absl::Status> {
     auto log = spdlog::default_logger();
-    absl::StatusOr<internal::ClientConnection> ctrl =
-        co_await internal::ConnectTo(endpoint_, "control", options_, nullptr, *log);
-    if (!ctrl.ok()) co_return ctrl.status();
     options_.route.streams = 1;
-    Json get{{"op", "get"}, {"path", "f.dat"}, {"options", internal::RouteToJson(options_)}};
-    if (absl::Status w = co_await ctrl->conn->SendControl(get); !w.ok()) co_return w;
-    absl::StatusOr<Json> offer = co_await ctrl->conn->ReadControl();
-    if (!offer.ok()) co_return offer.status();
-    std::string token = (*offer)["token"].get<std::string>();
+    absl::StatusOr<OpenGet> get = co_await GetOverOneStream(nullptr);
+    if (!get.ok()) co_return get.status();
+    internal::ClientConnection* ctrl = &get->control;
+    std::string token = get->token;
     Json ranges{{"op", "ranges"}, {"ranges", Json::array()}, {"resumed_bytes", 0}};
     if (absl::Status w = co_await ctrl->conn->SendControl(ranges); !w.ok()) co_return w;
     absl::StatusOr<internal::ConnPtr> first =
