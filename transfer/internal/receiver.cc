@@ -212,17 +212,95 @@ asio::awaitable<void> FinalFlush(std::shared_ptr<ReceiverState> st,
   (void)s;  // ignored: best effort while already failing
 }
 
-asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverState> st,
-                                            std::shared_ptr<DestinationFile> dst,
+// One verified block of a stream being written to the partial file on BlockingPool(), while
+// the stream receives its next block: the receive thread only receives and hashes, the
+// writes (on this kind of machine the page allocation of a new file costs more than the
+// receive itself) run on the pool's threads beside it.
+struct BlockWrite {
+  explicit BlockWrite(const asio::any_io_executor& ex) : done(ex, SteadyTime::time_point::max()) {}
+  bool busy = false;    // a write is in flight (or finished and not yet booked)
+  bool booked = true;   // FinishWrite has booked the last write
+  absl::Status status;  // of the last write
+  asio::steady_timer done;
+  std::unique_ptr<unsigned char[]> data;
+  ByteRange range;
+  bool pooled = false;  // `data` came from the receive pool (else it is the stream's own)
+};
+
+void StartWrite(const std::shared_ptr<BlockWrite>& w, const std::shared_ptr<DestinationFile>& dst,
+                const asio::any_io_executor& ex) {
+  w->busy = true;
+  w->booked = false;
+  asio::co_spawn(
+      BlockingPool(),
+      [held = std::make_shared<std::shared_ptr<DestinationFile>>(dst),
+       data = w->data.get(), range = w->range]() -> asio::awaitable<absl::Status> {
+        absl::Status s = WriteAt(**held, data, range.size(), range.begin);
+        held->reset();  // before the completion runs (see OffThread)
+        co_return s;
+      },
+      asio::bind_executor(ex, [w](std::exception_ptr e, absl::Status s) {
+        if (e) s = absl::InternalError("bug: exception in a block write");
+        w->status = std::move(s);
+        w->busy = false;
+        w->done.cancel();
+      }));
+}
+
+// Waits for the stream's write in flight (if any) and books it: the range counts as received
+// (journal, progress, the end-to-end checksum's read-back) only once its bytes are in the
+// partial file. Returns the write's status; the buffer goes back to the pool or, as `own`,
+// to the stream.
+asio::awaitable<absl::Status> FinishWrite(BlockWrite& w, const std::shared_ptr<ReceiverState>& st,
+                                          const std::shared_ptr<DestinationFile>& dst,
+                                          const TransferOptions& o, ProgressReporter& progress,
+                                          int stream, unsigned char* scratch, std::size_t scratch_size,
+                                          std::vector<std::unique_ptr<unsigned char[]>>& own) {
+  while (w.busy) co_await w.done.async_wait(kNoThrow);
+  if (w.booked) co_return absl::OkStatus();
+  w.booked = true;
+  std::erase(st->in_flight, w.range);
+  std::unique_ptr<unsigned char[]> data = std::move(w.data);
+  const std::uint64_t len = w.range.size();
+  if (w.pooled) {
+    if (w.status.ok() && st->file_hasher != nullptr && w.range.begin >= st->hashed_upto) {
+      st->pool[w.range.begin] = ReceiverState::PooledBlock{std::move(data), len};
+      ++st->pooled_blocks;
+    } else {  // the frontier passed it (or the hasher was dropped, or the write failed)
+      st->ReleaseBuffer(std::move(data), len);
+    }
+  } else {
+    own.push_back(std::move(data));
+  }
+  if (!w.status.ok()) co_return w.status;
+  dst->received.Add(w.range);
+  // Blocks that arrived ahead of the frontier, while they are recent (bounded per block
+  // so a long resumed prefix does not stall the streams; the rest is read at the end).
+  if (absl::Status cu = CatchUpHash(*st, *dst, scratch, scratch_size, 4 * len); !cu.ok()) {
+    co_return cu;
+  }
+  st->pending.push_back(w.range);
+  st->pending_bytes += len;
+  st->received_now += len;
+  progress.Add(stream, len);
+  if (!st->flush_error.ok()) co_return st->flush_error;
+  if (st->pending_bytes >= o.journal_interval && !st->flushing) {
+    StartFlush(st, dst, co_await asio::this_coro::executor);
+  }
+  co_return absl::OkStatus();
+}
+
+asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<ReceiverState>& st,
+                                            const std::shared_ptr<DestinationFile>& dst,
                                             const TransferOptions& o, BlockChecksumAlgorithm alg,
-                                            ProgressReporter& progress, int stream) {
+                                            ProgressReporter& progress, int stream,
+                                            const std::shared_ptr<BlockWrite>& w,
+                                            std::vector<std::unique_ptr<unsigned char[]>>& own,
+                                            unsigned char* scratch, std::size_t scratch_size,
+                                            std::size_t own_limit) {
   constexpr std::size_t kPiece = 256 * 1024;
   auto ex = co_await asio::this_coro::executor;
-  // Read-back scratch, and this stream's block buffer (a block is received whole and checked
-  // before any byte of it is written; allocated at the first block not pooled).
-  std::unique_ptr<unsigned char, decltype(&std::free)> buf(
-      static_cast<unsigned char*>(std::aligned_alloc(4096, kPiece)), &std::free);
-  std::unique_ptr<unsigned char[]> block;
+  std::size_t own_made = 0;  // the stream's own block buffers (own_limit at most)
   XXH3_state_t* xxh = XXH3_createState();
   struct Free {
     XXH3_state_t* s;
@@ -247,10 +325,13 @@ asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverSta
           range.begin, range.end));
     }
     st->in_flight.push_back(range);
-    struct InFlight {  // ends the claim however this block ends
+    struct InFlight {  // ends the claim if the block ends before its write starts
       ReceiverState* st;
       ByteRange r;
-      ~InFlight() { std::erase(st->in_flight, r); }
+      bool handed = false;  // the write took the claim over (FinishWrite ends it)
+      ~InFlight() {
+        if (!handed) std::erase(st->in_flight, r);
+      }
     } in_flight{st.get(), range};
     XXH3_64bits_reset(xxh);
     bool inline_file =
@@ -271,8 +352,23 @@ asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverSta
         if (*b != nullptr) st->ReleaseBuffer(std::move(*b), length);
       }
     } pool_guard{st.get(), &pooled, h->length};
-    if (pooled == nullptr && block == nullptr) {
-      block = std::make_unique_for_overwrite<unsigned char[]>(o.route.stripe_unit);
+    std::unique_ptr<unsigned char[]> block;  // the stream's own buffer, when not pooled
+    if (pooled == nullptr) {
+      if (own.empty() && own_made >= own_limit) {
+        // Both of the stream's buffers are taken: the one in flight comes back first.
+        if (absl::Status f = co_await FinishWrite(*w, st, dst, o, progress, stream, scratch,
+                                                  scratch_size, own);
+            !f.ok()) {
+          co_return f;
+        }
+      }
+      if (!own.empty()) {
+        block = std::move(own.back());
+        own.pop_back();
+      } else {
+        block = std::make_unique_for_overwrite<unsigned char[]>(o.route.stripe_unit);
+        ++own_made;
+      }
     }
     unsigned char* data = pooled != nullptr ? pooled.get() : block.get();
     std::uint32_t crc = 0;
@@ -280,7 +376,10 @@ asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverSta
       // In 256 KiB pieces, each hashed (block and file checksum) while it is in cache.
       auto n = static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, h->length - done));
       unsigned char* piece = data + done;
-      if (absl::Status s = co_await c.ReadExact(piece, n); !s.ok()) co_return s;
+      if (absl::Status s = co_await c.ReadExact(piece, n); !s.ok()) {
+        if (block != nullptr) own.push_back(std::move(block));
+        co_return s;
+      }
       if (alg == BlockChecksumAlgorithm::kXxh3_64) {
         XXH3_64bits_update(xxh, piece, n);
       } else {
@@ -299,29 +398,45 @@ asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverSta
       ++st->bad_blocks;
       log->warn("block [{}, +{}) failed its {} checksum; it will be re-sent", h->offset, h->length,
                 BlockChecksumAlgorithmName(alg));
+      if (block != nullptr) own.push_back(std::move(block));
       continue;  // nothing of it was written
     }
-    if (absl::Status w = WriteAt(*dst, data, h->length, h->offset); !w.ok()) co_return w;
-    dst->received.Add(range);
+    // The file hash has these bytes now (they reach the partial file before they count as
+    // received, see FinishWrite).
     if (inline_file) st->hashed_upto = range.end;
-    if (pooled != nullptr && st->file_hasher != nullptr && h->offset >= st->hashed_upto) {
-      st->pool[h->offset] = ReceiverState::PooledBlock{std::move(pooled), h->length};
-      ++st->pooled_blocks;
-    }  // else the guard releases it (the frontier passed it or the hasher was dropped)
-    // Blocks that arrived ahead of the frontier, while they are recent (bounded per block
-    // so a long resumed prefix does not stall the streams; the rest is read at the end).
-    if (absl::Status cu =
-            CatchUpHash(*st, *dst, buf.get(), kPiece, 4 * static_cast<std::uint64_t>(h->length));
-        !cu.ok()) {
-      co_return cu;
+    // One write in flight per stream: the previous one is booked before this one starts.
+    if (absl::Status f =
+            co_await FinishWrite(*w, st, dst, o, progress, stream, scratch, scratch_size, own);
+        !f.ok()) {
+      if (block != nullptr) own.push_back(std::move(block));
+      co_return f;
     }
-    st->pending.push_back(range);
-    st->pending_bytes += h->length;
-    st->received_now += h->length;
-    progress.Add(stream, h->length);
-    if (!st->flush_error.ok()) co_return st->flush_error;
-    if (st->pending_bytes >= o.journal_interval && !st->flushing) StartFlush(st, dst, ex);
+    w->range = range;
+    w->pooled = pooled != nullptr;
+    w->data = pooled != nullptr ? std::move(pooled) : std::move(block);
+    in_flight.handed = true;
+    StartWrite(w, dst, ex);
   }
+}
+
+asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverState> st,
+                                            std::shared_ptr<DestinationFile> dst,
+                                            const TransferOptions& o, BlockChecksumAlgorithm alg,
+                                            ProgressReporter& progress, int stream,
+                                            std::size_t own_limit) {
+  constexpr std::size_t kScratch = 256 * 1024;
+  // Read-back scratch for the end-to-end checksum's catch-up.
+  std::unique_ptr<unsigned char, decltype(&std::free)> scratch(
+      static_cast<unsigned char*>(std::aligned_alloc(4096, kScratch)), &std::free);
+  std::vector<std::unique_ptr<unsigned char[]>> own;  // the stream's free block buffers
+  auto w = std::make_shared<BlockWrite>(co_await asio::this_coro::executor);
+  absl::Status s = co_await ReceiveBlocks(c, st, dst, o, alg, progress, stream, w, own,
+                                          scratch.get(), kScratch, own_limit);
+  // The last write is booked before the stream ends, also after a failure (its bytes are
+  // good: a resume keeps them).
+  absl::Status last =
+      co_await FinishWrite(*w, st, dst, o, progress, stream, scratch.get(), kScratch, own);
+  co_return s.ok() ? last : s;
 }
 
 // The name of a destination's partial file and journal: a function of the final path, so a
@@ -447,6 +562,11 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
   st->spare_size = o.route.stripe_unit;
   st->pool_limit =
       std::min<std::uint64_t>(o.receive_pool_bytes, 2 * data.size() * o.route.stripe_unit);
+  // A stream receives its next block while the last one is written: two buffers of its own
+  // when that fits the receive memory budget, else one (the write then ends before the next
+  // block is received; the other streams go on meanwhile).
+  const std::size_t own_limit =
+      2 * data.size() * o.route.stripe_unit <= o.receive_pool_bytes ? 2 : 1;
   WatchdogScope dog = WatchConnections(ex, data, o.io_timeout);
   ProgressReporter progress(o, dst->size, dst->resumed_bytes, static_cast<int>(data.size()));
   int round = 0;
@@ -455,7 +575,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
     std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
     for (std::size_t i = 0; i < data.size(); ++i) {
       tasks.push_back([&, c = data[i], i]() {
-        return ReceiveStream(*c, st, dst, o, alg, progress, static_cast<int>(i));
+        return ReceiveStream(*c, st, dst, o, alg, progress, static_cast<int>(i), own_limit);
       });
     }
     absl::Status s = co_await RunConcurrently(std::move(tasks), [&] {
