@@ -99,6 +99,9 @@ struct TransferOptions {
   // containing this offset, `test_corrupt_times` times; -1 = off.
   std::int64_t test_corrupt_offset = -1;
   int test_corrupt_times = 0;
+  // The sender reads its source with pread instead of hashing it in place from a mapping
+  // (what it does on a file system that cannot map files).
+  bool test_no_map = false;
 };
 
 absl::Status Validate(const RouteOptions& options);

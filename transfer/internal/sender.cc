@@ -16,6 +16,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
 #include "absl/status/status.h"
+#include "transfer/internal/mapped_read.h"
 #include "transfer/internal/tcp_stats.h"
 #include "transfer/internal/token_bucket.h"
 
@@ -126,12 +127,33 @@ struct StreamBuffers {
   std::size_t block_size = 0;
 };
 
-// Reads block `b` in 256 KiB pieces, computing its block checksum and, when it is next in
-// file order, advancing the file checksum in the same pass (each piece is hashed while in
-// cache). With `keep`, the block stays in bufs.block.
+// What the block pass feeds each piece to: the block checksum and, when the block is next in
+// file order, the end-to-end checksum.
+struct BlockHashing {
+  BlockChecksumAlgorithm alg;
+  XXH3_state_t* xxh;
+  std::uint32_t crc = 0;
+  FileHasher* file;
+  static void Visit(void* ctx, const unsigned char* data, std::size_t n) {
+    auto* h = static_cast<BlockHashing*>(ctx);
+    if (h->alg == BlockChecksumAlgorithm::kXxh3_64) {
+      XXH3_64bits_update(h->xxh, data, n);
+    } else {
+      h->crc = Crc32c(h->crc, data, n);
+    }
+    if (h->file != nullptr) h->file->Update(data, n);
+  }
+};
+
+// Computes block `b`'s block checksum and, when it is next in file order, advances the file
+// checksum in the same pass. With `keep`, the block is read into bufs.block (it goes out from
+// memory). Without, it is hashed in place from a mapping of the page cache (mapped_read.h;
+// sendfile then sends the same pages), or, where the file cannot be mapped (or `no_map`), read
+// in 256 KiB pieces into bufs.piece, each hashed while in cache.
 absl::StatusOr<std::uint64_t> ReadAndHashBlock(SenderState& st, const SourceFile& src,
                                                BlockChecksumAlgorithm alg, const ByteRange& b,
-                                               StreamBuffers& bufs, bool keep, XXH3_state_t* xxh) {
+                                               StreamBuffers& bufs, bool keep, bool no_map,
+                                               XXH3_state_t* xxh) {
   constexpr std::uint64_t kPiece = StreamBuffers::kPiece;
   if (keep && bufs.block_size < b.size()) {
     bufs.block = std::make_unique_for_overwrite<unsigned char[]>(b.size());
@@ -140,20 +162,23 @@ absl::StatusOr<std::uint64_t> ReadAndHashBlock(SenderState& st, const SourceFile
   FileHasher* file =
       st.file_hasher != nullptr && st.hashed_upto == b.begin ? st.file_hasher.get() : nullptr;
   XXH3_64bits_reset(xxh);
-  std::uint32_t crc = 0;
-  for (std::uint64_t p = b.begin; p < b.end; p += kPiece) {
-    auto n = static_cast<std::size_t>(std::min(kPiece, b.end - p));
-    unsigned char* dst = keep ? bufs.block.get() + (p - b.begin) : bufs.piece.get();
-    if (absl::Status s = ReadSource(src, p, dst, n); !s.ok()) return s;
-    if (alg == BlockChecksumAlgorithm::kXxh3_64) {
-      XXH3_64bits_update(xxh, dst, n);
-    } else {
-      crc = Crc32c(crc, dst, n);
+  BlockHashing h{alg, xxh, 0, file};
+  absl::Status mapped = absl::UnavailableError("not mapped");
+  if (!keep && !no_map) {
+    mapped = MapAndVisit(src.fd, b.begin, b.size(), kPiece, &BlockHashing::Visit, &h);
+    // (The file hash saw part of the block: the transfer fails here, nothing uses it again.)
+    if (absl::IsAborted(mapped)) return SourceChanged(src);
+  }
+  if (!mapped.ok()) {
+    for (std::uint64_t p = b.begin; p < b.end; p += kPiece) {
+      auto n = static_cast<std::size_t>(std::min(kPiece, b.end - p));
+      unsigned char* dst = keep ? bufs.block.get() + (p - b.begin) : bufs.piece.get();
+      if (absl::Status s = ReadSource(src, p, dst, n); !s.ok()) return s;
+      BlockHashing::Visit(&h, dst, n);
     }
-    if (file != nullptr) file->Update(dst, n);
   }
   if (file != nullptr) st.hashed_upto = b.end;
-  return alg == BlockChecksumAlgorithm::kXxh3_64 ? XXH3_64bits_digest(xxh) : crc;
+  return alg == BlockChecksumAlgorithm::kXxh3_64 ? XXH3_64bits_digest(xxh) : h.crc;
 }
 
 // Waits until socket `c` has fewer than `low_water` bytes that TCP has not sent yet. A block
@@ -217,7 +242,7 @@ asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, const SourceF
     bool flip =
         o.test_corrupt_offset >= 0 && st.corrupt_left > 0 && b.begin <= corrupt && corrupt < b.end;
     bool from_memory = c.tls() || flip;
-    absl::StatusOr<std::uint64_t> sum = ReadAndHashBlock(st, src, alg, b, bufs, from_memory, xxh);
+    absl::StatusOr<std::uint64_t> sum = ReadAndHashBlock(st, src, alg, b, bufs, from_memory, o.test_no_map, xxh);
     if (!sum.ok()) co_return sum.status();
     FrameHeader h{FrameType::kData, len, b.begin, *sum};
     absl::Status s;

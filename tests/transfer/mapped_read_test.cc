@@ -1,0 +1,123 @@
+#include "transfer/internal/mapped_read.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/support/temp_dir.h"
+
+namespace gfrep::transfer::internal {
+namespace {
+
+// Collects what MapAndVisit hands out; optionally truncates the file after the first piece.
+struct Collect {
+  std::string bytes;
+  int pieces = 0;
+  int truncate_fd = -1;
+  off_t truncate_to = 0;
+  static void Visit(void* ctx, const unsigned char* data, std::size_t n) {
+    auto* c = static_cast<Collect*>(ctx);
+    c->bytes.append(reinterpret_cast<const char*>(data), n);
+    if (++c->pieces == 1 && c->truncate_fd >= 0) {
+      ASSERT_EQ(::ftruncate(c->truncate_fd, c->truncate_to), 0);
+    }
+  }
+};
+
+class MappedReadTest : public ::testing::Test {
+ protected:
+  MappedReadTest() : dir_("mapped") {}
+  int Open(std::uint64_t size, int flags = O_RDONLY) {
+    testing::WriteRandomFile(path(), size, 7);
+    fd_ = ::open(path().c_str(), flags | O_CLOEXEC);
+    return fd_;
+  }
+  std::filesystem::path path() const { return dir_.path() / "f"; }
+  ~MappedReadTest() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  testing::TempDir dir_;
+  int fd_ = -1;
+};
+
+TEST_F(MappedReadTest, VisitsExactlyTheRangeInPiecesAtAnUnalignedOffset) {
+  const int fd = Open(3 << 20);
+  ASSERT_GE(fd, 0);
+  const std::string all = testing::ReadFile(path());
+  Collect c;
+  ASSERT_TRUE(MapAndVisit(fd, 12345, 1 << 20, 256 * 1024, &Collect::Visit, &c).ok());
+  EXPECT_EQ(c.bytes, all.substr(12345, 1 << 20));
+  EXPECT_EQ(c.pieces, 4);
+}
+
+TEST_F(MappedReadTest, ARangePastTheEndOfTheFileIsAbortedNotASignal) {
+  const int fd = Open(1 << 20);
+  ASSERT_GE(fd, 0);
+  Collect c;
+  absl::Status s = MapAndVisit(fd, 512 * 1024, 1 << 20, 256 * 1024, &Collect::Visit, &c);
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+}
+
+TEST_F(MappedReadTest, AFileTruncatedDuringTheVisitIsAbortedNotASignal) {
+  // The pages were mapped before the visit began; the truncation after the first piece takes
+  // them away, and the next piece's first access faults (SIGBUS) inside the window.
+  const int fd = Open(4 << 20);
+  ASSERT_GE(fd, 0);
+  const int writable = ::open(path().c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(writable, 0);
+  Collect c;
+  c.truncate_fd = writable;
+  c.truncate_to = 0;
+  absl::Status s = MapAndVisit(fd, 0, 4 << 20, 256 * 1024, &Collect::Visit, &c);
+  ::close(writable);
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+  EXPECT_EQ(c.pieces, 1);
+  // The thread's window is closed again: a later visit of another file works.
+  const int again = ::open(path().c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(again, 0);
+  ASSERT_EQ(::ftruncate(again, 1 << 20), 0);
+  Collect d;
+  EXPECT_TRUE(MapAndVisit(again, 0, 1 << 20, 0, &Collect::Visit, &d).ok());
+  EXPECT_EQ(d.bytes.size(), 1u << 20);
+  ::close(again);
+}
+
+TEST_F(MappedReadTest, AFileThatCannotBeMappedIsUnavailable) {
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  Collect c;
+  absl::Status s = MapAndVisit(p[0], 0, 4096, 0, &Collect::Visit, &c);
+  ::close(p[0]);
+  ::close(p[1]);
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_EQ(c.pieces, 0);
+}
+
+using MappedReadDeathTest = MappedReadTest;
+
+TEST_F(MappedReadDeathTest, ASigbusOutsideAVisitStillKillsTheProcess) {
+  // The handler only takes faults inside a visit's window; any other SIGBUS keeps its
+  // default action (the process dies), also after a visit installed the handler.
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  const int fd = Open(1 << 20, O_RDWR);
+  ASSERT_GE(fd, 0);
+  EXPECT_EXIT(
+      {
+        Collect c;
+        if (!MapAndVisit(fd, 0, 4096, 0, &Collect::Visit, &c).ok()) _exit(3);
+        void* m = ::mmap(nullptr, 1 << 20, PROT_READ, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) _exit(4);
+        if (::ftruncate(fd, 0) != 0) _exit(5);
+        volatile unsigned char x = static_cast<const unsigned char*>(m)[8192];
+        (void)x;
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
+}
+
+}  // namespace
+}  // namespace gfrep::transfer::internal
