@@ -4,7 +4,7 @@
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "transfer/internal/xxh.h"
 
 #include <array>
 #include <cerrno>

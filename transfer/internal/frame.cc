@@ -1,6 +1,6 @@
 #include "transfer/internal/frame.h"
 
-#include <xxhash.h>
+#include "transfer/internal/xxh.h"
 
 #include <cstring>
 

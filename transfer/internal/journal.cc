@@ -3,7 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "transfer/internal/xxh.h"
 
 #include <cerrno>
 #include <cstring>

@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "transfer/internal/xxh.h"
 
 #include <algorithm>
 #include <cerrno>

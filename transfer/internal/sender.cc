@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "transfer/internal/xxh.h"
 
 #include <algorithm>
 #include <atomic>
