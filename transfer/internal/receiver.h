@@ -18,8 +18,8 @@
 //   of the committed file was hashed by the end-to-end checksum exactly as it lies on disk.
 // - The commit is durable (commit.h); a create-only destination is never replaced.
 //
-// Runs on the session's executor. Jobs on BlockingPool() (journal flushes, the final verify
-// and commit) own the DestinationFile and receiver state they use (shared_ptr), so a
+// Runs on the session's executor. Jobs on BlockingPool() (block writes, one in flight per
+// stream; journal flushes, the final verify and commit) own the DestinationFile and receiver state they use (shared_ptr), so a
 // cancelled or failed session never leaves a job touching freed state.
 
 #include <cstdint>
