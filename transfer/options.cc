@@ -38,6 +38,11 @@ absl::Status Validate(const TransferOptions& o) {
     return absl::InvalidArgumentError(
         fmt::format("receive pool {} bytes is larger than 16 GiB", o.receive_pool_bytes));
   }
+  if (o.write_io_size != 0 && (o.write_io_size < 4096 || o.write_io_size > (1ull << 30))) {
+    return absl::InvalidArgumentError(fmt::format(
+        "write io size must be 0 (whole blocks) or 4096..{} bytes, got {}", 1ull << 30,
+        o.write_io_size));
+  }
   if (o.shared_key.empty()) {
     return absl::InvalidArgumentError("no shared key (load one with LoadOrCreateSharedKey)");
   }

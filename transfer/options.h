@@ -85,6 +85,10 @@ struct TransferOptions {
   int max_resend_rounds = 3;
   // The receiver makes its restart markers durable after this many new bytes.
   std::uint64_t journal_interval = 256ull * 1024 * 1024;
+  // The receiver writes each verified block in calls of at most this many bytes (0: the whole
+  // block in one call). A site agent sets it, and journal_interval, from its node's disk
+  // profile (`gfprobe disk --store`, catalog DiskProfile).
+  std::uint64_t write_io_size = 0;
   // Receiver memory for blocks that arrive ahead of the end-to-end checksum's frontier: they
   // are received into buffers kept until the frontier reaches them (hashed from memory, not
   // read back from the partial file). Also capped at 2 x streams blocks. A block that does

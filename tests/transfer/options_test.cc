@@ -31,6 +31,13 @@ TEST(OptionsTest, RejectsOutOfRangeValues) {
   o = Good();
   o.shared_key.clear();
   EXPECT_FALSE(Validate(o).ok());
+  o = Good();
+  o.write_io_size = 100;  // below a page
+  EXPECT_TRUE(absl::IsInvalidArgument(Validate(o)));
+  o.write_io_size = (1ull << 30) + 1;
+  EXPECT_TRUE(absl::IsInvalidArgument(Validate(o)));
+  o.write_io_size = 1 << 20;
+  EXPECT_TRUE(Validate(o).ok());
 }
 
 TEST(OptionsTest, ParsesGfUrls) {

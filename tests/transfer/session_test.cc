@@ -238,6 +238,23 @@ TEST_F(SessionTest, ASenderThatCannotMapItsFilesReadsThemAndSendsTheSameBytes) {
   }
 }
 
+TEST_F(SessionTest, AReceiverWithASmallWriteSizeWritesEveryBlockWhole) {
+  // write_io_size (from a node's disk profile) splits each block's write into calls of that
+  // size; with one buffer per stream (receive_pool_bytes too small for two) as well.
+  StartAgent();
+  options_.write_io_size = 64 * 1024;
+  for (std::uint64_t pool : {256ull << 20, 0ull}) {
+    options_.receive_pool_bytes = pool;
+    asio::io_context io;
+    SessionCache cache;
+    std::string name = fmt::format("w{}", pool);
+    testing::WriteRandomFile(dir_.path() / "spool" / name, (6 << 20) + 12345, 90);
+    absl::StatusOr<TransferStats> s = PullOne(io, cache, name);
+    ASSERT_TRUE(s.ok()) << name << ": " << s.status();
+    EXPECT_TRUE(PulledIntact(name));
+  }
+}
+
 TEST_F(SessionTest, WarmSessionsCarryFilesOverTls) {
   // A throwaway CA and an agent certificate for 127.0.0.1 (openssl CLI).
   const std::string d = dir_.path().string();

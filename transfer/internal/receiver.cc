@@ -46,11 +46,13 @@ int OpenLocked(const std::filesystem::path& path) {
   return -1;
 }
 
+// Writes [p, p + n) at `off`, in calls of at most `io_size` bytes (0: as few as possible).
 absl::Status WriteAt(const DestinationFile& dst, const unsigned char* p, std::size_t n,
-                     std::uint64_t off) {
+                     std::uint64_t off, std::size_t io_size) {
   std::size_t w = 0;
   while (w < n) {
-    ssize_t r = ::pwrite(dst.fd, p + w, n - w, static_cast<off_t>(off + w));
+    const std::size_t k = io_size == 0 ? n - w : std::min(io_size, n - w);
+    ssize_t r = ::pwrite(dst.fd, p + w, k, static_cast<off_t>(off + w));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0)
       return ErrnoStatus(r < 0 ? errno : ENOSPC, fmt::format("write {}", dst.part_path.string()));
@@ -98,6 +100,10 @@ struct ReceiverState {
   std::map<std::uint64_t, PooledBlock> pool;
   std::uint64_t pool_limit = 0;
   std::uint64_t pool_used = 0;  // bytes of the pooled blocks plus blocks being received into one
+  // Read-back scratch of the catch-up (used on the receive thread only, one at a time).
+  static constexpr std::size_t kScratch = 256 * 1024;
+  std::unique_ptr<unsigned char, decltype(&std::free)> scratch{
+      static_cast<unsigned char*>(std::aligned_alloc(4096, kScratch)), &std::free};
   std::vector<std::unique_ptr<unsigned char[]>> spare;  // released stripe-unit buffers, reused
   std::uint64_t spare_size = 0;                         // size of each spare buffer
   std::uint64_t pooled_blocks = 0;                      // stats for tests/logs
@@ -217,86 +223,97 @@ asio::awaitable<void> FinalFlush(std::shared_ptr<ReceiverState> st,
 // writes (on this kind of machine the page allocation of a new file costs more than the
 // receive itself) run on the pool's threads beside it.
 struct BlockWrite {
-  explicit BlockWrite(const asio::any_io_executor& ex) : done(ex, SteadyTime::time_point::max()) {}
-  bool busy = false;    // a write is in flight (or finished and not yet booked)
-  bool booked = true;   // FinishWrite has booked the last write
-  absl::Status status;  // of the last write
+  BlockWrite(const asio::any_io_executor& ex, std::shared_ptr<ReceiverState> st,
+             std::shared_ptr<DestinationFile> dst, const TransferOptions& o,
+             ProgressReporter& progress, int stream)
+      : done(ex, SteadyTime::time_point::max()),
+        st(std::move(st)),
+        dst(std::move(dst)),
+        o(&o),
+        progress(&progress),
+        stream(stream) {}
+  bool busy = false;    // a write is in flight
+  absl::Status status;  // of the last write and its booking
   asio::steady_timer done;
-  std::unique_ptr<unsigned char[]> data;
+  std::unique_ptr<unsigned char[]> data;  // the block; the stream's own buffer comes back here
   ByteRange range;
   bool pooled = false;  // `data` came from the receive pool (else it is the stream's own)
+  // What the booking updates. `o` and `progress` belong to RunReceiver, which outlives the
+  // stream, and a stream never ends with its write in flight (ReceiveStream).
+  std::shared_ptr<ReceiverState> st;
+  std::shared_ptr<DestinationFile> dst;
+  const TransferOptions* o;
+  ProgressReporter* progress;
+  int stream;
 };
 
-void StartWrite(const std::shared_ptr<BlockWrite>& w, const std::shared_ptr<DestinationFile>& dst,
+// Books a finished write at once, on the receive thread: the range counts as received
+// (journal, progress, the end-to-end checksum's read-back) as soon as its bytes are in the
+// partial file, and not before. A pooled buffer goes back to the pool (or stays pooled for
+// the frontier); the stream's own stays in `w.data` for the stream to take back.
+void BookWrite(BlockWrite& w, const asio::any_io_executor& ex) {
+  ReceiverState& st = *w.st;
+  std::erase(st.in_flight, w.range);
+  const std::uint64_t len = w.range.size();
+  if (w.pooled) {
+    if (w.status.ok() && st.file_hasher != nullptr && w.range.begin >= st.hashed_upto) {
+      st.pool[w.range.begin] = ReceiverState::PooledBlock{std::move(w.data), len};
+      ++st.pooled_blocks;
+    } else {  // the frontier passed it (or the hasher was dropped, or the write failed)
+      st.ReleaseBuffer(std::move(w.data), len);
+    }
+  }
+  if (!w.status.ok()) return;
+  w.dst->received.Add(w.range);
+  // Blocks that arrived ahead of the frontier, while they are recent (bounded per block
+  // so a long resumed prefix does not stall the streams; the rest is read at the end).
+  w.status = CatchUpHash(st, *w.dst, st.scratch.get(), ReceiverState::kScratch, 4 * len);
+  if (!w.status.ok()) return;
+  st.pending.push_back(w.range);
+  st.pending_bytes += len;
+  st.received_now += len;
+  w.progress->Add(w.stream, len);
+  if (!st.flush_error.ok()) {
+    w.status = st.flush_error;
+    return;
+  }
+  if (st.pending_bytes >= w.o->journal_interval && !st.flushing) StartFlush(w.st, w.dst, ex);
+}
+
+void StartWrite(const std::shared_ptr<BlockWrite>& w, std::size_t io_size,
                 const asio::any_io_executor& ex) {
   w->busy = true;
-  w->booked = false;
   asio::co_spawn(
       BlockingPool(),
-      [held = std::make_shared<std::shared_ptr<DestinationFile>>(dst),
-       data = w->data.get(), range = w->range]() -> asio::awaitable<absl::Status> {
-        absl::Status s = WriteAt(**held, data, range.size(), range.begin);
+      [held = std::make_shared<std::shared_ptr<DestinationFile>>(w->dst),
+       data = w->data.get(), range = w->range, io_size]() -> asio::awaitable<absl::Status> {
+        absl::Status s = WriteAt(**held, data, range.size(), range.begin, io_size);
         held->reset();  // before the completion runs (see OffThread)
         co_return s;
       },
-      asio::bind_executor(ex, [w](std::exception_ptr e, absl::Status s) {
+      asio::bind_executor(ex, [w, ex](std::exception_ptr e, absl::Status s) {
         if (e) s = absl::InternalError("bug: exception in a block write");
         w->status = std::move(s);
+        BookWrite(*w, ex);
         w->busy = false;
         w->done.cancel();
       }));
 }
 
-// Waits for the stream's write in flight (if any) and books it: the range counts as received
-// (journal, progress, the end-to-end checksum's read-back) only once its bytes are in the
-// partial file. Returns the write's status; the buffer goes back to the pool or, as `own`,
-// to the stream.
-asio::awaitable<absl::Status> FinishWrite(BlockWrite& w, const std::shared_ptr<ReceiverState>& st,
-                                          const std::shared_ptr<DestinationFile>& dst,
-                                          const TransferOptions& o, ProgressReporter& progress,
-                                          int stream, unsigned char* scratch, std::size_t scratch_size,
+// Waits for the stream's write in flight (if any; it was booked when it finished) and takes
+// its buffer back into `own` when it is the stream's. Returns the write's status.
+asio::awaitable<absl::Status> FinishWrite(BlockWrite& w,
                                           std::vector<std::unique_ptr<unsigned char[]>>& own) {
   while (w.busy) co_await w.done.async_wait(kNoThrow);
-  if (w.booked) co_return absl::OkStatus();
-  w.booked = true;
-  std::erase(st->in_flight, w.range);
-  std::unique_ptr<unsigned char[]> data = std::move(w.data);
-  const std::uint64_t len = w.range.size();
-  if (w.pooled) {
-    if (w.status.ok() && st->file_hasher != nullptr && w.range.begin >= st->hashed_upto) {
-      st->pool[w.range.begin] = ReceiverState::PooledBlock{std::move(data), len};
-      ++st->pooled_blocks;
-    } else {  // the frontier passed it (or the hasher was dropped, or the write failed)
-      st->ReleaseBuffer(std::move(data), len);
-    }
-  } else {
-    own.push_back(std::move(data));
-  }
-  if (!w.status.ok()) co_return w.status;
-  dst->received.Add(w.range);
-  // Blocks that arrived ahead of the frontier, while they are recent (bounded per block
-  // so a long resumed prefix does not stall the streams; the rest is read at the end).
-  if (absl::Status cu = CatchUpHash(*st, *dst, scratch, scratch_size, 4 * len); !cu.ok()) {
-    co_return cu;
-  }
-  st->pending.push_back(w.range);
-  st->pending_bytes += len;
-  st->received_now += len;
-  progress.Add(stream, len);
-  if (!st->flush_error.ok()) co_return st->flush_error;
-  if (st->pending_bytes >= o.journal_interval && !st->flushing) {
-    StartFlush(st, dst, co_await asio::this_coro::executor);
-  }
-  co_return absl::OkStatus();
+  if (!w.pooled && w.data != nullptr) own.push_back(std::move(w.data));
+  co_return w.status;
 }
 
 asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<ReceiverState>& st,
                                             const std::shared_ptr<DestinationFile>& dst,
                                             const TransferOptions& o, BlockChecksumAlgorithm alg,
-                                            ProgressReporter& progress, int stream,
                                             const std::shared_ptr<BlockWrite>& w,
                                             std::vector<std::unique_ptr<unsigned char[]>>& own,
-                                            unsigned char* scratch, std::size_t scratch_size,
                                             std::size_t own_limit) {
   constexpr std::size_t kPiece = 256 * 1024;
   auto ex = co_await asio::this_coro::executor;
@@ -356,9 +373,7 @@ asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<Recei
     if (pooled == nullptr) {
       if (own.empty() && own_made >= own_limit) {
         // Both of the stream's buffers are taken: the one in flight comes back first.
-        if (absl::Status f = co_await FinishWrite(*w, st, dst, o, progress, stream, scratch,
-                                                  scratch_size, own);
-            !f.ok()) {
+        if (absl::Status f = co_await FinishWrite(*w, own); !f.ok()) {
           co_return f;
         }
       }
@@ -404,10 +419,8 @@ asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<Recei
     // The file hash has these bytes now (they reach the partial file before they count as
     // received, see FinishWrite).
     if (inline_file) st->hashed_upto = range.end;
-    // One write in flight per stream: the previous one is booked before this one starts.
-    if (absl::Status f =
-            co_await FinishWrite(*w, st, dst, o, progress, stream, scratch, scratch_size, own);
-        !f.ok()) {
+    // One write in flight per stream: the previous one has finished before this one starts.
+    if (absl::Status f = co_await FinishWrite(*w, own); !f.ok()) {
       if (block != nullptr) own.push_back(std::move(block));
       co_return f;
     }
@@ -415,7 +428,7 @@ asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<Recei
     w->pooled = pooled != nullptr;
     w->data = pooled != nullptr ? std::move(pooled) : std::move(block);
     in_flight.handed = true;
-    StartWrite(w, dst, ex);
+    StartWrite(w, static_cast<std::size_t>(o.write_io_size), ex);
   }
 }
 
@@ -424,18 +437,13 @@ asio::awaitable<absl::Status> ReceiveStream(Conn& c, std::shared_ptr<ReceiverSta
                                             const TransferOptions& o, BlockChecksumAlgorithm alg,
                                             ProgressReporter& progress, int stream,
                                             std::size_t own_limit) {
-  constexpr std::size_t kScratch = 256 * 1024;
-  // Read-back scratch for the end-to-end checksum's catch-up.
-  std::unique_ptr<unsigned char, decltype(&std::free)> scratch(
-      static_cast<unsigned char*>(std::aligned_alloc(4096, kScratch)), &std::free);
   std::vector<std::unique_ptr<unsigned char[]>> own;  // the stream's free block buffers
-  auto w = std::make_shared<BlockWrite>(co_await asio::this_coro::executor);
-  absl::Status s = co_await ReceiveBlocks(c, st, dst, o, alg, progress, stream, w, own,
-                                          scratch.get(), kScratch, own_limit);
-  // The last write is booked before the stream ends, also after a failure (its bytes are
-  // good: a resume keeps them).
-  absl::Status last =
-      co_await FinishWrite(*w, st, dst, o, progress, stream, scratch.get(), kScratch, own);
+  auto w = std::make_shared<BlockWrite>(co_await asio::this_coro::executor, st, dst, o, progress,
+                                        stream);
+  absl::Status s = co_await ReceiveBlocks(c, st, dst, o, alg, w, own, own_limit);
+  // Never end with a write in flight (its booking uses `progress` and `o`), also after a
+  // failure (its bytes are good: a resume keeps them).
+  absl::Status last = co_await FinishWrite(*w, own);
   co_return s.ok() ? last : s;
 }
 
