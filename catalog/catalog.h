@@ -199,8 +199,12 @@ class Catalog {
   virtual absl::Status RemoveSite(std::string_view name) = 0;
   virtual absl::StatusOr<std::vector<Site>> ListSites() = 0;
 
-  // Registers or updates a node (its site must exist). Sets last_heartbeat_ns.
+  // Registers or updates a node (its site must exist). Sets last_heartbeat_ns. `node.disk`
+  // is ignored: the stored disk profile stays (PutNodeDisk sets it).
   virtual absl::Status RegisterNode(const Node& node) = 0;
+  // Stores the node's disk profile (`gfprobe disk --store`), replacing the previous one.
+  // kNotFound if the node is not registered; kInvalidArgument from Validate(disk).
+  virtual absl::Status PutNodeDisk(std::string_view node, const DiskProfile& disk) = 0;
   virtual absl::Status RemoveNode(std::string_view name) = 0;
   virtual absl::StatusOr<Node> GetNode(std::string_view name) = 0;
   // All nodes, or those of one site.

@@ -693,6 +693,12 @@ class Service final : public v1::Catalog::CallbackService {
     return Offload(c, [this, req] { return catalog_.RegisterNode(FromProto(*req)); });
   }
 
+  grpc::ServerUnaryReactor* PutNodeDisk(grpc::CallbackServerContext* c, const v1::PutNodeDiskRequest* req,
+                                        v1::Empty*) override {
+    if (grpc::ServerUnaryReactor* denied = Deny(c, "PutNodeDisk", Access::kOwnNode, {req->node()})) return denied;
+    return Offload(c, [this, req] { return catalog_.PutNodeDisk(req->node(), FromProto(req->disk())); });
+  }
+
   grpc::ServerUnaryReactor* RemoveNode(grpc::CallbackServerContext* c, const v1::NameRequest* req,
                                        v1::Empty*) override {
     if (grpc::ServerUnaryReactor* denied = Deny(c, "RemoveNode", Access::kAdmin)) return denied;

@@ -508,6 +508,14 @@ absl::Status CatalogClient::RegisterNode(const Node& node) {
   return impl_->Call(&v1::Catalog::Stub::RegisterNode, req, &resp);
 }
 
+absl::Status CatalogClient::PutNodeDisk(std::string_view node, const DiskProfile& disk) {
+  v1::PutNodeDiskRequest req;
+  req.set_node(std::string(node));
+  ToProto(disk, req.mutable_disk());
+  v1::Empty resp;
+  return impl_->Call(&v1::Catalog::Stub::PutNodeDisk, req, &resp);
+}
+
 absl::Status CatalogClient::RemoveNode(std::string_view name) {
   v1::NameRequest req;
   req.set_name(std::string(name));

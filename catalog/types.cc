@@ -99,6 +99,22 @@ absl::Status Validate(const RouteObservation& o) {
   return absl::OkStatus();
 }
 
+absl::Status Validate(const DiskProfile& d) {
+  auto bad = [](std::string_view field) {
+    return absl::InvalidArgumentError(fmt::format("disk profile: {} out of range", field));
+  };
+  if (d.dir.size() > kMaxDiskDirBytes) return bad("dir");
+  if (d.write_io_size_bytes > kMaxDiskIoSize) return bad("write_io_size_bytes");
+  if (d.direct && d.write_io_size_bytes % 4096 != 0) {
+    return absl::InvalidArgumentError("disk profile: direct writes need a write_io_size_bytes multiple of 4096");
+  }
+  // Written so that NaN fails.
+  if (!(d.write_mbps >= 0 && d.write_mbps < 1e9)) return bad("write_mbps");
+  if (!(d.read_mbps >= 0 && d.read_mbps < 1e9)) return bad("read_mbps");
+  if (d.measured_ns < 0) return bad("measured_ns");
+  return absl::OkStatus();
+}
+
 RouteObserved WithObservation(RouteObserved r, const RouteObservation& o, std::int64_t now_ns) {
   constexpr std::int64_t kDayNs = 24LL * 3600 * 1'000'000'000;
   if (o.min_rtt_ms > 0) {

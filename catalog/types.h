@@ -120,6 +120,24 @@ struct Site {
   std::map<std::string, std::string> labels;  // e.g. region=jp
 };
 
+// How to write to a node's spool file system: the storage "standard characteristic" that
+// `gfprobe disk DIR --store NODE` measures (netprobe/disk_probe.h) and the engine reads.
+// write_io_size_bytes 0: never measured (use the engine's defaults).
+struct DiskProfile {
+  std::string dir;                         // the directory measured (the node's spool)
+  std::uint64_t write_io_size_bytes = 0;   // size of each write call
+  bool direct = false;                     // write with O_DIRECT (aligned buffers)
+  std::uint64_t flush_interval_bytes = 0;  // fdatasync after this many bytes per file
+  double write_mbps = 0;                   // best write rate measured, 10^6 bytes/s
+  double read_mbps = 0;                    // best read rate measured, 10^6 bytes/s
+  std::int64_t measured_ns = 0;            // when (Unix ns)
+};
+inline constexpr std::uint64_t kMaxDiskIoSize = 1ull << 30;
+inline constexpr std::size_t kMaxDiskDirBytes = 4096;
+// kInvalidArgument naming the field: an io size above kMaxDiskIoSize (or, with direct, not a
+// multiple of 4096), a negative or NaN rate, a dir longer than kMaxDiskDirBytes.
+absl::Status Validate(const DiskProfile& d);
+
 struct Node {
   std::string name;
   std::string site;
@@ -134,6 +152,9 @@ struct Node {
   // keeps at least 4 x this many tasks open for the node, so that claims made ahead and
   // commits in flight do not starve the workers.
   std::uint32_t workers = 0;
+  // Set only by PutNodeDisk; RegisterNode keeps the stored one (a re-registering agent does
+  // not know it).
+  DiskProfile disk;
 };
 
 // What a node reports periodically.

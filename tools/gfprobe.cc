@@ -2,6 +2,10 @@
 // two of their agents (libiperf), prints the measurement and the recommended route settings
 // with their reasons, and with --apply stores both in the catalog's route table.
 //
+// gfprobe disk DIR [--store NODE]: measures the file system of DIR (read and write rates
+// against I/O size and parallel streams, buffered and O_DIRECT), prints the table and the
+// recommended write settings, and with --store keeps them in NODE's catalog record.
+//
 // The hidden commands iperf-server and iperf-client are the probe's two ends; a site agent
 // (gfsited) runs them as child processes (transfer/internal/probe_service.h).
 #include <iostream>
@@ -10,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "catalog/client.h"
+#include "netprobe/disk_probe.h"
 #include "netprobe/iperf_probe.h"
 #include "netprobe/route_probe.h"
 #include "netprobe/route_tuning.h"
@@ -39,11 +44,60 @@ int HelperClient(const netprobe::IperfClientOptions& o, int rtt_port) {
   return 0;
 }
 
+// gfprobe disk: 0 measured (and stored with --store), 1 otherwise.
+int RunDisk(const char* program, netprobe::DiskProbeOptions probe, const std::string& bytes,
+            const std::vector<std::string>& sizes, int streams, bool json, const std::string& store,
+            const tools::CatalogFlags& cat) {
+  if (!bytes.empty()) {
+    absl::StatusOr<std::uint64_t> b = tools::ParseSize(bytes);
+    if (!b.ok()) return tools::Fail(program, "--bytes: " + tools::ErrorText(b.status()));
+    probe.bytes = *b;
+  }
+  if (!sizes.empty()) {
+    probe.io_sizes.clear();
+    for (const std::string& text : sizes) {
+      absl::StatusOr<std::uint64_t> s = tools::ParseSize(text);
+      if (!s.ok()) return tools::Fail(program, "--sizes: " + tools::ErrorText(s.status()));
+      probe.io_sizes.push_back(*s);
+    }
+  }
+  // Connect and look the node up before measuring: a wrong --catalog or node name should not
+  // cost a whole probe.
+  absl::StatusOr<std::unique_ptr<catalog::CatalogClient>> client =
+      absl::FailedPreconditionError("not connected");
+  if (!store.empty()) {
+    client = tools::ConnectCatalog(cat);
+    if (!client.ok()) return tools::Fail(program, tools::ErrorText(client.status()));
+    if (absl::StatusOr<catalog::Node> n = (*client)->GetNode(store); !n.ok()) {
+      return tools::Fail(program, "--store: " + tools::ErrorText(n.status()));
+    }
+  }
+  absl::StatusOr<netprobe::DiskProbeResult> r = netprobe::ProbeDisk(probe);
+  if (!r.ok()) return tools::Fail(program, tools::ErrorText(r.status()));
+  absl::StatusOr<netprobe::DiskAdvice> advice = netprobe::RecommendDisk(*r, streams);
+  if (!store.empty()) {
+    if (!advice.ok()) return tools::Fail(program, tools::ErrorText(advice.status()));
+    if (absl::Status s = (*client)->PutNodeDisk(store, advice->profile); !s.ok()) {
+      return tools::Fail(program, tools::ErrorText(s));
+    }
+  }
+  if (json) {
+    nlohmann::json j = nlohmann::json::parse(netprobe::ToJson(*r, advice));
+    j["stored"] = store.empty() ? nlohmann::json(nullptr) : nlohmann::json(store);
+    std::cout << j.dump() << "\n";
+  } else {
+    std::cout << netprobe::FormatTable(*r, advice);
+    std::cout << (store.empty() ? "not stored (use --store NODE)\n"
+                                : fmt::format("stored in the catalog for node {}\n", store));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   constexpr const char* kProgram = "gfprobe";
-  CLI::App app{"gfprobe: measure a route between two sites and recommend its settings"};
+  CLI::App app{"gfprobe: measure a route or a disk and recommend its settings"};
   tools::CommonFlags common;
   tools::CatalogFlags cat;
   tools::AddCommonFlags(app, common);
@@ -68,6 +122,25 @@ int main(int argc, char** argv) {
   route->add_option("--key-file", key_file, "Shared key file (default ~/.gfrep/shared_key)");
   route->add_flag("--apply", apply, "Store the measurement and the settings in the route table");
   route->add_flag("--json", json, "One JSON object: measurement, settings, reasons");
+
+  netprobe::DiskProbeOptions disk_probe;
+  std::string disk_dir, disk_bytes, disk_store;
+  std::vector<std::string> disk_sizes;
+  int disk_streams = 1;
+  bool disk_no_direct = false;
+  CLI::App* disk = app.add_subcommand("disk", "Measure a directory's file system and recommend write settings");
+  disk->add_option("DIR", disk_dir, "Directory to measure (e.g. the node's spool)")->required();
+  disk->add_option("--bytes", disk_bytes, "Bytes per measurement (default 256M)");
+  disk->add_option("--sizes", disk_sizes, "I/O sizes at one stream (default 4K,64K,256K,1M,4M,16M)")
+      ->delimiter(',');
+  disk->add_option("--parallel", disk_probe.parallel, "Stream counts at 1 MiB I/Os (default 1,2,4,8,16)")
+      ->delimiter(',')->check(CLI::Range(1, 64));
+  disk->add_option("--streams", disk_streams,
+                   "Streams the engine writes with: the recommendation considers rows with 1..N")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  disk->add_flag("--no-direct", disk_no_direct, "Measure buffered I/O only");
+  disk->add_flag("--json", json, "One JSON object: rows, notes, recommendation");
+  disk->add_option("--store", disk_store, "Store the recommendation in the catalog for this node");
 
   std::string bind, host;
   int port = 0, timeout = 60, rtt_port = 0;
@@ -95,6 +168,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (client->parsed()) return HelperClient(client_options, rtt_port);
+  if (disk->parsed()) {
+    disk_probe.dir = disk_dir;
+    disk_probe.direct = !disk_no_direct;
+    return RunDisk(kProgram, disk_probe, disk_bytes, disk_sizes, disk_streams, json, disk_store, cat);
+  }
 
   auto catalog = tools::ConnectCatalog(cat);
   if (!catalog.ok()) return tools::Fail(kProgram, tools::ErrorText(catalog.status()));

@@ -334,6 +334,13 @@ std::string EncodeNode(const Node& x) {
   w.U64(x.active_transfers);
   w.I64(x.last_heartbeat_ns);
   w.U64(x.workers);
+  w.Str(x.disk.dir);
+  w.U64(x.disk.write_io_size_bytes);
+  w.U64(x.disk.direct ? 1 : 0);
+  w.U64(x.disk.flush_interval_bytes);
+  w.F64(x.disk.write_mbps);
+  w.F64(x.disk.read_mbps);
+  w.I64(x.disk.measured_ns);
   return w.Take();
 }
 
@@ -350,6 +357,15 @@ absl::StatusOr<Node> DecodeNode(std::string_view in) {
   x.active_transfers = r.U32();
   x.last_heartbeat_ns = r.I64();
   if (!r.AtEnd()) x.workers = r.U32();  // added 2026-11-23: older records end here
+  if (!r.AtEnd()) {                      // added 2026-11-24: older records end here
+    x.disk.dir = r.Str();
+    x.disk.write_io_size_bytes = r.U64();
+    x.disk.direct = r.U64() != 0;
+    x.disk.flush_interval_bytes = r.U64();
+    x.disk.write_mbps = r.F64();
+    x.disk.read_mbps = r.F64();
+    x.disk.measured_ns = r.I64();
+  }
   if (absl::Status s = r.Finish("node"); !s.ok()) return s;
   return x;
 }

@@ -109,6 +109,29 @@ void ToProto(const Node& in, v1::Node* out) {
   out->set_active_transfers(in.active_transfers);
   out->set_last_heartbeat_ns(in.last_heartbeat_ns);
   out->set_workers(in.workers);
+  ToProto(in.disk, out->mutable_disk());
+}
+
+void ToProto(const DiskProfile& in, v1::DiskProfile* out) {
+  out->set_dir(in.dir);
+  out->set_write_io_size_bytes(in.write_io_size_bytes);
+  out->set_direct(in.direct);
+  out->set_flush_interval_bytes(in.flush_interval_bytes);
+  out->set_write_mbps(in.write_mbps);
+  out->set_read_mbps(in.read_mbps);
+  out->set_measured_ns(in.measured_ns);
+}
+
+DiskProfile FromProto(const v1::DiskProfile& in) {
+  DiskProfile d;
+  d.dir = in.dir();
+  d.write_io_size_bytes = in.write_io_size_bytes();
+  d.direct = in.direct();
+  d.flush_interval_bytes = in.flush_interval_bytes();
+  d.write_mbps = in.write_mbps();
+  d.read_mbps = in.read_mbps();
+  d.measured_ns = in.measured_ns();
+  return d;
 }
 
 Node FromProto(const v1::Node& in) {
@@ -123,6 +146,7 @@ Node FromProto(const v1::Node& in) {
   n.active_transfers = in.active_transfers();
   n.last_heartbeat_ns = in.last_heartbeat_ns();
   n.workers = in.workers();
+  n.disk = FromProto(in.disk());
   return n;
 }
 

@@ -29,6 +29,8 @@ void ToProto(const Site& in, v1::Site* out);
 Site FromProto(const v1::Site& in);
 void ToProto(const Node& in, v1::Node* out);
 Node FromProto(const v1::Node& in);
+void ToProto(const DiskProfile& in, v1::DiskProfile* out);
+DiskProfile FromProto(const v1::DiskProfile& in);
 void ToProto(const Route& in, v1::Route* out);
 Route FromProto(const v1::Route& in);
 void ToProto(const Heartbeat& in, v1::HeartbeatRequest* out);

@@ -308,10 +308,34 @@ absl::Status RocksCatalog::RegisterNode(const Node& node) {
   }
   Node n = node;
   n.last_heartbeat_ns = Now();
+  // The disk profile is the probe's (PutNodeDisk): a re-registering agent keeps it.
+  n.disk = {};
+  if (absl::StatusOr<std::string> old = Get(kNodes, node.name, "node"); old.ok()) {
+    absl::StatusOr<Node> o = DecodeNode(*old);
+    if (!o.ok()) return o.status();
+    n.disk = o->disk;
+  } else if (!absl::IsNotFound(old.status())) {
+    return old.status();
+  }
   rocksdb::WriteBatch batch;
   batch.Put(cf(kNodes), n.name, EncodeNode(n));
   AddEvent(batch, EventKind::kNode, 0, n.name, "registered", n.address);
   return WriteLocked(&batch, "register node");
+}
+
+absl::Status RocksCatalog::PutNodeDisk(std::string_view name, const DiskProfile& disk) {
+  if (absl::Status s = ValidateName(name); !s.ok()) return s;
+  if (absl::Status s = Validate(disk); !s.ok()) return s;
+  WorkLock work(this);
+  absl::StatusOr<Node> n = GetNode(name);
+  if (!n.ok()) return n.status();
+  n->disk = disk;
+  rocksdb::WriteBatch batch;
+  batch.Put(cf(kNodes), n->name, EncodeNode(*n));
+  AddEvent(batch, EventKind::kNode, 0, n->name, "disk",
+           fmt::format("io={} direct={} flush={}", disk.write_io_size_bytes, disk.direct,
+                       disk.flush_interval_bytes));
+  return WriteLocked(&batch, "put node disk");
 }
 
 absl::Status RocksCatalog::RemoveNode(std::string_view name) {

@@ -202,6 +202,11 @@ TEST_F(CatalogAuthTest, EachIdentityMayDoOnlyWhatItsRoleAllows) {
   other.site = "sdsc";
   ExpectDenied(kek1->RegisterNode(other), "RegisterNode", "node kek1");
   EXPECT_TRUE(kek1->RegisterNode(*me).ok()) << "its own record";
+  catalog::DiskProfile disk;
+  disk.write_io_size_bytes = 1 << 20;
+  disk.measured_ns = 1;
+  ExpectDenied(kek1->PutNodeDisk("sdsc1", disk), "PutNodeDisk", "node kek1");
+  EXPECT_TRUE(kek1->PutNodeDisk("kek1", disk).ok()) << "its own disk profile";
   ExpectDenied(kek1->ClaimTasks("sdsc1", {"sdsc1/1-x#1"}, std::chrono::seconds(5)).status(), "ClaimTasks",
                "node kek1");
   ExpectDenied(kek1->CompleteTask(1, "sdsc1/1-x#1").status(), "CompleteTask", "node kek1");

@@ -192,6 +192,45 @@ TEST_F(CatalogToolsTest, TopologyAdminAndGfwhere) {
   EXPECT_NE(r.out.find("stale"), std::string::npos) << r.out;
 }
 
+TEST_F(CatalogToolsTest, GfprobeDiskStoresTheDiskProfileOnTheNodeAndReRegistrationKeepsIt) {
+  ASSERT_EQ(Run("gfsite", {"add", "kek"}).exit_code, 0);
+  ASSERT_EQ(Run("gfnode", {"add", "kek1", "--site", "kek", "--address", "127.0.0.1:7001"}).exit_code, 0);
+  testing::TempDir spool("disk-probe-spool");
+  const std::vector<std::string> small = {"--bytes", "2M", "--sizes", "4K,64K", "--parallel", "1,2"};
+  std::vector<std::string> args = {"disk", spool.path().string(), "--json", "--store", "kek1"};
+  args.insert(args.end(), small.begin(), small.end());
+  RunResult r = Run("gfprobe", args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json probe = nlohmann::json::parse(r.out);
+  EXPECT_EQ(probe.at("stored"), "kek1");
+  const nlohmann::json& advice = probe.at("recommendation");
+  EXPECT_GE(probe.at("rows").size(), 6u);  // 2 sizes + 2 streams (one shared), write + read
+  r = Run("gfnode", {"add", "kek1", "--site", "kek", "--address", "127.0.0.1:7009"});  // re-register
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = Run("gfnode", {"list", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json node = nlohmann::json::parse(r.out).at(0);
+  EXPECT_EQ(node.at("address"), "127.0.0.1:7009");
+  const nlohmann::json& disk = node.at("disk");
+  EXPECT_EQ(disk.at("dir"), spool.path().string());
+  EXPECT_EQ(disk.at("write_io_size_bytes"), advice.at("write_io_size_bytes"));
+  EXPECT_EQ(disk.at("direct"), advice.at("direct"));
+  EXPECT_EQ(disk.at("flush_interval_bytes"), advice.at("flush_interval_bytes"));
+  EXPECT_GT(disk.at("write_mbps").get<double>(), 0);
+  EXPECT_GT(disk.at("read_mbps").get<double>(), 0);
+  // An unknown node is refused before anything is measured.
+  args = {"disk", spool.path().string(), "--store", "nosuch"};
+  args.insert(args.end(), small.begin(), small.end());
+  r = Run("gfprobe", args);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("NOT_FOUND"), std::string::npos) << r.err;
+  // A missing directory fails before anything else, with one line.
+  r = Run("gfprobe", {"disk", spool.Sub("nope")});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("no such directory"), std::string::npos) << r.err;
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+}
+
 TEST_F(CatalogToolsTest, MissingOrUnreachableCatalogIsAClearError) {
   testing::SubprocessOptions none;
   RunResult r = RunCommand({BinPath("gfls"), "/"}, none, 30s);

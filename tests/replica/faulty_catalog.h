@@ -80,6 +80,9 @@ class FaultyCatalog : public catalog::Catalog {
   absl::Status RemoveSite(std::string_view n) override { return c_->RemoveSite(n); }
   absl::StatusOr<std::vector<catalog::Site>> ListSites() override { return c_->ListSites(); }
   absl::Status RegisterNode(const catalog::Node& n) override { return c_->RegisterNode(n); }
+  absl::Status PutNodeDisk(std::string_view n, const catalog::DiskProfile& d) override {
+    return c_->PutNodeDisk(n, d);
+  }
   absl::Status RemoveNode(std::string_view n) override { return c_->RemoveNode(n); }
   absl::StatusOr<catalog::Node> GetNode(std::string_view n) override { return c_->GetNode(n); }
   absl::StatusOr<std::vector<catalog::Node>> ListNodes(std::string_view s) override {

@@ -137,7 +137,19 @@ nlohmann::json ToJson(const catalog::Node& n) {
           {"load", n.load},
           {"active_transfers", n.active_transfers},
           {"workers", n.workers},
-          {"last_heartbeat", FormatTime(n.last_heartbeat_ns)}};
+          {"last_heartbeat", FormatTime(n.last_heartbeat_ns)},
+          {"disk", ToJson(n.disk)}};
+}
+
+nlohmann::json ToJson(const catalog::DiskProfile& d) {
+  if (d.measured_ns == 0) return nullptr;  // never measured
+  return {{"dir", d.dir},
+          {"write_io_size_bytes", d.write_io_size_bytes},
+          {"direct", d.direct},
+          {"flush_interval_bytes", d.flush_interval_bytes},
+          {"write_mbps", d.write_mbps},
+          {"read_mbps", d.read_mbps},
+          {"measured", FormatTime(d.measured_ns)}};
 }
 
 nlohmann::json ToJson(const catalog::Route& r) {

@@ -42,6 +42,8 @@ nlohmann::json ToJson(const catalog::Attributes& a);
 nlohmann::json ToJson(const catalog::Replica& r);
 nlohmann::json ToJson(const catalog::Site& s);
 nlohmann::json ToJson(const catalog::Node& n);
+// null when never measured.
+nlohmann::json ToJson(const catalog::DiskProfile& d);
 nlohmann::json ToJson(const catalog::Route& r);
 
 }  // namespace gfrep::tools

@@ -103,14 +103,44 @@ TEST(CodecTest, NodeRecordsWithoutTheWorkerCountStillDecode) {
   EXPECT_EQ(back->workers, 48u);
   EXPECT_EQ(back->last_heartbeat_ns, 123);
   // A record written before the field existed ends after last_heartbeat_ns (the field is
-  // one varint byte for 0).
+  // one varint byte for 0, then come the 21 bytes of an empty disk profile, added later).
   n.workers = 0;
   std::string old = EncodeNode(n);
-  old.pop_back();
+  old.resize(old.size() - 1 - 21);
   absl::StatusOr<Node> from_old = DecodeNode(old);
   ASSERT_TRUE(from_old.ok()) << from_old.status();
   EXPECT_EQ(from_old->workers, 0u);
   EXPECT_EQ(from_old->address, "10.0.0.2:7000");
+}
+
+TEST(CodecTest, NodeRecordsKeepTheDiskProfileAndOlderOnesStillDecode) {
+  Node n;
+  n.name = "b1";
+  n.site = "b";
+  n.workers = 3;
+  std::string old = EncodeNode(n);  // the record as it was before the disk profile
+  n.disk.dir = "/spool";
+  n.disk.write_io_size_bytes = 4 << 20;
+  n.disk.direct = true;
+  n.disk.flush_interval_bytes = 64 << 20;
+  n.disk.write_mbps = 500.5;
+  n.disk.read_mbps = 900.25;
+  n.disk.measured_ns = 42;
+  absl::StatusOr<Node> back = DecodeNode(EncodeNode(n));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->disk.dir, "/spool");
+  EXPECT_EQ(back->disk.write_io_size_bytes, 4u << 20);
+  EXPECT_TRUE(back->disk.direct);
+  EXPECT_EQ(back->disk.flush_interval_bytes, 64u << 20);
+  EXPECT_DOUBLE_EQ(back->disk.write_mbps, 500.5);
+  EXPECT_DOUBLE_EQ(back->disk.read_mbps, 900.25);
+  EXPECT_EQ(back->disk.measured_ns, 42);
+  // Cut the disk fields off: the record of 2026-11-23.
+  old.resize(old.size() - (1 + 0 + 1 + 1 + 1 + 8 + 8 + 1));
+  absl::StatusOr<Node> from_old = DecodeNode(old);
+  ASSERT_TRUE(from_old.ok()) << from_old.status();
+  EXPECT_EQ(from_old->workers, 3u);
+  EXPECT_EQ(from_old->disk.write_io_size_bytes, 0u);
 }
 
 TEST(CodecTest, ReplicaRecordsKeepTheirStampAndNoteAndOlderOnesStillDecode) {

@@ -313,6 +313,71 @@ TEST_F(RocksCatalogTest, DataAndIdsSurviveReopen) {
   EXPECT_EQ(catalog_->GetNode("b1")->site, "b");
 }
 
+DiskProfile SampleDisk() {
+  DiskProfile d;
+  d.dir = "/spool/b1";
+  d.write_io_size_bytes = 1 << 20;
+  d.direct = true;
+  d.flush_interval_bytes = 256 << 20;
+  d.write_mbps = 812.5;
+  d.read_mbps = 1400.25;
+  d.measured_ns = 1'700'000'000'000'000'000;
+  return d;
+}
+
+TEST_F(RocksCatalogTest, NodeDiskProfileIsStoredAndSurvivesReRegistrationHeartbeatsAndReopen) {
+  MakeTopologyAndFile();  // sites a, b; nodes a1, b1
+  EXPECT_EQ(catalog_->GetNode("b1")->disk.measured_ns, 0) << "never measured";
+  ASSERT_TRUE(catalog_->PutNodeDisk("b1", SampleDisk()).ok());
+  auto expect_sample = [&](std::string_view when) {
+    absl::StatusOr<Node> n = catalog_->GetNode("b1");
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(n->disk.dir, "/spool/b1") << when;
+    EXPECT_EQ(n->disk.write_io_size_bytes, 1u << 20) << when;
+    EXPECT_TRUE(n->disk.direct) << when;
+    EXPECT_EQ(n->disk.flush_interval_bytes, 256u << 20) << when;
+    EXPECT_DOUBLE_EQ(n->disk.write_mbps, 812.5) << when;
+    EXPECT_DOUBLE_EQ(n->disk.read_mbps, 1400.25) << when;
+    EXPECT_EQ(n->disk.measured_ns, 1'700'000'000'000'000'000) << when;
+  };
+  expect_sample("stored");
+  // The site agent re-registers (it knows nothing of the disk) and sends heartbeats.
+  Node again;
+  again.name = "b1";
+  again.site = "b";
+  again.address = "127.0.0.1:2";
+  again.workers = 4;
+  ASSERT_TRUE(catalog_->RegisterNode(again).ok());
+  expect_sample("after RegisterNode");
+  EXPECT_EQ(catalog_->GetNode("b1")->address, "127.0.0.1:2");
+  ASSERT_TRUE(catalog_->SendHeartbeat(Beat("b1", 7, 0.5)).ok());
+  expect_sample("after a heartbeat");
+  // Even a RegisterNode carrying another profile leaves the stored one alone.
+  again.disk.write_io_size_bytes = 4096;
+  again.disk.measured_ns = 5;
+  ASSERT_TRUE(catalog_->RegisterNode(again).ok());
+  expect_sample("after RegisterNode with a disk");
+  Open();
+  expect_sample("after reopen");
+  absl::StatusOr<std::vector<Node>> listed = catalog_->ListNodes("b");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ(listed->front().disk.write_io_size_bytes, 1u << 20);
+  EXPECT_EQ(catalog_->GetNode("a1")->disk.write_io_size_bytes, 0u);
+}
+
+TEST_F(RocksCatalogTest, PutNodeDiskRefusesUnknownNodesAndBadProfiles) {
+  MakeTopologyAndFile();
+  EXPECT_EQ(catalog_->PutNodeDisk("zz", SampleDisk()).code(), absl::StatusCode::kNotFound);
+  DiskProfile d = SampleDisk();
+  d.write_mbps = -1;
+  EXPECT_EQ(catalog_->PutNodeDisk("b1", d).code(), absl::StatusCode::kInvalidArgument);
+  d = SampleDisk();
+  d.write_io_size_bytes = 1000;  // direct needs 4096-multiples
+  EXPECT_EQ(catalog_->PutNodeDisk("b1", d).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(catalog_->GetNode("b1")->disk.measured_ns, 0) << "nothing written";
+}
+
 TEST_F(RocksCatalogTest, HeartbeatsTeachRoutesWhatTheCopiesSaw) {
   MakeTopologyAndFile();  // sites a, b; nodes a1, b1
   // b1 received copies from site a: the route a -> b gets a record with what they saw.
