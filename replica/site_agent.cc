@@ -199,6 +199,8 @@ SiteAgentStats SiteAgent::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   SiteAgentStats s = stats_;
   s.in_flight_limit = in_flight_limit_;
+  s.disk_write_io_size = disk_write_io_size_.load();
+  s.disk_flush_interval = disk_flush_interval_.load();
   return s;
 }
 
@@ -248,7 +250,28 @@ absl::Status SiteAgent::Register() {
   node.load = hb.load;
   node.active_transfers = hb.active_transfers;
   node.workers = static_cast<std::uint32_t>(options_.workers);
-  return cat.RegisterNode(node);
+  if (absl::Status r = cat.RegisterNode(node); !r.ok()) return r;
+  LoadDiskProfile();
+  return absl::OkStatus();
+}
+
+void SiteAgent::LoadDiskProfile() {
+  absl::StatusOr<catalog::Node> self = options_.catalog->GetNode(options_.node);
+  if (!self.ok()) {
+    log_->warn("disk profile not read: {}", self.status().ToString());
+    return;
+  }
+  const catalog::DiskProfile& d = self->disk;
+  if (d.write_io_size_bytes != disk_write_io_size_.load() ||
+      d.flush_interval_bytes != disk_flush_interval_.load()) {
+    if (d.write_io_size_bytes > 0) {
+      log_->info("disk profile of {} ({}): writes of {} bytes, journal flush every {} bytes{}",
+                 options_.node, d.dir, d.write_io_size_bytes, d.flush_interval_bytes,
+                 d.direct ? " (O_DIRECT recommended; the engine writes buffered)" : "");
+    }
+    disk_write_io_size_ = d.write_io_size_bytes;
+    disk_flush_interval_ = d.flush_interval_bytes;
+  }
 }
 
 void SiteAgent::CleanTemporaryFiles() {
@@ -440,6 +463,9 @@ void AppendMetrics(MetricsText& m, const SiteAgentStats& s) {
             static_cast<double>(s.garbage_files));
   m.Gauge("gfrep_agent_copies_allowed", "Copies the agent allows at once now", s.in_flight_limit);
   m.Gauge("gfrep_agent_copies_peak", "Most copies that ran at once", s.peak_in_flight);
+  m.Gauge("gfrep_agent_disk_write_io_bytes",
+          "Write size of received copies, from the node's disk profile (0: none)",
+          static_cast<double>(s.disk_write_io_size));
 }
 
 void SiteAgent::HeartbeatLoop() {
@@ -457,6 +483,10 @@ void SiteAgent::HeartbeatLoop() {
       log_->warn("heartbeat: {}", s.ToString());
     } else {
       last_heartbeat_ok_ns_ = catalog::SystemNowNs();
+      if (last_heartbeat_ok_ns_ - disk_checked_ns_ >= 60'000'000'000) {
+        disk_checked_ns_ = last_heartbeat_ok_ns_;
+        LoadDiskProfile();
+      }
     }
     SleepFor(options_.heartbeat_interval);
   }
@@ -978,6 +1008,11 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
 
   transfer::TransferOptions topts = options_.transfer;
   topts.route = ToRouteOptions(*route, topts.route);
+  // How this node's spool likes to be written (its disk profile, when measured).
+  if (std::uint64_t w = disk_write_io_size_.load(); w >= 4096 && w <= (1ull << 30)) {
+    topts.write_io_size = w;
+  }
+  if (std::uint64_t f = disk_flush_interval_.load(); f > 0) topts.journal_interval = f;
   // The task's share of the route's budget (route_budget.h) wins over the route's settings;
   // the source agent paces all it sends on the route with one token bucket, by this name.
   if (task.spec.streams > 0) {

@@ -203,6 +203,9 @@ struct SiteAgentStats {
   std::uint64_t scrub_bytes = 0;       // read by scrubs
   int in_flight_limit = 0;           // copies allowed at once now (adapt_in_flight)
   int peak_in_flight = 0;            // most copies that ran at once
+  // From the node's disk profile (0: none): how the copies it receives write and flush.
+  std::uint64_t disk_write_io_size = 0;
+  std::uint64_t disk_flush_interval = 0;
 };
 
 // gfsited's /metrics: the agent's counters in Prometheus text.
@@ -287,6 +290,13 @@ class SiteAgent {
   std::unique_ptr<internal::SpoolKeeper> keeper_;
   CopyMeter meter_;
   std::atomic<std::int64_t> last_heartbeat_ok_ns_{0};
+  // From this node's disk profile in the catalog (gfprobe disk --store; 0: none): the write
+  // size and the journal flush interval of the copies this agent receives. Read at Register
+  // and again every minute by the heartbeat loop.
+  void LoadDiskProfile();
+  std::atomic<std::uint64_t> disk_write_io_size_{0};
+  std::atomic<std::uint64_t> disk_flush_interval_{0};
+  std::int64_t disk_checked_ns_ = 0;  // heartbeat thread only
 
   std::mutex stop_mu_;  // serialises Stop()
   std::atomic<bool> stop_{false};

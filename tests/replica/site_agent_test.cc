@@ -338,6 +338,42 @@ TEST_F(SiteAgentTest, ReplicatesFilesToEverySiteWithMatchingBytes) {
   }
 }
 
+TEST_F(SiteAgentTest, CopiesAreWrittenAsTheNodesDiskProfileSays) {
+  // gfprobe disk --store puts a disk profile on the node; its agent reads it when it
+  // registers (the registration keeps it) and its copies write in that size.
+  StartNode("a1", "A");
+  TestNode& b = StartNode("b1", "B", /*with_agent=*/false);
+  catalog::Site site;
+  site.name = "B";
+  ASSERT_TRUE(cat_->PutSite(site).ok());
+  catalog::Node node;
+  node.name = "b1";
+  node.site = "B";
+  node.address = b.address;
+  node.spool = b.spool.string();
+  ASSERT_TRUE(cat_->RegisterNode(node).ok());
+  catalog::DiskProfile disk;
+  disk.dir = b.spool.string();
+  disk.write_io_size_bytes = 64 * 1024;
+  disk.flush_interval_bytes = 8 << 20;
+  disk.write_mbps = 500;
+  ASSERT_TRUE(cat_->PutNodeDisk("b1", disk).ok());
+  StartAgent(b);
+  EXPECT_EQ(b.agent->stats().disk_write_io_size, 64u * 1024);
+  EXPECT_EQ(b.agent->stats().disk_flush_interval, 8u << 20);
+  Store("a1", "/d/f", (5 << 20) + 77, 9);
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/d/f"};
+  spec.copies = 2;
+  catalog::Request r = Replicate(spec);
+  ASSERT_EQ(r.state, RequestState::kDone) << r.error;
+  EXPECT_EQ(Bytes("b1", "/d/f"), Bytes("a1", "/d/f"));
+  MetricsText m;
+  AppendMetrics(m, b.agent->stats());
+  EXPECT_NE(m.text().find("gfrep_agent_disk_write_io_bytes 65536"), std::string::npos) << m.text();
+}
+
 TEST_F(SiteAgentTest, ManySmallFilesReuseWarmSessionsInsteadOfAConnectionSetEach) {
   TestNode& a1 = StartNode("a1", "A");
   TestNode& b1 = StartNode("b1", "B");
