@@ -52,6 +52,8 @@ start() {  # start NAME ARGS... ; the daemon prints "listening on HOST:PORT"
 TLS_ARGS=(--tls-cert "$WORK/agent.pem" --tls-key "$WORK/agent.key" --tls-ca "$WORK/ca.pem")
 start a "$BIN/gfsited" --listen 127.0.0.1:0 --spool "$WORK/a" --key-file "$WORK/key" "${TLS_ARGS[@]}"
 start b "$BIN/gfsited" --listen 127.0.0.1:0 --spool "$SHM/b" --key-file "$WORK/key" "${TLS_ARGS[@]}"
+mkdir -p "$WORK/c" "$WORK/d"
+start c "$BIN/gfsited" --listen 127.0.0.1:0 --spool "$WORK/c" --key-file "$WORK/key" "${TLS_ARGS[@]}"
 IPERF_PORT=$((20000 + RANDOM % 20000))
 iperf3 -s -p "$IPERF_PORT" >"$WORK/iperf.log" 2>&1 &
 PIDS+=($!)
@@ -69,7 +71,9 @@ tck = os.sysconf("SC_CLK_TCK")
 size = os.path.getsize(f"{work}/a/big.dat")
 a = open(f"{work}/a.out").read().split()[-1]
 b = open(f"{work}/b.out").read().split()[-1]
+c_addr = open(f"{work}/c.out").read().split()[-1]
 pids = [int(open(f"{work}/{n}.pid").read()) for n in ("a", "b")]
+pid_c = int(open(f"{work}/c.pid").read())
 
 def busy():
     f = open("/proc/stat").readline().split()
@@ -92,13 +96,28 @@ def gfcp(n, tls=False, tls_control=False):
     extra = ["--tls", "--tls-ca", f"{work}/ca.pem"] if tls else []
     if tls_control:
         extra = ["--tls-ca", f"{work}/ca.pem"]
-    p0 = sum(proc_cpu(p) for p in pids)
+    p0 = [proc_cpu(p) for p in pids]
     t, c, out = timed([f"{bin_dir}/gfcp", *key, *extra, "-p", str(n), "--json",
                        f"gf://{a}/big.dat", f"gf://{b}/big.dat"])
-    agents = sum(proc_cpu(p) for p in pids) - p0
+    sender, receiver = (proc_cpu(p) - q for p, q in zip(pids, p0))
     j = json.loads(out)
     os.remove(f"{shm}/b/big.dat")
-    return size / t / 1e6, c / (size / 1e9), agents / (size / 1e9), j["seconds"]
+    gb = size / 1e9
+    return size / t / 1e6, c / gb, (sender + receiver) / gb, j["seconds"], sender / gb, receiver / gb
+
+def dd(dst, *args):
+    t, c, _ = timed(["dd", f"if={work}/a/big.dat", f"of={dst}", *args])
+    os.remove(dst)
+    return size / t / 1e6, c / (size / 1e9)
+
+def put(n):
+    """gfcp -p N FILE gf://C/...: a local file into agent C's spool on disk (fsync included)."""
+    c0 = proc_cpu(pid_c)
+    t, c, _ = timed([f"{bin_dir}/gfcp", "--key-file", f"{work}/key", "-p", str(n),
+                     f"{work}/a/big.dat", f"gf://{c_addr}/put.dat"])
+    receiver = proc_cpu(pid_c) - c0
+    os.remove(f"{work}/c/put.dat")
+    return size / t / 1e6, c / (size / 1e9), receiver / (size / 1e9)
 
 def iperf(n):
     t, c, out = timed(["iperf3", "-c", "127.0.0.1", "-p", iperf_port, "-P", str(n), "-t", "4", "-J"])
@@ -119,6 +138,12 @@ for n in streams:
     rows.append((n, g, i, f))
     print(f"# streams={n} gfcp={g[0]:.0f} MB/s iperf3={i[0]:.0f} gridftp={f[0]:.0f}", file=sys.stderr)
 
+# References for the destinations: dd from the same page-cached source to a new file on
+# /dev/shm (what writing the copy there costs, no network), and to the disk with fsync.
+dd_shm = dd(f"{shm}/g/dd.dat", "bs=4M")
+dd_disk = dd(f"{work}/d/dd.dat", "bs=16M", "conv=fsync")
+puts = [(n, put(n)) for n in (1, 8)]
+
 speed = subprocess.run(["openssl", "speed", "-evp", "aes-256-gcm", "-seconds", "2", "-bytes", "16384"],
                        capture_output=True, text=True).stdout
 m = re.search(r"(?im)^aes-256-gcm\s+([\d.]+)k", speed)
@@ -128,10 +153,16 @@ control = [(n, gfcp(n, tls_control=True), gfcp(n)) for n in (4, 8)]
 
 print(f"File: {size/2**30:.0f} GiB, page-cached source on disk, destinations on /dev/shm.")
 print()
-print("| streams | gfcp MB/s | iperf3 MB/s | GridFTP MB/s | gfcp/iperf3 | gfcp/GridFTP | CPU s/GB gfcp | CPU s/GB iperf3 | CPU s/GB GridFTP | gfsited A+B CPU s/GB |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| streams | gfcp MB/s | iperf3 MB/s | GridFTP MB/s | gfcp/iperf3 | gfcp/GridFTP | gfcp/dd to /dev/shm | CPU s/GB gfcp | CPU s/GB iperf3 | CPU s/GB GridFTP | sender (A) CPU s/GB | receiver (B) CPU s/GB |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for n, g, i, f in rows:
-    print(f"| {n} | {g[0]:.0f} | {i[0]:.0f} | {f[0]:.0f} | {g[0]/i[0]:.2f} | {g[0]/f[0]:.2f} | {g[1]:.2f} | {i[1]:.2f} | {f[1]:.2f} | {g[2]:.2f} |")
+    print(f"| {n} | {g[0]:.0f} | {i[0]:.0f} | {f[0]:.0f} | {g[0]/i[0]:.2f} | {g[0]/f[0]:.2f} | {g[0]/dd_shm[0]:.2f} | {g[1]:.2f} | {i[1]:.2f} | {f[1]:.2f} | {g[4]:.2f} | {g[5]:.2f} |")
+print()
+print(f"dd from the page-cached source to a new file on /dev/shm (bs=4M): {dd_shm[0]:.0f} MB/s, CPU {dd_shm[1]:.2f} s/GB (the destination's floor: no network, one copy)")
+print()
+print(f"Put to disk (gfcp -p N FILE gf://agent-C/..., C's spool on the root file system, fsync included) against dd bs=16M conv=fsync to the same file system: {dd_disk[0]:.0f} MB/s, CPU {dd_disk[1]:.2f} s/GB")
+for n, p in puts:
+    print(f"- gfcp -p {n}: {p[0]:.0f} MB/s = {p[0]/dd_disk[0]:.2f}x dd; CPU {p[1]:.2f} s/GB machine, {p[2]:.2f} s/GB receiver")
 print()
 print(f"TLS (TLS 1.3, AES-256-GCM): openssl speed -evp aes-256-gcm (16 KiB blocks, one core) = {aes:.0f} MB/s")
 for n, g in tls:
