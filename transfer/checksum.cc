@@ -4,7 +4,6 @@
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "transfer/internal/xxh.h"
 
 #include <array>
 #include <cerrno>
@@ -14,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "absl/status/status.h"
+#include "transfer/internal/xxh.h"
 
 namespace gfrep::transfer {
 namespace {

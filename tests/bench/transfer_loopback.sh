@@ -5,9 +5,13 @@
 #   1/4/8/16 streams; iperf3 -P N (same N, memory to memory); GridFTP (globus-gridftp-server
 #   anonymous on 127.0.0.1, globus-url-copy -p N, same source and a /dev/shm destination);
 #   gfcp --tls against `openssl speed -evp aes-256-gcm`; gfcp --tls-ca (mutual TLS on the
-#   control connections only, data in clear: what agents use between them by default).
+#   control connections only, data in clear: what agents use between them by default);
+#   dd of the same source to a new /dev/shm file (the destination's own cost); a put from the
+#   local file to a third agent spooling on the root file system (fsync included) against
+#   dd bs=16M conv=fsync there.
 # Prints a Markdown table: MB/s, CPU seconds per GB (all cores, from /proc/stat: sender +
-# receiver + everything else running, so run it on a quiet machine), and the ratios.
+# receiver + everything else running, so run it on a quiet machine; and each agent's own from
+# /proc/PID/stat), and the ratios.
 #   tests/bench/transfer_loopback.sh            (GFREP_BIN=dir to skip tools/build)
 set -euo pipefail
 cd "$(dirname "$0")/../.."

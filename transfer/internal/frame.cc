@@ -1,12 +1,11 @@
 #include "transfer/internal/frame.h"
 
-#include "transfer/internal/xxh.h"
-
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "absl/status/status.h"
+#include "transfer/internal/xxh.h"
 
 namespace gfrep::transfer::internal {
 namespace {

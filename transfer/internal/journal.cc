@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "transfer/internal/xxh.h"
 
 #include <cerrno>
 #include <cstring>
@@ -12,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
+#include "transfer/internal/xxh.h"
 
 namespace gfrep::transfer::internal {
 namespace {

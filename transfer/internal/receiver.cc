@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include "transfer/internal/xxh.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -15,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "transfer/internal/commit.h"
+#include "transfer/internal/xxh.h"
 
 namespace gfrep::transfer::internal {
 namespace {
@@ -345,7 +345,7 @@ asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<Recei
     struct InFlight {  // ends the claim if the block ends before its write starts
       ReceiverState* st;
       ByteRange r;
-      bool handed = false;  // the write took the claim over (FinishWrite ends it)
+      bool handed = false;  // the write took the claim over (BookWrite ends it)
       ~InFlight() {
         if (!handed) std::erase(st->in_flight, r);
       }
@@ -417,7 +417,7 @@ asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<Recei
       continue;  // nothing of it was written
     }
     // The file hash has these bytes now (they reach the partial file before they count as
-    // received, see FinishWrite).
+    // received, see BookWrite).
     if (inline_file) st->hashed_upto = range.end;
     // One write in flight per stream: the previous one has finished before this one starts.
     if (absl::Status f = co_await FinishWrite(*w, own); !f.ok()) {

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "transfer/internal/xxh.h"
 
 #include <algorithm>
 #include <atomic>
@@ -19,6 +18,7 @@
 #include "transfer/internal/mapped_read.h"
 #include "transfer/internal/tcp_stats.h"
 #include "transfer/internal/token_bucket.h"
+#include "transfer/internal/xxh.h"
 
 namespace gfrep::transfer::internal {
 namespace {
