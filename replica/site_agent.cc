@@ -469,6 +469,7 @@ void AppendMetrics(MetricsText& m, const SiteAgentStats& s) {
 }
 
 void SiteAgent::HeartbeatLoop() {
+  disk_checked_ns_ = catalog::SystemNowNs();  // Register() has just read the disk profile
   while (!stop_) {
     catalog::Heartbeat hb = MakeHeartbeat();
     // What the copies taught of their routes since the last heartbeat (lost with it if it

@@ -16,6 +16,7 @@
 #include "transfer/agent.h"
 #include "transfer/checksum.h"
 #include "transfer/client.h"
+#include "transfer/internal/mapped_read.h"
 #include "transfer/internal/sender.h"
 
 namespace gfrep::transfer {
@@ -226,6 +227,7 @@ TEST_F(SessionTest, ASenderThatCannotMapItsFilesReadsThemAndSendsTheSameBytes) {
     StartAgent();
     asio::io_context io;
     SessionCache cache;
+    const std::uint64_t mapped_before = internal::MappedVisits();
     for (int i = 0; i < 3; ++i) {
       std::string name = fmt::format("m{}-{}", no_map, i);
       testing::WriteRandomFile(dir_.path() / "spool" / name, (5 << 20) + 4097 * i, 70 + i);
@@ -234,6 +236,13 @@ TEST_F(SessionTest, ASenderThatCannotMapItsFilesReadsThemAndSendsTheSameBytes) {
       EXPECT_TRUE(PulledIntact(name));
       EXPECT_EQ(s->checksum, ChecksumOf(ChecksumAlgorithm::kXxh3_128,
                                         testing::ReadFile(dir_.path() / "spool" / name)));
+    }
+    // The path taken: no block hashed from a mapping with no_map, every block otherwise
+    // (3 files of 5 MiB and more in 1 MiB stripes: at least 15 blocks).
+    if (no_map) {
+      EXPECT_EQ(internal::MappedVisits(), mapped_before);
+    } else {
+      EXPECT_GE(internal::MappedVisits() - mapped_before, 15u);
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -21,6 +22,7 @@ struct Window {
   const unsigned char* end = nullptr;
 };
 thread_local Window t_window;
+std::atomic<std::uint64_t> g_visits{0};
 struct sigaction g_previous {};
 
 void OnSigbus(int sig, siginfo_t* info, void* context) {
@@ -96,7 +98,10 @@ absl::Status MapAndVisit(int fd, std::uint64_t offset, std::uint64_t length, std
   }
   ::munmap(m, span);
   if (shrank) return absl::AbortedError("source shrank while it was read");
+  g_visits.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
+
+std::uint64_t MappedVisits() { return g_visits.load(std::memory_order_relaxed); }
 
 }  // namespace gfrep::transfer::internal

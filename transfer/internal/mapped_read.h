@@ -31,4 +31,8 @@ using VisitFn = void (*)(void* ctx, const unsigned char* data, std::size_t n);
 absl::Status MapAndVisit(int fd, std::uint64_t offset, std::uint64_t length, std::size_t piece,
                          VisitFn visit, void* ctx);
 
+// How many MapAndVisit calls in this process visited a mapping to its end (tests: which path
+// a sender took).
+std::uint64_t MappedVisits();
+
 }  // namespace gfrep::transfer::internal
