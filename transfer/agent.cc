@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "transfer/internal/engine.h"
+#include "transfer/internal/read_service.h"
 #include "transfer/internal/path.h"
 #include "transfer/internal/probe_service.h"
 #include "transfer/internal/pull.h"
@@ -120,6 +121,7 @@ struct AgentServer::Impl {
   // Read from other threads (AgentServer::stats()).
   std::atomic<std::uint64_t> accepted{0};
   std::atomic<std::uint64_t> files_on_warm_sessions{0};
+  std::atomic<std::uint64_t> read_sessions{0};
   std::map<std::string, int> per_peer;  // peer address -> open connections
   LogThrottle refusal_log{1s};
   // Every connection served (data connections outlive their Serve coroutine), to close them
@@ -364,6 +366,7 @@ struct AgentServer::Impl {
     if (*req_op == "put") co_return co_await ServePut(conn, *req, *o, setup, peer);
     if (*req_op == "get") co_return co_await ServeGets(conn, *req, *o, setup, peer);
     if (*req_op == "pull_from") co_return co_await ServePullFrom(conn, *req, *o, setup, peer);
+    if (*req_op == "read") co_return co_await ServeRead(conn, *req, *o, setup, peer);
     co_return co_await Fail(*conn, absl::InvalidArgumentError(fmt::format("unknown request '{}'", *req_op)));
   }
 
@@ -606,6 +609,51 @@ struct AgentServer::Impl {
     co_return absl::OkStatus();
   }
 
+  // A streaming read session (internal/read_service.h; the client is transfer/remote_file.h):
+  // read_ok with the file's size and identity, the first pieces asked for at once on this
+  // control connection, then pieces on demand over the data connections.
+  asio::awaitable<absl::Status> ServeRead(ConnPtr conn, const Json& req, TransferOptions o,
+                                          std::shared_ptr<asio::steady_timer> setup, std::string peer) {
+    absl::StatusOr<std::string> path = GetString(req, "path");
+    if (!path.ok()) co_return co_await Fail(*conn, Malformed("read", path.status()));
+    absl::StatusOr<std::filesystem::path> src_path = internal::ResolveSpoolPath(spool, *path);
+    if (!src_path.ok()) co_return co_await Fail(*conn, src_path.status());
+    std::error_code ec;
+    if (!std::filesystem::exists(*src_path, ec)) {
+      co_return co_await Fail(*conn, absl::NotFoundError(fmt::format("no such file in the spool: {}", *path)));
+    }
+    absl::StatusOr<std::shared_ptr<internal::SourceFile>> src = internal::OpenSource(*src_path);
+    if (!src.ok()) co_return co_await Fail(*conn, src.status());
+    // "first": bytes from the start sent at once on this connection (at most a stripe unit).
+    std::vector<internal::ByteRange> first;
+    if (req.contains("first")) {
+      absl::StatusOr<std::uint64_t> n = internal::GetUint(req, "first");
+      if (!n.ok()) co_return co_await Fail(*conn, Malformed("read", n.status()));
+      const std::uint64_t len = std::min({*n, (*src)->size, o.route.stripe_unit});
+      if (len > 0) first.push_back({0, len});
+    }
+    const std::string token = internal::RandomHex(16);
+    auto session = std::make_shared<Session>(co_await asio::this_coro::executor, o.route.streams,
+                                             internal::JoinKey(*conn, options.shared_key), o.tls);
+    sessions[token] = session;
+    TokenGuard guard{this, token};
+    Json ok{{"op", "read_ok"}, {"size", (*src)->size}, {"source_id", (*src)->source_id}, {"token", token}};
+    if (absl::Status s = co_await conn->SendControl(ok); !s.ok()) co_return s;
+    const BlockChecksumAlgorithm alg = *ParseBlockChecksumAlgorithm(o.block_checksum);
+    if (absl::Status s = co_await internal::SendRanges(*conn, **src, first, alg); !s.ok()) {
+      co_return co_await Fail(*conn, s);
+    }
+    std::string congestion;
+    absl::StatusOr<std::vector<ConnPtr>> data = co_await AwaitJoins(token, session, o, congestion);
+    if (!data.ok()) co_return co_await Fail(*conn, data.status());
+    setup->cancel();
+    ++read_sessions;
+    log->info("serving reads path={} size={} streams={} to={}", *path, (*src)->size, o.route.streams, peer);
+    absl::Status s = co_await internal::ServeReadSession(conn, std::move(*data), *src, o, options.session_idle);
+    log->info("read session ended path={}: {}", *path, s.ok() ? "closed" : s.ToString());
+    co_return s;
+  }
+
   asio::awaitable<absl::Status> ServePullFrom(ConnPtr conn, const Json& req, TransferOptions o,
                                               std::shared_ptr<asio::steady_timer> setup, std::string peer) {
     absl::StatusOr<std::string> source_text = GetString(req, "source");
@@ -638,7 +686,8 @@ struct AgentServer::Impl {
     auto pump_timer = std::make_shared<asio::steady_timer>(ex);
     log->info("pulling {}/{} into {} for {}", source->ToString(), *source_path, *path, peer);
     absl::StatusOr<TransferStats> result = absl::UnknownError("not run");
-    // Stop() cancels the pull through this signal (from the pump below, on the io thread).
+    // Stop(), or a client that went away, cancels the pull through this signal (from the pump
+    // below, on the io thread).
     // It outlives the pull: RunConcurrently returns only after both tasks ended.
     asio::cancellation_signal cancel_pull;
     std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
@@ -666,7 +715,14 @@ struct AgentServer::Impl {
         Json m{{"op", "progress"}, {"bytes_done", p.bytes_done}, {"bytes_total", p.bytes_total},
                {"resumed_bytes", p.resumed_bytes}, {"seconds", p.seconds}, {"streams", p.streams}};
         absl::Status s = co_await conn->SendControl(m);
-        (void)s;  // ignored: a client that went away does not stop the pull
+        // The client went away (gfcp interrupted, a CopyHandle cancelled or destroyed): nobody
+        // waits for this copy any more, so it stops; the partial file stays for a resume. (A
+        // write to a closed peer fails at the second tick at the latest: ~0.5 s.)
+        if (!s.ok() && !cancelled) {
+          cancelled = true;
+          log->info("client of the pull into {} went away ({}); cancelling it", *path, s.message());
+          cancel_pull.emit(asio::cancellation_type::terminal);
+        }
       }
       co_return absl::OkStatus();
     });
@@ -765,7 +821,8 @@ absl::StatusOr<Endpoint> AgentServer::Start() {
 void AgentServer::Run() { impl_->io.run(); }
 
 AgentServer::Stats AgentServer::stats() const {
-  return Stats{impl_->accepted.load(), impl_->files_on_warm_sessions.load()};
+  return Stats{impl_->accepted.load(), impl_->files_on_warm_sessions.load(),
+               impl_->read_sessions.load()};
 }
 
 void AgentServer::Stop() {
