@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <random>
+
+#include <spdlog/spdlog.h>
 
 #include "replica/replica_check.h"
 #include "replica/spool.h"
@@ -77,11 +80,26 @@ absl::Status VerifyOpenFile(int fd, const catalog::Attributes& attributes) {
 
 }  // namespace
 
+std::uint64_t ReadaheadFor(const catalog::Route* route) {
+  constexpr std::uint64_t kMiB = 1 << 20;
+  if (route == nullptr || route->rtt_ms <= 0) return 32 * kMiB;
+  std::uint64_t bps = route->bandwidth_bps;
+  if (route->route_rate_bps != 0 && (bps == 0 || route->route_rate_bps < bps)) bps = route->route_rate_bps;
+  if (bps == 0) return 32 * kMiB;
+  const double bdp = static_cast<double>(bps) / 8 * route->rtt_ms / 1000;
+  return std::clamp(static_cast<std::uint64_t>(2 * bdp), 8 * kMiB, 256 * kMiB);
+}
+
 FileReader::~FileReader() {
   if (fd_ >= 0) ::close(fd_);
 }
 
 absl::StatusOr<std::size_t> FileReader::Read(void* buffer, std::size_t n) {
+  if (remote_ != nullptr) {
+    absl::StatusOr<std::size_t> got = ReadAt(position_, buffer, n);
+    if (got.ok()) position_ += *got;
+    return got;
+  }
   while (true) {
     ssize_t got = ::read(fd_, buffer, n);
     if (got >= 0) return static_cast<std::size_t>(got);
@@ -90,11 +108,72 @@ absl::StatusOr<std::size_t> FileReader::Read(void* buffer, std::size_t n) {
 }
 
 absl::StatusOr<std::size_t> FileReader::ReadAt(std::uint64_t offset, void* buffer, std::size_t n) {
+  if (remote_ != nullptr) {
+    for (;;) {
+      absl::StatusOr<std::size_t> got = remote_->ReadAt(offset, buffer, n);
+      if (got.ok()) return got;
+      // The whole-file check failed: bytes of this replica were returned already, so no
+      // other source can make this read right.
+      if (remote_->stats().whole_file_mismatch) return got.status();
+      if (!absl::IsUnavailable(got.status()) && !absl::IsDeadlineExceeded(got.status()) &&
+          !absl::IsDataLoss(got.status()) && !absl::IsAborted(got.status())) {
+        return got.status();
+      }
+      // Fail over: the next source, at the same offset. A session the agent closed while
+      // idle (kUnavailable) may reopen on the same source; one that failed otherwise not.
+      const std::size_t from = absl::IsUnavailable(got.status()) && !retried_same_
+                                   ? source_index_
+                                   : source_index_ + 1;
+      retried_same_ = from == source_index_;
+      spdlog::warn("reading {} from {}: {}; {}", rel_, source_node_, got.status().ToString(),
+                   from < sources_.size() ? "going on with another source" : "no source left");
+      remote_.reset();
+      ++failovers_;
+      if (absl::Status s = OpenStream(from, got.status()); !s.ok()) return s;
+    }
+  }
   while (true) {
     ssize_t got = ::pread(fd_, buffer, n, static_cast<off_t>(offset));
     if (got >= 0) return static_cast<std::size_t>(got);
     if (errno != EINTR) return Errno("pread", errno);
   }
+}
+
+transfer::RemoteFile::Stats FileReader::stream_stats() const {
+  return remote_ != nullptr ? remote_->stats() : transfer::RemoteFile::Stats{};
+}
+
+absl::Status FileReader::OpenStream(std::size_t from, absl::Status last) {
+  for (std::size_t i = from; i < sources_.size(); ++i) {
+    const SourceChoice& src = sources_[i];
+    absl::StatusOr<transfer::Endpoint> ep = transfer::ParseEndpoint(src.node.address);
+    if (!ep.ok()) {
+      last = ep.status();
+      continue;
+    }
+    transfer::RemoteReadOptions ro;
+    ro.transfer = options_.transfer;
+    if (src.has_route) ro.transfer.route = ToRouteOptions(src.route, ro.transfer.route);
+    ro.block_size = options_.block_size;
+    ro.readahead_bytes = options_.readahead_bytes != 0
+                             ? options_.readahead_bytes
+                             : ReadaheadFor(src.has_route ? &src.route : nullptr);
+    ro.expected_size = size_;
+    ro.expected_checksum = expected_checksum_;
+    absl::StatusOr<std::unique_ptr<transfer::RemoteFile>> f =
+        transfer::RemoteFile::Open(*ep, rel_, ro);
+    if (!f.ok()) {
+      last = f.status();
+      continue;
+    }
+    if (i != source_index_) retried_same_ = false;
+    remote_ = std::move(*f);
+    source_index_ = i;
+    source_node_ = src.node.name;
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(
+      fmt::format("{}: every source failed; last: {}", rel_, last.ToString()));
 }
 
 absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std::string_view path,
@@ -160,10 +239,32 @@ absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std:
     return why.ok() ? absl::InternalError("no source") : why.status();
   }
   const std::string expected = CatalogChecksum(loc->attributes);
+  absl::Status last = absl::UnavailableError("no source tried");
+  if (options.stream) {
+    // This node's own replica was refused above (or it has none): never stream it through
+    // its own agent either.
+    std::erase_if(sources, [&](const SourceChoice& c) {
+      return !options.identity.node.empty() && c.node.name == options.identity.node;
+    });
+    if (sources.empty()) {
+      return absl::UnavailableError(
+          fmt::format("{}: no replica to read but this node's own, which was refused", path));
+    }
+    reader->sources_ = sources;
+    reader->rel_ = rel;
+    reader->expected_checksum_ = expected;
+    reader->options_ = options;
+    reader->inode_ = loc->attributes.inode;
+    absl::Status s = reader->OpenStream(0, last);
+    if (s.ok()) return reader;
+    // Agents that cannot stream (built before 2026-11-25) are still read the old way.
+    if (s.message().find("does not serve streaming reads") == absl::string_view::npos) return s;
+    last = s;
+    reader->sources_.clear();
+  }
   fs::path base = options.tmp_dir.empty() ? fs::temp_directory_path() : options.tmp_dir;
   std::random_device rd;
   fs::path work = base / fmt::format(".gfrep-read-{}-{:08x}", ::getpid(), rd());
-  absl::Status last = absl::UnavailableError("no source tried");
   for (const SourceChoice& src : sources) {
     absl::StatusOr<transfer::Endpoint> ep = transfer::ParseEndpoint(src.node.address);
     if (!ep.ok()) {

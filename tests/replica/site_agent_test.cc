@@ -280,7 +280,7 @@ class SiteAgentTest : public ::testing::Test {
     char buf[65536];
     while (true) {
       auto n = r.Read(buf, sizeof buf);
-      EXPECT_TRUE(n.ok());
+      EXPECT_TRUE(n.ok()) << n.status();
       if (!n.ok() || *n == 0) break;
       out.append(buf, *n);
     }
@@ -756,6 +756,57 @@ TEST_F(SiteAgentTest, ReaderUsesTheLocalReplicaOrFetchesTheBestRemoteOne) {
   EXPECT_EQ(part, want.substr(1000, 10));
 
   EXPECT_TRUE(absl::IsNotFound(Open(*cat_, "/r/missing", ReadAs("A", "a1")).status()));
+}
+
+TEST_F(SiteAgentTest, ARemoteReadStreamsAndFailsOverWhenItsSourceDiesMidRead) {
+  StartNode("a1", "A");
+  StartNode("b1", "B");
+  StartNode("c1", "C");
+  Store("a1", "/s/big", 24 << 20, 21);
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/s/big"};
+  spec.copies = 2;
+  spec.dst_sites = {"A", "B"};
+  ASSERT_EQ(Replicate(spec).state, RequestState::kDone);
+  const std::string want = Bytes("a1", "/s/big");
+  ASSERT_EQ(Bytes("b1", "/s/big"), want);
+
+  // A reader at C has no replica: it streams one (no whole-file fetch first).
+  ReaderOptions o = ReadAs("C", "c1");
+  o.readahead_bytes = 2 << 20;  // keeps most of the file still to fetch when the source dies
+  o.block_size = 256 * 1024;
+  auto reader = Open(*cat_, "/s/big", o);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_FALSE((*reader)->local());
+  EXPECT_TRUE((*reader)->streaming());
+  EXPECT_EQ((*reader)->fd(), -1);
+  const std::string first = (*reader)->source_node();
+  ASSERT_TRUE(first == "a1" || first == "b1") << first;
+  // Streaming: opening fetched the first piece, not the file.
+  EXPECT_LT((*reader)->stream_stats().bytes_fetched, 1u << 20);
+
+  std::string got(5 << 20, '\0');
+  auto n = (*reader)->ReadAt(0, got.data(), got.size());
+  ASSERT_TRUE(n.ok()) << n.status();
+  got.resize(*n);
+
+  // The source dies mid-read: the reader goes on from the other replica, without an error.
+  nodes_.at(first)->StopAll();
+  std::string rest = ReadAll(**reader);  // Read() goes on from where nothing was read yet: 0
+  EXPECT_EQ((*reader)->failovers(), 1);
+  EXPECT_NE((*reader)->source_node(), first);
+  EXPECT_TRUE(rest == want) << "bytes read after the fail-over differ from the file";
+  EXPECT_TRUE(got == want.substr(0, got.size()));
+  // Random reads at any offset still match.
+  std::string part(1000, '\0');
+  for (std::uint64_t off : {std::uint64_t{0}, std::uint64_t{123457}, std::uint64_t{(24 << 20) - 1000}}) {
+    auto r = (*reader)->ReadAt(off, part.data(), part.size());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(part.substr(0, *r) == want.substr(off, *r)) << off;
+  }
+  // The whole file was read front to back from the second source: checked whole.
+  EXPECT_TRUE((*reader)->stream_stats().whole_file_verified);
 }
 
 TEST_F(SiteAgentTest, RewriteMakesReplicasStaleReadersNeverSeeOldBytesAndGfrepRefreshes) {
