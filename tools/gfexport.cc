@@ -1,6 +1,7 @@
 // gfexport PATH: writes a file of the federation to stdout through the local read path
 // (replica/reader.h): this node's complete replica through a plain descriptor when it has
-// one, else the best remote replica (fetched and verified first). The reader is named by
+// one, else the best remote replica, streamed (pieces fetched as they are read, read-ahead
+// from the route; --no-stream fetches the whole file and verifies it first). The reader is named by
 // --site/--node or $GFREP_SITE/$GFREP_NODE; with neither it reads as a client outside
 // every site. A local replica is served only if it is as recorded at commit (size, mtime
 // stamp; with --verify also its checksum); else it is reported and a remote one is read.
@@ -13,6 +14,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
 
 #include "catalog/client.h"
 #include "replica/reader.h"
@@ -48,7 +53,21 @@ int main(int argc, char** argv) {
   app.add_flag("--verify", verify,
                "Also checksum this node's own replica before the first byte is written (a "
                "mismatch is reported and another replica is read)");
+  bool no_stream = false, stats = false;
+  std::uint64_t readahead = 0, length = 0;
+  app.add_flag("--no-stream", no_stream,
+               "Fetch a remote replica whole (and verify its checksum) before the first byte");
+  app.add_option("--readahead", readahead,
+                 "Bytes a streamed read fetches ahead (default: twice the route's BDP)");
+  app.add_option("--length", length, "Write only the first N bytes (default: the whole file)");
+  app.add_flag("--stats", stats,
+               "Print timings as JSON on stderr: open_s, first_byte_s, seconds (from the start "
+               "of the program), bytes, source, local, streaming, failovers, whole_file_verified");
   CLI11_PARSE(app, argc, argv);
+  const auto started = std::chrono::steady_clock::now();
+  auto since_start = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  };
   auto log = tools::MakeLogger(kProgram, common);
   std::signal(SIGPIPE, SIG_IGN);
 
@@ -59,6 +78,8 @@ int main(int argc, char** argv) {
   options.identity.node = EnvOr(node, "GFREP_NODE");
   options.tmp_dir = tmp_dir;
   options.verify_local = verify;
+  options.stream = !no_stream;
+  options.readahead_bytes = readahead;
   options.transfer.logger = log;
   std::filesystem::path key_path =
       key_file.empty() ? transfer::DefaultKeyPath() : std::filesystem::path(key_file);
@@ -69,12 +90,18 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<replica::FileReader>> reader =
       replica::Open(**client, path, options);
   if (!reader.ok()) return tools::Fail(kProgram, tools::ErrorText(reader.status()));
+  const double open_s = since_start();
+  double first_byte_s = 0;
   log->info("reading {} from {} ({})", path, (*reader)->source_node(),
-            (*reader)->local() ? "local replica" : "remote replica");
+            (*reader)->local() ? "local replica"
+                               : ((*reader)->streaming() ? "remote replica, streamed" : "remote replica"));
   std::vector<char> buffer(1 << 20);
   std::uint64_t total = 0;
-  while (true) {
-    absl::StatusOr<std::size_t> n = (*reader)->Read(buffer.data(), buffer.size());
+  const std::uint64_t want = length != 0 ? std::min(length, (*reader)->size()) : (*reader)->size();
+  while (total < want) {
+    const std::size_t ask = static_cast<std::size_t>(std::min<std::uint64_t>(
+        buffer.size(), total == 0 ? std::min<std::uint64_t>(want, 4096) : want - total));
+    absl::StatusOr<std::size_t> n = (*reader)->Read(buffer.data(), ask);
     if (!n.ok()) return tools::Fail(kProgram, tools::ErrorText(n.status()));
     if (*n == 0) break;
     std::size_t off = 0;
@@ -86,11 +113,23 @@ int main(int argc, char** argv) {
       }
       off += static_cast<std::size_t>(w);
     }
+    if (total == 0) first_byte_s = since_start();
     total += *n;
   }
-  if (total != (*reader)->size()) {
-    return tools::Fail(kProgram, fmt::format("{}: read {} bytes, expected {}", path, total,
-                                             (*reader)->size()));
+  if (total != want) {
+    return tools::Fail(kProgram, fmt::format("{}: read {} bytes, expected {}", path, total, want));
+  }
+  if (stats) {
+    nlohmann::json j{{"open_s", open_s},
+                     {"first_byte_s", first_byte_s},
+                     {"seconds", since_start()},
+                     {"bytes", total},
+                     {"source", (*reader)->source_node()},
+                     {"local", (*reader)->local()},
+                     {"streaming", (*reader)->streaming()},
+                     {"failovers", (*reader)->failovers()},
+                     {"whole_file_verified", (*reader)->stream_stats().whole_file_verified}};
+    fmt::print(stderr, "{}\n", j.dump());
   }
   return 0;
 }

@@ -222,6 +222,7 @@ struct RemoteFile::Impl {
         if (sum == o.expected_checksum) {
           stats.whole_file_verified = true;
         } else {
+          stats.whole_file_mismatch = true;
           bad = absl::DataLossError(fmt::format("the file read has checksum {}, expected {}", sum,
                                                 o.expected_checksum));
         }
@@ -302,13 +303,16 @@ struct RemoteFile::Impl {
     std::string token;
     std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
     tasks.push_back([&]() -> asio::awaitable<absl::Status> {
-      absl::StatusOr<internal::ClientConnection> c =
-          co_await internal::ConnectTo(agent, "control", o.transfer, tls.get(), *log);
-      if (!c.ok()) co_return c.status();
-      ctrl = c->conn;
       Json req{{"op", "read"}, {"path", path}, {"options", internal::RouteToJson(o.transfer)},
                {"first", kFirstPiece}};
-      if (absl::Status s = co_await ctrl->SendControl(req); !s.ok()) co_return s;
+      // The request goes right behind the authentication (one round trip less).
+      absl::StatusOr<internal::ClientConnection> c =
+          co_await internal::ConnectTo(agent, "control", o.transfer, tls.get(), *log, &req);
+      if (!c.ok()) co_return c.status();
+      ctrl = c->conn;
+      if (!c->request_sent) {
+        if (absl::Status s = co_await ctrl->SendControl(req); !s.ok()) co_return s;
+      }
       absl::StatusOr<Json> ok = co_await ctrl->ReadControl();
       if (!ok.ok()) {
         if (absl::IsInvalidArgument(ok.status()) &&

@@ -249,6 +249,12 @@ void Conn::BindControlMessages(std::string key, bool client) {
   client_ = client;
   sent_ = 0;
   received_ = 0;
+  unbound_reads_ = 0;
+}
+
+void Conn::BindControlMessagesAfterNextRead(std::string key, bool client) {
+  BindControlMessages(std::move(key), client);
+  unbound_reads_ = 1;
 }
 
 bool Conn::PeerCertificateVerified() {
@@ -318,7 +324,9 @@ asio::awaitable<absl::StatusOr<Json>> Conn::ReadControl(std::uint32_t max_payloa
   }
   std::string payload(h->length, '\0');
   if (absl::Status s = co_await ReadExact(payload.data(), payload.size()); !s.ok()) co_return s;
-  if (bound()) {
+  if (bound() && unbound_reads_ > 0) {
+    --unbound_reads_;
+  } else if (bound()) {
     const std::uint64_t sequence = received_++;
     bool good = payload.size() >= kControlMacSize;
     if (good) {
@@ -552,7 +560,8 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
                                                             std::string_view role,
                                                             const TransferOptions& options,
                                                             asio::ssl::context* tls_ctx,
-                                                            spdlog::logger& log) {
+                                                            spdlog::logger& log,
+                                                            const Json* request) {
   auto ex = co_await asio::this_coro::executor;
   tcp::resolver resolver(ex);
   auto [rec, results] = co_await resolver.async_resolve(endpoint.host, std::to_string(endpoint.port), kNoThrow);
@@ -618,6 +627,15 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
   std::string mac = HmacHex(options.shared_key, fmt::format("gfrep-client|{}|{}", out.server_nonce, nonce));
   Json msg2 = {{"op", "auth"}, {"mac", mac}};
   if (absl::Status s = co_await conn->SendControl(msg2); !s.ok()) co_return s;
+  if (request != nullptr) {
+    // The request right behind the authentication, bound to it (in clear text; the agent
+    // answers the authentication unbound, then binds and reads this).
+    if (!conn->tls()) {
+      conn->BindControlMessagesAfterNextRead(ControlSessionKey(options.shared_key, nonce, out.server_nonce), true);
+    }
+    if (absl::Status s = co_await conn->SendControl(*request); !s.ok()) co_return s;
+    out.request_sent = true;
+  }
   absl::StatusOr<Json> welcome = co_await conn->ReadControl(kMaxPreAuthControlPayload);
   if (!welcome.ok()) {
     co_return absl::Status(welcome.status().code(),
@@ -630,7 +648,9 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
     co_return absl::PermissionDeniedError(fmt::format(
         "{}: the agent failed to prove it holds our shared key (different key file?)", endpoint.ToString()));
   }
-  if (!conn->tls()) conn->BindControlMessages(ControlSessionKey(options.shared_key, nonce, out.server_nonce), true);
+  if (!conn->tls() && !out.request_sent) {
+    conn->BindControlMessages(ControlSessionKey(options.shared_key, nonce, out.server_nonce), true);
+  }
   co_return out;
 }
 

@@ -140,6 +140,10 @@ class Conn {
   // kPermissionDenied. For shared-key sessions in clear text (TLS protects its own);
   // `client` says which direction label this side sends with.
   void BindControlMessages(std::string key, bool client);
+  // As BindControlMessages, except that the next control message read is still taken
+  // unbound (the peer's answer to the authentication, which it sends before it binds): a
+  // client may then send its request right behind its authentication, a round trip sooner.
+  void BindControlMessagesAfterNextRead(std::string key, bool client);
   bool bound() const { return !mac_key_.empty(); }
 
   // Never throws (strings that are not UTF-8 are replaced).
@@ -172,6 +176,7 @@ class Conn {
   bool client_ = false;
   std::uint64_t sent_ = 0;      // control messages sent since binding
   std::uint64_t received_ = 0;  // control messages read since binding
+  int unbound_reads_ = 0;       // reads still taken without a MAC after binding
 };
 using ConnPtr = std::shared_ptr<Conn>;
 
@@ -218,12 +223,18 @@ std::string TuneSocket(tcp::socket& socket, const RouteOptions& route, spdlog::l
 struct ClientConnection {
   ConnPtr conn;
   std::string server_nonce;
+  bool request_sent = false;  // ConnectTo sent `request` already
 };
+// With `request` (control connections): sends it right behind the shared-key
+// authentication, before the agent's answer to it arrives (one round trip less to the
+// first reply; the agent reads it only once the authentication succeeded, and it is bound
+// to that authentication like any later message); `request_sent` says whether it went.
 asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endpoint,
                                                             std::string_view role,
                                                             const TransferOptions& options,
                                                             asio::ssl::context* tls_ctx,
-                                                            spdlog::logger& log);
+                                                            spdlog::logger& log,
+                                                            const Json* request = nullptr);
 // The key data connections prove they belong to a session with (JoinMac): under TLS on the
 // control connection, keying material exported from its TLS session (RFC 5705), so only the
 // holder of that connection can join and no shared key is needed; in clear text, the shared
