@@ -483,6 +483,17 @@ struct AgentServer::Impl {
     co_return absl::OkStatus();
   }
 
+  // The spool's file at `path` (a path a peer sent), opened for sending.
+  absl::StatusOr<std::shared_ptr<internal::SourceFile>> OpenSpoolFile(const std::string& path) {
+    absl::StatusOr<std::filesystem::path> src_path = internal::ResolveSpoolPath(spool, path);
+    if (!src_path.ok()) return src_path.status();
+    std::error_code ec;
+    if (!std::filesystem::exists(*src_path, ec)) {
+      return absl::NotFoundError(fmt::format("no such file in the spool: {}", path));
+    }
+    return internal::OpenSource(*src_path);
+  }
+
   // A session of gets: the first one opens the session (its data connections join with the
   // token offered); while the client keeps the session, further gets marked "reuse" run over
   // the same control and data connections, one after another (SessionCache in client.h).
@@ -544,13 +555,7 @@ struct AgentServer::Impl {
                                          std::vector<ConnPtr>& data, std::string& congestion) {
     absl::StatusOr<std::string> path = GetString(req, "path");
     if (!path.ok()) co_return co_await Fail(*conn, Malformed("get", path.status()));
-    absl::StatusOr<std::filesystem::path> src_path = internal::ResolveSpoolPath(spool, *path);
-    if (!src_path.ok()) co_return co_await Fail(*conn, src_path.status());
-    std::error_code ec;
-    if (!std::filesystem::exists(*src_path, ec)) {
-      co_return co_await Fail(*conn, absl::NotFoundError(fmt::format("no such file in the spool: {}", *path)));
-    }
-    absl::StatusOr<std::shared_ptr<internal::SourceFile>> src = internal::OpenSource(*src_path);
+    absl::StatusOr<std::shared_ptr<internal::SourceFile>> src = OpenSpoolFile(*path);
     if (!src.ok()) co_return co_await Fail(*conn, src.status());
     Json offer{{"op", "offer"}, {"size", (*src)->size}, {"source_id", (*src)->source_id}};
     std::shared_ptr<Session> session;
@@ -616,13 +621,7 @@ struct AgentServer::Impl {
                                           std::shared_ptr<asio::steady_timer> setup, std::string peer) {
     absl::StatusOr<std::string> path = GetString(req, "path");
     if (!path.ok()) co_return co_await Fail(*conn, Malformed("read", path.status()));
-    absl::StatusOr<std::filesystem::path> src_path = internal::ResolveSpoolPath(spool, *path);
-    if (!src_path.ok()) co_return co_await Fail(*conn, src_path.status());
-    std::error_code ec;
-    if (!std::filesystem::exists(*src_path, ec)) {
-      co_return co_await Fail(*conn, absl::NotFoundError(fmt::format("no such file in the spool: {}", *path)));
-    }
-    absl::StatusOr<std::shared_ptr<internal::SourceFile>> src = internal::OpenSource(*src_path);
+    absl::StatusOr<std::shared_ptr<internal::SourceFile>> src = OpenSpoolFile(*path);
     if (!src.ok()) co_return co_await Fail(*conn, src.status());
     // "first": bytes from the start sent at once on this connection (at most a stripe unit).
     std::vector<internal::ByteRange> first;
