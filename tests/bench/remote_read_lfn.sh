@@ -19,43 +19,10 @@ RUNS=${RUNS:-2}
 TOPO=${TOPO:-tools/topologies/lfn-1g.topo}
 [[ $(id -u) == 0 ]] || { echo "remote_read_lfn: needs root (network namespaces)" >&2; exit 2; }
 
-WORK=$(mktemp -d /dev/shm/gfrep-readbench.XXXXXX)
-PIDS=()
-TOPO_UP=0
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  if ((${#PIDS[@]})); then
-    kill -TERM "${PIDS[@]}" 2>/dev/null || true
-    sleep 1
-    kill -KILL "${PIDS[@]}" 2>/dev/null || true
-    wait "${PIDS[@]}" 2>/dev/null || true
-  fi
-  ((TOPO_UP)) && "$BIN/gftopo" down "$TOPO" >/dev/null 2>&1
-  if [[ -n ${KEEP_WORK:-} ]]; then echo "logs kept in $WORK" >&2; else rm -rf "$WORK"; fi
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-ns() { local n=$1; shift; ip netns exec "gfrep-$n" "$@"; }
-start() {
-  local name=$1 node=$2; shift 2
-  ip netns exec "gfrep-$node" "$@" >"$WORK/$name.out" 2>"$WORK/$name.log" &
-  PIDS+=($!)
-  for _ in $(seq 300); do
-    if grep -q '^listening on ' "$WORK/$name.out" 2>/dev/null; then
-      LISTEN=$(sed -n 's/^listening on //p' "$WORK/$name.out" | head -1)
-      return 0
-    fi
-    sleep 0.1
-  done
-  cat "$WORK/$name.log" >&2
-  return 1
-}
-
-TOPO_UP=1
-"$BIN/gftopo" up "$TOPO" >&2
+# shellcheck source=tests/bench/netns_harness.sh
+source tests/bench/netns_harness.sh
+harness_init readbench
+harness_up
 A=$("$BIN/gftopo" addr "$TOPO" a-n1)
 B=$("$BIN/gftopo" addr "$TOPO" b-n1)
 # The catalog at the reader's site, as a federation would run one per region; the route's

@@ -39,43 +39,10 @@ FIRST_SRC=${SRC_NODES[0]}
 IPERF_PAIRS=${IPERF_PAIRS:-$FIRST_SRC:$DST_SITE-n1}
 [[ $(id -u) == 0 ]] || { echo "replication_lfn: needs root (network namespaces)" >&2; exit 2; }
 
-WORK=$(mktemp -d /dev/shm/gfrep-replbench.XXXXXX)
-PIDS=()
-TOPO_UP=0
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  if ((${#PIDS[@]})); then
-    kill -TERM "${PIDS[@]}" 2>/dev/null || true
-    sleep 1
-    kill -KILL "${PIDS[@]}" 2>/dev/null || true
-    wait "${PIDS[@]}" 2>/dev/null || true
-  fi
-  ((TOPO_UP)) && "$BIN/gftopo" down "$TOPO" >/dev/null 2>&1
-  if [[ -n ${KEEP_WORK:-} ]]; then echo "logs kept in $WORK" >&2; else rm -rf "$WORK"; fi
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-ns() { local n=$1; shift; ip netns exec "gfrep-$n" "$@"; }
-start() {
-  local name=$1 node=$2; shift 2
-  ip netns exec "gfrep-$node" "$@" >"$WORK/$name.out" 2>"$WORK/$name.log" &
-  PIDS+=($!)
-  for _ in $(seq 300); do
-    if grep -q '^listening on ' "$WORK/$name.out" 2>/dev/null; then
-      LISTEN=$(sed -n 's/^listening on //p' "$WORK/$name.out" | head -1)
-      return 0
-    fi
-    sleep 0.1
-  done
-  cat "$WORK/$name.log" >&2
-  return 1
-}
-
-TOPO_UP=1
-"$BIN/gftopo" up "$TOPO" >&2
+# shellcheck source=tests/bench/netns_harness.sh
+source tests/bench/netns_harness.sh
+harness_init replbench
+harness_up
 declare -A ADDR
 for n in "${NODES[@]}"; do ADDR[$n]=$("$BIN/gftopo" addr "$TOPO" "$n"); done
 # shellcheck disable=SC2086
