@@ -80,6 +80,7 @@ class RemoteFile {
     std::uint64_t reads_waited = 0;       // ... that had to wait for the network
     double open_seconds = 0;              // Open() until the first piece was in hand
     bool whole_file_verified = false;     // every byte hashed and equal to expected_checksum
+    bool whole_file_mismatch = false;     // every byte hashed and NOT equal to it (kDataLoss)
   };
 
   // Opens a read session on `agent` for `path` (relative to its spool).
