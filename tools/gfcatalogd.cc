@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   int workers = 64;
   bool no_sync = false;
   tools::AddCommonFlags(app, common);
+  tools::AddLogFileFlags(app, common);
   app.add_option("--db", db, "RocksDB directory (created if missing)")->required();
   app.add_option("--listen", listen, "HOST:PORT to serve gRPC on (port 0: any free port)")
       ->capture_default_str();
@@ -163,7 +164,9 @@ int main(int argc, char** argv) {
       return tools::Fail(kProgram, std::string(s.message()), 2);
     }
   }
-  auto log = tools::MakeLogger(kProgram, common);
+  absl::StatusOr<std::shared_ptr<spdlog::logger>> made_log = tools::MakeLoggerOrError(kProgram, common);
+  if (!made_log.ok()) return tools::Fail(kProgram, std::string(made_log.status().message()), 2);
+  std::shared_ptr<spdlog::logger> log = *made_log;
   // The policy file is read, checked and stored in the catalog (the policy engine enforces
   // the catalog's document; gfpolicy changes it too). A mistake is a clear error at start.
   auto read_policies = [&]() -> absl::StatusOr<std::string> {

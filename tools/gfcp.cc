@@ -13,7 +13,7 @@
 
 #include "tools/internal/cli.h"
 #include "transfer/auth.h"
-#include "transfer/client.h"
+#include "transfer/copy.h"
 
 namespace {
 
@@ -124,27 +124,7 @@ int main(int argc, char** argv) {
     };
   }
 
-  bool src_remote = gfrep::transfer::IsGfUrl(src), dst_remote = gfrep::transfer::IsGfUrl(dst);
-  absl::StatusOr<gfrep::transfer::TransferStats> stats = absl::InvalidArgumentError(
-      "one of SRC and DST must be a gf://HOST:PORT/PATH URL (use cp for local copies)");
-  if (src_remote && dst_remote) {
-    auto s = gfrep::transfer::ParseGfUrl(src);
-    auto d = gfrep::transfer::ParseGfUrl(dst);
-    if (!s.ok()) return gfrep::tools::Fail("gfcp", Msg(s.status()));
-    if (!d.ok()) return gfrep::tools::Fail("gfcp", Msg(d.status()));
-    stats = gfrep::transfer::ThirdParty(s->endpoint, s->path, d->endpoint, d->path, o);
-  } else if (src_remote) {
-    auto s = gfrep::transfer::ParseGfUrl(src);
-    if (!s.ok()) return gfrep::tools::Fail("gfcp", Msg(s.status()));
-    std::filesystem::path local = dst;
-    std::error_code ec;
-    if (std::filesystem::is_directory(local, ec)) local /= std::filesystem::path(s->path).filename();
-    stats = gfrep::transfer::Pull(s->endpoint, s->path, local, o);
-  } else if (dst_remote) {
-    auto d = gfrep::transfer::ParseGfUrl(dst);
-    if (!d.ok()) return gfrep::tools::Fail("gfcp", Msg(d.status()));
-    stats = gfrep::transfer::Push(src, d->endpoint, d->path, o);
-  }
+  absl::StatusOr<gfrep::transfer::TransferStats> stats = gfrep::transfer::Copy(src, dst, o);
   if (printed) std::fprintf(stderr, "\n");
   if (!stats.ok()) return gfrep::tools::Fail("gfcp", Msg(stats.status()));
   double mbit = stats->seconds > 0 ? static_cast<double>(stats->bytes_transferred) * 8 / stats->seconds / 1e6 : 0;

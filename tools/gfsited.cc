@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   CLI::App app{"gfsited: gfrep site agent (serves and receives striped transfers for a spool directory)"};
   gfrep::tools::CommonFlags common;
   gfrep::tools::AddCommonFlags(app, common);
+  gfrep::tools::AddLogFileFlags(app, common);
   std::string listen = "127.0.0.1:0";
   std::string spool;
   std::string key_file;
@@ -143,7 +144,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 60.0))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  auto log = gfrep::tools::MakeLogger("gfsited", common);
+  absl::StatusOr<std::shared_ptr<spdlog::logger>> made_log = gfrep::tools::MakeLoggerOrError("gfsited", common);
+  if (!made_log.ok()) return gfrep::tools::Fail("gfsited", Msg(made_log.status()), 2);
+  std::shared_ptr<spdlog::logger> log = *made_log;
   if (!http.empty()) {
     if (absl::Status s = gfrep::replica::CheckHttpListen(http, http_public); !s.ok()) {
       return gfrep::tools::Fail("gfsited", std::string(s.message()), 2);

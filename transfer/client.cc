@@ -502,6 +502,40 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFile(Endpoint agent, std::str
   co_return result;
 }
 
+namespace {
+
+// Runs `body` as PullFile runs its body: a cancellation aborts the operation in progress and
+// is never thrown; however the interrupted operation failed, the result is then kCancelled.
+asio::awaitable<absl::StatusOr<TransferStats>> Cancellable(
+    asio::awaitable<absl::StatusOr<TransferStats>> body, std::string what) {
+  const bool throws = co_await asio::this_coro::throw_if_cancelled();
+  co_await asio::this_coro::throw_if_cancelled(false);
+  absl::StatusOr<TransferStats> result = co_await CatchExceptions(std::move(body), std::move(what));
+  if (!result.ok() && !absl::IsCancelled(result.status()) && co_await CancellationRequested()) {
+    result = absl::CancelledError(fmt::format("transfer cancelled ({})", result.status().message()));
+  }
+  co_await asio::this_coro::throw_if_cancelled(throws);
+  co_return result;
+}
+
+}  // namespace
+
+asio::awaitable<absl::StatusOr<TransferStats>> PushFile(std::filesystem::path local, Endpoint agent,
+                                                        std::string remote_path,
+                                                        TransferOptions options) {
+  co_return co_await Cancellable(
+      AsyncPush(std::move(local), std::move(agent), std::move(remote_path), std::move(options)),
+      "push");
+}
+
+asio::awaitable<absl::StatusOr<TransferStats>> ThirdPartyFile(Endpoint src, std::string src_path,
+                                                              Endpoint dst, std::string dst_path,
+                                                              TransferOptions options) {
+  co_return co_await Cancellable(ThirdPartyAsync(std::move(src), std::move(src_path), std::move(dst),
+                                                 std::move(dst_path), std::move(options)),
+                                 "third-party copy");
+}
+
 }  // namespace internal
 
 asio::awaitable<absl::StatusOr<TransferStats>> AsyncPull(const Endpoint& agent_ref,

@@ -1,5 +1,6 @@
 #include "tools/internal/cli.h"
 
+#include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 #include <sys/resource.h>
@@ -8,7 +9,10 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <limits>
+#include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -61,23 +65,236 @@ absl::StatusOr<std::uint64_t> ParseScaled(std::string_view what, std::string_vie
   return static_cast<std::uint64_t>(std::round(value));
 }
 
+std::string Trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return std::string(s);
+}
+
+bool IsNameChars(std::string_view s, std::string_view extra) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && extra.find(c) == std::string_view::npos) return false;
+  }
+  return true;
+}
+
+// Consumes one TOML value (string, number, boolean or a one-line array of them) from the
+// front of `v`. Returns an error message, empty when fine.
+std::string TakeTomlValue(std::string_view& v) {
+  if (v.empty()) return "missing value";
+  const char quote = v.front();
+  if (quote == '"' || quote == '\'') {
+    for (std::size_t i = 1; i < v.size(); ++i) {
+      // CLI11's reader neither unescapes nor knows comments from '#' inside quotes.
+      if (v[i] == '\\' && quote == '"') return "backslash escapes are not supported (use a 'literal string')";
+      if (v[i] == '#') return "'#' inside a value is not supported";
+      if (v[i] == quote) {
+        v.remove_prefix(i + 1);
+        return "";
+      }
+    }
+    return "unterminated string";
+  }
+  if (quote == '[') {
+    v.remove_prefix(1);
+    auto skip_space = [&v] {
+      while (!v.empty() && std::isspace(static_cast<unsigned char>(v.front()))) v.remove_prefix(1);
+    };
+    skip_space();
+    if (!v.empty() && v.front() == ']') {
+      v.remove_prefix(1);
+      return "";
+    }
+    for (;;) {
+      skip_space();
+      if (!v.empty() && v.front() == '[') return "nested arrays are not supported";
+      if (std::string e = TakeTomlValue(v); !e.empty()) return e;
+      skip_space();
+      if (v.empty()) return "unterminated array (arrays must be on one line)";
+      if (v.front() == ']') {
+        v.remove_prefix(1);
+        return "";
+      }
+      if (v.front() != ',') return "expected ',' or ']' in the array";
+      v.remove_prefix(1);
+    }
+  }
+  std::size_t end = 0;
+  while (end < v.size() && !std::isspace(static_cast<unsigned char>(v[end])) && v[end] != ',' &&
+         v[end] != ']' && v[end] != '#') {
+    ++end;
+  }
+  const std::string_view word = v.substr(0, end);
+  bool number = !word.empty();
+  bool digit = false;
+  for (std::size_t i = 0; i < word.size() && number; ++i) {
+    const char c = word[i];
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      digit = true;
+    } else if (!(c == '_' || c == '.' || c == 'e' || c == 'E' ||
+                 ((c == '+' || c == '-') && (i == 0 || word[i - 1] == 'e' || word[i - 1] == 'E')))) {
+      number = false;
+    }
+  }
+  if (word != "true" && word != "false" && !(number && digit)) {
+    return fmt::format("'{}' is not a TOML string, number, boolean or array (quote strings: \"...\")",
+                       Trim(v));
+  }
+  v.remove_prefix(end);
+  return "";
+}
+
+// Why a line of a config file is not the TOML subset gfrep reads ("" when it is). `section`
+// and `seen` carry the current [section] and the keys met so far between lines.
+std::string CheckTomlLine(std::string_view raw, std::string& section, std::set<std::string>& seen) {
+  const std::string line = Trim(raw);
+  if (line.empty() || line.front() == '#') return "";
+  if (line.front() == '[') {
+    if (line.starts_with("[[")) return "arrays of tables ([[...]]) are not supported";
+    const std::size_t close = line.find(']');
+    const std::string rest = close == std::string::npos ? "" : Trim(std::string_view(line).substr(close + 1));
+    if (close == std::string::npos || !(rest.empty() || rest.front() == '#')) {
+      return fmt::format("bad section header '{}'", line);
+    }
+    section = Trim(std::string_view(line).substr(1, close - 1));
+    if (!IsNameChars(section, "_-.")) return fmt::format("bad section name '{}'", section);
+    return "";
+  }
+  const std::size_t eq = line.find('=');
+  if (eq == std::string::npos) {
+    return fmt::format("expected 'key = value', '[section]' or a '#' comment, got '{}'", line);
+  }
+  const std::string key = Trim(std::string_view(line).substr(0, eq));
+  if (!IsNameChars(key, "_-")) return fmt::format("bad key '{}'", key);
+  if (!seen.insert(section + "." + key).second) return fmt::format("key '{}' given twice", key);
+  std::string_view value(line);
+  value.remove_prefix(eq + 1);
+  while (!value.empty() && std::isspace(static_cast<unsigned char>(value.front()))) value.remove_prefix(1);
+  if (std::string e = TakeTomlValue(value); !e.empty()) return fmt::format("key '{}': {}", key, e);
+  const std::string rest = Trim(value);
+  if (!rest.empty() && rest.front() != '#') {
+    return fmt::format("key '{}': unexpected '{}' after the value", key, rest);
+  }
+  return "";
+}
+
+// CLI11's TOML reader, behind a line-by-line check of the TOML subset (CLI11 alone would
+// take a stray word for a flag and an unterminated string for a value).
+class StrictToml : public CLI::ConfigTOML {
+ public:
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+    std::stringstream checked;
+    std::string line, section;
+    std::set<std::string> seen;
+    for (int number = 1; std::getline(input, line); ++number) {
+      if (std::string error = CheckTomlLine(line, section, seen); !error.empty()) {
+        throw CLI::ConfigError(fmt::format("line {}: {}", number, error));
+      }
+      checked << line << '\n';
+    }
+    return CLI::ConfigTOML::from_config(checked);
+  }
+};
+
+// CLI11's one-line errors, with the config file named on errors that come from it.
+std::string ConfigAwareFailureMessage(const CLI::App* app, const CLI::Error& e) {
+  const CLI::Option* config = app->get_config_ptr();
+  const std::string file = config != nullptr && config->count() > 0 ? config->as<std::string>() : "";
+  if (dynamic_cast<const CLI::FileError*>(&e) != nullptr && !file.empty()) {
+    return fmt::format("config file {}\n", e.what());
+  }
+  if (dynamic_cast<const CLI::ConfigError*>(&e) == nullptr) {
+    std::string message = CLI::FailureMessage::simple(app, e);
+    // A bad value may come from the file: say where to look.
+    if (!file.empty() && message.starts_with("--")) {
+      message.insert(message.find('\n'), fmt::format(" (on the command line or in config file {})", file));
+    }
+    return message;
+  }
+  std::string message = e.what();
+  constexpr std::string_view kExtras = "INI was not able to parse ";
+  if (message.starts_with(kExtras)) {
+    std::string key = message.substr(kExtras.size());
+    message = key.ends_with(".++") ? fmt::format("unknown section [{}]", key.substr(0, key.size() - 3))
+                                   : fmt::format("unknown key '{}'", key);
+  }
+  return fmt::format("config file {}: {}\n", file, message);
+}
+
 }  // namespace
 
 std::string_view Version() { return GFREP_VERSION; }
 
 void AddCommonFlags(CLI::App& app, CommonFlags& flags) {
-  app.set_version_flag("--version", std::string(Version()));
+  app.set_version_flag("--version", std::string(Version()))->configurable(false);
+  if (CLI::Option* help = app.get_help_ptr(); help != nullptr) help->configurable(false);
   app.add_option("--log-level", flags.log_level, "Log level: trace, debug, info, warn, error, off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+      ->capture_default_str();
+  app.config_formatter(std::make_shared<StrictToml>());
+  app.set_config("--config", "",
+                 "TOML file of settings: keys are the long options without '--' (name = "
+                 "\"text\", count = 4, flag = true); options on the command line override it");
+  app.allow_config_extras(false);
+  app.failure_message(ConfigAwareFailureMessage);
+  auto print = std::make_shared<bool>(false);
+  app.add_flag("--print-config", *print,
+               "Print the settings in force (config file and options applied) as TOML and exit")
+      ->configurable(false);
+  // Options added from here on show their defaults in --help and --print-config.
+  app.option_defaults()->always_capture_default();
+  app.final_callback([&app, print] {
+    if (!*print) return;
+    // Unset options without a default come out as key="": commented, so that the output
+    // read back as a config file sets exactly what is in force.
+    // Hidden (test-only) options stay out.
+    std::istringstream text(app.config_to_str(/*default_also=*/true, /*write_description=*/true));
+    for (std::string line; std::getline(text, line);) {
+      const std::size_t eq = line.find('=');
+      const CLI::Option* option =
+          line.starts_with("#") || eq == std::string::npos ? nullptr : app.get_option_no_throw("--" + line.substr(0, eq));
+      if (option != nullptr && option->get_group().empty()) continue;
+      if (option != nullptr && option->count() == 0 && line.ends_with("=\"\"")) line = "# " + line;
+      std::cout << line << '\n';
+    }
+    throw CLI::Success();
+  });
+}
+
+void AddLogFileFlags(CLI::App& app, CommonFlags& flags) {
+  app.add_option("--log-file", flags.log_file,
+                 "Log to this file instead of stderr (the journal under systemd), rotated by size");
+  app.add_option("--log-max-mb", flags.log_max_mb, "With --log-file: MiB a log file grows to before rotation")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--log-files", flags.log_files,
+                 "With --log-file: rotated files kept (x.log -> x.1.log newest ... x.N.log oldest)")
+      ->check(CLI::Range(0, 1000))
       ->capture_default_str();
 }
 
 std::shared_ptr<spdlog::logger> MakeLogger(const std::string& name, const CommonFlags& flags) {
-  auto logger = spdlog::stderr_color_mt(name);
+  std::shared_ptr<spdlog::logger> logger;
+  if (flags.log_file.empty()) {
+    logger = spdlog::stderr_color_mt(name);
+  } else {
+    logger = spdlog::rotating_logger_mt(name, flags.log_file, flags.log_max_mb << 20, flags.log_files);
+    logger->flush_on(spdlog::level::trace);  // daemons log little; a crash loses no line
+  }
   logger->set_level(spdlog::level::from_str(flags.log_level));
   logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %n: %v");
   spdlog::set_default_logger(logger);
   return logger;
+}
+
+absl::StatusOr<std::shared_ptr<spdlog::logger>> MakeLoggerOrError(const std::string& name,
+                                                                  const CommonFlags& flags) {
+  try {
+    return MakeLogger(name, flags);
+  } catch (const spdlog::spdlog_ex& e) {
+    return absl::InvalidArgumentError(fmt::format("--log-file {}: {}", flags.log_file, e.what()));
+  }
 }
 
 absl::StatusOr<std::uint64_t> ParseSize(std::string_view text) {

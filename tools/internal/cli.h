@@ -22,13 +22,36 @@ std::string_view Version();
 struct CommonFlags {
   // trace, debug, info, warn, error, off.
   std::string log_level = "warn";
+  // Set only by AddLogFileFlags (the daemons). Empty: log to stderr (the journal under systemd).
+  std::string log_file;
+  // Rotation of `log_file`: a file grows to `log_max_mb` MiB, then it is renamed with a number
+  // before its extension (gfsited.log -> gfsited.1.log -> gfsited.2.log, spdlog's
+  // rotating_file_sink); `log_files` rotated files are kept besides the current one.
+  std::uint64_t log_max_mb = 100;
+  std::size_t log_files = 5;
 };
 
-// Adds --version and --log-level to `app` (every program has them).
+// Adds --version, --log-level, --config FILE and --print-config to `app` (every program
+// has them). --config reads a TOML file whose keys are the long option names without the
+// dashes (listen = "127.0.0.1:7400", insecure = true, a subcommand's options under
+// "[subcommand]"); options given on the command line override the file's keys. Unknown
+// keys, keys of options that take no file value, and lines that are not TOML are parse
+// errors naming the file, the line or the key. --print-config prints the settings in force
+// (file and flags applied, defaults included) as TOML and exits 0; it needs every required
+// option, like a real start.
 void AddCommonFlags(CLI::App& app, CommonFlags& flags);
 
-// A logger writing to stderr at `flags.log_level`, named `name`; also made the default.
+// Adds --log-file PATH, --log-max-mb N and --log-files N (daemons; see CommonFlags).
+void AddLogFileFlags(CLI::App& app, CommonFlags& flags);
+
+// A logger named `name` at `flags.log_level`, also made the default: on stderr, or with
+// `flags.log_file` set, on that file with size-based rotation (every line flushed). Throws
+// spdlog::spdlog_ex if the file cannot be opened; use MakeLoggerOrError to get a status.
 std::shared_ptr<spdlog::logger> MakeLogger(const std::string& name, const CommonFlags& flags);
+
+// MakeLogger, but a log file that cannot be opened is kInvalidArgument naming it.
+absl::StatusOr<std::shared_ptr<spdlog::logger>> MakeLoggerOrError(const std::string& name,
+                                                                  const CommonFlags& flags);
 
 // "4096", "64K", "1.5M", "2G", "1T" (binary multiples, optional trailing "B"/"iB").
 // kInvalidArgument on anything else, on negative values and on overflow.
