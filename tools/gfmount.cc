@@ -26,9 +26,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -267,36 +264,6 @@ int Create(const char*, mode_t, struct fuse_file_info*) { return ReadOnly(); }
 
 }  // namespace
 
-// FUSE mounts start with 128 KiB of kernel read-ahead (the bdi's default caps the 1 MiB
-// asked at init): too little to keep a disk or the FUSE queue busy, and a cold sequential
-// read through the mount ran at 0.85x of a plain read. As root, raise it through sysfs
-// (/sys/class/bdi/MAJ:MIN of the mount); without root, keep the default (logged).
-void SetReadahead(const std::string& mountpoint, unsigned kb, spdlog::logger& log) {
-  if (kb == 0) return;
-  // The mount's device from /proc/self/mountinfo ("ID PARENT MAJ:MIN ROOT MOUNTPOINT ..."):
-  // a stat of the mount point itself would wait for this process's own FUSE loop, which
-  // is not running yet.
-  std::ifstream info("/proc/self/mountinfo");
-  std::string line, dev;
-  const std::string where = std::filesystem::absolute(mountpoint).lexically_normal().string();
-  while (std::getline(info, line)) {
-    std::istringstream fields(line);
-    std::string id, parent, majmin, root, point;
-    fields >> id >> parent >> majmin >> root >> point;
-    if (point == where) dev = majmin;  // the last one: the mount just made
-  }
-  if (dev.empty()) return;
-  const std::string knob = fmt::format("/sys/class/bdi/{}/read_ahead_kb", dev);
-  std::ofstream out(knob);
-  out << kb << "\n";
-  out.flush();
-  if (!out) {
-    log.info("kernel read-ahead of the mount left at its default ({} not writable)", knob);
-  } else {
-    log.debug("kernel read-ahead of the mount: {} KiB ({})", kb, knob);
-  }
-}
-
 int main(int argc, char** argv) {
   using namespace gfrep;
   constexpr const char* kProgram = "gfmount";
@@ -324,11 +291,6 @@ int main(int argc, char** argv) {
                  "of replicas are seen sooner through the catalog's event log")
       ->check(CLI::Range(0.001, 3600.0));
   app.add_option("--threads", threads, "Most requests served at once")->check(CLI::Range(1, 256));
-  unsigned readahead_kb = 4096;
-  app.add_option("--readahead-kb", readahead_kb,
-                 "The kernel's read-ahead for files of the mount (root: its bdi's read_ahead_kb; "
-                 "FUSE starts at 128 KiB)")
-      ->check(CLI::Range(0u, 1u << 20));
   app.add_flag("--allow-other", allow_other, "Let other users read the mount (FUSE allow_other)");
   app.add_flag("--verify", verify,
                "Checksum this node's own replica at each open before serving it");
@@ -408,7 +370,6 @@ int main(int argc, char** argv) {
                                              mountpoint));
   }
   m.fuse = f;
-  SetReadahead(mountpoint, readahead_kb, *log);
   struct fuse_session* se = fuse_get_session(f);
   // A stop signal ends the session and unmounts: the workers' reads then end (ENODEV).
   std::atomic<bool> loop_done{false};

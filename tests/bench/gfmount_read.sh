@@ -13,6 +13,7 @@
 # (processes stopped by pid, the mount taken down).
 #   tests/bench/gfmount_read.sh [SIZE_MB] [ENTRIES]      (after tools/build)
 #   REPEAT=3 DROP_CACHES=1 tests/bench/gfmount_read.sh 1024 10000
+#   GFMOUNT_FLAGS="--readahead-kb 128" ... (extra gfmount flags)
 set -euo pipefail
 BIN=${BIN:-$(cd "$(dirname "$0")/../.." && pwd)/build/bin}
 SIZE_MB=${1:-1024}
@@ -53,7 +54,7 @@ replica="$W/spool/.gfrep-data/$inode/1"
 
 mount() {
   "$BIN/gfmount" "$GFREP_CATALOG" "$W/mnt" --site S --node n1 --key-file "$W/key" \
-    --log-level info 2>>"$W/mount.log" &
+    --log-level info ${GFMOUNT_FLAGS:-} 2>>"$W/mount.log" &
   MOUNT_PID=$!
   for _ in $(seq 100); do grep -q " $W/mnt " /proc/self/mountinfo && return 0; sleep 0.05; done
   echo "gfmount_read: mount failed: $(tail -3 "$W/mount.log")" >&2; exit 1
