@@ -251,12 +251,22 @@ struct RemoteFile::Impl {
     for (;;) {
       absl::Status s = co_await ReadPiece(*c);
       if (!s.ok()) {
+        {
+          std::lock_guard lk(mu);
+          if (closing || !failed.ok()) co_return;  // we closed it, or the session failed already
+        }
         if (absl::IsUnavailable(s)) {
           // The agent closes its data connections when it ends the session for a reason (the
           // file changed, say), which it then sends on the control connection: give that a
           // moment to arrive first.
-          asio::steady_timer t(io, std::chrono::seconds(1));
-          co_await t.async_wait(internal::kNoThrow);
+          // (Looked at every 50 ms: a close, or the reason arriving, ends the wait early.)
+          asio::steady_timer t(io);
+          for (int i = 0; i < 20; ++i) {
+            t.expires_after(std::chrono::milliseconds(50));
+            co_await t.async_wait(internal::kNoThrow);
+            std::lock_guard lk(mu);
+            if (closing || !failed.ok()) co_return;
+          }
           s = absl::UnavailableError(fmt::format("read session lost a data connection: {}", s.message()));
         }
         Fail(s);

@@ -264,6 +264,21 @@ TEST_F(RemoteFileTest, AnAgentThatStopsFailsTheReadInsteadOfHangingIt) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);  // well before io_timeout (5 s)
 }
 
+TEST_F(RemoteFileTest, ClosingAFileWhoseAgentWentAwayIsPrompt) {
+  StartAgent();
+  Put("g", RandomBytes(4 * 1024 * 1024, 12));
+  absl::StatusOr<std::unique_ptr<RemoteFile>> f = Open("g");
+  ASSERT_TRUE(f.ok()) << f.status();
+  std::string buf(4096, '\0');
+  ASSERT_TRUE((*f)->ReadAt(2 * 1024 * 1024, buf.data(), buf.size()).ok());  // data connections up
+  StopAgent();
+  std::this_thread::sleep_for(100ms);  // its connections have ended by now
+  auto start = std::chrono::steady_clock::now();
+  f->reset();
+  // (It used to wait out a 1-s grace period for the agent's reason on every data connection.)
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 500ms) << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 TEST_F(RemoteFileTest, AnIdleSessionIsClosedByTheAgent) {
   StartAgent(-1, 0, 300ms);
   Put("i", RandomBytes(4 * 1024 * 1024, 11));
