@@ -239,6 +239,20 @@ absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std:
     return why.ok() ? absl::InternalError("no source") : why.status();
   }
   const std::string expected = CatalogChecksum(loc->attributes);
+  if (options.replicate_on_read && !options.identity.site.empty()) {
+    catalog::RequestSpec spec;
+    spec.paths = {std::string(path)};
+    spec.copies = 1;
+    spec.dst_sites = {options.identity.site};
+    spec.owner = fmt::format("read:{}", options.identity.node);
+    absl::StatusOr<catalog::Request> req = catalog.CreateRequest(spec);
+    if (req.ok()) {
+      reader->replication_request_ = req->id;
+    } else {
+      spdlog::warn("replicate on read of {} to site {}: {}", path, options.identity.site,
+                   req.status().ToString());
+    }
+  }
   absl::Status last = absl::UnavailableError("no source tried");
   if (options.stream) {
     // This node's own replica was refused above (or it has none): never stream it through

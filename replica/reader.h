@@ -81,6 +81,12 @@ struct ReaderOptions {
   std::uint64_t readahead_bytes = 0;
   // Piece size of streaming reads (transfer::RemoteReadOptions::block_size).
   std::uint64_t block_size = 1 << 20;
+  // Replicate on read (Gfarm's): when a remote replica is read, ask the catalog for a copy
+  // at the reader's site (a replication request: copies 1, destination the reader's site,
+  // owner "read:<node>"), made, verified and registered by the planner and the site's agents
+  // like any other copy, so the next reader there reads it locally. Best effort: a request
+  // the catalog refuses is logged, the read goes on. Needs an identity with a site.
+  bool replicate_on_read = false;
 };
 
 class FileReader {
@@ -107,6 +113,8 @@ class FileReader {
   bool streaming() const { return remote_ != nullptr; }
   // Sources given up on during this reader's life (streaming fail-overs).
   int failovers() const { return failovers_; }
+  // The replication request replicate_on_read made (0: none).
+  std::uint64_t replication_request() const { return replication_request_; }
   // Streaming statistics of the current source (zeros otherwise).
   transfer::RemoteFile::Stats stream_stats() const;
 
@@ -126,7 +134,8 @@ class FileReader {
   std::vector<SourceChoice> sources_;
   std::size_t source_index_ = 0;
   int failovers_ = 0;
-  bool retried_same_ = false;   // the current source was reopened once after it closed
+  bool retried_same_ = false;
+  std::uint64_t replication_request_ = 0;   // the current source was reopened once after it closed
   std::string rel_;             // the replica's path in a spool
   std::string expected_checksum_;
   ReaderOptions options_;

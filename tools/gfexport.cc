@@ -53,12 +53,14 @@ int main(int argc, char** argv) {
   app.add_flag("--verify", verify,
                "Also checksum this node's own replica before the first byte is written (a "
                "mismatch is reported and another replica is read)");
-  bool no_stream = false, stats = false;
+  bool no_stream = false, stats = false, replicate_on_read = false;
   std::uint64_t readahead = 0, length = 0;
   app.add_flag("--no-stream", no_stream,
                "Fetch a remote replica whole (and verify its checksum) before the first byte");
   app.add_option("--readahead", readahead,
                  "Bytes a streamed read fetches ahead (default: twice the route's BDP)");
+  app.add_flag("--replicate-on-read", replicate_on_read,
+               "Read from another site also asks the catalog for a copy at this site");
   app.add_option("--length", length, "Write only the first N bytes (default: the whole file)");
   app.add_flag("--stats", stats,
                "Print timings as JSON on stderr: open_s, first_byte_s, seconds (from the start "
@@ -79,6 +81,7 @@ int main(int argc, char** argv) {
   options.tmp_dir = tmp_dir;
   options.verify_local = verify;
   options.stream = !no_stream;
+  options.replicate_on_read = replicate_on_read;
   options.readahead_bytes = readahead;
   options.transfer.logger = log;
   std::filesystem::path key_path =

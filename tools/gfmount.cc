@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
   tools::CatalogFlags cat;
   std::string catalog_address, mountpoint, site, node, key_file, tmp_dir;
   double ttl_s = 1;
-  bool allow_other = false, verify = false;
+  bool allow_other = false, verify = false, replicate_on_read = false;
   unsigned threads = 16;
   tools::AddCommonFlags(app, common);
   tools::AddCatalogFlags(app, cat);
@@ -292,6 +292,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.001, 3600.0));
   app.add_option("--threads", threads, "Most requests served at once")->check(CLI::Range(1, 256));
   app.add_flag("--allow-other", allow_other, "Let other users read the mount (FUSE allow_other)");
+  app.add_flag("--replicate-on-read", replicate_on_read,
+               "A file read from another site also gets a copy at this site (a replication "
+               "request per open of a remote replica)");
   app.add_flag("--verify", verify,
                "Checksum this node's own replica at each open before serving it");
   CLI11_PARSE(app, argc, argv);
@@ -318,6 +321,7 @@ int main(int argc, char** argv) {
   options.reader.identity.node = EnvOr(node, "GFREP_NODE");
   options.reader.tmp_dir = tmp_dir;
   options.reader.verify_local = verify;
+  options.reader.replicate_on_read = replicate_on_read;
   options.reader.transfer.logger = log;
   std::filesystem::path key_path =
       key_file.empty() ? transfer::DefaultKeyPath() : std::filesystem::path(key_file);

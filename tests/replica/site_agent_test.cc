@@ -807,6 +807,31 @@ TEST_F(SiteAgentTest, ARemoteReadStreamsAndFailsOverWhenItsSourceDiesMidRead) {
   }
   // The whole file was read front to back from the second source: checked whole.
   EXPECT_TRUE((*reader)->stream_stats().whole_file_verified);
+  EXPECT_EQ((*reader)->replication_request(), 0u);  // not asked for
+}
+
+TEST_F(SiteAgentTest, ReplicateOnReadLeavesACopyAtTheReadersSite) {
+  StartNode("a1", "A");
+  StartNode("c1", "C");
+  Store("a1", "/ror/f", 3 << 20, 22);
+  StartPlanner();
+  ReaderOptions o = ReadAs("C", "c1");
+  o.replicate_on_read = true;
+  auto reader = Open(*cat_, "/ror/f", o);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_FALSE((*reader)->local());
+  EXPECT_NE((*reader)->replication_request(), 0u);
+  const std::string want = Bytes("a1", "/ror/f");
+  EXPECT_TRUE(ReadAll(**reader) == want);
+  // The planner and c1's agent make the copy; the next reader at C reads it locally.
+  EXPECT_TRUE(WaitForCatalog([&] {
+    auto r = RecordOf("/ror/f", "c1");
+    return r && r->state == catalog::ReplicaState::kComplete;
+  }, std::chrono::seconds(60)));
+  auto again = Open(*cat_, "/ror/f", ReadAs("C", "c1"));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE((*again)->local());
+  EXPECT_TRUE(ReadAll(**again) == want);
 }
 
 TEST_F(SiteAgentTest, RewriteMakesReplicasStaleReadersNeverSeeOldBytesAndGfrepRefreshes) {
