@@ -268,7 +268,6 @@ absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std:
     reader->rel_ = rel;
     reader->expected_checksum_ = expected;
     reader->options_ = options;
-    reader->inode_ = loc->attributes.inode;
     absl::Status s = reader->OpenStream(0, last);
     if (s.ok()) return reader;
     // Agents that cannot stream (built before 2026-11-25) are still read the old way.

@@ -139,8 +139,6 @@ class FileReader {
   std::string rel_;             // the replica's path in a spool
   std::string expected_checksum_;
   ReaderOptions options_;
-  catalog::Catalog* catalog_ = nullptr;  // to report a corrupt source
-  std::uint64_t inode_ = 0;
   std::uint64_t size_ = 0;
   std::uint64_t generation_ = 0;
   bool local_ = false;
