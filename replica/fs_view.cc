@@ -52,7 +52,12 @@ absl::StatusOr<std::size_t> OpenFile::ReadAt(std::uint64_t offset, void* buffer,
   std::lock_guard<std::mutex> lock(mu_);
   while (done < n) {
     absl::StatusOr<std::size_t> got = reader_->ReadAt(offset + done, out + done, n - done);
-    if (!got.ok()) return got.status();
+    if (!got.ok()) {
+      // E.g. a streamed file that failed its whole-file check at the end: what it read before
+      // may be in the kernel's page cache, so the next open must not keep it.
+      if (view_ != nullptr) view_->ForgetGeneration(inode_);
+      return got.status();
+    }
     if (*got == 0) break;
     done += *got;
   }
@@ -243,7 +248,11 @@ absl::StatusOr<std::unique_ptr<OpenFile>> FsView::Open(std::string_view raw_path
       candidate = it != last_open_generation_.end() && it->second == file->generation_;
     }
   }
-  if (inode == 0) return file;
+  if (inode == 0) {
+    // Nothing tracked for an inode the view does not know: never share the kernel's pages.
+    file->bypass_page_cache_ = file->generation_ != 0;
+    return file;
+  }
   if (candidate) {
     // The cached inode may be an older file under the same name (removed and made again, with
     // the same generation number): keep the kernel's pages only when the catalog confirms
@@ -255,8 +264,39 @@ absl::StatusOr<std::unique_ptr<OpenFile>> FsView::Open(std::string_view raw_path
     ++counters_.stat_calls;
   }
   std::lock_guard<std::mutex> lock(mu_);
+  // Another generation still open here reads into the inode's page cache, which every handle
+  // shares: this handle reads around it (and keeps nothing) until the last such one closed.
+  std::map<std::uint64_t, int>& open = open_generations_[inode];
+  for (const auto& [generation, handles] : open) {
+    if (generation != file->generation_ && handles > 0) file->bypass_page_cache_ = true;
+  }
+  if (file->bypass_page_cache_) file->same_generation_ = false;
+  ++open[file->generation_];
+  file->view_ = this;
+  file->inode_ = inode;
   last_open_generation_[inode] = file->generation_;
   return file;
+}
+
+OpenFile::~OpenFile() {
+  if (view_ != nullptr) view_->Closed(inode_, generation_);
+}
+
+void FsView::Closed(catalog::InodeId inode, std::uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_generations_.find(inode);
+  if (it == open_generations_.end()) return;
+  auto g = it->second.find(generation);
+  if (g != it->second.end() && --g->second <= 0) {
+    it->second.erase(g);
+    auto last = last_open_generation_.find(inode);
+    if (last != last_open_generation_.end() && last->second != generation) {
+      // The last handle of an older generation closed: the page cache may hold its bytes,
+      // so the next open must not keep it (without keep_cache the kernel drops it).
+      last_open_generation_.erase(last);
+    }
+  }
+  if (it->second.empty()) open_generations_.erase(it);
 }
 
 absl::StatusOr<std::vector<std::string>> FsView::PollEvents(std::chrono::milliseconds wait) {
@@ -318,6 +358,12 @@ void FsView::InvalidateAll() {
   std::lock_guard<std::mutex> lock(mu_);
   entries_.clear();
   listings_.clear();
+  last_open_generation_.clear();  // events may have been missed: keep no kernel pages
+}
+
+void FsView::ForgetGeneration(catalog::InodeId inode) {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_open_generation_.erase(inode);
 }
 
 FsView::Counters FsView::counters() const {

@@ -72,6 +72,8 @@ struct FsViewOptions {
 };
 
 // One open file of an FsView: a replica::FileReader of one generation.
+class FsView;
+
 class OpenFile {
  public:
   // Reads up to `n` bytes at `offset`: exactly `n` unless the end of the file comes first
@@ -95,11 +97,20 @@ class OpenFile {
   // The cache held other attributes for the path (another generation or size) than the
   // open found: whoever was told them (the kernel) should forget them.
   bool attributes_changed() const { return attributes_changed_; }
+  // The kernel's page cache of this inode must not be used for this handle (gfmount: direct
+  // I/O, no keep_cache): another generation of the inode is open in this view (its reads may
+  // fill the inode's page cache, which all handles share, with its bytes), or the inode is
+  // unknown to the view (so nothing is tracked for it).
+  bool bypass_page_cache() const { return bypass_page_cache_; }
+  ~OpenFile();
 
  private:
   friend class FsView;
   OpenFile() = default;
 
+  FsView* view_ = nullptr;              // tracks this handle's generation while it lives
+  catalog::InodeId inode_ = 0;
+  bool bypass_page_cache_ = false;
   std::unique_ptr<FileReader> reader_;  // null for a file without content
   int local_fd_ = -1;                   // the local replica's descriptor, else -1
   std::uint64_t size_ = 0;
@@ -186,6 +197,13 @@ class FsView {
   std::unordered_map<std::string, Listing> listings_;
   std::unordered_map<catalog::InodeId, std::string> path_of_;  // inodes seen -> last path
   std::unordered_map<catalog::InodeId, std::uint64_t> last_open_generation_;
+  // Open handles per inode and generation (OpenFile::bypass_page_cache).
+  std::unordered_map<catalog::InodeId, std::map<std::uint64_t, int>> open_generations_;
+  friend class OpenFile;
+  // An OpenFile of `inode` at `generation` is closed.
+  void Closed(catalog::InodeId inode, std::uint64_t generation);
+  // The next open of `inode` must not keep the kernel's pages (a read of it failed).
+  void ForgetGeneration(catalog::InodeId inode);
   std::uint64_t event_seq_ = 0;
   Counters counters_;
 

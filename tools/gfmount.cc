@@ -186,8 +186,10 @@ int Open(const char* path, struct fuse_file_info* fi) {
   m.log->debug("open {} generation={} size={} from={} local={} keep_cache={}", path,
                (*file)->generation(), (*file)->size(), (*file)->source_node(), (*file)->local(),
                (*file)->same_generation_as_last_open());
-  fi->keep_cache = (*file)->same_generation_as_last_open() ? 1 : 0;
-  fi->direct_io = 0;
+  // While another generation of the inode is open, its reads may fill the inode's page
+  // cache (shared by every handle): this handle then reads around the cache.
+  fi->keep_cache = (*file)->same_generation_as_last_open() && !(*file)->bypass_page_cache() ? 1 : 0;
+  fi->direct_io = (*file)->bypass_page_cache() ? 1 : 0;
   if ((*file)->attributes_changed()) {
     // The kernel may still hold the old size for the attribute timeout: a read past it
     // would stop at the old end. Make it ask again (the view already dropped its entry).
@@ -312,6 +314,12 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // SIGUSR1 wakes the FUSE loop's main thread from its wait (see the stopper below).
+  struct sigaction wake {};
+  wake.sa_handler = [](int) {};
+  sigemptyset(&wake.sa_mask);
+  sigaction(SIGUSR1, &wake, nullptr);
+  const pthread_t main_thread = pthread_self();
 
   auto client = tools::ConnectCatalog(cat);
   if (!client.ok()) return tools::Fail(kProgram, tools::ErrorText(client.status()));
@@ -358,7 +366,9 @@ int main(int argc, char** argv) {
   ops.create = Create;
 
   std::string fuse_opts = fmt::format("ro,noatime,fsname=gfrep:{},subtype=gfrep", cat.catalog);
-  if (allow_other) fuse_opts += ",allow_other";
+  // With other users let in, the kernel checks the mode bits shown (owner: whoever mounted)
+  // against each caller, so a file the catalog shows 0600 is not readable by everyone.
+  if (allow_other) fuse_opts += ",allow_other,default_permissions";
   struct fuse_args args = FUSE_ARGS_INIT(0, nullptr);
   if (fuse_opt_add_arg(&args, kProgram) != 0 || fuse_opt_add_arg(&args, "-o") != 0 ||
       fuse_opt_add_arg(&args, fuse_opts.c_str()) != 0) {
@@ -382,8 +392,12 @@ int main(int argc, char** argv) {
     while (sigwait(&stop_signals, &sig) == 0) {
       if (loop_done) return;
       log->info("signal {}: unmounting {}", sig, mountpoint);
+      // Only end the loop here: unmounting closes the session's descriptor, which workers
+      // still answering requests would then write to (its number possibly reused). The
+      // loop's main thread waits in sem_wait; a signal of its own makes it look at the exit
+      // flag, cancel the workers and return; main unmounts after that.
       fuse_session_exit(se);
-      Unmount(m);
+      pthread_kill(main_thread, SIGUSR1);
       return;
     }
   });

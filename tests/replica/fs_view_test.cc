@@ -304,6 +304,38 @@ TEST_F(FsViewTest, OpenServesTheNewGenerationAndNeverTheOldOne) {
   EXPECT_EQ(view_->GetAttr("/f")->size, 13u);
 }
 
+TEST_F(FsViewTest, WhileAnOlderGenerationIsOpenTheNewOneBypassesThePageCache) {
+  Put("/f", "old bytes");
+  ASSERT_TRUE(view_->GetAttr("/f").ok());
+  auto old_handle = view_->Open("/f");  // a reader keeps generation 1 open
+  ASSERT_TRUE(old_handle.ok());
+  EXPECT_FALSE((*old_handle)->bypass_page_cache());
+  Put("/f", "the new bytes");
+  auto b = view_->Open("/f");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ((*b)->generation(), 2u);
+  // Generation 1's reads may fill the shared page cache: generation 2 reads around it.
+  EXPECT_TRUE((*b)->bypass_page_cache());
+  EXPECT_FALSE((*b)->same_generation_as_last_open());
+  ASSERT_TRUE(view_->GetAttr("/f").ok());  // the kernel looks a name up before it opens it
+  auto c = view_->Open("/f");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE((*c)->bypass_page_cache());
+  EXPECT_FALSE((*c)->same_generation_as_last_open());
+  old_handle->reset();  // the last handle of generation 1 closes
+  ASSERT_TRUE(view_->GetAttr("/f").ok());  // the kernel looks a name up before it opens it
+  auto d = view_->Open("/f");
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE((*d)->bypass_page_cache());
+  // Its pages may still be in the cache: this open must not keep them.
+  EXPECT_FALSE((*d)->same_generation_as_last_open());
+  ASSERT_TRUE(view_->GetAttr("/f").ok());  // the kernel looks a name up before it opens it
+  auto e = view_->Open("/f");
+  ASSERT_TRUE(e.ok());
+  EXPECT_FALSE((*e)->bypass_page_cache());
+  EXPECT_TRUE((*e)->same_generation_as_last_open());
+}
+
 TEST_F(FsViewTest, AStaleOrCorruptReplicaOfThisNodeIsNotServed) {
   catalog::Attributes a = Put("/f", "generation one");
   // Generation 2 written at n2: n1's replica becomes stale; n2 cannot be reached.
