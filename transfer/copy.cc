@@ -144,7 +144,14 @@ CopyHandle& CopyHandle::operator=(CopyHandle&& other) noexcept {
 CopyHandle::~CopyHandle() {
   if (state_ == nullptr) return;  // moved from
   Cancel();
-  if (state_->thread.joinable()) state_->thread.join();
+  if (!state_->thread.joinable()) return;
+  if (state_->thread.get_id() == std::this_thread::get_id()) {
+    // Destroyed from options.progress, on the copy's own thread: it cannot join itself; the
+    // thread holds the state and ends with the (cancelled) copy.
+    state_->thread.detach();
+    return;
+  }
+  state_->thread.join();
 }
 
 absl::StatusOr<TransferStats> CopyHandle::Wait() {
@@ -178,7 +185,8 @@ CopyHandle StartCopy(std::string_view source, std::string_view destination,
                        s->done.store(true);
                        s->ended.notify_all();
                      }));
-  s->thread = std::thread([s] { s->io.run(); });
+  // The thread holds the state too: a handle destroyed on this very thread detaches it.
+  s->thread = std::thread([keep = state] { keep->io.run(); });
   return CopyHandle(std::move(state));
 }
 

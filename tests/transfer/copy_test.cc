@@ -170,6 +170,40 @@ TEST_F(CopyTest, BadArgumentsAreInvalidArgument) {
   EXPECT_FALSE(fs::exists(a_.spool() / "x"));
 }
 
+// A handle destroyed inside its own progress callback (on the copy's thread) cancels the copy
+// and lets its thread go instead of joining itself (std::system_error in a noexcept
+// destructor: the process used to terminate).
+TEST_F(CopyTest, AHandleDestroyedFromItsOwnProgressCallbackCancelsWithoutTerminating) {
+  testing::WriteRandomFile(a_.spool() / "own", 16 << 20, 5);
+  struct Shared {
+    std::mutex mu;
+    std::optional<CopyHandle> handle;
+    std::promise<void> destroyed;
+    bool done = false;
+  };
+  auto shared = std::make_shared<Shared>();
+  TransferOptions slow = options_;
+  slow.route.route_rate_bps = 16'000'000;
+  slow.route.route_name = "own-thread";
+  slow.progress = [shared](const Progress& p) {  // holds `shared`: outlives this test's frame
+    if (p.bytes_done < (1u << 20)) return;
+    std::lock_guard<std::mutex> lock(shared->mu);
+    if (shared->done || !shared->handle) return;
+    shared->handle.reset();  // ~CopyHandle on the copy's own thread
+    shared->done = true;
+    shared->destroyed.set_value();
+  };
+  std::future<void> destroyed = shared->destroyed.get_future();
+  {
+    std::lock_guard<std::mutex> lock(shared->mu);
+    shared->handle.emplace(StartCopy(a_.Url("own"), Local("own.copy").string(), slow));
+  }
+  ASSERT_EQ(destroyed.wait_for(30s), std::future_status::ready);
+  // The copy was cancelled: nothing under the final name, even a while later.
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_FALSE(fs::exists(Local("own.copy")));
+}
+
 enum class Direction { kPush, kPull, kThirdParty };
 
 class CopyCancelTest : public CopyTest, public ::testing::WithParamInterface<Direction> {};
