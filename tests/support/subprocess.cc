@@ -35,6 +35,12 @@ Subprocess::Subprocess(Subprocess&& other) noexcept { *this = std::move(other); 
 Subprocess& Subprocess::operator=(Subprocess&& other) noexcept {
   if (this != &other) {
     if (pid_ > 0 && !exited_) Kill();
+    if (!owned_dir_.empty()) {
+      // The process this object held is gone: so are its captured outputs (a restarted
+      // daemon used to leave a /tmp/gfrep-proc-* directory behind per restart).
+      std::error_code ec;
+      std::filesystem::remove_all(owned_dir_, ec);
+    }
     pid_ = other.pid_;
     exited_ = other.exited_;
     exit_code_ = other.exit_code_;

@@ -73,6 +73,8 @@ class Subprocess {
 
   std::string Stdout() const;
   std::string Stderr() const;
+  // The file the child's stdout goes to.
+  const std::filesystem::path& out_path() const { return out_path_; }
 
  private:
   void Reap(int status);

@@ -31,6 +31,20 @@ TEST(SubprocessTest, WaitForListenParsesAddress) {
   EXPECT_EQ(r.signal, SIGKILL);
 }
 
+TEST(SubprocessTest, AssigningANewProcessRemovesTheOldOnesOutputDirectory) {
+  auto first = Subprocess::Start({"/bin/sh", "-c", "echo one; sleep 30"});
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::filesystem::path old_dir = first->out_path().parent_path();
+  ASSERT_TRUE(std::filesystem::exists(old_dir));
+  auto second = Subprocess::Start({"/bin/sh", "-c", "echo two; sleep 30"});
+  ASSERT_TRUE(second.ok()) << second.status();
+  const std::filesystem::path new_dir = second->out_path().parent_path();
+  *first = std::move(*second);  // a test restarting a daemon does this
+  EXPECT_FALSE(std::filesystem::exists(old_dir));
+  EXPECT_TRUE(std::filesystem::exists(new_dir));
+  first->Kill();
+}
+
 TEST(SubprocessTest, WaitForOutputReportsEarlyExit) {
   auto p = Subprocess::Start({"/bin/sh", "-c", "echo boom >&2; exit 1"});
   ASSERT_TRUE(p.ok());
