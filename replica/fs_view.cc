@@ -128,6 +128,7 @@ void FsView::DropLocked(const std::string& path) {
 absl::StatusOr<catalog::Attributes> FsView::GetAttr(std::string_view raw_path) {
   absl::StatusOr<std::string> path = Normalize(raw_path);
   if (!path.ok()) return path.status();
+  std::uint64_t epoch = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     bool missing = false;
@@ -140,10 +141,14 @@ absl::StatusOr<catalog::Attributes> FsView::GetAttr(std::string_view raw_path) {
       return absl::NotFoundError(fmt::format("{}: no such file or directory", *path));
     }
     ++counters_.stat_calls;
+    epoch = epoch_;
   }
   absl::StatusOr<catalog::Attributes> a = catalog_.Stat(*path);
   if (!a.ok() && !absl::IsNotFound(a.status())) return a.status();
   std::lock_guard<std::mutex> lock(mu_);
+  // An event dropped entries while the catalog answered: this answer may predate it, so it
+  // is returned but not kept.
+  if (epoch_ != epoch) return a;
   Entry& e = entries_[*path];
   e.exists = a.ok();
   e.expires_ns = Now() + std::chrono::nanoseconds(options_.ttl).count();
@@ -157,12 +162,14 @@ absl::StatusOr<catalog::Attributes> FsView::GetAttr(std::string_view raw_path) {
 absl::StatusOr<std::vector<catalog::DirEntry>> FsView::ReadDir(std::string_view raw_path) {
   absl::StatusOr<std::string> path = Normalize(raw_path);
   if (!path.ok()) return path.status();
+  std::uint64_t epoch = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = listings_.find(*path); it != listings_.end() && it->second.expires_ns > Now()) {
       ++counters_.cache_hits;
       return it->second.children;
     }
+    epoch = epoch_;
   }
   std::vector<catalog::DirEntry> children;
   catalog::ListOptions list;
@@ -180,6 +187,7 @@ absl::StatusOr<std::vector<catalog::DirEntry>> FsView::ReadDir(std::string_view 
     list.start_after = children.back().name;
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (epoch_ != epoch) return children;  // may predate an event that came meanwhile: not kept
   Listing& l = listings_[*path];
   l.children = children;
   l.expires_ns = Now() + std::chrono::nanoseconds(options_.ttl).count();
@@ -194,9 +202,11 @@ absl::StatusOr<std::vector<catalog::DirEntry>> FsView::ReadDir(std::string_view 
 absl::StatusOr<std::unique_ptr<OpenFile>> FsView::Open(std::string_view raw_path) {
   absl::StatusOr<std::string> path = Normalize(raw_path);
   if (!path.ok()) return path.status();
+  std::uint64_t epoch = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++counters_.open_calls;
+    epoch = epoch_;
   }
   std::unique_ptr<OpenFile> file(new OpenFile());
   absl::StatusOr<std::unique_ptr<FileReader>> reader =
@@ -274,7 +284,14 @@ absl::StatusOr<std::unique_ptr<OpenFile>> FsView::Open(std::string_view raw_path
   ++open[file->generation_];
   file->view_ = this;
   file->inode_ = inode;
-  last_open_generation_[inode] = file->generation_;
+  if (epoch_ != epoch) {
+    // An event came while this open ran (a replica found bad, say): what it erased must stay
+    // erased, and this open keeps no pages either.
+    file->same_generation_ = false;
+    last_open_generation_.erase(inode);
+  } else {
+    last_open_generation_[inode] = file->generation_;
+  }
   return file;
 }
 
@@ -322,6 +339,7 @@ absl::StatusOr<std::vector<std::string>> FsView::PollEvents(std::chrono::millise
   for (const catalog::Event& e : *events) {
     event_seq_ = std::max(event_seq_, e.seq);
     if (e.kind != catalog::EventKind::kReplica) continue;
+    ++epoch_;  // answers fetched before this event are not kept (GetAttr, ReadDir, Open)
     // Pages a kernel kept from the last open may come from a replica now found bad (or a
     // generation now replaced): the next open does not keep them.
     last_open_generation_.erase(e.id);
@@ -359,6 +377,7 @@ void FsView::InvalidateAll() {
   entries_.clear();
   listings_.clear();
   last_open_generation_.clear();  // events may have been missed: keep no kernel pages
+  ++epoch_;
 }
 
 void FsView::ForgetGeneration(catalog::InodeId inode) {

@@ -197,6 +197,9 @@ class FsView {
   std::unordered_map<std::string, Listing> listings_;
   std::unordered_map<catalog::InodeId, std::string> path_of_;  // inodes seen -> last path
   std::unordered_map<catalog::InodeId, std::uint64_t> last_open_generation_;
+  // Counts replica events (and whole-cache drops): an answer fetched from the catalog while
+  // it moved is returned but not cached, and an open during which it moved keeps no pages.
+  std::uint64_t epoch_ = 0;
   // Open handles per inode and generation (OpenFile::bypass_page_cache).
   std::unordered_map<catalog::InodeId, std::map<std::uint64_t, int>> open_generations_;
   friend class OpenFile;

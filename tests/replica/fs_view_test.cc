@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <utility>
+
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -22,8 +25,13 @@ class CountingCatalog : public testing::FaultyCatalog {
   using FaultyCatalog::FaultyCatalog;
   absl::StatusOr<catalog::Attributes> Stat(std::string_view p) override {
     ++stats;
-    return FaultyCatalog::Stat(p);
+    absl::StatusOr<catalog::Attributes> a = FaultyCatalog::Stat(p);
+    // Runs once, after the catalog answered and before the view has the answer: "an event
+    // arrives while the view waits for the catalog".
+    if (std::function<void()> hook = std::exchange(after_stat, nullptr)) hook();
+    return a;
   }
+  std::function<void()> after_stat;
   absl::StatusOr<std::vector<catalog::DirEntry>> List(std::string_view p,
                                                       const catalog::ListOptions& o) override {
     ++lists;
@@ -286,6 +294,52 @@ TEST_F(FsViewTest, AReplicaEventOfTheFileEndsKeepingTheKernelsPages) {
   EXPECT_TRUE((*f)->local());
   EXPECT_FALSE((*f)->same_generation_as_last_open());
   EXPECT_EQ(ReadAll(**f), "some bytes");
+}
+
+TEST_F(FsViewTest, AnEventThatArrivesWhileTheCatalogAnswersIsNotUndone) {
+  catalog::Attributes a = Put("/f", "some bytes");
+  ASSERT_TRUE(view_->PollEvents(std::chrono::milliseconds(0)).ok());
+  // A replica event (n2 gets a replica) while the view waits for the catalog's stat: the
+  // answer is returned but not kept, so the next stat asks again.
+  catalog::Replica r;
+  r.inode = a.inode;
+  r.node = "n2";
+  r.state = ReplicaState::kComplete;
+  r.generation = a.generation;
+  r.size = a.size;
+  counting_->after_stat = [&] {
+    ASSERT_TRUE(rocks_->PutReplica(r).ok());
+    ASSERT_TRUE(view_->PollEvents(std::chrono::milliseconds(0)).ok());
+  };
+  ASSERT_TRUE(view_->GetAttr("/f").ok());
+  const std::uint64_t stats = counting_->stats;
+  ASSERT_TRUE(view_->GetAttr("/f").ok());
+  EXPECT_EQ(counting_->stats, stats + 1);
+  ASSERT_TRUE(view_->Open("/f").ok());
+  ASSERT_TRUE((*view_->Open("/f"))->same_generation_as_last_open());
+  // n2's replica is found corrupt during an open (in its confirming stat): that open keeps no
+  // pages, and neither does the next one (the event's erasure is not written over).
+  counting_->after_stat = [&] {
+    catalog::ReplicaTransition t;
+    t.inode = a.inode;
+    t.node = "n2";
+    t.generation = a.generation;
+    t.from = ReplicaState::kComplete;
+    t.to = ReplicaState::kCorrupt;
+    t.note = "test";
+    ASSERT_TRUE(rocks_->TransitionReplicas({t}).ok());
+    ASSERT_TRUE(view_->PollEvents(std::chrono::milliseconds(0)).ok());
+  };
+  ASSERT_TRUE(view_->GetAttr("/f").ok());
+  ASSERT_NE(counting_->after_stat, nullptr);  // that was a cache hit: the open's stat is next
+  auto during = view_->Open("/f");
+  ASSERT_TRUE(during.ok()) << during.status();
+  ASSERT_EQ(counting_->after_stat, nullptr);  // the event did come during the open
+  EXPECT_FALSE((*during)->same_generation_as_last_open());
+  ASSERT_TRUE(view_->GetAttr("/f").ok());
+  auto next = view_->Open("/f");
+  ASSERT_TRUE(next.ok());
+  EXPECT_FALSE((*next)->same_generation_as_last_open());
 }
 
 TEST_F(FsViewTest, OpenServesTheNewGenerationAndNeverTheOldOne) {
