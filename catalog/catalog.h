@@ -3,8 +3,8 @@
 // Catalog is the shared metadata store of a gfrep federation: the namespace (directories
 // and files with attributes, checksum and generation), where each file's replicas are and
 // in which state, the topology (sites, nodes, routes), replication requests and transfer
-// tasks, and an ordered event log. Two implementations: OpenRocksCatalog() (embedded,
-// durable; what gfcatalogd serves) and CatalogClient (catalog/client.h, the same
+// tasks, and an ordered event log. Two implementations: OpenCatalog() (durable storage on
+// RocksDB or PostgreSQL; what gfcatalogd serves) and CatalogClient (catalog/client.h, the same
 // interface over gRPC).
 //
 // Durability: a mutation returns OK only after its single atomic write is durable (WAL
@@ -369,23 +369,32 @@ using Clock = std::function<std::int64_t()>;
 std::int64_t SystemNowNs();
 
 struct CatalogOptions {
-  // Database directory (created if missing).
+  // Where the catalog is stored: a RocksDB directory (created if missing), or a PostgreSQL
+  // database: "postgresql://user@host:port/dbname?..." or "postgresql:" followed by libpq's
+  // key=value text (e.g. "postgresql:host=/run/postgresql dbname=gfrep"). See OpenCatalog.
   std::string path;
   // Sync the WAL before acknowledging each mutation. Turn off only for bulk loads in
   // benchmarks/tests whose durability does not matter.
   bool sync = true;
   // Events kept in the log (older ones are trimmed).
   std::uint64_t event_retention = 200000;
-  // Block cache for namespace reads, bytes.
+  // RocksDB only: block cache for namespace reads, bytes.
   std::size_t block_cache_bytes = 256u << 20;
   // Null: SystemNowNs.
   Clock clock;
-  // Test-only fault seam: if set, called before every RocksDB write; a non-OK result is
+  // Test-only fault seam: if set, called before every storage write; a non-OK result is
   // returned instead of writing (as a failed write would be). Null in production.
   std::function<absl::Status(std::string_view what)> write_fault;
 };
 
-// Opens (creating if missing) a RocksDB-backed catalog at options.path.
+// Opens the catalog stored at options.path: a PostgreSQL database when the path is a
+// PostgreSQL address (its schema created or migrated at open; kFailedPrecondition when the
+// database's schema is newer than this program or another catalog process serves it), else
+// a RocksDB directory (created if missing). Same rules, same codes on both
+// (internal/kv_catalog.h).
+absl::StatusOr<std::unique_ptr<Catalog>> OpenCatalog(const CatalogOptions& options);
+
+// OpenCatalog for a RocksDB directory only (kInvalidArgument for a PostgreSQL address).
 absl::StatusOr<std::unique_ptr<Catalog>> OpenRocksCatalog(const CatalogOptions& options);
 
 }  // namespace gfrep::catalog

@@ -12,7 +12,7 @@
 // for a batch are staged and applied only after the batch was written (Commit); a failed or
 // abandoned write forgets every node (Reset) so that each is loaded again from the database.
 //
-// Thread safety: none; RocksCatalog uses it under its work lock.
+// Thread safety: none; KvCatalog uses it under its work lock.
 
 #include <cstdint>
 #include <map>

@@ -1,6 +1,10 @@
 // The AMGA experiment on the gfrep catalog (issue 4), over gRPC on loopback.
 //
 //   build-*/bin/catalog_amga_bench [--max-dirs 10000] [--entries 100] [--samples 300] [--mtls [--rate N] [--as-user]]
+//                                  [--tree-db ADDR --db ADDR]
+//
+// --tree-db and --db put the two catalogs into PostgreSQL (empty databases, e.g. from
+// tools/pg-private start DIR tree / ... durable) instead of RocksDB in a temporary directory.
 //
 // 1. Grows a tree to 1, 100, 1K, 10K (... --max-dirs) directories of --entries files each,
 //    plus 10 directories of 1,000 entries, and after each size times `ls` (List over gRPC)
@@ -29,7 +33,7 @@
 #include "catalog/catalog.h"
 #include "catalog/catalog_service.h"
 #include "catalog/client.h"
-#include "catalog/internal/rocks_catalog.h"
+#include "catalog/internal/kv_catalog.h"
 #include "tests/bench/bench_util.h"
 #include "tests/support/temp_dir.h"
 
@@ -102,6 +106,11 @@ int main(int argc, char** argv) {
                "every call also checks the namespace's permissions");
   app.add_option("--rate", rate, "With --mtls: max calls a second per identity (0: no limit)")
       ->capture_default_str();
+  std::string tree_db, durable_db;
+  app.add_option("--tree-db", tree_db,
+                 "Catalog for the ls part: a PostgreSQL address of an empty database (default: "
+                 "RocksDB in a temporary directory)");
+  app.add_option("--db", durable_db, "Catalog for the throughput part, as --tree-db");
   CLI11_PARSE(app, argc, argv);
 
   gfrep::testing::TempDir dir("catalog-bench");
@@ -128,9 +137,9 @@ int main(int argc, char** argv) {
                 rate > 0 ? fmt::format("at most {:g} calls/s per identity", rate).c_str() : "no rate limit");
   }
   CatalogOptions bulk;
-  bulk.path = dir.Sub("tree");
+  bulk.path = tree_db.empty() ? dir.Sub("tree") : tree_db;
   bulk.sync = false;  // tree building only; the throughput part below syncs every write
-  absl::StatusOr<std::unique_ptr<Catalog>> tree = OpenRocksCatalog(bulk);
+  absl::StatusOr<std::unique_ptr<Catalog>> tree = OpenCatalog(bulk);
   Check(tree.status(), "open tree catalog");
   absl::StatusOr<std::unique_ptr<CatalogServer>> server = CatalogServer::Start(**tree, so);
   Check(server.status(), "start server");
@@ -200,13 +209,14 @@ int main(int argc, char** argv) {
 
   // Throughput against a durable catalog.
   CatalogOptions durable;
-  durable.path = dir.Sub("durable");
-  absl::StatusOr<std::unique_ptr<Catalog>> store = OpenRocksCatalog(durable);
+  durable.path = durable_db.empty() ? dir.Sub("durable") : durable_db;
+  absl::StatusOr<std::unique_ptr<Catalog>> store = OpenCatalog(durable);
   Check(store.status(), "open durable catalog");
   absl::StatusOr<std::unique_ptr<CatalogServer>> server2 = CatalogServer::Start(**store, so);
   Check(server2.status(), "start server 2");
   co.address = (*server2)->address();
-  std::printf("\n## Throughput over gRPC, durable catalog (sync=true), ops/s\n\n");
+  std::printf("\n## Throughput over gRPC, durable catalog (sync=true) on %s, ops/s\n\n",
+              durable_db.empty() ? "RocksDB" : "PostgreSQL");
   std::printf("| clients | creates/s | stats/s | lists/s (100 entries) | WAL writes per sync "
               "(creates) | creates/s, %d per CreateFiles | stats/s, %d per StatMany |\n"
               "|---:|---:|---:|---:|---:|---:|---:|\n", batch, batch);

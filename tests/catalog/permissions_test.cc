@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "catalog/internal/rocks_catalog.h"
+#include "catalog/internal/kv_catalog.h"
 #include "tests/support/temp_dir.h"
 
 namespace gfrep::catalog {

@@ -1,15 +1,11 @@
 #pragma once
 
-// The RocksCatalog class (the Catalog of rocks_catalog.h) shared by the files that implement
-// it, one job each:
-//   rocks_catalog.cc   opening the database, helpers, the namespace (entries, writes, rename)
-//   rocks_replicas.cc  replica records, the event log's writer, topology (sites, nodes, routes)
-//   rocks_tasks.cc     requests, transfer tasks (claims, leases, commits) and reading events
-// Locking and durability: see rocks_catalog.h.
-
-#include <rocksdb/db.h>
-#include <rocksdb/options.h>
-#include <rocksdb/write_batch.h>
+// The KvCatalog class (the Catalog of kv_catalog.h, on a KvStore of kv_store.h) shared by
+// the files that implement it, one job each:
+//   kv_catalog.cc   opening, helpers, the namespace (entries, writes, rename)
+//   kv_replicas.cc  replica records, the event log's writer, topology (sites, nodes, routes)
+//   kv_tasks.cc     requests, transfer tasks (claims, leases, commits) and reading events
+// Locking and durability: see kv_catalog.h.
 
 #include <array>
 #include <chrono>
@@ -27,31 +23,10 @@
 #include "catalog/catalog.h"
 #include "catalog/internal/claim_queue.h"
 #include "catalog/internal/codec.h"
-#include "catalog/internal/rocks_catalog.h"
-#include "catalog/internal/rocks_status.h"
+#include "catalog/internal/kv_catalog.h"
+#include "catalog/internal/kv_store.h"
 
 namespace gfrep::catalog::internal {
-
-enum Cf : int {
-  kDefault = 0,  // meta: inode id high-water mark
-  kDentries,
-  kInodes,
-  kReplicas,
-  kNodeReplicas,
-  kSites,
-  kNodes,
-  kRoutes,
-  kRequests,
-  kTasks,
-  kNodeTasks,
-  kRequestTasks,
-  kEvents,
-  kNumCf
-};
-
-inline constexpr const char* kCfNames[kNumCf] = {
-    "default", "dentries", "inodes",   "replicas",  "node_replicas", "sites",  "nodes",
-    "routes",  "requests", "tasks",    "node_tasks", "request_tasks", "events"};
 
 inline constexpr char kInodeHwmKey[] = "inode_hwm";
 inline constexpr char kPoliciesKey[] = "policies";
@@ -69,8 +44,6 @@ inline constexpr std::size_t kMaxLabels = 64;
 inline constexpr std::chrono::milliseconds kMaxDelay = std::chrono::hours(24 * 7);
 
 absl::Status ValidateDelay(std::string_view what, std::chrono::milliseconds d, bool zero_ok);
-inline std::string_view View(const rocksdb::Slice& s) { return {s.data(), s.size()}; }
-inline rocksdb::Slice Sl(std::string_view s) { return {s.data(), s.size()}; }
 // At most kMaxLabelBytes, no NUL, valid UTF-8; kInvalidArgument naming `what` otherwise.
 absl::Status ValidateLabel(std::string_view what, std::string_view v);
 // An error text from outside (an agent, an operator) made storable: at most
@@ -78,25 +51,13 @@ absl::Status ValidateLabel(std::string_view what, std::string_view v);
 // another encoding keeps its ASCII, the rest is marked).
 std::string ErrorText(std::string_view error);
 absl::Status ValidateContent(const FileContent& content);
-// The highest key of a column family keyed by U64Key (0 if empty).
-absl::StatusOr<std::uint64_t> LastU64Key(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h);
 
-class RocksCatalog final : public Catalog {
+class KvCatalog final : public Catalog {
  public:
   absl::StatusOr<std::map<std::string, std::uint64_t>> StorageStats() override;
-  RocksCatalog(const CatalogOptions& options, rocksdb::DB* db,
-               std::vector<rocksdb::ColumnFamilyHandle*> cfs)
-      : options_(options), db_(db), cfs_(std::move(cfs)) {
+  KvCatalog(const CatalogOptions& options, std::unique_ptr<KvStore> store)
+      : options_(options), store_(std::move(store)) {
     if (!options_.clock) options_.clock = SystemNowNs;
-    write_options_.sync = options_.sync;
-  }
-
-  ~RocksCatalog() override {
-    for (auto* h : cfs_) {
-      (void)db_->DestroyColumnFamilyHandle(h);  // ignored: shutting down
-    }
-    (void)db_->Close();  // ignored: nothing left to do with an error here
-    delete db_;
   }
 
   absl::Status Init();
@@ -179,23 +140,17 @@ class RocksCatalog final : public Catalog {
   absl::Status RevokeToken(std::string_view id, std::int64_t expires_unix) override;
   absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> RevokedTokens() override;
 
-  absl::StatusOr<std::string> Property(std::string_view name) {
-    std::string value;
-    if (!db_->GetProperty(Sl(name), &value)) {
-      return absl::NotFoundError(fmt::format("no RocksDB property {}", name));
-    }
-    return value;
-  }
+  absl::StatusOr<std::string> Property(std::string_view name) { return store_->Property(name); }
+  KvStore& store() { return *store_; }
 
  private:
-  rocksdb::ColumnFamilyHandle* cf(Cf c) const { return cfs_[c]; }
   std::int64_t Now() const { return options_.clock(); }
 
-  absl::Status Write(rocksdb::WriteBatch* batch, std::string_view what) {
+  absl::Status Write(KvBatch* batch, std::string_view what) {
     if (options_.write_fault) {
       if (absl::Status s = options_.write_fault(what); !s.ok()) return s;
     }
-    return FromRocks(db_->Write(write_options_, batch), what);
+    return store_->Write(*batch, options_.sync, what);
   }
 
   // Holds work_mu_. Events numbered by AddEvent count only once their batch is written
@@ -204,7 +159,7 @@ class RocksCatalog final : public Catalog {
   // leaves no gap and wakes no ReadEvents/Watch waiter.
   class ABSL_SCOPED_LOCKABLE WorkLock {
    public:
-    explicit WorkLock(RocksCatalog* c) ABSL_EXCLUSIVE_LOCK_FUNCTION(c->work_mu_) : c_(c) {
+    explicit WorkLock(KvCatalog* c) ABSL_EXCLUSIVE_LOCK_FUNCTION(c->work_mu_) : c_(c) {
       c_->work_mu_.Lock();
     }
     ~WorkLock() ABSL_UNLOCK_FUNCTION() {
@@ -216,11 +171,11 @@ class RocksCatalog final : public Catalog {
     WorkLock& operator=(const WorkLock&) = delete;
 
    private:
-    RocksCatalog* c_;
+    KvCatalog* c_;
   };
 
   // Write for batches built under a WorkLock: commits the seqs its events took.
-  absl::Status WriteLocked(rocksdb::WriteBatch* batch, std::string_view what)
+  absl::Status WriteLocked(KvBatch* batch, std::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) {
     absl::Status s = Write(batch, what);
     if (s.ok()) {
@@ -233,34 +188,22 @@ class RocksCatalog final : public Catalog {
   }
 
   // Reads one value. kNotFound (with `what` in the message) when absent.
-  absl::StatusOr<std::string> Get(Cf c, std::string_view key, std::string_view what,
-                                  const rocksdb::ReadOptions& ro = rocksdb::ReadOptions()) {
-    std::string value;
-    rocksdb::Status s = db_->Get(ro, cf(c), Sl(key), &value);
-    if (s.IsNotFound()) return absl::NotFoundError(fmt::format("{}: not found", what));
-    if (!s.ok()) return FromRocks(s, what);
-    return value;
+  absl::StatusOr<std::string> Get(Table t, std::string_view key, std::string_view what,
+                                  const KvSnapshot* snapshot = nullptr) {
+    return store_->Get(t, key, what, snapshot);
   }
 
   // Calls fn(key, value) for keys with `prefix` starting at `start` (>= prefix) until fn
   // returns false.
-  absl::Status Scan(Cf c, std::string_view prefix, std::string_view start,
-                    const std::function<bool(std::string_view, std::string_view)>& fn) {
-    rocksdb::ReadOptions ro;
-    std::string upper = PrefixSuccessor(prefix);
-    rocksdb::Slice upper_slice(upper);
-    if (!upper.empty()) ro.iterate_upper_bound = &upper_slice;
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf(c)));
-    for (it->Seek(Sl(start.empty() ? prefix : start)); it->Valid(); it->Next()) {
-      if (!fn(View(it->key()), View(it->value()))) break;
-    }
-    return FromRocks(it->status(), "scan");
+  absl::Status Scan(Table t, std::string_view prefix, std::string_view start, const KvScanFn& fn,
+                    const KvSnapshot* snapshot = nullptr) {
+    return store_->Scan(t, prefix, start, fn, snapshot);
   }
 
   absl::StatusOr<Attributes> Root() { return GetDentry(0, ""); }
   absl::StatusOr<Attributes> GetDentry(InodeId parent, std::string_view name,
-                                       const rocksdb::ReadOptions& ro = rocksdb::ReadOptions()) {
-    absl::StatusOr<std::string> v = Get(kDentries, DentryKey(parent, name), name, ro);
+                                       const KvSnapshot* snapshot = nullptr) {
+    absl::StatusOr<std::string> v = Get(kDentries, DentryKey(parent, name), name, snapshot);
     if (!v.ok()) return v.status();
     return DecodeAttributes(*v);
   }
@@ -282,18 +225,18 @@ class RocksCatalog final : public Catalog {
                                          FileType type, const FileContent& content,
                                          bool exist_ok);
 
-  void AddEvent(rocksdb::WriteBatch& batch, EventKind kind, std::uint64_t id,
+  void AddEvent(KvBatch& batch, EventKind kind, std::uint64_t id,
                 std::string_view node, std::string_view state, std::string_view detail)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-  void PutReplicaLocked(rocksdb::WriteBatch& batch, const Replica& r, std::string_view detail)
+  void PutReplicaLocked(KvBatch& batch, const Replica& r, std::string_view detail)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-  void DeleteReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode, std::string_view node)
+  void DeleteReplicaLocked(KvBatch& batch, InodeId inode, std::string_view node)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-  void PutTaskLocked(rocksdb::WriteBatch& batch, const Task& t)
+  void PutTaskLocked(KvBatch& batch, const Task& t)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   // Deletes the replica (inode, node) if it is kPending at `generation` (the placeholder
   // of an attempt at that generation); any other record is left alone.
-  absl::Status DropPendingReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode,
+  absl::Status DropPendingReplicaLocked(KvBatch& batch, InodeId inode,
                                         std::string_view node, std::uint64_t generation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   // The record (inode, node), or nullopt if there is none.
@@ -302,7 +245,7 @@ class RocksCatalog final : public Catalog {
   absl::StatusOr<std::uint64_t> ReservedGeneration(InodeId inode);
   // A lease that ran out: a failed attempt, back to kQueued (or kFailed when out of
   // attempts), its pending replica dropped.
-  absl::Status ExpireLeaseLocked(rocksdb::WriteBatch& batch, Task& t, std::int64_t now)
+  absl::Status ExpireLeaseLocked(KvBatch& batch, Task& t, std::int64_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   // Why a claimable task can no longer do anything useful ("" if it can): its file is gone
   // or at a newer generation, or the destination's record is newer.
@@ -317,19 +260,17 @@ class RocksCatalog final : public Catalog {
   // Adds the completion of the leased task `t` to `batch` (t becomes what it will be once
   // written); `outcome` is what CompleteTask reports then: OK or kAborted. An error return
   // added nothing.
-  absl::Status CompleteLeasedLocked(rocksdb::WriteBatch& batch, Task& t, std::int64_t mtime_ns,
+  absl::Status CompleteLeasedLocked(KvBatch& batch, Task& t, std::int64_t mtime_ns,
                                     absl::Status& outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   absl::StatusOr<Task> LeasedTask(std::uint64_t id, std::string_view owner)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
-  absl::Status MarkSubtreeDeleted(rocksdb::WriteBatch& batch, const Attributes& a,
+  absl::Status MarkSubtreeDeleted(KvBatch& batch, const Attributes& a,
                                   std::size_t& count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
 
   // Constant after construction.
   CatalogOptions options_;
-  rocksdb::DB* db_;
-  std::vector<rocksdb::ColumnFamilyHandle*> cfs_;
-  rocksdb::WriteOptions write_options_;
+  std::unique_ptr<KvStore> store_;
 
   absl::Mutex tree_mu_;
   std::array<absl::Mutex, kNameLockStripes> name_locks_;

@@ -1,4 +1,4 @@
-// RocksCatalog (rocks_catalog_impl.h): replica records, the event log's writer, the
+// KvCatalog (kv_catalog_impl.h): replica records, the event log's writer, the
 // topology tables (sites, nodes, routes) and the policy document.
 
 #include <algorithm>
@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "catalog/internal/rocks_catalog_impl.h"
+#include "catalog/internal/kv_catalog_impl.h"
 
 namespace gfrep::catalog::internal {
 namespace {
@@ -34,7 +34,7 @@ absl::StatusOr<std::vector<T>> ScanAll(
 
 }  // namespace
 
-absl::StatusOr<Location> RocksCatalog::Locate(std::string_view path) {
+absl::StatusOr<Location> KvCatalog::Locate(std::string_view path) {
   absl::StatusOr<Attributes> a = ResolvePath(path);
   if (!a.ok()) return a.status();
   Location loc;
@@ -48,7 +48,7 @@ absl::StatusOr<Location> RocksCatalog::Locate(std::string_view path) {
   return loc;
 }
 
-absl::StatusOr<std::vector<Replica>> RocksCatalog::GetReplicas(InodeId inode) {
+absl::StatusOr<std::vector<Replica>> KvCatalog::GetReplicas(InodeId inode) {
   std::vector<Replica> out;
   absl::Status decode_status;
   absl::Status s = Scan(kReplicas, U64Key(inode), "", [&](std::string_view, std::string_view v) {
@@ -65,7 +65,7 @@ absl::StatusOr<std::vector<Replica>> RocksCatalog::GetReplicas(InodeId inode) {
   return out;
 }
 
-void RocksCatalog::AddEvent(rocksdb::WriteBatch& batch, EventKind kind, std::uint64_t id,
+void KvCatalog::AddEvent(KvBatch& batch, EventKind kind, std::uint64_t id,
                             std::string_view node, std::string_view state,
                             std::string_view detail) {
   Event e;
@@ -76,29 +76,29 @@ void RocksCatalog::AddEvent(rocksdb::WriteBatch& batch, EventKind kind, std::uin
   e.node = std::string(node);
   e.state = std::string(state);
   e.detail = std::string(TruncateUtf8(detail, kMaxPathBytes));
-  batch.Put(cf(kEvents), U64Key(e.seq), EncodeEvent(e));
+  batch.Put(kEvents, U64Key(e.seq), EncodeEvent(e));
   if (e.seq % 1024 == 0 && e.seq > options_.event_retention) {
-    batch.DeleteRange(cf(kEvents), U64Key(0), U64Key(e.seq - options_.event_retention));
+    batch.DeleteRange(kEvents, U64Key(0), U64Key(e.seq - options_.event_retention));
   }
 }
 
-void RocksCatalog::PutReplicaLocked(rocksdb::WriteBatch& batch, const Replica& in,
+void KvCatalog::PutReplicaLocked(KvBatch& batch, const Replica& in,
                                     std::string_view detail) {
   Replica r = in;
   r.updated_ns = Now();
-  batch.Put(cf(kReplicas), ReplicaKey(r.inode, r.node), EncodeReplica(r));
-  batch.Put(cf(kNodeReplicas), NodeReplicaKey(r.node, r.inode), "");
+  batch.Put(kReplicas, ReplicaKey(r.inode, r.node), EncodeReplica(r));
+  batch.Put(kNodeReplicas, NodeReplicaKey(r.node, r.inode), "");
   AddEvent(batch, EventKind::kReplica, r.inode, r.node, ToString(r.state), detail);
 }
 
-void RocksCatalog::DeleteReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode,
+void KvCatalog::DeleteReplicaLocked(KvBatch& batch, InodeId inode,
                                        std::string_view node) {
-  batch.Delete(cf(kReplicas), ReplicaKey(inode, node));
-  batch.Delete(cf(kNodeReplicas), NodeReplicaKey(node, inode));
+  batch.Delete(kReplicas, ReplicaKey(inode, node));
+  batch.Delete(kNodeReplicas, NodeReplicaKey(node, inode));
   AddEvent(batch, EventKind::kReplica, inode, node, "removed", "");
 }
 
-absl::StatusOr<std::optional<Replica>> RocksCatalog::FindReplica(InodeId inode,
+absl::StatusOr<std::optional<Replica>> KvCatalog::FindReplica(InodeId inode,
                                                                  std::string_view node) {
   absl::StatusOr<std::string> v = Get(kReplicas, ReplicaKey(inode, node), "replica");
   if (absl::IsNotFound(v.status())) return std::optional<Replica>();
@@ -108,7 +108,7 @@ absl::StatusOr<std::optional<Replica>> RocksCatalog::FindReplica(InodeId inode,
   return std::optional<Replica>(std::move(*r));
 }
 
-absl::Status RocksCatalog::DropPendingReplicaLocked(rocksdb::WriteBatch& batch, InodeId inode,
+absl::Status KvCatalog::DropPendingReplicaLocked(KvBatch& batch, InodeId inode,
                                                     std::string_view node,
                                                     std::uint64_t generation) {
   absl::StatusOr<std::optional<Replica>> r = FindReplica(inode, node);
@@ -119,7 +119,7 @@ absl::Status RocksCatalog::DropPendingReplicaLocked(rocksdb::WriteBatch& batch, 
   return absl::OkStatus();
 }
 
-absl::Status RocksCatalog::PutReplica(const Replica& replica) {
+absl::Status KvCatalog::PutReplica(const Replica& replica) {
   if (absl::Status s = ValidateName(replica.node); !s.ok()) return s;
   WorkLock work(this);
   absl::StatusOr<Attributes> a = StatInode(replica.inode);
@@ -135,19 +135,19 @@ absl::Status RocksCatalog::PutReplica(const Replica& replica) {
     return absl::AbortedError(fmt::format("{}: generation is {}, replica holds {}", a->name,
                                           a->generation, replica.generation));
   }
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   PutReplicaLocked(batch, replica, a->name);
   return WriteLocked(&batch, "put replica");
 }
 
-absl::StatusOr<std::vector<absl::Status>> RocksCatalog::TransitionReplicas(
+absl::StatusOr<std::vector<absl::Status>> KvCatalog::TransitionReplicas(
     const std::vector<ReplicaTransition>& items) {
   if (items.size() > kMaxBatchPaths) {
     return absl::InvalidArgumentError(fmt::format("more than {} replicas", kMaxBatchPaths));
   }
   std::vector<absl::Status> out(items.size());
   WorkLock work(this);
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   std::vector<std::size_t> applied;
   // Records this batch changes (reads do not see the batch): a second change of one is
   // refused, and "never the last complete replica" counts the batch's own removals.
@@ -199,7 +199,7 @@ absl::StatusOr<std::vector<absl::Status>> RocksCatalog::TransitionReplicas(
       if (t.verified) r.verified_ns = now;
       if (t.mtime_ns != 0) r.mtime_ns = t.mtime_ns;
       r.updated_ns = now;
-      batch.Put(cf(kReplicas), ReplicaKey(r.inode, r.node), EncodeReplica(r));
+      batch.Put(kReplicas, ReplicaKey(r.inode, r.node), EncodeReplica(r));
     } else {
       r.note = t.note;
       PutReplicaLocked(batch, r, t.note);
@@ -214,18 +214,18 @@ absl::StatusOr<std::vector<absl::Status>> RocksCatalog::TransitionReplicas(
   return out;
 }
 
-absl::Status RocksCatalog::RemoveReplica(InodeId inode, std::string_view node) {
+absl::Status KvCatalog::RemoveReplica(InodeId inode, std::string_view node) {
   if (absl::Status s = ValidateName(node); !s.ok()) return s;
   WorkLock work(this);
   absl::StatusOr<std::string> existing = Get(kReplicas, ReplicaKey(inode, node), "replica");
   if (absl::IsNotFound(existing.status())) return absl::OkStatus();
   if (!existing.ok()) return existing.status();
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   DeleteReplicaLocked(batch, inode, node);
   return WriteLocked(&batch, "remove replica");
 }
 
-absl::StatusOr<std::vector<Replica>> RocksCatalog::ListNodeReplicas(std::string_view node,
+absl::StatusOr<std::vector<Replica>> KvCatalog::ListNodeReplicas(std::string_view node,
                                                                     InodeId start_after,
                                                                     std::size_t limit) {
   if (absl::Status s = ValidateName(node); !s.ok()) return s;
@@ -251,7 +251,7 @@ absl::StatusOr<std::vector<Replica>> RocksCatalog::ListNodeReplicas(std::string_
   return out;
 }
 
-absl::Status RocksCatalog::PutSite(const Site& site) {
+absl::Status KvCatalog::PutSite(const Site& site) {
   if (absl::Status s = ValidateName(site.name); !s.ok()) return s;
   if (site.labels.size() > kMaxLabels) return absl::InvalidArgumentError("too many labels");
   for (const auto& [k, v] : site.labels) {
@@ -261,12 +261,12 @@ absl::Status RocksCatalog::PutSite(const Site& site) {
     if (absl::Status s = ValidateLabel("label value", v); !s.ok()) return s;
   }
   WorkLock work(this);
-  rocksdb::WriteBatch batch;
-  batch.Put(cf(kSites), site.name, EncodeSite(site));
+  KvBatch batch;
+  batch.Put(kSites, site.name, EncodeSite(site));
   return WriteLocked(&batch, "put site");
 }
 
-absl::Status RocksCatalog::RemoveSite(std::string_view name) {
+absl::Status KvCatalog::RemoveSite(std::string_view name) {
   if (absl::Status s = ValidateName(name); !s.ok()) return s;
   WorkLock work(this);
   if (absl::StatusOr<std::string> v = Get(kSites, name, fmt::format("site {}", name)); !v.ok()) {
@@ -278,23 +278,23 @@ absl::Status RocksCatalog::RemoveSite(std::string_view name) {
     return absl::FailedPreconditionError(
         fmt::format("site {} still has {} node(s)", name, nodes->size()));
   }
-  rocksdb::WriteBatch batch;
-  batch.Delete(cf(kSites), Sl(name));
+  KvBatch batch;
+  batch.Delete(kSites, name);
   absl::StatusOr<std::vector<Route>> routes = ListRoutes();
   if (!routes.ok()) return routes.status();
   for (const Route& r : *routes) {
     if (r.src_site == name || r.dst_site == name) {
-      batch.Delete(cf(kRoutes), RouteKey(r.src_site, r.dst_site));
+      batch.Delete(kRoutes, RouteKey(r.src_site, r.dst_site));
     }
   }
   return WriteLocked(&batch, "remove site");
 }
-absl::StatusOr<std::vector<Site>> RocksCatalog::ListSites() {
+absl::StatusOr<std::vector<Site>> KvCatalog::ListSites() {
   return ScanAll<Site>([&](const auto& fn) { return Scan(kSites, "", "", fn); }, DecodeSite,
                        [](const Site&) { return true; });
 }
 
-absl::Status RocksCatalog::RegisterNode(const Node& node) {
+absl::Status KvCatalog::RegisterNode(const Node& node) {
   if (absl::Status s = ValidateName(node.name); !s.ok()) return s;
   if (absl::Status s = ValidateName(node.site); !s.ok()) return s;
   for (auto [what, v] : {std::pair<std::string_view, std::string_view>{"address", node.address},
@@ -317,60 +317,60 @@ absl::Status RocksCatalog::RegisterNode(const Node& node) {
   } else if (!absl::IsNotFound(old.status())) {
     return old.status();
   }
-  rocksdb::WriteBatch batch;
-  batch.Put(cf(kNodes), n.name, EncodeNode(n));
+  KvBatch batch;
+  batch.Put(kNodes, n.name, EncodeNode(n));
   AddEvent(batch, EventKind::kNode, 0, n.name, "registered", n.address);
   return WriteLocked(&batch, "register node");
 }
 
-absl::Status RocksCatalog::PutNodeDisk(std::string_view name, const DiskProfile& disk) {
+absl::Status KvCatalog::PutNodeDisk(std::string_view name, const DiskProfile& disk) {
   if (absl::Status s = ValidateName(name); !s.ok()) return s;
   if (absl::Status s = Validate(disk); !s.ok()) return s;
   WorkLock work(this);
   absl::StatusOr<Node> n = GetNode(name);
   if (!n.ok()) return n.status();
   n->disk = disk;
-  rocksdb::WriteBatch batch;
-  batch.Put(cf(kNodes), n->name, EncodeNode(*n));
+  KvBatch batch;
+  batch.Put(kNodes, n->name, EncodeNode(*n));
   AddEvent(batch, EventKind::kNode, 0, n->name, "disk",
            fmt::format("io={} direct={} flush={}", disk.write_io_size_bytes, disk.direct,
                        disk.flush_interval_bytes));
   return WriteLocked(&batch, "put node disk");
 }
 
-absl::Status RocksCatalog::RemoveNode(std::string_view name) {
+absl::Status KvCatalog::RemoveNode(std::string_view name) {
   if (absl::Status s = ValidateName(name); !s.ok()) return s;
   WorkLock work(this);
   if (absl::StatusOr<std::string> v = Get(kNodes, name, fmt::format("node {}", name)); !v.ok()) {
     return v.status();
   }
-  rocksdb::WriteBatch batch;
-  batch.Delete(cf(kNodes), Sl(name));
+  KvBatch batch;
+  batch.Delete(kNodes, name);
   AddEvent(batch, EventKind::kNode, 0, name, "removed", "");
   return WriteLocked(&batch, "remove node");
 }
 
-absl::Status RocksCatalog::RecordAudit(std::string_view who, std::string_view what, std::string_view detail) {
+absl::Status KvCatalog::RecordAudit(std::string_view who, std::string_view what, std::string_view detail) {
   WorkLock work(this);
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   AddEvent(batch, EventKind::kAudit, 0, TruncateUtf8(who, kMaxNameBytes), what, detail);
   return WriteLocked(&batch, "record audit event");
 }
 
-absl::StatusOr<Node> RocksCatalog::GetNode(std::string_view name) {
+absl::StatusOr<Node> KvCatalog::GetNode(std::string_view name) {
   if (absl::Status s = ValidateName(name); !s.ok()) return s;
   absl::StatusOr<std::string> v = Get(kNodes, name, fmt::format("node {}", name));
   if (!v.ok()) return v.status();
   return DecodeNode(*v);
 }
 
-absl::StatusOr<std::vector<Node>> RocksCatalog::ListNodes(std::string_view site) {
+absl::StatusOr<std::vector<Node>> KvCatalog::ListNodes(std::string_view site) {
   std::string s(site);
   return ScanAll<Node>([&](const auto& fn) { return Scan(kNodes, "", "", fn); }, DecodeNode,
                        [&](const Node& n) { return s.empty() || n.site == s; });
 }
 
-absl::Status RocksCatalog::SendHeartbeat(const Heartbeat& hb) {
+absl::Status KvCatalog::SendHeartbeat(const Heartbeat& hb) {
   if (absl::Status s = ValidateName(hb.node); !s.ok()) return s;
   if (hb.routes.size() > kMaxRouteObservations) {
     return absl::InvalidArgumentError(
@@ -387,8 +387,8 @@ absl::Status RocksCatalog::SendHeartbeat(const Heartbeat& hb) {
   n->load = hb.load;
   n->active_transfers = hb.active_transfers;
   n->last_heartbeat_ns = now;
-  rocksdb::WriteBatch batch;
-  batch.Put(cf(kNodes), n->name, EncodeNode(*n));
+  KvBatch batch;
+  batch.Put(kNodes, n->name, EncodeNode(*n));
   // Routes into the node's site learn from what its copies saw. A route without a record
   // gets one (its settings all "default"); a source site removed meanwhile is skipped.
   for (const RouteObservation& o : hb.routes) {
@@ -405,12 +405,12 @@ absl::Status RocksCatalog::SendHeartbeat(const Heartbeat& hb) {
       route.dst_site = n->site;
     }
     route.observed = WithObservation(route.observed, o, now);
-    batch.Put(cf(kRoutes), RouteKey(route.src_site, route.dst_site), EncodeRoute(route));
+    batch.Put(kRoutes, RouteKey(route.src_site, route.dst_site), EncodeRoute(route));
   }
   return WriteLocked(&batch, "heartbeat");
 }
 
-absl::Status RocksCatalog::PutRoute(const Route& route) {
+absl::Status KvCatalog::PutRoute(const Route& route) {
   if (absl::Status s = ValidateName(route.src_site); !s.ok()) return s;
   if (absl::Status s = ValidateName(route.dst_site); !s.ok()) return s;
   if (absl::Status s = ValidateLabel("congestion control", route.congestion_control); !s.ok()) {
@@ -432,20 +432,20 @@ absl::Status RocksCatalog::PutRoute(const Route& route) {
   } else if (!absl::IsNotFound(old.status())) {
     return old.status();
   }
-  rocksdb::WriteBatch batch;
-  batch.Put(cf(kRoutes), RouteKey(route.src_site, route.dst_site), EncodeRoute(stored));
+  KvBatch batch;
+  batch.Put(kRoutes, RouteKey(route.src_site, route.dst_site), EncodeRoute(stored));
   return WriteLocked(&batch, "put route");
 }
 
-absl::Status RocksCatalog::RemoveRoute(std::string_view src, std::string_view dst) {
+absl::Status KvCatalog::RemoveRoute(std::string_view src, std::string_view dst) {
   WorkLock work(this);
   if (absl::StatusOr<Route> r = GetRoute(src, dst); !r.ok()) return r.status();
-  rocksdb::WriteBatch batch;
-  batch.Delete(cf(kRoutes), RouteKey(src, dst));
+  KvBatch batch;
+  batch.Delete(kRoutes, RouteKey(src, dst));
   return WriteLocked(&batch, "remove route");
 }
 
-absl::StatusOr<Route> RocksCatalog::GetRoute(std::string_view src, std::string_view dst) {
+absl::StatusOr<Route> KvCatalog::GetRoute(std::string_view src, std::string_view dst) {
   if (absl::Status s = ValidateName(src); !s.ok()) return s;
   if (absl::Status s = ValidateName(dst); !s.ok()) return s;
   absl::StatusOr<std::string> v = Get(kRoutes, RouteKey(src, dst), fmt::format("route {} -> {}", src, dst));
@@ -453,19 +453,19 @@ absl::StatusOr<Route> RocksCatalog::GetRoute(std::string_view src, std::string_v
   return DecodeRoute(*v);
 }
 
-absl::StatusOr<std::vector<Route>> RocksCatalog::ListRoutes() {
+absl::StatusOr<std::vector<Route>> KvCatalog::ListRoutes() {
   return ScanAll<Route>([&](const auto& fn) { return Scan(kRoutes, "", "", fn); }, DecodeRoute,
                         [](const Route&) { return true; });
 }
 
-absl::StatusOr<PolicyDocument> RocksCatalog::GetPolicies() {
-  absl::StatusOr<std::string> v = Get(kDefault, kPoliciesKey, "policies");
+absl::StatusOr<PolicyDocument> KvCatalog::GetPolicies() {
+  absl::StatusOr<std::string> v = Get(kMeta, kPoliciesKey, "policies");
   if (absl::IsNotFound(v.status())) return PolicyDocument{};
   if (!v.ok()) return v.status();
   return DecodePolicyDocument(*v);
 }
 
-absl::StatusOr<PolicyDocument> RocksCatalog::PutPolicies(std::string_view text,
+absl::StatusOr<PolicyDocument> KvCatalog::PutPolicies(std::string_view text,
                                                          std::string_view source,
                                                          std::optional<std::uint64_t> expected) {
   if (text.size() > kMaxPolicyBytes) {
@@ -487,8 +487,8 @@ absl::StatusOr<PolicyDocument> RocksCatalog::PutPolicies(std::string_view text,
   d.source = std::string(source);
   d.version = now->version + 1;
   d.updated_ns = Now();
-  rocksdb::WriteBatch batch;
-  batch.Put(cf(kDefault), kPoliciesKey, EncodePolicyDocument(d));
+  KvBatch batch;
+  batch.Put(kMeta, kPoliciesKey, EncodePolicyDocument(d));
   if (absl::Status s = WriteLocked(&batch, "put policies"); !s.ok()) return s;
   return d;
 }

@@ -1,11 +1,11 @@
-// RocksCatalog (rocks_catalog_impl.h): requests, transfer tasks (claims, leases, commits,
+// KvCatalog (kv_catalog_impl.h): requests, transfer tasks (claims, leases, commits,
 // expiry) and reading the event log.
 
 #include <algorithm>
 #include <limits>
 #include <set>
 
-#include "catalog/internal/rocks_catalog_impl.h"
+#include "catalog/internal/kv_catalog_impl.h"
 
 namespace gfrep::catalog::internal {
 namespace {
@@ -16,7 +16,7 @@ bool IsFinal(RequestState s) {
 
 }  // namespace
 
-absl::StatusOr<Request> RocksCatalog::CreateRequest(const RequestSpec& spec) {
+absl::StatusOr<Request> KvCatalog::CreateRequest(const RequestSpec& spec) {
   if (spec.paths.empty()) return absl::InvalidArgumentError("request without paths");
   if (spec.paths.size() > kMaxBatchPaths) {
     return absl::InvalidArgumentError(fmt::format("more than {} paths", kMaxBatchPaths));
@@ -45,44 +45,75 @@ absl::StatusOr<Request> RocksCatalog::CreateRequest(const RequestSpec& spec) {
   r.id = last_request_ + 1;
   r.spec = spec;
   r.created_ns = r.updated_ns = Now();
-  rocksdb::WriteBatch batch;
-  batch.Put(cf(kRequests), U64Key(r.id), EncodeRequest(r));
+  KvBatch batch;
+  batch.Put(kRequests, U64Key(r.id), EncodeRequest(r));
   AddEvent(batch, EventKind::kRequest, r.id, "", ToString(r.state), "");
   if (absl::Status s = WriteLocked(&batch, "create request"); !s.ok()) return s;
   last_request_ = r.id;
   return r;
 }
 
-absl::StatusOr<Request> RocksCatalog::GetRequest(std::uint64_t id) {
+absl::StatusOr<Request> KvCatalog::GetRequest(std::uint64_t id) {
   absl::StatusOr<std::string> v = Get(kRequests, U64Key(id), fmt::format("request {}", id));
   if (!v.ok()) return v.status();
   return DecodeRequest(*v);
 }
 
-absl::StatusOr<std::vector<Request>> RocksCatalog::ListRequests(bool any_state,
+absl::StatusOr<std::vector<Request>> KvCatalog::ListRequests(bool any_state,
                                                                 RequestState state,
                                                                 std::size_t limit) {
   std::vector<Request> out;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf(kRequests)));
-  for (it->SeekToLast(); it->Valid() && out.size() < limit; it->Prev()) {
-    absl::StatusOr<Request> r = DecodeRequest(View(it->value()));
-    if (!r.ok()) return r.status();
-    if (any_state || r->state == state) out.push_back(std::move(*r));
-  }
-  if (absl::Status s = FromRocks(it->status(), "list requests"); !s.ok()) return s;
+  if (limit == 0) return out;
+  absl::Status bad;
+  absl::Status s = store_->Scan(
+      kRequests, "", "",
+      [&](std::string_view, std::string_view v) {
+        absl::StatusOr<Request> r = DecodeRequest(v);
+        if (!r.ok()) {
+          bad = r.status();
+          return false;
+        }
+        if (any_state || r->state == state) out.push_back(std::move(*r));
+        return out.size() < limit;
+      },
+      nullptr, /*reverse=*/true);
+  if (!bad.ok()) return bad;
+  if (!s.ok()) return s;
   return out;
 }
 
 
-absl::StatusOr<std::size_t> RocksCatalog::PurgeFinishedRequests(std::int64_t finished_before_ns, std::size_t max) {
+absl::StatusOr<std::size_t> KvCatalog::PurgeFinishedRequests(std::int64_t finished_before_ns, std::size_t max) {
   WorkLock work(this);
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   std::size_t purged = 0;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf(kRequests)));
-  for (it->SeekToFirst(); it->Valid() && purged < max; it->Next()) {
-    absl::StatusOr<Request> r = DecodeRequest(View(it->value()));
-    if (!r.ok()) return r.status();
-    if (!IsFinal(r->state) || r->updated_ns >= finished_before_ns) continue;
+  // Finished requests a page at a time (a scan's callback does not read tasks), oldest first,
+  // until `max` are purged; one whose tasks are still open is stepped over.
+  std::string start;
+  bool more = true;
+  while (more && purged < max) {
+    std::vector<Request> finished;
+    absl::Status bad;
+    more = false;
+    absl::Status scanned = Scan(kRequests, "", start, [&](std::string_view k, std::string_view v) {
+      if (finished.size() >= 256) {
+        start.assign(k);
+        more = true;
+        return false;
+      }
+      absl::StatusOr<Request> r = DecodeRequest(v);
+      if (!r.ok()) {
+        bad = r.status();
+        return false;
+      }
+      if (IsFinal(r->state) && r->updated_ns < finished_before_ns) finished.push_back(std::move(*r));
+      return true;
+    });
+    if (!bad.ok()) return bad;
+    if (!scanned.ok()) return scanned;
+  for (const Request& req : finished) {
+    if (purged >= max) break;
+    const Request* r = &req;
     std::vector<std::uint64_t> tasks;
     absl::Status s = Scan(kRequestTasks, U64Key(r->id), "", [&](std::string_view key, std::string_view) {
       if (absl::StatusOr<std::uint64_t> id = GetBigEndian64(key, 8); id.ok()) tasks.push_back(*id);
@@ -98,23 +129,23 @@ absl::StatusOr<std::size_t> RocksCatalog::PurgeFinishedRequests(std::int64_t fin
     }
     if (keep) continue;
     for (std::uint64_t id : tasks) {
-      batch.Delete(cf(kTasks), U64Key(id));
-      batch.Delete(cf(kRequestTasks), RequestTaskKey(r->id, id));
+      batch.Delete(kTasks, U64Key(id));
+      batch.Delete(kRequestTasks, RequestTaskKey(r->id, id));
     }
-    batch.Delete(cf(kRequests), U64Key(r->id));
+    batch.Delete(kRequests, U64Key(r->id));
     AddEvent(batch, EventKind::kRequest, r->id, "", "purged",
              fmt::format("finished {} ({}), {} tasks", ToString(r->state), r->spec.owner, tasks.size()));
     purged += 1;
   }
-  if (absl::Status s = FromRocks(it->status(), "purge requests"); !s.ok()) return s;
+  }
   if (purged == 0) return purged;
-  batch.Put(cf(kDefault), kRequestHwmKey, U64Key(last_request_));
-  batch.Put(cf(kDefault), kTaskHwmKey, U64Key(last_task_));
+  batch.Put(kMeta, kRequestHwmKey, U64Key(last_request_));
+  batch.Put(kMeta, kTaskHwmKey, U64Key(last_task_));
   if (absl::Status s = WriteLocked(&batch, "purge requests"); !s.ok()) return s;
   return purged;
 }
 
-absl::StatusOr<Request> RocksCatalog::UpdateRequest(const RequestUpdate& u) {
+absl::StatusOr<Request> KvCatalog::UpdateRequest(const RequestUpdate& u) {
   if (absl::Status s = ValidateLabel("error", u.error); !s.ok()) return s;
   WorkLock work(this);
   absl::StatusOr<Request> r = GetRequest(u.id);
@@ -139,8 +170,8 @@ absl::StatusOr<Request> RocksCatalog::UpdateRequest(const RequestUpdate& u) {
     r->bytes_done = u.bytes_done;
   }
   r->updated_ns = Now();
-  rocksdb::WriteBatch batch;
-  batch.Put(cf(kRequests), U64Key(r->id), EncodeRequest(*r));
+  KvBatch batch;
+  batch.Put(kRequests, U64Key(r->id), EncodeRequest(*r));
   if (state_changed || u.set_counters) {
     AddEvent(batch, EventKind::kRequest, r->id, "", ToString(r->state),
              fmt::format("files {}/{} failed {}", r->files_done, r->files_total, r->files_failed));
@@ -149,21 +180,21 @@ absl::StatusOr<Request> RocksCatalog::UpdateRequest(const RequestUpdate& u) {
   return r;
 }
 
-void RocksCatalog::PutTaskLocked(rocksdb::WriteBatch& batch, const Task& t) {
-  batch.Put(cf(kTasks), U64Key(t.id), EncodeTask(t));
+void KvCatalog::PutTaskLocked(KvBatch& batch, const Task& t) {
+  batch.Put(kTasks, U64Key(t.id), EncodeTask(t));
   claim_queue_.Stage(t);
   bool open = t.state == TaskState::kQueued || t.state == TaskState::kLeased;
   if (open) {
-    batch.Put(cf(kNodeTasks), NodeTaskKey(t.spec.dst_node, t.id), "");
+    batch.Put(kNodeTasks, NodeTaskKey(t.spec.dst_node, t.id), "");
   } else {
-    batch.Delete(cf(kNodeTasks), NodeTaskKey(t.spec.dst_node, t.id));
+    batch.Delete(kNodeTasks, NodeTaskKey(t.spec.dst_node, t.id));
   }
   AddEvent(batch, EventKind::kTask, t.id, t.spec.dst_node, ToString(t.state),
            t.state == TaskState::kFailed || t.state == TaskState::kQueued ? t.last_error
                                                                           : t.spec.path);
 }
 
-absl::StatusOr<std::vector<Task>> RocksCatalog::CreateTasks(const std::vector<TaskSpec>& specs) {
+absl::StatusOr<std::vector<Task>> KvCatalog::CreateTasks(const std::vector<TaskSpec>& specs) {
   if (specs.size() > kMaxBatchPaths) {
     return absl::InvalidArgumentError(fmt::format("more than {} tasks", kMaxBatchPaths));
   }
@@ -172,7 +203,7 @@ absl::StatusOr<std::vector<Task>> RocksCatalog::CreateTasks(const std::vector<Ta
   WorkLock work(this);
   std::set<std::string> nodes_ok;
   std::set<std::uint64_t> requests_ok;
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   std::uint64_t id = last_task_;
   std::int64_t now = Now();
   for (const TaskSpec& spec : specs) {
@@ -215,7 +246,7 @@ absl::StatusOr<std::vector<Task>> RocksCatalog::CreateTasks(const std::vector<Ta
     t.created_ns = t.updated_ns = now;
     PutTaskLocked(batch, t);
     if (spec.request_id != 0) {
-      batch.Put(cf(kRequestTasks), RequestTaskKey(spec.request_id, t.id), "");
+      batch.Put(kRequestTasks, RequestTaskKey(spec.request_id, t.id), "");
     }
     out.push_back(std::move(t));
   }
@@ -224,13 +255,13 @@ absl::StatusOr<std::vector<Task>> RocksCatalog::CreateTasks(const std::vector<Ta
   return out;
 }
 
-absl::StatusOr<Task> RocksCatalog::GetTask(std::uint64_t id) {
+absl::StatusOr<Task> KvCatalog::GetTask(std::uint64_t id) {
   absl::StatusOr<std::string> v = Get(kTasks, U64Key(id), fmt::format("task {}", id));
   if (!v.ok()) return v.status();
   return DecodeTask(*v);
 }
 
-absl::StatusOr<std::vector<Task>> RocksCatalog::ListTasks(const TaskFilter& f) {
+absl::StatusOr<std::vector<Task>> KvCatalog::ListTasks(const TaskFilter& f) {
   std::vector<std::uint64_t> ids;
   bool use_ids = false;
   if (f.open_only) {
@@ -298,7 +329,7 @@ absl::StatusOr<std::vector<Task>> RocksCatalog::ListTasks(const TaskFilter& f) {
   return out;
 }
 
-absl::StatusOr<Task> RocksCatalog::ClaimTask(std::string_view node, std::string_view owner,
+absl::StatusOr<Task> KvCatalog::ClaimTask(std::string_view node, std::string_view owner,
                                              std::chrono::milliseconds lease) {
   std::vector<std::string> owners;
   owners.emplace_back(owner);
@@ -310,7 +341,7 @@ absl::StatusOr<Task> RocksCatalog::ClaimTask(std::string_view node, std::string_
   return std::move(claimed->front());
 }
 
-absl::StatusOr<std::vector<std::uint64_t>> RocksCatalog::OpenTaskIdsLocked(std::string_view node) {
+absl::StatusOr<std::vector<std::uint64_t>> KvCatalog::OpenTaskIdsLocked(std::string_view node) {
   std::vector<std::uint64_t> ids;
   std::string prefix = NodePrefix(node);
   auto hint = first_open_task_.find(node);
@@ -328,7 +359,7 @@ absl::StatusOr<std::vector<std::uint64_t>> RocksCatalog::OpenTaskIdsLocked(std::
   return ids;
 }
 
-absl::StatusOr<std::vector<Task>> RocksCatalog::ClaimTasks(std::string_view node,
+absl::StatusOr<std::vector<Task>> KvCatalog::ClaimTasks(std::string_view node,
                                                            const std::vector<std::string>& owners,
                                                            std::chrono::milliseconds lease) {
   if (absl::Status s = ValidateName(node); !s.ok()) return s;
@@ -362,7 +393,7 @@ absl::StatusOr<std::vector<Task>> RocksCatalog::ClaimTasks(std::string_view node
     }
     claim_queue_.Load(node, open);
   }
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   // Tasks changed in this batch (read from it, not from the database, which has the old).
   std::map<std::uint64_t, Task> changed;
   for (std::uint64_t id : claim_queue_.TakeExpiredLeases(node, now)) {
@@ -460,7 +491,7 @@ absl::StatusOr<std::vector<Task>> RocksCatalog::ClaimTasks(std::string_view node
   return claimed;
 }
 
-absl::Status RocksCatalog::ExpireLeaseLocked(rocksdb::WriteBatch& batch, Task& t,
+absl::Status KvCatalog::ExpireLeaseLocked(KvBatch& batch, Task& t,
                                              std::int64_t now) {
   // The owner died or lost contact: that attempt failed.
   if (absl::Status s = DropPendingReplicaLocked(batch, t.inode, t.spec.dst_node, t.generation);
@@ -476,7 +507,7 @@ absl::Status RocksCatalog::ExpireLeaseLocked(rocksdb::WriteBatch& batch, Task& t
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> RocksCatalog::ObsoleteReason(const Task& t, Attributes* attrs) {
+absl::StatusOr<std::string> KvCatalog::ObsoleteReason(const Task& t, Attributes* attrs) {
   absl::StatusOr<Attributes> a = StatInode(t.inode);
   if (absl::IsNotFound(a.status())) return std::string("obsolete: file was removed");
   if (!a.ok()) return a.status();
@@ -492,7 +523,7 @@ absl::StatusOr<std::string> RocksCatalog::ObsoleteReason(const Task& t, Attribut
   return std::string();
 }
 
-absl::StatusOr<std::size_t> RocksCatalog::ExpireLeases() {
+absl::StatusOr<std::size_t> KvCatalog::ExpireLeases() {
   WorkLock work(this);
   std::int64_t now = Now();
   ClaimQueue::ResetOnError reset(claim_queue_);
@@ -515,7 +546,7 @@ absl::StatusOr<std::size_t> RocksCatalog::ExpireLeases() {
     }
     claim_queue_.LoadAll(open);
   }
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   std::size_t expired = 0;
   for (const std::string& node : claim_queue_.Nodes()) {
     for (std::uint64_t id : claim_queue_.TakeExpiredLeases(node, now)) {
@@ -534,12 +565,12 @@ absl::StatusOr<std::size_t> RocksCatalog::ExpireLeases() {
   return expired;
 }
 
-absl::StatusOr<Task> RocksCatalog::AbandonTask(std::uint64_t id, std::string_view reason) {
+absl::StatusOr<Task> KvCatalog::AbandonTask(std::uint64_t id, std::string_view reason) {
   WorkLock work(this);
   absl::StatusOr<Task> t = GetTask(id);
   if (!t.ok()) return t.status();
   if (t->state != TaskState::kQueued && t->state != TaskState::kLeased) return t;
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   if (t->state == TaskState::kLeased) {
     // Its owner can no longer complete or fail it, so nobody else would drop its record.
     if (absl::Status s = DropPendingReplicaLocked(batch, t->inode, t->spec.dst_node, t->generation);
@@ -556,7 +587,7 @@ absl::StatusOr<Task> RocksCatalog::AbandonTask(std::uint64_t id, std::string_vie
   return t;
 }
 
-absl::StatusOr<Task> RocksCatalog::LeasedTask(std::uint64_t id, std::string_view owner) {
+absl::StatusOr<Task> KvCatalog::LeasedTask(std::uint64_t id, std::string_view owner) {
   absl::StatusOr<Task> t = GetTask(id);
   if (!t.ok()) return t.status();
   if (t->state != TaskState::kLeased || t->lease_owner != owner) {
@@ -567,7 +598,7 @@ absl::StatusOr<Task> RocksCatalog::LeasedTask(std::uint64_t id, std::string_view
   return t;
 }
 
-absl::StatusOr<Task> RocksCatalog::RenewLease(std::uint64_t id, std::string_view owner,
+absl::StatusOr<Task> KvCatalog::RenewLease(std::uint64_t id, std::string_view owner,
                                               std::chrono::milliseconds lease) {
   if (absl::Status s = ValidateDelay("lease", lease, false); !s.ok()) return s;
   WorkLock work(this);
@@ -576,19 +607,19 @@ absl::StatusOr<Task> RocksCatalog::RenewLease(std::uint64_t id, std::string_view
   std::int64_t now = Now();
   t->lease_expiry_ns = now + std::chrono::duration_cast<std::chrono::nanoseconds>(lease).count();
   t->updated_ns = now;
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   // No event: renewals are frequent and change nothing a watcher acts on.
-  batch.Put(cf(kTasks), U64Key(t->id), EncodeTask(*t));
+  batch.Put(kTasks, U64Key(t->id), EncodeTask(*t));
   claim_queue_.Stage(*t);  // the new expiry
   if (absl::Status s = WriteLocked(&batch, "renew lease"); !s.ok()) return s;
   return t;
 }
 
-absl::StatusOr<Task> RocksCatalog::CompleteTask(std::uint64_t id, std::string_view owner) {
+absl::StatusOr<Task> KvCatalog::CompleteTask(std::uint64_t id, std::string_view owner) {
   WorkLock work(this);
   absl::StatusOr<Task> t = LeasedTask(id, owner);
   if (!t.ok()) return t.status();
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   absl::Status outcome;
   if (absl::Status s = CompleteLeasedLocked(batch, *t, 0, outcome); !s.ok()) return s;
   if (absl::Status s = WriteLocked(&batch, "complete task"); !s.ok()) return s;
@@ -596,7 +627,7 @@ absl::StatusOr<Task> RocksCatalog::CompleteTask(std::uint64_t id, std::string_vi
   return t;
 }
 
-absl::StatusOr<std::vector<absl::StatusOr<Task>>> RocksCatalog::CompleteTasks(
+absl::StatusOr<std::vector<absl::StatusOr<Task>>> KvCatalog::CompleteTasks(
     const std::vector<TaskCompletion>& items) {
   if (items.size() > kMaxBatchPaths) {
     return absl::InvalidArgumentError(fmt::format("more than {} tasks", kMaxBatchPaths));
@@ -604,7 +635,7 @@ absl::StatusOr<std::vector<absl::StatusOr<Task>>> RocksCatalog::CompleteTasks(
   std::vector<absl::StatusOr<Task>> out(items.size(), absl::UnknownError("not completed"));
   std::vector<absl::Status> outcome(items.size());
   WorkLock work(this);
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   std::vector<std::size_t> in_batch;  // items whose changes `batch` holds
   std::set<InodeId> inodes;           // their files
   auto write = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) {
@@ -650,7 +681,7 @@ absl::StatusOr<std::vector<absl::StatusOr<Task>>> RocksCatalog::CompleteTasks(
   return out;
 }
 
-absl::Status RocksCatalog::CompleteLeasedLocked(rocksdb::WriteBatch& batch, Task& t,
+absl::Status KvCatalog::CompleteLeasedLocked(KvBatch& batch, Task& t,
                                                 std::int64_t mtime_ns, absl::Status& outcome) {
   std::int64_t now = Now();
   absl::StatusOr<Attributes> a = StatInode(t.inode);
@@ -708,7 +739,7 @@ absl::Status RocksCatalog::CompleteLeasedLocked(rocksdb::WriteBatch& batch, Task
   return absl::OkStatus();
 }
 
-absl::StatusOr<Task> RocksCatalog::FailTask(std::uint64_t id, std::string_view owner,
+absl::StatusOr<Task> KvCatalog::FailTask(std::uint64_t id, std::string_view owner,
                                             std::string_view error, bool retryable,
                                             std::chrono::milliseconds retry_after) {
   if (absl::Status s = ValidateDelay("retry delay", retry_after, true); !s.ok()) return s;
@@ -726,7 +757,7 @@ absl::StatusOr<Task> RocksCatalog::FailTask(std::uint64_t id, std::string_view o
   } else {
     t->state = TaskState::kFailed;
   }
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   if (absl::Status s = DropPendingReplicaLocked(batch, t->inode, t->spec.dst_node, t->generation);
       !s.ok()) {
     return s;
@@ -736,7 +767,7 @@ absl::StatusOr<Task> RocksCatalog::FailTask(std::uint64_t id, std::string_view o
   return t;
 }
 
-absl::Status RocksCatalog::CancelRequest(std::uint64_t id) {
+absl::Status KvCatalog::CancelRequest(std::uint64_t id) {
   TaskFilter f;
   f.request_id = id;
   f.limit = std::numeric_limits<std::size_t>::max();
@@ -746,7 +777,7 @@ absl::Status RocksCatalog::CancelRequest(std::uint64_t id) {
   absl::StatusOr<std::vector<Task>> tasks = ListTasks(f);
   if (!tasks.ok()) return tasks.status();
   std::int64_t now = Now();
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   for (Task& t : *tasks) {
     if (t.state != TaskState::kQueued && t.state != TaskState::kLeased) continue;
     if (t.state == TaskState::kLeased) {
@@ -764,12 +795,12 @@ absl::Status RocksCatalog::CancelRequest(std::uint64_t id) {
   }
   r->state = RequestState::kCancelled;
   r->updated_ns = now;
-  batch.Put(cf(kRequests), U64Key(id), EncodeRequest(*r));
+  batch.Put(kRequests, U64Key(id), EncodeRequest(*r));
   AddEvent(batch, EventKind::kRequest, id, "", ToString(r->state), "");
   return WriteLocked(&batch, "cancel request");
 }
 
-absl::StatusOr<std::vector<Event>> RocksCatalog::ReadEvents(std::uint64_t after_seq,
+absl::StatusOr<std::vector<Event>> KvCatalog::ReadEvents(std::uint64_t after_seq,
                                                             std::size_t max,
                                                             std::chrono::milliseconds wait) {
   auto read = [&]() -> absl::StatusOr<std::vector<Event>> {
@@ -802,7 +833,7 @@ absl::StatusOr<std::vector<Event>> RocksCatalog::ReadEvents(std::uint64_t after_
   return read();
 }
 
-absl::StatusOr<std::uint64_t> RocksCatalog::LastEventSeq() {
+absl::StatusOr<std::uint64_t> KvCatalog::LastEventSeq() {
   absl::MutexLock l(&work_mu_);
   return last_seq_;
 }

@@ -1,14 +1,11 @@
-#include "catalog/internal/rocks_catalog.h"
-
-#include <rocksdb/cache.h>
-#include <rocksdb/filter_policy.h>
-#include <rocksdb/table.h>
+#include "catalog/internal/kv_catalog.h"
 
 #include <algorithm>
 #include <limits>
 #include <set>
 
-#include "catalog/internal/rocks_catalog_impl.h"
+#include "catalog/internal/kv_catalog_impl.h"
+#include "catalog/internal/rocks_store.h"
 
 namespace gfrep::catalog {
 namespace internal {
@@ -65,16 +62,8 @@ absl::Status ValidateContent(const FileContent& content) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::uint64_t> LastU64Key(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* h) {
-  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), h));
-  it->SeekToLast();
-  if (!it->Valid()) {
-    if (absl::Status s = FromRocks(it->status(), "seek last"); !s.ok()) return s;
-    return 0;
-  }
-  return GetBigEndian64(View(it->key()));
-}
-absl::Status RocksCatalog::Init() {
+
+absl::Status KvCatalog::Init() {
   absl::StatusOr<Attributes> root = Root();
   if (absl::IsNotFound(root.status())) {
     Attributes a;
@@ -82,21 +71,21 @@ absl::Status RocksCatalog::Init() {
     a.type = FileType::kDirectory;
     a.mode = 0755;
     a.mtime_ns = Now();
-    rocksdb::WriteBatch batch;
-    batch.Put(cf(kDentries), DentryKey(0, ""), EncodeAttributes(a));
-    batch.Put(cf(kInodes), U64Key(kRootInode), EncodeInodeRef(0, ""));
-    batch.Put(cf(kDefault), kInodeHwmKey, U64Key(kRootInode + 1));
+    KvBatch batch;
+    batch.Put(kDentries, DentryKey(0, ""), EncodeAttributes(a));
+    batch.Put(kInodes, U64Key(kRootInode), EncodeInodeRef(0, ""));
+    batch.Put(kMeta, kInodeHwmKey, U64Key(kRootInode + 1));
     if (absl::Status s = Write(&batch, "create root"); !s.ok()) return s;
   } else if (!root.ok()) {
     return root.status();
   }
-  absl::StatusOr<std::string> hwm = Get(kDefault, kInodeHwmKey, "inode high-water mark");
+  absl::StatusOr<std::string> hwm = Get(kMeta, kInodeHwmKey, "inode high-water mark");
   if (!hwm.ok()) return hwm.status();
   absl::StatusOr<std::uint64_t> h = GetBigEndian64(*hwm);
   if (!h.ok()) return h.status();
-  absl::StatusOr<std::uint64_t> seq = LastU64Key(db_, cf(kEvents));
-  absl::StatusOr<std::uint64_t> req = LastU64Key(db_, cf(kRequests));
-  absl::StatusOr<std::uint64_t> task = LastU64Key(db_, cf(kTasks));
+  absl::StatusOr<std::uint64_t> seq = LastU64Key(*store_, kEvents);
+  absl::StatusOr<std::uint64_t> req = LastU64Key(*store_, kRequests);
+  absl::StatusOr<std::uint64_t> task = LastU64Key(*store_, kTasks);
   if (!seq.ok()) return seq.status();
   if (!req.ok()) return req.status();
   if (!task.ok()) return task.status();
@@ -110,28 +99,25 @@ absl::Status RocksCatalog::Init() {
   last_request_ = *req;
   last_task_ = *task;
   for (auto [key, last] : {std::pair{kRequestHwmKey, &last_request_}, std::pair{kTaskHwmKey, &last_task_}}) {
-    std::string v;
-    rocksdb::Status gs = db_->Get(rocksdb::ReadOptions(), cf(kDefault), key, &v);
-    if (gs.IsNotFound()) continue;
-    if (absl::Status s = FromRocks(gs, key); !s.ok()) return s;
-    absl::StatusOr<std::uint64_t> mark = GetBigEndian64(v);
+    absl::StatusOr<std::string> v = Get(kMeta, key, key);
+    if (absl::IsNotFound(v.status())) continue;
+    if (!v.ok()) return v.status();
+    absl::StatusOr<std::uint64_t> mark = GetBigEndian64(*v);
     if (!mark.ok()) return mark.status();
     *last = std::max(*last, *mark);
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<InodeId> RocksCatalog::AllocateInode() {
+absl::StatusOr<InodeId> KvCatalog::AllocateInode() {
   absl::MutexLock l(&id_mu_);
   if (next_inode_ >= inode_hwm_) {
     // Persist the end of a new block before handing out ids from it, so ids are never
     // reused after a crash even though creates commit out of order.
     std::uint64_t hwm = next_inode_ + kInodeBlock;
-    rocksdb::WriteBatch batch;
-    batch.Put(cf(kDefault), kInodeHwmKey, U64Key(hwm));
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    if (absl::Status s = FromRocks(db_->Write(wo, &batch), "persist inode block"); !s.ok()) {
+    KvBatch batch;
+    batch.Put(kMeta, kInodeHwmKey, U64Key(hwm));
+    if (absl::Status s = store_->Write(batch, /*sync=*/true, "persist inode block"); !s.ok()) {
       return s;
     }
     inode_hwm_ = hwm;
@@ -139,7 +125,7 @@ absl::StatusOr<InodeId> RocksCatalog::AllocateInode() {
   return next_inode_++;
 }
 
-absl::StatusOr<Attributes> RocksCatalog::Resolve(const std::vector<std::string>& parts,
+absl::StatusOr<Attributes> KvCatalog::Resolve(const std::vector<std::string>& parts,
                                                  std::size_t count) {
   absl::StatusOr<Attributes> cur = Root();
   for (std::size_t i = 0; i < count && cur.ok(); ++i) {
@@ -157,7 +143,7 @@ absl::StatusOr<Attributes> RocksCatalog::Resolve(const std::vector<std::string>&
   return cur;
 }
 
-absl::StatusOr<Attributes> RocksCatalog::CreateEntry(const Attributes& parent,
+absl::StatusOr<Attributes> KvCatalog::CreateEntry(const Attributes& parent,
                                                      const std::string& name, FileType type,
                                                      const FileContent& content, bool exist_ok) {
   absl::MutexLock l(&NameLock(parent.inode, name));
@@ -183,14 +169,14 @@ absl::StatusOr<Attributes> RocksCatalog::CreateEntry(const Attributes& parent,
     a.checksum_algo = content.checksum_algo;
     a.checksum = content.checksum;
   }
-  rocksdb::WriteBatch batch;
-  batch.Put(cf(kDentries), DentryKey(parent.inode, name), EncodeAttributes(a));
-  batch.Put(cf(kInodes), U64Key(a.inode), EncodeInodeRef(parent.inode, name));
+  KvBatch batch;
+  batch.Put(kDentries, DentryKey(parent.inode, name), EncodeAttributes(a));
+  batch.Put(kInodes, U64Key(a.inode), EncodeInodeRef(parent.inode, name));
   if (absl::Status s = Write(&batch, "create entry"); !s.ok()) return s;
   return a;
 }
 
-absl::StatusOr<Attributes> RocksCatalog::Mkdir(std::string_view path,
+absl::StatusOr<Attributes> KvCatalog::Mkdir(std::string_view path,
                                                const MkdirOptions& options) {
   absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
   if (!parts.ok()) return parts.status();
@@ -241,7 +227,7 @@ absl::StatusOr<Attributes> RocksCatalog::Mkdir(std::string_view path,
   return cur;
 }
 
-absl::StatusOr<Attributes> RocksCatalog::CreateFile(std::string_view path,
+absl::StatusOr<Attributes> KvCatalog::CreateFile(std::string_view path,
                                                     const FileContent& content) {
   absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
   if (!parts.ok()) return parts.status();
@@ -260,7 +246,7 @@ absl::StatusOr<Attributes> RocksCatalog::CreateFile(std::string_view path,
   return a;
 }
 
-absl::StatusOr<std::vector<Attributes>> RocksCatalog::CreateFiles(
+absl::StatusOr<std::vector<Attributes>> KvCatalog::CreateFiles(
     const std::vector<NewFile>& files) {
   if (files.size() > kMaxBatchPaths) {
     return absl::InvalidArgumentError(fmt::format("more than {} files", kMaxBatchPaths));
@@ -304,7 +290,7 @@ absl::StatusOr<std::vector<Attributes>> RocksCatalog::CreateFiles(
     }
   } unlock{locks};
   std::set<std::pair<InodeId, std::string_view>> seen;
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   std::vector<Attributes> out;
   out.reserve(files.size());
   std::int64_t now = Now();
@@ -314,10 +300,9 @@ absl::StatusOr<std::vector<Attributes>> RocksCatalog::CreateFiles(
     if (!seen.emplace(parent, name).second) {
       return absl::InvalidArgumentError(fmt::format("{}: twice in one batch", files[i].path));
     }
-    std::string ignored;
-    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf(kDentries), DentryKey(parent, name), &ignored);
-    if (s.ok()) return absl::AlreadyExistsError(fmt::format("{}: already exists", files[i].path));
-    if (!s.IsNotFound()) return FromRocks(s, "create files");
+    absl::StatusOr<std::string> existing = Get(kDentries, DentryKey(parent, name), "create files");
+    if (existing.ok()) return absl::AlreadyExistsError(fmt::format("{}: already exists", files[i].path));
+    if (!absl::IsNotFound(existing.status())) return existing.status();
     absl::StatusOr<InodeId> id = AllocateInode();
     if (!id.ok()) return id.status();
     Attributes a;
@@ -332,23 +317,23 @@ absl::StatusOr<std::vector<Attributes>> RocksCatalog::CreateFiles(
     a.size = files[i].content.size;
     a.checksum_algo = files[i].content.checksum_algo;
     a.checksum = files[i].content.checksum;
-    batch.Put(cf(kDentries), DentryKey(parent, name), EncodeAttributes(a));
-    batch.Put(cf(kInodes), U64Key(a.inode), EncodeInodeRef(parent, name));
+    batch.Put(kDentries, DentryKey(parent, name), EncodeAttributes(a));
+    batch.Put(kInodes, U64Key(a.inode), EncodeInodeRef(parent, name));
     out.push_back(std::move(a));
   }
   if (absl::Status s = Write(&batch, "create files"); !s.ok()) return s;
   return out;
 }
 
-absl::StatusOr<std::uint64_t> RocksCatalog::ReservedGeneration(InodeId inode) {
+absl::StatusOr<std::uint64_t> KvCatalog::ReservedGeneration(InodeId inode) {
   absl::StatusOr<std::string> v =
-      Get(kDefault, ReservedGenerationKey(inode), "reserved generation");
+      Get(kMeta, ReservedGenerationKey(inode), "reserved generation");
   if (absl::IsNotFound(v.status())) return 0;
   if (!v.ok()) return v.status();
   return GetBigEndian64(*v);
 }
 
-absl::StatusOr<WriteReservation> RocksCatalog::BeginWrite(std::string_view path,
+absl::StatusOr<WriteReservation> KvCatalog::BeginWrite(std::string_view path,
                                                           const FileContent& content) {
   absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
   if (!parts.ok()) return parts.status();
@@ -364,7 +349,7 @@ absl::StatusOr<WriteReservation> RocksCatalog::BeginWrite(std::string_view path,
   // The name lock orders this against CommitFile and creates of the same path.
   absl::MutexLock name_lock(&NameLock(parent->inode, name));
   absl::StatusOr<Attributes> existing = GetDentry(parent->inode, name);
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   WriteReservation out;
   Attributes& a = out.attributes;
   std::uint64_t reserved = 0;
@@ -387,18 +372,18 @@ absl::StatusOr<WriteReservation> RocksCatalog::BeginWrite(std::string_view path,
     a.owner = content.owner;
     a.group = parent->group;
     a.mtime_ns = Now();
-    batch.Put(cf(kDentries), DentryKey(a.parent, a.name), EncodeAttributes(a));
-    batch.Put(cf(kInodes), U64Key(a.inode), EncodeInodeRef(a.parent, a.name));
+    batch.Put(kDentries, DentryKey(a.parent, a.name), EncodeAttributes(a));
+    batch.Put(kInodes, U64Key(a.inode), EncodeInodeRef(a.parent, a.name));
   } else {
     return existing.status();
   }
   out.generation = std::max(a.generation, reserved) + 1;
-  batch.Put(cf(kDefault), ReservedGenerationKey(a.inode), U64Key(out.generation));
+  batch.Put(kMeta, ReservedGenerationKey(a.inode), U64Key(out.generation));
   if (absl::Status s = Write(&batch, "begin write"); !s.ok()) return s;
   return out;
 }
 
-absl::StatusOr<Attributes> RocksCatalog::CommitFile(
+absl::StatusOr<Attributes> KvCatalog::CommitFile(
     std::string_view path, const FileContent& content, std::string_view writer_node,
     std::optional<std::uint64_t> expected_generation) {
   absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
@@ -479,12 +464,12 @@ absl::StatusOr<Attributes> RocksCatalog::CommitFile(
       return n.status();
     }
   }
-  rocksdb::WriteBatch batch;
-  batch.Put(cf(kDentries), DentryKey(a.parent, a.name), EncodeAttributes(a));
-  batch.Put(cf(kInodes), U64Key(a.inode), EncodeInodeRef(a.parent, a.name));
+  KvBatch batch;
+  batch.Put(kDentries, DentryKey(a.parent, a.name), EncodeAttributes(a));
+  batch.Put(kInodes, U64Key(a.inode), EncodeInodeRef(a.parent, a.name));
   if (reserved != 0 && a.generation >= reserved) {
     // The generation itself is the mark now (generations only grow).
-    batch.Delete(cf(kDefault), ReservedGenerationKey(a.inode));
+    batch.Delete(kMeta, ReservedGenerationKey(a.inode));
   }
   absl::StatusOr<std::vector<Replica>> replicas = GetReplicas(a.inode);
   if (!replicas.ok()) return replicas.status();
@@ -511,31 +496,27 @@ absl::StatusOr<Attributes> RocksCatalog::CommitFile(
   return a;
 }
 
-absl::StatusOr<Attributes> RocksCatalog::Stat(std::string_view path) { return ResolvePath(path); }
+absl::StatusOr<Attributes> KvCatalog::Stat(std::string_view path) { return ResolvePath(path); }
 
-absl::StatusOr<Attributes> RocksCatalog::StatInode(InodeId inode) {
+absl::StatusOr<Attributes> KvCatalog::StatInode(InodeId inode) {
   // Two reads of one snapshot: a rename committing between them must not make the inode
   // look removed (its old name gone, the reverse record not yet read).
-  rocksdb::ManagedSnapshot snapshot(db_);
-  rocksdb::ReadOptions ro;
-  ro.snapshot = snapshot.snapshot();
-  absl::StatusOr<std::string> ref = Get(kInodes, U64Key(inode), fmt::format("inode {}", inode), ro);
+  std::unique_ptr<KvSnapshot> snapshot = store_->Snapshot();
+  absl::StatusOr<std::string> ref = Get(kInodes, U64Key(inode), fmt::format("inode {}", inode), snapshot.get());
   if (!ref.ok()) return ref.status();
   absl::StatusOr<std::pair<InodeId, std::string>> pn = DecodeInodeRef(*ref);
   if (!pn.ok()) return pn.status();
-  return GetDentry(pn->first, pn->second, ro);
+  return GetDentry(pn->first, pn->second, snapshot.get());
 }
 
-absl::StatusOr<std::string> RocksCatalog::PathOf(InodeId inode) {
+absl::StatusOr<std::string> KvCatalog::PathOf(InodeId inode) {
   std::vector<std::string> parts;
   InodeId cur = inode;
-  rocksdb::ManagedSnapshot snapshot(db_);  // one consistent chain while renames go on
-  rocksdb::ReadOptions ro;
-  ro.snapshot = snapshot.snapshot();
+  std::unique_ptr<KvSnapshot> snapshot = store_->Snapshot();  // one chain while renames go on
   // Bounded: a path has at most kMaxPathBytes/2 components.
   for (std::size_t depth = 0; cur != kRootInode; ++depth) {
     if (depth > kMaxPathBytes) return absl::DataLossError("inode chain too long (cycle?)");
-    absl::StatusOr<std::string> ref = Get(kInodes, U64Key(cur), fmt::format("inode {}", cur), ro);
+    absl::StatusOr<std::string> ref = Get(kInodes, U64Key(cur), fmt::format("inode {}", cur), snapshot.get());
     if (!ref.ok()) return ref.status();
     absl::StatusOr<std::pair<InodeId, std::string>> pn = DecodeInodeRef(*ref);
     if (!pn.ok()) return pn.status();
@@ -546,7 +527,7 @@ absl::StatusOr<std::string> RocksCatalog::PathOf(InodeId inode) {
   return JoinPath(parts);
 }
 
-absl::StatusOr<std::vector<DirEntry>> RocksCatalog::List(std::string_view path,
+absl::StatusOr<std::vector<DirEntry>> KvCatalog::List(std::string_view path,
                                                          const ListOptions& options) {
   absl::StatusOr<Attributes> dir = ResolvePath(path);
   if (!dir.ok()) return dir.status();
@@ -575,13 +556,13 @@ absl::StatusOr<std::vector<DirEntry>> RocksCatalog::List(std::string_view path,
   return out;
 }
 
-absl::Status RocksCatalog::MarkSubtreeDeleted(rocksdb::WriteBatch& batch, const Attributes& a,
+absl::Status KvCatalog::MarkSubtreeDeleted(KvBatch& batch, const Attributes& a,
                                               std::size_t& count) {
   ++count;
-  batch.Delete(cf(kDentries), DentryKey(a.parent, a.name));
-  batch.Delete(cf(kInodes), U64Key(a.inode));
+  batch.Delete(kDentries, DentryKey(a.parent, a.name));
+  batch.Delete(kInodes, U64Key(a.inode));
   if (a.type == FileType::kFile) {
-    batch.Delete(cf(kDefault), ReservedGenerationKey(a.inode));
+    batch.Delete(kMeta, ReservedGenerationKey(a.inode));
     absl::StatusOr<std::vector<Replica>> replicas = GetReplicas(a.inode);
     if (!replicas.ok()) return replicas.status();
     for (Replica r : *replicas) {
@@ -609,7 +590,7 @@ absl::Status RocksCatalog::MarkSubtreeDeleted(rocksdb::WriteBatch& batch, const 
   return absl::OkStatus();
 }
 
-absl::Status RocksCatalog::Remove(std::string_view path, bool recursive) {
+absl::Status KvCatalog::Remove(std::string_view path, bool recursive) {
   absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
   if (!parts.ok()) return parts.status();
   if (parts->empty()) return absl::FailedPreconditionError("/: cannot remove the root");
@@ -631,13 +612,13 @@ absl::Status RocksCatalog::Remove(std::string_view path, bool recursive) {
   // Replica events are numbered under work_mu_, held across the write so that the log
   // stays in commit order.
   WorkLock work(this);
-  rocksdb::WriteBatch batch;
+  KvBatch batch;
   std::size_t count = 0;
   if (absl::Status s = MarkSubtreeDeleted(batch, *a, count); !s.ok()) return s;
   return WriteLocked(&batch, "remove");
 }
 
-absl::Status RocksCatalog::Rename(std::string_view from, std::string_view to) {
+absl::Status KvCatalog::Rename(std::string_view from, std::string_view to) {
   absl::StatusOr<std::vector<std::string>> src = SplitPath(from);
   if (!src.ok()) return src.status();
   absl::StatusOr<std::vector<std::string>> dst = SplitPath(to);
@@ -676,14 +657,14 @@ absl::Status RocksCatalog::Rename(std::string_view from, std::string_view to) {
   Attributes moved = *a;
   moved.parent = dparent->inode;
   moved.name = dst->back();
-  rocksdb::WriteBatch batch;
-  batch.Delete(cf(kDentries), DentryKey(a->parent, a->name));
-  batch.Put(cf(kDentries), DentryKey(moved.parent, moved.name), EncodeAttributes(moved));
-  batch.Put(cf(kInodes), U64Key(moved.inode), EncodeInodeRef(moved.parent, moved.name));
+  KvBatch batch;
+  batch.Delete(kDentries, DentryKey(a->parent, a->name));
+  batch.Put(kDentries, DentryKey(moved.parent, moved.name), EncodeAttributes(moved));
+  batch.Put(kInodes, U64Key(moved.inode), EncodeInodeRef(moved.parent, moved.name));
   return WriteLocked(&batch, "rename");
 }
 
-absl::StatusOr<Attributes> RocksCatalog::SetAttributes(std::string_view path, const AttributeChange& change) {
+absl::StatusOr<Attributes> KvCatalog::SetAttributes(std::string_view path, const AttributeChange& change) {
   absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
   if (!parts.ok()) return parts.status();
   if (change.mode) {
@@ -703,23 +684,23 @@ absl::StatusOr<Attributes> RocksCatalog::SetAttributes(std::string_view path, co
   if (change.mode) cur->mode = *change.mode;
   if (change.owner) cur->owner = *change.owner;
   if (change.group) cur->group = *change.group;
-  rocksdb::WriteBatch batch;
-  batch.Put(cf(kDentries), DentryKey(cur->parent, cur->name), EncodeAttributes(*cur));
+  KvBatch batch;
+  batch.Put(kDentries, DentryKey(cur->parent, cur->name), EncodeAttributes(*cur));
   if (absl::Status s = Write(&batch, "set attributes"); !s.ok()) return s;
   return cur;
 }
 
-absl::Status RocksCatalog::RevokeToken(std::string_view id, std::int64_t expires_unix) {
+absl::Status KvCatalog::RevokeToken(std::string_view id, std::int64_t expires_unix) {
   if (id.empty() || id.size() > 64) return absl::InvalidArgumentError("token id: 1-64 characters");
-  rocksdb::WriteBatch batch;
-  batch.Put(cf(kDefault), fmt::format("{}{}", kRevokedTokenPrefix, id), U64Key(static_cast<std::uint64_t>(expires_unix)));
+  KvBatch batch;
+  batch.Put(kMeta, fmt::format("{}{}", kRevokedTokenPrefix, id), U64Key(static_cast<std::uint64_t>(expires_unix)));
   // Records of tokens that expired are no longer needed (an expired token is refused as
   // such): each revocation forgets them, so the list stays as long as the live revocations.
   const std::int64_t now_unix = Now() / 1'000'000'000;
-  absl::Status s = Scan(kDefault, kRevokedTokenPrefix, "", [&](std::string_view k, std::string_view v) {
+  absl::Status s = Scan(kMeta, kRevokedTokenPrefix, "", [&](std::string_view k, std::string_view v) {
     absl::StatusOr<std::uint64_t> exp = GetBigEndian64(v);
     if (exp.ok() && static_cast<std::int64_t>(*exp) < now_unix && k.substr(std::string_view(kRevokedTokenPrefix).size()) != id) {
-      batch.Delete(cf(kDefault), Sl(k));
+      batch.Delete(kMeta, k);
     }
     return true;
   });
@@ -727,9 +708,9 @@ absl::Status RocksCatalog::RevokeToken(std::string_view id, std::int64_t expires
   return Write(&batch, "revoke token");
 }
 
-absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> RocksCatalog::RevokedTokens() {
+absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> KvCatalog::RevokedTokens() {
   std::vector<std::pair<std::string, std::int64_t>> out;
-  absl::Status s = Scan(kDefault, kRevokedTokenPrefix, "", [&](std::string_view k, std::string_view v) {
+  absl::Status s = Scan(kMeta, kRevokedTokenPrefix, "", [&](std::string_view k, std::string_view v) {
     if (absl::StatusOr<std::uint64_t> exp = GetBigEndian64(v); exp.ok()) {
       out.emplace_back(std::string(k.substr(std::string_view(kRevokedTokenPrefix).size())),
                        static_cast<std::int64_t>(*exp));
@@ -741,59 +722,38 @@ absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> RocksCatalog::
 }
 
 absl::StatusOr<std::string> GetDbProperty(Catalog& catalog, std::string_view property) {
-  auto* rocks = dynamic_cast<RocksCatalog*>(&catalog);
-  if (rocks == nullptr) return absl::InvalidArgumentError("not a RocksDB catalog");
-  return rocks->Property(property);
+  auto* kv = dynamic_cast<KvCatalog*>(&catalog);
+  if (kv == nullptr) return absl::InvalidArgumentError("not a catalog on a KvStore");
+  return kv->Property(property);
 }
 
-absl::StatusOr<std::unique_ptr<Catalog>> OpenRocks(const CatalogOptions& options) {
-  if (options.path.empty()) return absl::InvalidArgumentError("catalog path is empty");
-  rocksdb::Options db_options;
-  db_options.create_if_missing = true;
-  db_options.create_missing_column_families = true;
-  db_options.IncreaseParallelism(2);
-  db_options.max_open_files = 512;
-  rocksdb::BlockBasedTableOptions table;
-  table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
-  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-  rocksdb::ColumnFamilyOptions cf_options(db_options);
-  cf_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
-  for (const char* name : kCfNames) descriptors.emplace_back(name, cf_options);
-  rocksdb::DB* db = nullptr;
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::Status s = rocksdb::DB::Open(rocksdb::DBOptions(db_options), options.path,
-                                        descriptors, &handles, &db);
-  if (!s.ok()) return FromRocks(s, fmt::format("open catalog {}", options.path));
-  auto catalog = std::make_unique<RocksCatalog>(options, db, std::move(handles));
+KvStore* StoreOf(Catalog& catalog) {
+  auto* kv = dynamic_cast<KvCatalog*>(&catalog);
+  return kv == nullptr ? nullptr : &kv->store();
+}
+
+absl::StatusOr<std::unique_ptr<Catalog>> OpenKvCatalog(const CatalogOptions& options,
+                                                       std::unique_ptr<KvStore> store) {
+  auto catalog = std::make_unique<KvCatalog>(options, std::move(store));
   if (absl::Status init = catalog->Init(); !init.ok()) return init;
   return std::unique_ptr<Catalog>(std::move(catalog));
 }
 
-
-absl::StatusOr<std::map<std::string, std::uint64_t>> RocksCatalog::StorageStats() {
-  // Summed over the column families (GetAggregatedIntProperty).
-  static constexpr std::pair<const char*, const char*> kProperties[] = {
-      {"estimated_keys", "rocksdb.estimate-num-keys"},
-      {"sst_bytes", "rocksdb.total-sst-files-size"},
-      {"live_sst_bytes", "rocksdb.live-sst-files-size"},
-      {"memtable_bytes", "rocksdb.cur-size-all-mem-tables"},
-      {"pending_compaction_bytes", "rocksdb.estimate-pending-compaction-bytes"},
-      {"running_compactions", "rocksdb.num-running-compactions"},
-      {"running_flushes", "rocksdb.num-running-flushes"},
-  };
-  std::map<std::string, std::uint64_t> out;
-  for (const auto& [name, property] : kProperties) {
-    std::uint64_t v = 0;
-    if (db_->GetAggregatedIntProperty(property, &v)) out[name] = v;
-  }
-  return out;
+absl::StatusOr<std::map<std::string, std::uint64_t>> KvCatalog::StorageStats() {
+  return store_->Stats();
 }
 
 }  // namespace internal
 
 absl::StatusOr<std::unique_ptr<Catalog>> OpenRocksCatalog(const CatalogOptions& options) {
-  return internal::OpenRocks(options);
+  if (internal::IsPostgresUrl(options.path)) {
+    return absl::InvalidArgumentError(
+        fmt::format("{}: a PostgreSQL address, not a RocksDB directory (use OpenCatalog)",
+                    options.path));
+  }
+  absl::StatusOr<std::unique_ptr<internal::KvStore>> store = internal::OpenRocksStore(options);
+  if (!store.ok()) return store.status();
+  return internal::OpenKvCatalog(options, std::move(*store));
 }
 
 }  // namespace gfrep::catalog

@@ -1,4 +1,4 @@
-#include "catalog/internal/rocks_catalog.h"
+#include "catalog/internal/kv_catalog.h"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "catalog/catalog.h"
+#include "tests/support/postgres_server.h"
 #include "tests/support/temp_dir.h"
 
 namespace gfrep::catalog {
@@ -70,21 +71,34 @@ Heartbeat Beat(std::string node, std::uint64_t free_bytes = 0, double load = 0) 
   return h;
 }
 
-class RocksCatalogTest : public ::testing::Test {
+// The whole suite runs on both backends of the storage seam (catalog/internal/kv_store.h):
+// the rules live once in KvCatalog, so both must give the same answers. PostgreSQL is a
+// private server started once for this binary (tests/support/postgres_server.h), one fresh
+// database per test; the tests are skipped, saying why, where it cannot start.
+class CatalogTest : public ::testing::TestWithParam<const char*> {
  protected:
-  void SetUp() override { Open(); }
+  void SetUp() override {
+    if (std::string_view(GetParam()) == "postgresql") {
+      absl::StatusOr<std::string> db = testing::SharedPostgres().CreateDatabase();
+      if (!db.ok()) GTEST_SKIP() << "PostgreSQL: " << db.status();
+      location_ = *db;
+    } else {
+      location_ = dir_.Sub("db");
+    }
+    Open();
+  }
 
   void Open() {
     catalog_.reset();
     CatalogOptions options;
-    options.path = dir_.Sub("db");
+    options.path = location_;
     options.clock = [this] { return now_.load(); };
     options.write_fault = [this](std::string_view what) {
       return fail_next_write_.exchange(false)
                  ? absl::UnavailableError(fmt::format("{}: injected write failure", what))
                  : absl::OkStatus();
     };
-    absl::StatusOr<std::unique_ptr<Catalog>> c = OpenRocksCatalog(options);
+    absl::StatusOr<std::unique_ptr<Catalog>> c = OpenCatalog(options);
     ASSERT_TRUE(c.ok()) << c.status();
     catalog_ = std::move(*c);
   }
@@ -151,12 +165,13 @@ class RocksCatalogTest : public ::testing::Test {
   }
 
   testing::TempDir dir_{"catalog"};
+  std::string location_;
   std::atomic<std::int64_t> now_{1'000'000'000'000};
   std::atomic<bool> fail_next_write_{false};
   std::unique_ptr<Catalog> catalog_;
 };
 
-TEST_F(RocksCatalogTest, ListsChildrenInNameOrderWithAttributes) {
+TEST_P(CatalogTest, ListsChildrenInNameOrderWithAttributes) {
   ASSERT_TRUE(catalog_->Mkdir("/d", {}).ok());
   for (std::string name : {"c", "a", "b"}) {
     ASSERT_TRUE(catalog_->Mkdir("/d/" + name, {}).ok());
@@ -178,7 +193,7 @@ TEST_F(RocksCatalogTest, ListsChildrenInNameOrderWithAttributes) {
   EXPECT_EQ(catalog_->List("/d/file", {}).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_F(RocksCatalogTest, CreateFilesIsAllOrNothing) {
+TEST_P(CatalogTest, CreateFilesIsAllOrNothing) {
   ASSERT_TRUE(catalog_->Mkdir("/a", {}).ok());
   ASSERT_TRUE(catalog_->Mkdir("/b", {}).ok());
   std::vector<NewFile> files;
@@ -205,7 +220,7 @@ TEST_F(RocksCatalogTest, CreateFilesIsAllOrNothing) {
   EXPECT_EQ((*stats)[2].status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(RocksCatalogTest, MkdirReportsTheRightCodes) {
+TEST_P(CatalogTest, MkdirReportsTheRightCodes) {
   EXPECT_EQ(catalog_->Mkdir("/x/y", {}).status().code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(catalog_->Mkdir("/x/y/z", Parents()).ok());
   EXPECT_TRUE(catalog_->Mkdir("/x/y", Parents()).ok());
@@ -220,7 +235,7 @@ TEST_F(RocksCatalogTest, MkdirReportsTheRightCodes) {
   EXPECT_EQ(catalog_->CreateFile("/x/f", {}).status().code(), absl::StatusCode::kAlreadyExists);
 }
 
-TEST_F(RocksCatalogTest, StatInodeAndPathOfFollowRenames) {
+TEST_P(CatalogTest, StatInodeAndPathOfFollowRenames) {
   ASSERT_TRUE(catalog_->Mkdir("/a/b", Parents()).ok());
   absl::StatusOr<Attributes> f = catalog_->CreateFile("/a/b/f", {});
   ASSERT_TRUE(f.ok());
@@ -233,7 +248,7 @@ TEST_F(RocksCatalogTest, StatInodeAndPathOfFollowRenames) {
   EXPECT_TRUE(catalog_->Stat("/c/b2/f").ok());
 }
 
-TEST_F(RocksCatalogTest, RenameRefusesCyclesExistingTargetsAndRoot) {
+TEST_P(CatalogTest, RenameRefusesCyclesExistingTargetsAndRoot) {
   ASSERT_TRUE(catalog_->Mkdir("/a/b/c", Parents()).ok());
   EXPECT_EQ(catalog_->Rename("/a", "/a/b/c/a").code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(catalog_->Rename("/a", "/a/x").code(), absl::StatusCode::kFailedPrecondition);
@@ -244,7 +259,7 @@ TEST_F(RocksCatalogTest, RenameRefusesCyclesExistingTargetsAndRoot) {
   EXPECT_TRUE(catalog_->Stat("/c").ok());
 }
 
-TEST_F(RocksCatalogTest, RemoveNeedsRecursiveForNonEmptyDirectories) {
+TEST_P(CatalogTest, RemoveNeedsRecursiveForNonEmptyDirectories) {
   MakeTopologyAndFile();
   ASSERT_TRUE(catalog_->Mkdir("/d/e", Parents()).ok());
   ASSERT_TRUE(catalog_->Rename("/f", "/d/e/f").ok());
@@ -265,7 +280,7 @@ TEST_F(RocksCatalogTest, RemoveNeedsRecursiveForNonEmptyDirectories) {
   EXPECT_TRUE(catalog_->ListNodeReplicas("a1", 0, 100)->empty());
 }
 
-TEST_F(RocksCatalogTest, NewGenerationMarksOtherReplicasStale) {
+TEST_P(CatalogTest, NewGenerationMarksOtherReplicasStale) {
   MakeTopologyAndFile();
   absl::StatusOr<Attributes> f = catalog_->Stat("/f");
   ASSERT_TRUE(catalog_->PutReplica(Rep(f->inode, "b1", ReplicaState::kComplete, 1)).ok());
@@ -292,7 +307,7 @@ TEST_F(RocksCatalogTest, NewGenerationMarksOtherReplicasStale) {
             absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_F(RocksCatalogTest, DataAndIdsSurviveReopen) {
+TEST_P(CatalogTest, DataAndIdsSurviveReopen) {
   MakeTopologyAndFile();
   absl::StatusOr<Attributes> before = catalog_->CreateFile("/g", {});
   ASSERT_TRUE(before.ok());
@@ -325,7 +340,7 @@ DiskProfile SampleDisk() {
   return d;
 }
 
-TEST_F(RocksCatalogTest, NodeDiskProfileIsStoredAndSurvivesReRegistrationHeartbeatsAndReopen) {
+TEST_P(CatalogTest, NodeDiskProfileIsStoredAndSurvivesReRegistrationHeartbeatsAndReopen) {
   MakeTopologyAndFile();  // sites a, b; nodes a1, b1
   EXPECT_EQ(catalog_->GetNode("b1")->disk.measured_ns, 0) << "never measured";
   ASSERT_TRUE(catalog_->PutNodeDisk("b1", SampleDisk()).ok());
@@ -366,7 +381,7 @@ TEST_F(RocksCatalogTest, NodeDiskProfileIsStoredAndSurvivesReRegistrationHeartbe
   EXPECT_EQ(catalog_->GetNode("a1")->disk.write_io_size_bytes, 0u);
 }
 
-TEST_F(RocksCatalogTest, PutNodeDiskRefusesUnknownNodesAndBadProfiles) {
+TEST_P(CatalogTest, PutNodeDiskRefusesUnknownNodesAndBadProfiles) {
   MakeTopologyAndFile();
   EXPECT_EQ(catalog_->PutNodeDisk("zz", SampleDisk()).code(), absl::StatusCode::kNotFound);
   DiskProfile d = SampleDisk();
@@ -378,7 +393,7 @@ TEST_F(RocksCatalogTest, PutNodeDiskRefusesUnknownNodesAndBadProfiles) {
   EXPECT_EQ(catalog_->GetNode("b1")->disk.measured_ns, 0) << "nothing written";
 }
 
-TEST_F(RocksCatalogTest, HeartbeatsTeachRoutesWhatTheCopiesSaw) {
+TEST_P(CatalogTest, HeartbeatsTeachRoutesWhatTheCopiesSaw) {
   MakeTopologyAndFile();  // sites a, b; nodes a1, b1
   // b1 received copies from site a: the route a -> b gets a record with what they saw.
   Heartbeat hb = Beat("b1", 1, 0);
@@ -422,7 +437,7 @@ TEST_F(RocksCatalogTest, HeartbeatsTeachRoutesWhatTheCopiesSaw) {
   EXPECT_EQ(catalog_->ListRoutes()->size(), 1u);
 }
 
-TEST_F(RocksCatalogTest, AHeartbeatWithABadRouteObservationChangesNothing) {
+TEST_P(CatalogTest, AHeartbeatWithABadRouteObservationChangesNothing) {
   MakeTopologyAndFile();
   const std::int64_t before = catalog_->GetNode("b1")->last_heartbeat_ns;
   now_ += 1'000'000'000;
@@ -444,7 +459,7 @@ TEST_F(RocksCatalogTest, AHeartbeatWithABadRouteObservationChangesNothing) {
   EXPECT_EQ(catalog_->GetRoute("a", "b").status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(RocksCatalogTest, TopologyTablesValidateReferences) {
+TEST_P(CatalogTest, TopologyTablesValidateReferences) {
   Node orphan;
   orphan.name = "n";
   orphan.site = "nosuch";
@@ -471,7 +486,7 @@ TEST_F(RocksCatalogTest, TopologyTablesValidateReferences) {
   EXPECT_EQ(catalog_->SendHeartbeat(Beat("zz")).code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(RocksCatalogTest, ExpiredLeaseIsGivenToTheNextClaimant) {
+TEST_P(CatalogTest, ExpiredLeaseIsGivenToTheNextClaimant) {
   MakeTopologyAndFile();
   ASSERT_TRUE(OneTask().ok());
   absl::StatusOr<Task> first = catalog_->ClaimTask("b1", "agent-1", 10s);
@@ -520,7 +535,7 @@ void CommitFiles(Catalog& c, int n) {
   }
 }
 
-TEST_F(RocksCatalogTest, ClaimTasksLeasesManyInClaimOrderWithTheirChecksums) {
+TEST_P(CatalogTest, ClaimTasksLeasesManyInClaimOrderWithTheirChecksums) {
   MakeTopologyAndFile();
   CommitFiles(*catalog_, 4);
   ASSERT_TRUE(TaskTo("/g1", "b1", 0).ok());
@@ -563,7 +578,7 @@ TEST_F(RocksCatalogTest, ClaimTasksLeasesManyInClaimOrderWithTheirChecksums) {
   EXPECT_EQ(catalog_->ClaimTask("b1", "w#7", 10s).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(RocksCatalogTest, ClaimTasksRefusesBadOwnersAndChangesNothing) {
+TEST_P(CatalogTest, ClaimTasksRefusesBadOwnersAndChangesNothing) {
   MakeTopologyAndFile();
   ASSERT_TRUE(OneTask().ok());
   EXPECT_EQ(catalog_->ClaimTasks("b1", {"w#1", "w#1"}, 10s).status().code(),
@@ -578,7 +593,7 @@ TEST_F(RocksCatalogTest, ClaimTasksRefusesBadOwnersAndChangesNothing) {
   EXPECT_EQ(catalog_->ListTasks(OpenFor("b1"))->size(), 1u);  // still queued
 }
 
-TEST_F(RocksCatalogTest, ClaimTasksFindsEveryOpenTaskAfterManyHaveFinished) {
+TEST_P(CatalogTest, ClaimTasksFindsEveryOpenTaskAfterManyHaveFinished) {
   // Claims start their scan at the node's lowest open task: a task that finished below it,
   // one put back below it and ones made after it must all be handled right.
   MakeTopologyAndFile();
@@ -613,7 +628,7 @@ TEST_F(RocksCatalogTest, ClaimTasksFindsEveryOpenTaskAfterManyHaveFinished) {
   EXPECT_EQ(reopened->front().spec.path, "/g6");
 }
 
-TEST_F(RocksCatalogTest, CompleteTasksGivesEachItemWhatCompleteTaskWould) {
+TEST_P(CatalogTest, CompleteTasksGivesEachItemWhatCompleteTaskWould) {
   MakeTopologyAndFile();
   CommitFiles(*catalog_, 3);
   for (int i = 1; i <= 3; ++i) ASSERT_TRUE(TaskTo(fmt::format("/g{}", i), "b1").ok());
@@ -654,7 +669,7 @@ TEST_F(RocksCatalogTest, CompleteTasksGivesEachItemWhatCompleteTaskWould) {
 // Claims take tasks from an in-memory claim order (claim_queue.h) rather than reading every
 // open task: it must follow every change made after it was loaded, and lose nothing when a
 // write fails or the catalog reopens.
-TEST_F(RocksCatalogTest, TheClaimOrderFollowsNewTasksFailedWritesRenewalsRetriesAndReopening) {
+TEST_P(CatalogTest, TheClaimOrderFollowsNewTasksFailedWritesRenewalsRetriesAndReopening) {
   MakeTopologyAndFile();
   CommitFiles(*catalog_, 6);
   auto claim = [&](std::vector<std::string> owners) -> std::vector<std::string> {
@@ -709,7 +724,7 @@ TEST_F(RocksCatalogTest, TheClaimOrderFollowsNewTasksFailedWritesRenewalsRetries
 
 // ExpireLeases reads every node's open tasks once, then follows them in memory: a node
 // that had none then, and one whose expiry write failed, still get their leases expired.
-TEST_F(RocksCatalogTest, ExpireLeasesAfterItsFirstRunSeesNodesItNeverSawAndSurvivesAFailedWrite) {
+TEST_P(CatalogTest, ExpireLeasesAfterItsFirstRunSeesNodesItNeverSawAndSurvivesAFailedWrite) {
   MakeTopologyAndFile();
   ASSERT_EQ(*catalog_->ExpireLeases(), 0u);
   Node n;
@@ -735,7 +750,7 @@ TEST_F(RocksCatalogTest, ExpireLeasesAfterItsFirstRunSeesNodesItNeverSawAndSurvi
 
 // Revocations are kept until their token expires, durably, and no longer: until 2026-11-24
 // the records of expired tokens stayed forever.
-TEST_F(RocksCatalogTest, RevocationsSurviveReopeningAndAreForgottenOnceTheirTokenExpired) {
+TEST_P(CatalogTest, RevocationsSurviveReopeningAndAreForgottenOnceTheirTokenExpired) {
   const std::int64_t now_s = now_.load() / 1'000'000'000;
   ASSERT_TRUE(catalog_->RevokeToken("soon", now_s + 10).ok());
   ASSERT_TRUE(catalog_->RevokeToken("later", now_s + 3600).ok());
@@ -753,7 +768,7 @@ TEST_F(RocksCatalogTest, RevocationsSurviveReopeningAndAreForgottenOnceTheirToke
   EXPECT_EQ(*list, (std::vector<std::pair<std::string, std::int64_t>>{{"later", now_s + 3600}, {"third", now_s + 7200}}));
 }
 
-TEST_F(RocksCatalogTest, CompleteTasksWhoseWriteFailsChangeNothing) {
+TEST_P(CatalogTest, CompleteTasksWhoseWriteFailsChangeNothing) {
   MakeTopologyAndFile();
   CommitFiles(*catalog_, 2);
   for (int i = 1; i <= 2; ++i) ASSERT_TRUE(TaskTo(fmt::format("/g{}", i), "b1").ok());
@@ -778,7 +793,7 @@ TEST_F(RocksCatalogTest, CompleteTasksWhoseWriteFailsChangeNothing) {
   EXPECT_EQ(RecordOf("/g2", "b1")->state, ReplicaState::kComplete);
 }
 
-TEST_F(RocksCatalogTest, OpenOnlyListsQueuedAndLeasedTasksOfEveryNode) {
+TEST_P(CatalogTest, OpenOnlyListsQueuedAndLeasedTasksOfEveryNode) {
   MakeTopologyAndFile();
   CommitFiles(*catalog_, 3);
   absl::StatusOr<Request> req = catalog_->CreateRequest(Req("/g1"));
@@ -812,7 +827,7 @@ TEST_F(RocksCatalogTest, OpenOnlyListsQueuedAndLeasedTasksOfEveryNode) {
   EXPECT_TRUE(catalog_->ListTasks(f)->empty());
 }
 
-TEST_F(RocksCatalogTest, FailedAttemptsBackOffThenGiveUp) {
+TEST_P(CatalogTest, FailedAttemptsBackOffThenGiveUp) {
   MakeTopologyAndFile();
   absl::StatusOr<Task> t = OneTask();
   ASSERT_TRUE(t.ok());
@@ -837,7 +852,7 @@ TEST_F(RocksCatalogTest, FailedAttemptsBackOffThenGiveUp) {
   EXPECT_EQ(catalog_->Locate("/f")->replicas.size(), 1u);
 }
 
-TEST_F(RocksCatalogTest, CompletingACopyOfAnOldGenerationIsAborted) {
+TEST_P(CatalogTest, CompletingACopyOfAnOldGenerationIsAborted) {
   MakeTopologyAndFile();
   ASSERT_TRUE(OneTask().ok());
   absl::StatusOr<Task> c = catalog_->ClaimTask("b1", "agent", 10s);
@@ -854,7 +869,7 @@ TEST_F(RocksCatalogTest, CompletingACopyOfAnOldGenerationIsAborted) {
   EXPECT_EQ(catalog_->GetTask(c->id)->state, TaskState::kFailed);
 }
 
-TEST_F(RocksCatalogTest, ClaimsHighestPriorityFirstAndCancelStopsTasks) {
+TEST_P(CatalogTest, ClaimsHighestPriorityFirstAndCancelStopsTasks) {
   MakeTopologyAndFile();
   absl::StatusOr<Request> req = catalog_->CreateRequest(Req("/f", 2));
   ASSERT_TRUE(req.ok());
@@ -883,7 +898,7 @@ TEST_F(RocksCatalogTest, ClaimsHighestPriorityFirstAndCancelStopsTasks) {
   EXPECT_EQ(catalog_->ListTasks(TaskFilter{})->size(), 2u);
 }
 
-TEST_F(RocksCatalogTest, EventsArriveInOrderAndWakeWaiters) {
+TEST_P(CatalogTest, EventsArriveInOrderAndWakeWaiters) {
   MakeTopologyAndFile();
   std::uint64_t start = *catalog_->LastEventSeq();
   std::thread writer([&] {
@@ -901,7 +916,7 @@ TEST_F(RocksCatalogTest, EventsArriveInOrderAndWakeWaiters) {
   EXPECT_TRUE(catalog_->ReadEvents(*catalog_->LastEventSeq(), 10, 0ms)->empty());
 }
 
-TEST_F(RocksCatalogTest, ConcurrentCreatesOfOneNameHaveOneWinner) {
+TEST_P(CatalogTest, ConcurrentCreatesOfOneNameHaveOneWinner) {
   ASSERT_TRUE(catalog_->Mkdir("/d", {}).ok());
   std::atomic<int> wins{0}, exists{0};
   std::vector<std::thread> threads;
@@ -932,7 +947,7 @@ void CheckTree(Catalog& c, const std::string& path, std::set<InodeId>& seen) {
   }
 }
 
-TEST_F(RocksCatalogTest, ConcurrentRenamesAndRemovesKeepTheTreeConsistent) {
+TEST_P(CatalogTest, ConcurrentRenamesAndRemovesKeepTheTreeConsistent) {
   std::vector<std::string> dirs;
   for (int i = 0; i < 6; ++i) {
     std::string d = fmt::format("/d{}", i);
@@ -1006,7 +1021,7 @@ TEST_F(RocksCatalogTest, ConcurrentRenamesAndRemovesKeepTheTreeConsistent) {
   EXPECT_GT(cycles_refused.load(), 0);
 }
 
-TEST_F(RocksCatalogTest, CancellingALeasedTaskDropsItsPendingReplica) {
+TEST_P(CatalogTest, CancellingALeasedTaskDropsItsPendingReplica) {
   MakeTopologyAndFile();
   absl::StatusOr<Request> req = catalog_->CreateRequest(Req("/f", 2));
   ASSERT_TRUE(req.ok());
@@ -1032,7 +1047,7 @@ TEST_F(RocksCatalogTest, CancellingALeasedTaskDropsItsPendingReplica) {
   EXPECT_EQ(where->replicas.size(), 1u);
 }
 
-TEST_F(RocksCatalogTest, HugeLeasesAndRetryDelaysAreRefused) {
+TEST_P(CatalogTest, HugeLeasesAndRetryDelaysAreRefused) {
   MakeTopologyAndFile();
   ASSERT_TRUE(OneTask().ok());
   // 10^16 ms overflows a nanosecond deadline: the lease would be born expired (or worse).
@@ -1056,7 +1071,7 @@ TEST_F(RocksCatalogTest, HugeLeasesAndRetryDelaysAreRefused) {
 
 // A failed write must not leave phantom progress: no gap in seqs, and long polls keep
 // waiting instead of waking at once (which made every Watch/ReadEvents poller spin).
-TEST_F(RocksCatalogTest, AFailedWriteLeavesNoEventGapAndWaitersKeepWaiting) {
+TEST_P(CatalogTest, AFailedWriteLeavesNoEventGapAndWaitersKeepWaiting) {
   MakeTopologyAndFile();
   ASSERT_TRUE(catalog_->CreateRequest(Req("/x")).ok());
   std::uint64_t before = *catalog_->LastEventSeq();
@@ -1105,7 +1120,7 @@ TEST_F(RocksCatalogTest, AFailedWriteLeavesNoEventGapAndWaitersKeepWaiting) {
 
 // Review 3.2.2: a task queued for generation G and claimed after gfreg committed G+1 at its
 // destination must not turn the node's complete G+1 record into a pending G one.
-TEST_F(RocksCatalogTest, AQueuedTaskOfAnOlderGenerationIsCancelledAtClaimAndTouchesNoRecord) {
+TEST_P(CatalogTest, AQueuedTaskOfAnOlderGenerationIsCancelledAtClaimAndTouchesNoRecord) {
   MakeTopologyAndFile();
   absl::StatusOr<Task> old = TaskTo("/f", "b1", 5);
   ASSERT_TRUE(old.ok()) << old.status();
@@ -1133,7 +1148,7 @@ TEST_F(RocksCatalogTest, AQueuedTaskOfAnOlderGenerationIsCancelledAtClaimAndTouc
 
 // Review 3.2.1: a leased copy of generation G that finishes after G+1 was committed at its
 // destination must not mark the node's G+1 record stale.
-TEST_F(RocksCatalogTest, CompletingAnOldGenerationAfterANewerCommitAtItsNodeKeepsTheNewRecord) {
+TEST_P(CatalogTest, CompletingAnOldGenerationAfterANewerCommitAtItsNodeKeepsTheNewRecord) {
   MakeTopologyAndFile();
   ASSERT_TRUE(OneTask().ok());
   absl::StatusOr<Task> c = catalog_->ClaimTask("b1", "agent", 10s);
@@ -1161,7 +1176,7 @@ TEST_F(RocksCatalogTest, CompletingAnOldGenerationAfterANewerCommitAtItsNodeKeep
 
 // An attempt that fails or whose lease runs out drops only its own pending record: not
 // the pending record of a newer generation's copy to the same node.
-TEST_F(RocksCatalogTest, FailingOrExpiringAnOldAttemptLeavesANewerGenerationsRecord) {
+TEST_P(CatalogTest, FailingOrExpiringAnOldAttemptLeavesANewerGenerationsRecord) {
   MakeTopologyAndFile();
   ASSERT_TRUE(catalog_->CommitFile("/h", Content(4, "h1"), "a1", std::nullopt).ok());
   for (const std::string path : {"/f", "/h"}) {
@@ -1199,7 +1214,7 @@ TEST_F(RocksCatalogTest, FailingOrExpiringAnOldAttemptLeavesANewerGenerationsRec
 
 // Review 3.1: StatInode (and CompleteTask, which uses it) must never see a file that is
 // being renamed as missing: CompleteTask would mark a live file's replica deleting.
-TEST_F(RocksCatalogTest, StatInodeNeverMissesAFileThatIsBeingRenamed) {
+TEST_P(CatalogTest, StatInodeNeverMissesAFileThatIsBeingRenamed) {
   ASSERT_TRUE(catalog_->Mkdir("/x", {}).ok());
   absl::StatusOr<Attributes> f = catalog_->CreateFile("/x/a", {});
   ASSERT_TRUE(f.ok());
@@ -1225,7 +1240,7 @@ FileContent Reserved(std::uint64_t generation, std::uint64_t size, std::string c
   return c;
 }
 
-TEST_F(RocksCatalogTest, BeginWriteReservesDistinctIncreasingGenerationsThatReadersDoNotSee) {
+TEST_P(CatalogTest, BeginWriteReservesDistinctIncreasingGenerationsThatReadersDoNotSee) {
   MakeTopologyAndFile();
   absl::StatusOr<WriteReservation> w2 = catalog_->BeginWrite("/f", {});
   absl::StatusOr<WriteReservation> w3 = catalog_->BeginWrite("/f", {});
@@ -1269,7 +1284,7 @@ TEST_F(RocksCatalogTest, BeginWriteReservesDistinctIncreasingGenerationsThatRead
   EXPECT_EQ(c5->generation, 5u);
 }
 
-TEST_F(RocksCatalogTest, CommittingAReservedGenerationOlderThanTheCommittedOneChangesNothing) {
+TEST_P(CatalogTest, CommittingAReservedGenerationOlderThanTheCommittedOneChangesNothing) {
   MakeTopologyAndFile();
   absl::StatusOr<WriteReservation> slow = catalog_->BeginWrite("/f", {});
   absl::StatusOr<WriteReservation> fast = catalog_->BeginWrite("/f", {});
@@ -1296,7 +1311,7 @@ TEST_F(RocksCatalogTest, CommittingAReservedGenerationOlderThanTheCommittedOneCh
   EXPECT_EQ(*catalog_->LastEventSeq(), seq);
 }
 
-TEST_F(RocksCatalogTest, AWriteWhoseFileWasReplacedMeanwhileCannotCommitOntoTheNewFile) {
+TEST_P(CatalogTest, AWriteWhoseFileWasReplacedMeanwhileCannotCommitOntoTheNewFile) {
   MakeTopologyAndFile();
   absl::StatusOr<WriteReservation> old_write = catalog_->BeginWrite("/f", {});
   ASSERT_TRUE(old_write.ok());
@@ -1318,7 +1333,7 @@ TEST_F(RocksCatalogTest, AWriteWhoseFileWasReplacedMeanwhileCannotCommitOntoTheN
   EXPECT_EQ(now->checksum, "");
 }
 
-TEST_F(RocksCatalogTest, BeginWriteOnANewPathCreatesAnEmptyEntry) {
+TEST_P(CatalogTest, BeginWriteOnANewPathCreatesAnEmptyEntry) {
   FileContent c;
   c.mode = 0600;
   c.owner = "alice";
@@ -1349,7 +1364,7 @@ TEST_F(RocksCatalogTest, BeginWriteOnANewPathCreatesAnEmptyEntry) {
             absl::StatusCode::kAborted);
 }
 
-TEST_F(RocksCatalogTest, ConcurrentWritersNeverGetTheSameGeneration) {
+TEST_P(CatalogTest, ConcurrentWritersNeverGetTheSameGeneration) {
   MakeTopologyAndFile();
   std::vector<std::thread> threads;
   std::vector<std::vector<std::uint64_t>> got(4);
@@ -1378,7 +1393,7 @@ TEST_F(RocksCatalogTest, ConcurrentWritersNeverGetTheSameGeneration) {
   EXPECT_EQ(*all.rbegin(), 101u);
 }
 
-TEST_F(RocksCatalogTest, ExpireLeasesExpiresEveryNodesRunOutLeases) {
+TEST_P(CatalogTest, ExpireLeasesExpiresEveryNodesRunOutLeases) {
   MakeTopologyAndFile();
   ASSERT_TRUE(OneTask().ok());
   absl::StatusOr<Task> t = catalog_->ClaimTask("b1", "agent", 10s);
@@ -1410,7 +1425,7 @@ TEST_F(RocksCatalogTest, ExpireLeasesExpiresEveryNodesRunOutLeases) {
   EXPECT_EQ(catalog_->GetTask(t->id)->state, TaskState::kFailed);
 }
 
-TEST_F(RocksCatalogTest, AbandonTaskCancelsOpenTasksWithoutCountingAnAttempt) {
+TEST_P(CatalogTest, AbandonTaskCancelsOpenTasksWithoutCountingAnAttempt) {
   MakeTopologyAndFile();
   absl::StatusOr<Task> queued = OneTask();
   ASSERT_TRUE(queued.ok());
@@ -1452,7 +1467,7 @@ TEST_F(RocksCatalogTest, AbandonTaskCancelsOpenTasksWithoutCountingAnAttempt) {
   EXPECT_EQ(b1->generation, 2u);
 }
 
-TEST_F(RocksCatalogTest, ATaskForARemovedFileIsCancelledAtClaimAndLeavesTheDeletingRecord) {
+TEST_P(CatalogTest, ATaskForARemovedFileIsCancelledAtClaimAndLeavesTheDeletingRecord) {
   MakeTopologyAndFile();
   ASSERT_TRUE(
       catalog_->PutReplica(Rep(catalog_->Stat("/f")->inode, "b1", ReplicaState::kComplete, 1))
@@ -1471,7 +1486,7 @@ TEST_F(RocksCatalogTest, ATaskForARemovedFileIsCancelledAtClaimAndLeavesTheDelet
 
 // Final request states stay final: a planner that read a request before it was cancelled
 // (or before another planner finished it) can neither revive it nor add tasks to it.
-TEST_F(RocksCatalogTest, FinalRequestStatesAreNotOverwrittenAndCancelledTakeNoTasks) {
+TEST_P(CatalogTest, FinalRequestStatesAreNotOverwrittenAndCancelledTakeNoTasks) {
   MakeTopologyAndFile();
   absl::StatusOr<Request> req = catalog_->CreateRequest(Req("/f"));
   ASSERT_TRUE(req.ok()) << req.status();
@@ -1530,7 +1545,7 @@ ReplicaTransition Move(InodeId inode, std::string node, std::uint64_t gen, Repli
   return t;
 }
 
-TEST_F(RocksCatalogTest, AReplicaFoundDamagedBecomesCorruptWithItsReasonAndAnEvent) {
+TEST_P(CatalogTest, AReplicaFoundDamagedBecomesCorruptWithItsReasonAndAnEvent) {
   MakeTopologyAndFile();
   absl::StatusOr<Attributes> f = catalog_->Stat("/f");
   ASSERT_TRUE(f.ok());
@@ -1560,7 +1575,7 @@ TEST_F(RocksCatalogTest, AReplicaFoundDamagedBecomesCorruptWithItsReasonAndAnEve
   EXPECT_EQ(rec->note, "checksum x != y");
 }
 
-TEST_F(RocksCatalogTest, AReplicaTransitionIsACompareAndSet) {
+TEST_P(CatalogTest, AReplicaTransitionIsACompareAndSet) {
   MakeTopologyAndFile();
   absl::StatusOr<Attributes> f = catalog_->Stat("/f");
   ASSERT_TRUE(f.ok());
@@ -1600,7 +1615,7 @@ TEST_F(RocksCatalogTest, AReplicaTransitionIsACompareAndSet) {
   EXPECT_EQ(rec->state, ReplicaState::kLost);
 }
 
-TEST_F(RocksCatalogTest, TheLastCompleteReplicaIsNeverDropped) {
+TEST_P(CatalogTest, TheLastCompleteReplicaIsNeverDropped) {
   MakeTopologyAndFile();
   absl::StatusOr<Attributes> f = catalog_->Stat("/f");
   ASSERT_TRUE(f.ok());
@@ -1620,7 +1635,7 @@ TEST_F(RocksCatalogTest, TheLastCompleteReplicaIsNeverDropped) {
   EXPECT_TRUE(absl::IsFailedPrecondition((*r)[0])) << (*r)[0];
 }
 
-TEST_F(RocksCatalogTest, AReverifiedReplicaKeepsItsStateAndGetsItsStampWithoutAnEvent) {
+TEST_P(CatalogTest, AReverifiedReplicaKeepsItsStateAndGetsItsStampWithoutAnEvent) {
   MakeTopologyAndFile();
   absl::StatusOr<Attributes> f = catalog_->Stat("/f");
   ASSERT_TRUE(f.ok());
@@ -1640,7 +1655,7 @@ TEST_F(RocksCatalogTest, AReverifiedReplicaKeepsItsStateAndGetsItsStampWithoutAn
   EXPECT_EQ(*catalog_->LastEventSeq(), *seq);
 }
 
-TEST_F(RocksCatalogTest, ACommittedCopyRecordsTheMtimeItsNodeSaw) {
+TEST_P(CatalogTest, ACommittedCopyRecordsTheMtimeItsNodeSaw) {
   MakeTopologyAndFile();
   absl::StatusOr<Task> t = OneTask();
   ASSERT_TRUE(t.ok());
@@ -1656,7 +1671,7 @@ TEST_F(RocksCatalogTest, ACommittedCopyRecordsTheMtimeItsNodeSaw) {
   EXPECT_EQ(rec->mtime_ns, 987654321);
 }
 
-TEST_F(RocksCatalogTest, AClaimReplacesACorruptRecordOfItsNode) {
+TEST_P(CatalogTest, AClaimReplacesACorruptRecordOfItsNode) {
   MakeTopologyAndFile();
   absl::StatusOr<Attributes> f = catalog_->Stat("/f");
   ASSERT_TRUE(f.ok());
@@ -1679,7 +1694,7 @@ TEST_F(RocksCatalogTest, AClaimReplacesACorruptRecordOfItsNode) {
 
 // Finished requests are forgotten after their retention, with their tasks; open ones, recent
 // ones stay, and a restart gives no purged id out again.
-TEST_F(RocksCatalogTest, PurgeForgetsOldFinishedRequestsWithTheirTasksAndNeverReusesAnId) {
+TEST_P(CatalogTest, PurgeForgetsOldFinishedRequestsWithTheirTasksAndNeverReusesAnId) {
   MakeTopologyAndFile();
   auto request_with_task = [&](RequestState end) {
     absl::StatusOr<Request> req = catalog_->CreateRequest(Req("/f"));
@@ -1748,6 +1763,11 @@ TEST_F(RocksCatalogTest, PurgeForgetsOldFinishedRequestsWithTheirTasksAndNeverRe
   EXPECT_GT(task->id, newest_task);
   EXPECT_EQ(catalog_->PurgeFinishedRequests(now_.load(), 0).value_or(99), 0u) << "max 0 purges none";
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, CatalogTest, ::testing::Values("rocksdb", "postgresql"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
 
 }  // namespace
 }  // namespace gfrep::catalog

@@ -1,0 +1,47 @@
+#pragma once
+
+// KvCatalog: the Catalog's rules (namespace, generations, replica records, requests, tasks
+// and leases, the event log) written once above the storage seam of kv_store.h, on either
+// backend: RocksDB (rocks_store.h, the default) or PostgreSQL (pg_store.h). Every mutation
+// is one KvBatch written atomically and, unless CatalogOptions::sync is off, durably before
+// it is acknowledged (RocksDB: WAL fsync, concurrent writers merged into one group commit;
+// PostgreSQL: COMMIT with synchronous_commit).
+//
+// Concurrency (lock order top to bottom), in this process:
+//   tree_mu_      shared by entry creation; exclusive for Remove and Rename, so a subtree
+//                 cannot change under a cycle check or a recursive delete.
+//   name_locks_   striped by (parent, name): two creates of the same name serialize.
+//   id_mu_        inode id allocation (ids come in persisted blocks, never reused).
+//   work_mu_      replicas, topology, requests, tasks and the event log (read-modify-write
+//                 and event seq order = commit order).
+// Reads take no locks (each Get/Scan sees committed batches; StatInode/PathOf read one
+// snapshot). These locks are the concurrency control: one catalog process per store (the
+// PostgreSQL store refuses a second process on the same database).
+//
+// Thread safety: fully thread-safe; blocking (disk I/O, fsync, database round trips) on the
+// caller's thread.
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "catalog/catalog.h"
+
+namespace gfrep::catalog::internal {
+
+class KvStore;
+
+// The catalog on `store` (initialised: root directory, id marks). options.path is unused.
+absl::StatusOr<std::unique_ptr<Catalog>> OpenKvCatalog(const CatalogOptions& options,
+                                                       std::unique_ptr<KvStore> store);
+
+// A backend property of a catalog opened by OpenCatalog (e.g. "rocksdb.stats", whose
+// "Cumulative WAL: N writes, M syncs" line shows group commit at work). kInvalidArgument
+// for another Catalog implementation, kNotFound for an unknown property. Benchmarks only.
+absl::StatusOr<std::string> GetDbProperty(Catalog& catalog, std::string_view property);
+
+// The KvStore under a catalog opened by OpenCatalog (nullptr for another implementation):
+// export/import and tests.
+KvStore* StoreOf(Catalog& catalog);
+
+}  // namespace gfrep::catalog::internal

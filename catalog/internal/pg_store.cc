@@ -1,0 +1,661 @@
+#include "catalog/internal/pg_store.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <libpq-fe.h>
+
+#include <cassert>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/numbers.h"
+#include "absl/synchronization/mutex.h"
+#include "catalog/internal/codec.h"
+
+namespace gfrep::catalog::internal {
+namespace {
+
+// Session advisory lock of the one catalog process serving a database, and the transaction
+// lock migrations run under: fixed keys ("gfrepcat", "gfrepmig" in ASCII).
+constexpr std::int64_t kServeLockKey = 0x6766726570636174;
+constexpr std::int64_t kMigrateLockKey = 0x67667265706d6967;
+
+constexpr int kScanPageRows = 512;
+constexpr Oid kByteaOid = 17;
+
+// The schema, one numbered step at a time. A step runs once, in the open's transaction, on a
+// database whose schema_version is below its number; then schema_version becomes the
+// number. Add version 2 by appending {2, {...}}; never change a step that has shipped.
+struct Migration {
+  int version;
+  std::vector<std::string> statements;
+};
+
+const char* PgTableName(Table t) { return t == kMeta ? "meta" : kTableNames[t]; }
+
+const std::vector<Migration>& Migrations() {
+  static const std::vector<Migration>* const migrations = [] {
+    auto* m = new std::vector<Migration>;
+    Migration v1{1, {}};
+    for (int t = 0; t < kNumTables; ++t) {
+      v1.statements.push_back(fmt::format("CREATE TABLE {} (k bytea PRIMARY KEY, v bytea NOT NULL)",
+                                          PgTableName(static_cast<Table>(t))));
+    }
+    m->push_back(std::move(v1));
+    return m;
+  }();
+  return *migrations;
+}
+
+int ProgramSchemaVersion() { return Migrations().back().version; }
+
+struct ConnCloser {
+  void operator()(PGconn* c) const { PQfinish(c); }
+};
+using ConnPtr = std::unique_ptr<PGconn, ConnCloser>;
+
+struct ResultClearer {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using ResultPtr = std::unique_ptr<PGresult, ResultClearer>;
+
+std::string TrimMessage(const char* m) {
+  std::string_view s = m == nullptr ? "" : m;
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.remove_suffix(1);
+  return std::string(s);
+}
+
+bool Broken(PGconn* c) { return c == nullptr || PQstatus(c) != CONNECTION_OK; }
+
+// The one place libpq errors become absl::Status (STYLE rule 7). `r` may be null (an error
+// of the connection rather than of a statement).
+absl::Status PgError(PGconn* c, const PGresult* r, std::string_view context) {
+  std::string message = TrimMessage(r != nullptr ? PQresultErrorMessage(r) : nullptr);
+  if (message.empty()) message = TrimMessage(c != nullptr ? PQerrorMessage(c) : nullptr);
+  if (message.empty()) message = "unexpected reply from the server";
+  const char* state = r != nullptr ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
+  std::string_view sqlstate = state == nullptr ? "" : state;
+  std::string msg = sqlstate.empty() ? fmt::format("{}: postgresql: {}", context, message)
+                                     : fmt::format("{}: postgresql: {} (SQLSTATE {})", context,
+                                                   message, sqlstate);
+  // A lost connection is retryable whatever the statement said last (a server shutting down
+  // sends 57P01 and closes).
+  if (Broken(c) || sqlstate.starts_with("08") || sqlstate.starts_with("57P")) {
+    return absl::UnavailableError(msg);
+  }
+  if (sqlstate == "53100") return absl::ResourceExhaustedError(msg);
+  if (sqlstate == "40001" || sqlstate == "40P01") return absl::AbortedError(msg);
+  if (sqlstate == "XX001" || sqlstate == "XX002") return absl::DataLossError(msg);
+  return absl::InternalError(msg);
+}
+
+// Runs a parameterless text-mode statement; the result if it succeeded.
+absl::StatusOr<ResultPtr> Exec(PGconn* c, const std::string& sql, std::string_view context) {
+  ResultPtr r(PQexec(c, sql.c_str()));
+  ExecStatusType st = r == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(r.get());
+  if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) return PgError(c, r.get(), context);
+  return r;
+}
+
+// A statement with bytea parameters, binary results.
+absl::StatusOr<ResultPtr> ExecBytes(PGconn* c, const std::string& sql,
+                                    const std::vector<std::string_view>& params,
+                                    std::string_view context) {
+  std::vector<Oid> types(params.size(), kByteaOid);
+  std::vector<const char*> values;
+  std::vector<int> lengths;
+  std::vector<int> formats(params.size(), 1);
+  for (std::string_view p : params) {
+    values.push_back(p.data());
+    lengths.push_back(static_cast<int>(p.size()));
+  }
+  ResultPtr r(PQexecParams(c, sql.c_str(), static_cast<int>(params.size()), types.data(),
+                           values.data(), lengths.data(), formats.data(), /*resultFormat=*/1));
+  ExecStatusType st = r == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(r.get());
+  if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) return PgError(c, r.get(), context);
+  return r;
+}
+
+// Queues a statement with bytea parameters (pipeline mode); false if libpq refused it.
+bool SendBytes(PGconn* c, const std::string& sql, const std::vector<std::string_view>& params) {
+  std::vector<Oid> types(params.size(), kByteaOid);
+  std::vector<const char*> values;
+  std::vector<int> lengths;
+  std::vector<int> formats(params.size(), 1);
+  for (std::string_view p : params) {
+    values.push_back(p.data());
+    lengths.push_back(static_cast<int>(p.size()));
+  }
+  return PQsendQueryParams(c, sql.c_str(), static_cast<int>(params.size()), types.data(),
+                           values.data(), lengths.data(), formats.data(), 1) == 1;
+}
+
+void IgnoreNotice(void*, const char*) {}
+
+absl::StatusOr<ConnPtr> Connect(const std::string& conninfo) {
+  // expand_dbname: the "dbname" value is the whole conninfo (URI or key=value text).
+  const char* keys[] = {"dbname", "fallback_application_name", nullptr};
+  const char* values[] = {conninfo.c_str(), "gfcatalogd", nullptr};
+  ConnPtr c(PQconnectdbParams(keys, values, /*expand_dbname=*/1));
+  if (c == nullptr) return absl::UnavailableError("connect: postgresql: out of memory");
+  if (PQstatus(c.get()) != CONNECTION_OK) {
+    return absl::UnavailableError(
+        fmt::format("connect: postgresql: {}", TrimMessage(PQerrorMessage(c.get()))));
+  }
+  // Notices (e.g. "relation already exists, skipping") are not errors; keep them off stderr.
+  PQsetNoticeProcessor(c.get(), IgnoreNotice, nullptr);
+  return c;
+}
+
+// True if an idle connection still looks usable: reads whatever the server sent meanwhile
+// (the socket is non-blocking inside libpq), which notices a server that closed it.
+bool IdleConnectionAlive(PGconn* c) {
+  return PQconsumeInput(c) == 1 && PQstatus(c) == CONNECTION_OK &&
+         PQtransactionStatus(c) == PQTRANS_IDLE;
+}
+
+// Strips the "postgresql:" of the key=value form; URIs go to libpq as they are.
+std::string LibpqConninfo(std::string_view location) {
+  if (location.starts_with("postgresql://") || location.starts_with("postgres://")) {
+    return std::string(location);
+  }
+  if (location.starts_with("postgresql:"))
+    location.remove_prefix(std::string_view("postgresql:").size());
+  return std::string(location);
+}
+
+// "postgresql host=... dbname=..." from the parsed conninfo, without password; an error
+// for text libpq cannot parse.
+absl::StatusOr<std::string> DescribeConninfo(const std::string& conninfo) {
+  char* err = nullptr;
+  PQconninfoOption* opts = PQconninfoParse(conninfo.c_str(), &err);
+  if (opts == nullptr) {
+    std::string why = err != nullptr ? TrimMessage(err) : "out of memory";
+    PQfreemem(err);
+    return absl::InvalidArgumentError(fmt::format("postgresql conninfo: {}", why));
+  }
+  std::vector<std::string> parts;
+  for (PQconninfoOption* o = opts; o->keyword != nullptr; ++o) {
+    if (o->val == nullptr || *o->val == '\0') continue;
+    std::string_view key = o->keyword;
+    if (key == "password" || std::string_view(o->dispchar) == "*") continue;
+    std::string value = o->val;
+    if (value.find_first_of(" '\\") != std::string::npos) {
+      std::string quoted = "'";
+      for (char ch : value) {
+        if (ch == '\'' || ch == '\\') quoted += '\\';
+        quoted += ch;
+      }
+      value = quoted + "'";
+    }
+    parts.push_back(fmt::format("{}={}", key, value));
+  }
+  PQconninfoFree(opts);
+  return fmt::format("postgresql {}", fmt::join(parts, " "));
+}
+
+// Takes the session advisory lock of the one process serving the database, on `c`.
+absl::Status TakeServeLock(PGconn* c) {
+  absl::StatusOr<ResultPtr> r =
+      Exec(c, fmt::format("SELECT pg_try_advisory_lock({})", kServeLockKey), "lock database");
+  if (!r.ok()) return r.status();
+  if (std::string_view(PQgetvalue(r->get(), 0, 0)) != "t") {
+    return absl::FailedPreconditionError(
+        "another gfcatalogd is serving this database (several front ends are not supported yet)");
+  }
+  return absl::OkStatus();
+}
+
+class PgStore;
+
+// A pooled connection, returned to the pool (or discarded if it broke) when destroyed.
+class Lease {
+ public:
+  Lease(PgStore* store, ConnPtr conn) : store_(store), conn_(std::move(conn)) {}
+  Lease(Lease&& other) noexcept
+      : store_(std::exchange(other.store_, nullptr)), conn_(std::move(other.conn_)) {}
+  Lease& operator=(Lease&&) = delete;
+  ~Lease() { Release(); }
+  PGconn* get() const { return conn_.get(); }
+  // Returns the connection now (before calling out to the caller's fn).
+  void Release();
+
+ private:
+  PgStore* store_;
+  ConnPtr conn_;
+};
+
+class PgSnapshot : public KvSnapshot {
+ public:
+  PgSnapshot(absl::Status status, std::unique_ptr<Lease> lease)
+      : status_(std::move(status)), lease_(std::move(lease)) {}
+  ~PgSnapshot() override {
+    if (lease_ != nullptr && !Broken(lease_->get())) {
+      // A read-only transaction: ending it either way is the same; a failure breaks the
+      // connection, which the pool then discards.
+      absl::StatusOr<ResultPtr> r = Exec(lease_->get(), "COMMIT", "end snapshot");
+      (void)r;  // ignored: the pool checks the connection's state
+    }
+  }
+  // The connection of the snapshot, or why there is none.
+  absl::StatusOr<PGconn*> conn() const {
+    if (!status_.ok()) return status_;
+    return lease_->get();
+  }
+
+ private:
+  absl::Status status_;
+  std::unique_ptr<Lease> lease_;
+};
+
+class PgStore : public KvStore {
+ public:
+  PgStore(const PgStoreOptions& options, std::string conninfo, std::string description,
+          ConnPtr lock_conn)
+      : conninfo_(std::move(conninfo)),
+        description_(std::move(description)),
+        max_connections_(options.max_connections),
+        lock_conn_(std::move(lock_conn)) {
+    for (int t = 0; t < kNumTables; ++t) {
+      const char* name = PgTableName(static_cast<Table>(t));
+      get_sql_[t] = fmt::format("SELECT v FROM {} WHERE k = $1", name);
+      put_sql_[t] = fmt::format(
+          "INSERT INTO {} (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
+          name);
+      delete_sql_[t] = fmt::format("DELETE FROM {} WHERE k = $1", name);
+      delete_range_sql_[t] = fmt::format("DELETE FROM {} WHERE k >= $1 AND k < $2", name);
+    }
+  }
+
+  // REQUIRES: no snapshot of this store is alive and no call is in progress.
+  ~PgStore() override {
+    absl::MutexLock l(&mu_);
+    assert(open_ == idle_.size());
+    idle_.clear();
+    // lock_conn_ closes after this, which releases the session advisory lock.
+  }
+
+  absl::StatusOr<std::string> Get(Table t, std::string_view key, std::string_view what,
+                                  const KvSnapshot* snapshot) override {
+    absl::StatusOr<ResultPtr> r;
+    if (snapshot != nullptr) {
+      absl::StatusOr<PGconn*> c = static_cast<const PgSnapshot*>(snapshot)->conn();
+      if (!c.ok()) return Context(c.status(), what);
+      r = ExecBytes(*c, get_sql_[t], {key}, what);
+    } else {
+      absl::StatusOr<Lease> lease = Acquire();
+      if (!lease.ok()) return Context(lease.status(), what);
+      r = ExecBytes(lease->get(), get_sql_[t], {key}, what);
+      if (!r.ok()) DiscardIdleIfBroken(lease->get());
+    }
+    if (!r.ok()) return r.status();
+    PGresult* res = r->get();
+    if (PQntuples(res) == 0) return absl::NotFoundError(fmt::format("{}: not found", what));
+    return std::string(PQgetvalue(res, 0, 0), static_cast<std::size_t>(PQgetlength(res, 0, 0)));
+  }
+
+  absl::Status Scan(Table t, std::string_view prefix, std::string_view start, const KvScanFn& fn,
+                    const KvSnapshot* snapshot, bool reverse) override {
+    const std::string context = fmt::format("scan {}", PgTableName(t));
+    if (reverse && !start.empty()) {
+      return absl::InvalidArgumentError(fmt::format("{}: a reverse scan has no start", context));
+    }
+    const std::string upper = PrefixSuccessor(prefix);  // empty: no upper bound
+    // Forward: [max(prefix, start), upper), then (last, upper). Reverse: [prefix, upper),
+    // then [prefix, last), descending.
+    std::string lower(start.empty() || start < prefix ? prefix : start);
+    bool lower_inclusive = true;
+    std::string high = upper;
+    bool has_high = !upper.empty();
+    while (true) {
+      std::string sql =
+          fmt::format("SELECT k, v FROM {} WHERE k {} $1{} ORDER BY k{} LIMIT {}", PgTableName(t),
+                      lower_inclusive ? ">=" : ">", has_high ? " AND k < $2" : "",
+                      reverse ? " DESC" : "", kScanPageRows);
+      std::vector<std::string_view> params = {lower};
+      if (has_high) params.push_back(high);
+      absl::StatusOr<ResultPtr> page;
+      if (snapshot != nullptr) {
+        absl::StatusOr<PGconn*> c = static_cast<const PgSnapshot*>(snapshot)->conn();
+        if (!c.ok()) return Context(c.status(), context);
+        page = ExecBytes(*c, sql, params, context);
+      } else {
+        absl::StatusOr<Lease> lease = Acquire();
+        if (!lease.ok()) return Context(lease.status(), context);
+        page = ExecBytes(lease->get(), sql, params, context);
+        if (!page.ok()) DiscardIdleIfBroken(lease->get());
+        // Back to the pool before fn runs: fn may use the store (and the pool) itself.
+        lease->Release();
+      }
+      if (!page.ok()) return page.status();
+      PGresult* res = page->get();
+      const int rows = PQntuples(res);
+      for (int i = 0; i < rows; ++i) {
+        std::string_view k(PQgetvalue(res, i, 0), static_cast<std::size_t>(PQgetlength(res, i, 0)));
+        std::string_view v(PQgetvalue(res, i, 1), static_cast<std::size_t>(PQgetlength(res, i, 1)));
+        if (!fn(k, v)) return absl::OkStatus();
+      }
+      if (rows < kScanPageRows) return absl::OkStatus();
+      std::string last(PQgetvalue(res, rows - 1, 0),
+                       static_cast<std::size_t>(PQgetlength(res, rows - 1, 0)));
+      if (reverse) {
+        high = std::move(last);
+        has_high = true;
+      } else {
+        lower = std::move(last);
+        lower_inclusive = false;
+      }
+    }
+  }
+
+  absl::Status Write(const KvBatch& batch, bool sync, std::string_view what) override {
+    if (batch.Count() == 0) return absl::OkStatus();
+    if (absl::Status s = CheckServeLock(); !s.ok()) return Context(s, what);
+    absl::StatusOr<Lease> lease = Acquire();
+    if (!lease.ok()) return Context(lease.status(), what);
+    PGconn* c = lease->get();
+    absl::Status s = WritePipelined(c, batch, sync, what);
+    if (!s.ok()) DiscardIdleIfBroken(c);
+    return s;
+  }
+
+  std::unique_ptr<KvSnapshot> Snapshot() override {
+    absl::StatusOr<Lease> lease = Acquire();
+    if (!lease.ok()) {
+      return std::make_unique<PgSnapshot>(Context(lease.status(), "snapshot"), nullptr);
+    }
+    auto held = std::make_unique<Lease>(std::move(*lease));
+    // REPEATABLE READ takes its snapshot at the first statement, so make one now: the
+    // snapshot is this point in time, not the time of its first read.
+    absl::StatusOr<ResultPtr> begin =
+        Exec(held->get(), "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "snapshot");
+    absl::StatusOr<ResultPtr> first =
+        begin.ok() ? Exec(held->get(), "SELECT 1", "snapshot") : std::move(begin);
+    if (!first.ok()) {
+      DiscardIdleIfBroken(held->get());
+      if (PQtransactionStatus(held->get()) != PQTRANS_IDLE) {
+        absl::StatusOr<ResultPtr> r = Exec(held->get(), "ROLLBACK", "snapshot");
+        (void)r;  // ignored: a connection left inside a transaction is discarded by the pool
+      }
+      return std::make_unique<PgSnapshot>(first.status(), nullptr);
+    }
+    return std::make_unique<PgSnapshot>(absl::OkStatus(), std::move(held));
+  }
+
+  absl::StatusOr<std::map<std::string, std::uint64_t>> Stats() override {
+    std::vector<std::string> tables;
+    for (int t = 0; t < kNumTables; ++t) {
+      tables.push_back(fmt::format("to_regclass('{}')", PgTableName(static_cast<Table>(t))));
+    }
+    // reltuples is the planner's estimate (-1: never analyzed); counting rows would scan.
+    const std::string sql = fmt::format(
+        "SELECT 'db_bytes'::text, pg_database_size(current_database())::float8 UNION ALL "
+        "SELECT relname::text || '_rows', greatest(reltuples, 0)::float8 FROM pg_class "
+        "WHERE oid IN ({})",
+        fmt::join(tables, ", "));
+    absl::StatusOr<Lease> lease = Acquire();
+    if (!lease.ok()) return Context(lease.status(), "stats");
+    absl::StatusOr<ResultPtr> r = Exec(lease->get(), sql, "stats");
+    if (!r.ok()) {
+      DiscardIdleIfBroken(lease->get());
+      return r.status();
+    }
+    std::map<std::string, std::uint64_t> stats;
+    for (int i = 0; i < PQntuples(r->get()); ++i) {
+      double v = 0;
+      if (!absl::SimpleAtod(PQgetvalue(r->get(), i, 1), &v) || !(v >= 0)) v = 0;
+      stats[PQgetvalue(r->get(), i, 0)] = static_cast<std::uint64_t>(std::llround(v));
+    }
+    return stats;
+  }
+
+  absl::StatusOr<std::string> Property(std::string_view name) override {
+    if (name != "pg.server_version") {
+      return absl::NotFoundError(fmt::format("property {}: not found", name));
+    }
+    absl::StatusOr<Lease> lease = Acquire();
+    if (!lease.ok()) return Context(lease.status(), name);
+    const char* v = PQparameterStatus(lease->get(), "server_version");
+    if (v == nullptr) return absl::NotFoundError(fmt::format("property {}: not found", name));
+    return std::string(v);
+  }
+
+  std::string Describe() const override { return description_; }
+
+  // A connection from the pool, or a new one while fewer than max_connections are open;
+  // waits for one to come back otherwise. kUnavailable if connecting fails.
+  absl::StatusOr<Lease> Acquire() {
+    std::vector<ConnPtr> dead;  // closed outside mu_
+    {
+      absl::MutexLock l(&mu_);
+      while (true) {
+        while (!idle_.empty()) {
+          ConnPtr c = std::move(idle_.back());
+          idle_.pop_back();
+          if (IdleConnectionAlive(c.get())) return Lease(this, std::move(c));
+          dead.push_back(std::move(c));
+          --open_;
+        }
+        if (open_ < max_connections_) break;
+        mu_.Await(absl::Condition(this, &PgStore::CanAcquire));
+      }
+      ++open_;
+    }
+    dead.clear();
+    absl::StatusOr<ConnPtr> c = Connect(conninfo_);
+    if (!c.ok()) {
+      absl::MutexLock l(&mu_);
+      --open_;
+      return c.status();
+    }
+    return Lease(this, std::move(*c));
+  }
+
+  // Back to the pool, unless it broke or was left inside a transaction.
+  void Release(ConnPtr c) {
+    if (c == nullptr) return;
+    const bool reusable = !Broken(c.get()) && PQtransactionStatus(c.get()) == PQTRANS_IDLE &&
+                          PQpipelineStatus(c.get()) == PQ_PIPELINE_OFF;
+    absl::MutexLock l(&mu_);
+    if (reusable) {
+      idle_.push_back(std::move(c));
+    } else {
+      --open_;  // c closes when it goes out of scope, after mu_ is released
+    }
+  }
+
+ private:
+  bool CanAcquire() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !idle_.empty() || open_ < max_connections_;
+  }
+
+  // A broken connection usually means the server went away, and with it every idle
+  // connection: drop them, so the next operation connects afresh.
+  void DiscardIdleIfBroken(PGconn* c) {
+    if (!Broken(c)) return;
+    std::vector<ConnPtr> dead;
+    {
+      absl::MutexLock l(&mu_);
+      open_ -= idle_.size();
+      dead = std::move(idle_);
+      idle_.clear();
+    }
+  }
+
+  static absl::Status Context(const absl::Status& s, std::string_view what) {
+    return absl::Status(s.code(), fmt::format("{}: {}", what, std::string(s.message())));
+  }
+
+  // The session advisory lock is held by lock_conn_; a lost connection lost it. Takes it
+  // again on a new connection, unless another process took it meanwhile.
+  absl::Status CheckServeLock() {
+    absl::MutexLock l(&lock_mu_);
+    if (lock_conn_ != nullptr && IdleConnectionAlive(lock_conn_.get())) return absl::OkStatus();
+    lock_conn_.reset();
+    absl::StatusOr<ConnPtr> c = Connect(conninfo_);
+    if (!c.ok()) return c.status();
+    absl::Status s = TakeServeLock(c->get());
+    if (!s.ok()) return s;
+    lock_conn_ = std::move(*c);
+    return absl::OkStatus();
+  }
+
+  absl::Status WritePipelined(PGconn* c, const KvBatch& batch, bool sync, std::string_view what) {
+    if (PQenterPipelineMode(c) != 1) return PgError(c, nullptr, what);
+    // BEGIN [SET LOCAL] ops... COMMIT, then one Sync: a single round trip. After an error
+    // the server skips the rest up to the Sync, so COMMIT never runs.
+    std::size_t sent = 0;
+    bool queued = SendBytes(c, "BEGIN", {});
+    sent += queued ? 1 : 0;
+    if (queued && !sync) {
+      queued = SendBytes(c, "SET LOCAL synchronous_commit = off", {});
+      sent += queued ? 1 : 0;
+    }
+    for (const KvBatch::Op& op : batch.ops()) {
+      if (!queued) break;
+      queued = op.put     ? SendBytes(c, put_sql_[op.table], {op.key, op.value})
+               : op.range ? SendBytes(c, delete_range_sql_[op.table], {op.key, op.value})
+                          : SendBytes(c, delete_sql_[op.table], {op.key});
+      sent += queued ? 1 : 0;
+    }
+    const std::size_t commit_index = sent;
+    if (queued) {
+      queued = SendBytes(c, "COMMIT", {});
+      sent += queued ? 1 : 0;
+    }
+    absl::Status first_error;
+    if (!queued) first_error = PgError(c, nullptr, what);
+    if (PQpipelineSync(c) != 1) {
+      // Nothing can be read back reliably: the connection is closed by Release's check.
+      if (first_error.ok()) first_error = PgError(c, nullptr, what);
+      return first_error;
+    }
+    bool committed = false;
+    for (std::size_t i = 0; i < sent; ++i) {
+      ResultPtr r(PQgetResult(c));
+      if (r == nullptr) {
+        if (first_error.ok()) first_error = PgError(c, nullptr, what);
+        return first_error;  // connection lost: libpq has nothing more
+      }
+      ExecStatusType st = PQresultStatus(r.get());
+      if (st == PGRES_COMMAND_OK) {
+        if (i == commit_index) committed = std::string_view(PQcmdStatus(r.get())) == "COMMIT";
+      } else if (st != PGRES_PIPELINE_ABORTED && first_error.ok()) {
+        first_error = PgError(c, r.get(), what);
+      }
+      ResultPtr end(PQgetResult(c));  // null after each statement's result
+      if (end != nullptr && first_error.ok()) first_error = PgError(c, end.get(), what);
+    }
+    ResultPtr synced(PQgetResult(c));
+    if (synced == nullptr || PQresultStatus(synced.get()) != PGRES_PIPELINE_SYNC) {
+      if (first_error.ok()) first_error = PgError(c, synced.get(), what);
+      return first_error;
+    }
+    if (PQexitPipelineMode(c) != 1 && first_error.ok()) first_error = PgError(c, nullptr, what);
+    if (PQtransactionStatus(c) == PQTRANS_INERROR) {
+      // The failed transaction block stays open after the Sync; end it so the connection can
+      // go back to the pool.
+      absl::StatusOr<ResultPtr> r = Exec(c, "ROLLBACK", what);
+      (void)r;  // ignored: Release discards a connection still inside a transaction
+    }
+    if (!first_error.ok()) return first_error;
+    if (!committed) return absl::InternalError(fmt::format("{}: postgresql: not committed", what));
+    return absl::OkStatus();
+  }
+
+  // Constant after construction
+  const std::string conninfo_;
+  const std::string description_;
+  const std::size_t max_connections_;
+  std::string get_sql_[kNumTables];
+  std::string put_sql_[kNumTables];
+  std::string delete_sql_[kNumTables];
+  std::string delete_range_sql_[kNumTables];
+
+  absl::Mutex lock_mu_;
+  ConnPtr lock_conn_ ABSL_GUARDED_BY(lock_mu_);
+
+  absl::Mutex mu_;
+  std::vector<ConnPtr> idle_ ABSL_GUARDED_BY(mu_);
+  std::size_t open_ ABSL_GUARDED_BY(mu_) = 0;  // idle + leased
+};
+
+void Lease::Release() {
+  if (store_ != nullptr && conn_ != nullptr) store_->Release(std::move(conn_));
+  store_ = nullptr;
+}
+
+// Brings the schema to ProgramSchemaVersion() in one transaction, under a transaction-scoped
+// advisory lock (so two opens cannot both apply a step).
+absl::Status Migrate(PGconn* c) {
+  absl::StatusOr<ResultPtr> r = Exec(c, "BEGIN", "schema");
+  if (!r.ok()) return r.status();
+  auto fail = [c](absl::Status s) {
+    absl::StatusOr<ResultPtr> rb = Exec(c, "ROLLBACK", "schema");
+    (void)rb;  // ignored: the error being returned is the one that matters
+    return s;
+  };
+  for (const std::string& sql :
+       {fmt::format("SELECT pg_advisory_xact_lock({})", kMigrateLockKey),
+        std::string("CREATE TABLE IF NOT EXISTS schema_version (one boolean PRIMARY KEY DEFAULT "
+                    "true CHECK (one), version integer NOT NULL)")}) {
+    if (r = Exec(c, sql, "schema"); !r.ok()) return fail(r.status());
+  }
+  r = Exec(c, "SELECT version FROM schema_version", "schema");
+  if (!r.ok()) return fail(r.status());
+  int version = 0;
+  if (PQntuples(r->get()) > 0 && !absl::SimpleAtoi(PQgetvalue(r->get(), 0, 0), &version)) {
+    return fail(absl::DataLossError("schema: unreadable schema_version"));
+  }
+  const int program = ProgramSchemaVersion();
+  if (version > program) {
+    return fail(absl::FailedPreconditionError(
+        fmt::format("database schema version {} is newer than this program ({}): upgrade "
+                    "gfcatalogd",
+                    version, program)));
+  }
+  for (const Migration& m : Migrations()) {
+    if (m.version <= version) continue;
+    for (const std::string& sql : m.statements) {
+      if (r = Exec(c, sql, fmt::format("schema version {}", m.version)); !r.ok()) {
+        return fail(r.status());
+      }
+    }
+  }
+  if (version < program) {
+    r = Exec(c,
+             fmt::format("INSERT INTO schema_version (version) VALUES ({}) ON CONFLICT (one) DO "
+                         "UPDATE SET version = EXCLUDED.version",
+                         program),
+             "schema");
+    if (!r.ok()) return fail(r.status());
+  }
+  r = Exec(c, "COMMIT", "schema");
+  if (!r.ok()) return r.status();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvStore>> OpenPgStore(const PgStoreOptions& options) {
+  if (options.max_connections == 0) {
+    return absl::InvalidArgumentError("postgresql: max_connections must be at least 1");
+  }
+  const std::string conninfo = LibpqConninfo(options.conninfo);
+  absl::StatusOr<std::string> description = DescribeConninfo(conninfo);
+  if (!description.ok()) return description.status();
+  absl::StatusOr<ConnPtr> lock_conn = Connect(conninfo);
+  if (!lock_conn.ok()) {
+    return absl::Status(
+        lock_conn.status().code(),
+        fmt::format("{}: {}", *description, std::string(lock_conn.status().message())));
+  }
+  if (absl::Status s = TakeServeLock(lock_conn->get()); !s.ok()) return s;
+  if (absl::Status s = Migrate(lock_conn->get()); !s.ok()) return s;
+  return std::make_unique<PgStore>(options, conninfo, *std::move(description),
+                                   *std::move(lock_conn));
+}
+
+}  // namespace gfrep::catalog::internal

@@ -1,0 +1,71 @@
+#pragma once
+
+// PgStore: the KvStore of kv_store.h on PostgreSQL, through libpq. Each Table is one SQL
+// table (k bytea PRIMARY KEY, v bytea NOT NULL), named kTableNames[t] except kMeta, which is
+// "meta". bytea compares bytewise, so a prefix scan is a range scan of the primary-key index.
+//
+// Opening:
+//  - One catalog process per database: the store takes a session advisory lock
+//    (pg_try_advisory_lock) on a connection of its own, held until the store is destroyed.
+//    If another process holds it, OpenPgStore fails with kFailedPrecondition. The catalog's
+//    in-process locks are its only concurrency control, so two front ends must not share a
+//    database (yet).
+//  - Schema: a one-row schema_version table and a numbered list of migration steps (pg_store.cc),
+//    applied at open in one transaction under pg_advisory_xact_lock. A database newer than
+//    this program is refused with kFailedPrecondition.
+//
+// Operations:
+//  - Connections come from a pool (up to max_connections, made on demand, reused). A
+//    connection found broken is discarded and the operation fails with kUnavailable naming
+//    the cause; the next operation connects again. Idle connections are checked before use,
+//    so after a server restart mostly only operations in flight fail.
+//  - Get and Scan without a snapshot are autocommit statements: each sees every committed
+//    Write. Scan reads pages of 512 rows by key range and calls fn only after the page has
+//    been read and its connection returned to the pool, so fn may use the store.
+//  - Write is one transaction in one round trip (libpq pipeline mode: BEGIN, the batch's
+//    upserts and deletes in order, COMMIT). OK only once COMMIT succeeded; with sync, that
+//    is after the commit record was flushed (synchronous_commit, the server's default);
+//    without, synchronous_commit is off for that transaction. Any error rolls all of it back.
+//  - Snapshot holds a pooled connection inside a REPEATABLE READ READ ONLY transaction until
+//    it is destroyed: keep snapshots short, and fewer than max_connections at a time.
+//  - If the lock connection is lost (server restart), the next Write takes the lock again on
+//    a new connection, or fails with kFailedPrecondition if another process took it meanwhile.
+//
+// Error codes: no connection or a broken one, server shutting down (SQLSTATE 08xxx, 57P0x)
+// -> kUnavailable; disk full (53100) -> kResourceExhausted; serialization failure or
+// deadlock (40001, 40P01) -> kAborted; corrupt data (XX001, XX002) -> kDataLoss; anything
+// else -> kInternal. Messages carry the caller's `what`, the server's message and SQLSTATE.
+// A statement waits for the server without a time limit; put connect_timeout, keepalives or
+// options='-c statement_timeout=...' into the conninfo to bound it.
+//
+// Thread safety: as kv_store.h (any thread; a snapshot by one thread at a time). Blocking:
+// every call makes database round trips on the caller's thread.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "catalog/internal/kv_store.h"
+
+namespace gfrep::catalog::internal {
+
+struct PgStoreOptions {
+  // Where the database is: "postgresql://..." or "postgres://..." (a libpq URI), or
+  // "postgresql:" followed by libpq key=value text, e.g. "postgresql:host=/run/pg dbname=x"
+  // (see IsPostgresUrl). libpq's environment variables (PGPASSWORD, PGSSLMODE, ...) and
+  // ~/.pgpass fill in what it leaves out.
+  std::string conninfo;
+
+  // Most connections the store opens at once (besides the one holding the database lock).
+  // Each snapshot holds one while it lives; other calls hold one per statement.
+  std::size_t max_connections = 16;
+};
+
+// Connects, takes the database lock and brings the schema up to date (creating it in an
+// empty database). kInvalidArgument for a malformed conninfo or max_connections == 0,
+// kUnavailable if the server cannot be reached, kFailedPrecondition if another process
+// serves the database or its schema is newer than this program.
+absl::StatusOr<std::unique_ptr<KvStore>> OpenPgStore(const PgStoreOptions& options);
+
+}  // namespace gfrep::catalog::internal

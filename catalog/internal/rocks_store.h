@@ -1,0 +1,21 @@
+#pragma once
+
+// The RocksDB backend of kv_store.h: one column family per Table (named by kTableNames;
+// kMeta is the "default" family, so catalogs written before the storage seam open as they
+// are). Write is one rocksdb::WriteBatch; with sync, WriteOptions::sync = true, so
+// concurrent writers share one WAL append + fsync (RocksDB's write-group leader: group
+// commit). Reads see the latest committed batch; a snapshot is a ManagedSnapshot.
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "catalog/catalog.h"
+#include "catalog/internal/kv_store.h"
+
+namespace gfrep::catalog::internal {
+
+// Opens (creating if missing) the RocksDB database at options.path, with
+// options.block_cache_bytes of block cache.
+absl::StatusOr<std::unique_ptr<KvStore>> OpenRocksStore(const CatalogOptions& options);
+
+}  // namespace gfrep::catalog::internal

@@ -1,0 +1,209 @@
+#include "tests/support/postgres_server.h"
+
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tests/support/subprocess.h"
+
+namespace gfrep::testing {
+namespace {
+
+constexpr const char* kServerUser = "postgres";
+
+// The bin directory of the newest /usr/lib/postgresql/NN with initdb and pg_ctl; "" if none.
+std::string FindBinDir() {
+  std::error_code ec;
+  std::string best;
+  int best_version = -1;
+  for (const auto& e : std::filesystem::directory_iterator("/usr/lib/postgresql", ec)) {
+    int version = 0;
+    if (!absl::SimpleAtoi(e.path().filename().string(), &version)) continue;
+    const std::filesystem::path bin = e.path() / "bin";
+    if (::access((bin / "initdb").c_str(), X_OK) != 0 ||
+        ::access((bin / "pg_ctl").c_str(), X_OK) != 0) {
+      continue;
+    }
+    if (version > best_version) {
+      best_version = version;
+      best = bin.string();
+    }
+  }
+  return best;
+}
+
+std::string Describe(const std::vector<std::string>& argv, const RunResult& r) {
+  return absl::StrCat(absl::StrJoin(argv, " "), ": exit ", r.exit_code, " signal ", r.signal, "\n",
+                      r.out, r.err);
+}
+
+}  // namespace
+
+PostgresServer::PostgresServer() : bin_dir_(FindBinDir()) {
+  // The port only names the socket file inside our private directory; it need not be free
+  // on any interface. Varying it keeps servers of parallel tests apart in the server's own
+  // shared-memory keys.
+  static std::atomic<int> counter{0};
+  port_ = 20000 + static_cast<int>((::getpid() * 8 + counter++) % 40000);
+}
+
+PostgresServer::~PostgresServer() {
+  if (running_) {
+    absl::Status s = Stop("fast");
+    if (!s.ok()) {
+      // Last resort, so that no server outlives the test: the postmaster's pid is the first
+      // line of its pid file; its children exit when it does.
+      std::ifstream pid_file(data_dir_ + "/postmaster.pid");
+      std::string line;
+      int pid = 0;
+      if (std::getline(pid_file, line) && absl::SimpleAtoi(line, &pid) && pid > 0) {
+        ::kill(pid, SIGKILL);
+      }
+    }
+  }
+  // dir_ (the cluster, socket and log) goes with it.
+}
+
+std::vector<std::string> PostgresServer::AsServerUser(std::vector<std::string> argv) const {
+  if (::geteuid() != 0) return argv;
+  std::vector<std::string> wrapped = {"/usr/bin/setpriv", absl::StrCat("--reuid=", kServerUser),
+                                      absl::StrCat("--regid=", kServerUser), "--init-groups"};
+  wrapped.insert(wrapped.end(), argv.begin(), argv.end());
+  return wrapped;
+}
+
+std::string PostgresServer::ServerLog() const {
+  std::string log = ReadFile(log_path_);
+  if (log.size() > 4000) log = "..." + log.substr(log.size() - 4000);
+  return log;
+}
+
+absl::Status PostgresServer::Start() {
+  if (running_) return absl::OkStatus();
+  if (bin_dir_.empty()) {
+    return absl::FailedPreconditionError(
+        "no PostgreSQL server binaries under /usr/lib/postgresql/*/bin (install postgresql-15)");
+  }
+  if (!initialized_) {
+    dir_ = std::make_unique<TempDir>("pg");
+    data_dir_ = dir_->Sub("data");
+    socket_dir_ = dir_->Sub("sock");
+    log_path_ = dir_->Sub("server.log");
+    std::error_code ec;
+    std::filesystem::create_directory(socket_dir_, ec);
+    if (ec) return absl::InternalError(absl::StrCat("mkdir ", socket_dir_, ": ", ec.message()));
+    if (::geteuid() == 0) {
+      // The server runs as the postgres user: it must own its directory.
+      const struct passwd* pw = ::getpwnam(kServerUser);
+      if (pw == nullptr || ::access("/usr/bin/setpriv", X_OK) != 0) {
+        return absl::FailedPreconditionError(
+            "running as root needs the postgres system user and setpriv (util-linux)");
+      }
+      for (const std::string& p : {dir_->path().string(), socket_dir_}) {
+        if (::chown(p.c_str(), pw->pw_uid, pw->pw_gid) != 0) {
+          return absl::InternalError(absl::StrCat("chown ", p, " to ", kServerUser));
+        }
+      }
+    }
+    std::vector<std::string> initdb =
+        AsServerUser({bin_dir_ + "/initdb", "-D", data_dir_, "--auth=trust", "-U", "gfrep", "-E",
+                      "UTF8", "--locale=C",
+                      // Only initdb skips fsync (a test cluster); the server fsyncs.
+                      "--no-sync"});
+    RunResult r = RunCommand(initdb);
+    if (r.exit_code != 0) return absl::InternalError(Describe(initdb, r));
+    initialized_ = true;
+  }
+  std::vector<std::string> start = AsServerUser(
+      {bin_dir_ + "/pg_ctl", "-D", data_dir_, "-w", "-t", "60", "-l", log_path_, "start", "-o",
+       absl::StrCat("-c listen_addresses='' -k ", socket_dir_, " -p ", port_,
+                    " -c fsync=on -c max_connections=200")});
+  RunResult r = RunCommand(start);
+  if (r.exit_code != 0) {
+    return absl::InternalError(absl::StrCat(Describe(start, r), "\nserver log:\n", ServerLog()));
+  }
+  running_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status PostgresServer::Stop(std::string_view mode) {
+  if (!running_) return absl::OkStatus();
+  std::vector<std::string> stop = AsServerUser(
+      {bin_dir_ + "/pg_ctl", "-D", data_dir_, "-w", "-t", "60", "-m", std::string(mode), "stop"});
+  RunResult r = RunCommand(stop);
+  if (r.exit_code != 0) {
+    return absl::InternalError(absl::StrCat(Describe(stop, r), "\nserver log:\n", ServerLog()));
+  }
+  running_ = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> PostgresServer::CreateDatabase(std::string_view name) {
+  if (absl::Status s = Start(); !s.ok()) return s;
+  const std::string db = name.empty() ? absl::StrCat("db", ++databases_) : std::string(name);
+  absl::StatusOr<std::string> out = Sql("postgres", absl::StrCat("CREATE DATABASE ", db));
+  if (!out.ok()) return out.status();
+  return absl::StrCat("postgresql:host=", socket_dir_, " port=", port_, " user=gfrep dbname=", db);
+}
+
+absl::StatusOr<std::string> PostgresServer::Sql(std::string_view dbname, std::string_view sql) {
+  if (!running_) return absl::FailedPreconditionError("the PostgreSQL server is not running");
+  // psql of the same installation; the client may run as root.
+  std::vector<std::string> argv = {bin_dir_ + "/psql",
+                                   "-X",
+                                   "-q",
+                                   "-A",
+                                   "-t",
+                                   "-v",
+                                   "ON_ERROR_STOP=1",
+                                   "-h",
+                                   socket_dir_,
+                                   "-p",
+                                   absl::StrCat(port_),
+                                   "-U",
+                                   "gfrep",
+                                   "-d",
+                                   std::string(dbname),
+                                   "-c",
+                                   std::string(sql)};
+  RunResult r = RunCommand(argv);
+  if (r.exit_code != 0) return absl::InternalError(Describe(argv, r));
+  return r.out;
+}
+
+namespace {
+
+std::unique_ptr<PostgresServer>& SharedSlot() {
+  // Destroyed at exit if the environment's TearDown did not run.
+  static std::unique_ptr<PostgresServer> server;
+  return server;
+}
+
+class SharedPostgresEnvironment : public ::testing::Environment {
+ public:
+  void TearDown() override { SharedSlot().reset(); }
+};
+
+[[maybe_unused]] ::testing::Environment* const kSharedPostgresEnvironment =
+    ::testing::AddGlobalTestEnvironment(new SharedPostgresEnvironment);
+
+}  // namespace
+
+PostgresServer& SharedPostgres() {
+  std::unique_ptr<PostgresServer>& server = SharedSlot();
+  if (server == nullptr) server = std::make_unique<PostgresServer>();
+  return *server;
+}
+
+}  // namespace gfrep::testing

@@ -1,0 +1,81 @@
+#pragma once
+
+// PostgresServer is a private PostgreSQL server for a test: a fresh cluster (initdb, trust
+// authentication, superuser "gfrep") in a temporary directory, listening only on a Unix
+// socket in that directory. It uses the server binaries of Debian's postgresql-NN package
+// (/usr/lib/postgresql/NN/bin, the highest NN). PostgreSQL refuses to run as root, so as
+// root the directory belongs to the "postgres" system user and initdb/pg_ctl run as that
+// user (setpriv). The destructor stops the server (pg_ctl stop -m fast) and removes the
+// directory, also when the test failed.
+//
+// SharedPostgres() is one server for a whole test binary (initdb costs about a second): each
+// test takes a fresh database of it with CreateDatabase().
+//
+// Thread safety: none; used by the test's main thread.
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tests/support/temp_dir.h"
+
+namespace gfrep::testing {
+
+class PostgresServer {
+ public:
+  PostgresServer();
+  ~PostgresServer();
+  PostgresServer(const PostgresServer&) = delete;
+  PostgresServer& operator=(const PostgresServer&) = delete;
+
+  // Creates the cluster on the first call, then starts the server and waits until it accepts
+  // connections. kFailedPrecondition if the PostgreSQL binaries are not installed (tests
+  // GTEST_SKIP() with the message), kInternal if initdb or pg_ctl fail (their output and the
+  // server log are in the message).
+  absl::Status Start();
+
+  // pg_ctl stop with `mode`: "fast" (a clean shutdown) or "immediate" (a crash: the next
+  // Start recovers from the WAL).
+  absl::Status Stop(std::string_view mode = "fast");
+
+  bool running() const { return running_; }
+
+  // Creates database `name` (empty: a fresh name, "db1", "db2", ...) and returns its
+  // conninfo for the catalog: "postgresql:host=SOCKET_DIR port=PORT user=gfrep dbname=NAME".
+  // Starts the server first if it is not running (Start's errors).
+  // REQUIRES: `name` is empty or a plain identifier ([a-z0-9_]) not used before.
+  absl::StatusOr<std::string> CreateDatabase(std::string_view name = "");
+
+  // Runs `sql` (psql -c, stopping at the first error) in database `dbname`; its output
+  // (unaligned, tuples only: one row per line, columns separated by '|').
+  absl::StatusOr<std::string> Sql(std::string_view dbname, std::string_view sql);
+
+  // The socket directory and port (libpq's host= and port=).
+  const std::string& socket_dir() const { return socket_dir_; }
+  int port() const { return port_; }
+
+ private:
+  // argv run as the postgres user when we are root.
+  std::vector<std::string> AsServerUser(std::vector<std::string> argv) const;
+  std::string ServerLog() const;
+
+  int databases_ = 0;
+
+  std::unique_ptr<TempDir> dir_;
+  std::string bin_dir_;  // empty: binaries not found
+  std::string data_dir_;
+  std::string socket_dir_;
+  std::string log_path_;
+  int port_ = 0;
+  bool initialized_ = false;
+  bool running_ = false;
+};
+
+// The server shared by the tests of this binary: made (not started) on first use, stopped
+// and removed after the last test (a gtest Environment's TearDown) or at exit.
+PostgresServer& SharedPostgres();
+
+}  // namespace gfrep::testing
