@@ -1,5 +1,5 @@
 // gfcatalogd: the shared catalog of a gfrep federation (RocksDB + gRPC).
-//   gfcatalogd --db DIR --listen HOST:PORT [--tls-cert PEM --tls-key PEM]
+//   gfcatalogd --db DIR|postgresql://... --listen HOST:PORT [--tls-cert PEM --tls-key PEM]
 // Prints "listening on HOST:PORT" once bound; stops cleanly on SIGINT/SIGTERM.
 #include <csignal>
 #include <cstdio>
@@ -11,6 +11,8 @@
 
 #include "catalog/catalog.h"
 #include "catalog/catalog_service.h"
+#include "catalog/internal/kv_catalog.h"
+#include "catalog/internal/kv_store.h"
 #include "catalog/token.h"
 #include "replica/planner.h"
 #include "replica/dashboard.h"
@@ -45,7 +47,11 @@ int main(int argc, char** argv) {
   bool no_sync = false;
   tools::AddCommonFlags(app, common);
   tools::AddLogFileFlags(app, common);
-  app.add_option("--db", db, "RocksDB directory (created if missing)")->required();
+  app.add_option("--db", db,
+                 "Where the catalog is kept: a RocksDB directory (created if missing), or a "
+                 "PostgreSQL database, postgresql://USER@HOST:PORT/DBNAME or "
+                 "'postgresql:host=SOCKETDIR port=P dbname=D' (schema created or migrated at start)")
+      ->required();
   app.add_option("--listen", listen, "HOST:PORT to serve gRPC on (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--tls-cert", tls_cert, "PEM server certificate chain (enables TLS)");
@@ -197,8 +203,14 @@ int main(int argc, char** argv) {
   catalog::CatalogOptions options;
   options.path = db;
   options.sync = !no_sync;
-  absl::StatusOr<std::unique_ptr<catalog::Catalog>> store = catalog::OpenRocksCatalog(options);
+  const bool on_postgres = catalog::internal::IsPostgresUrl(db);
+  if (on_postgres && !no_policies && policy_state.empty()) {
+    return tools::Fail(kProgram, "--db on PostgreSQL needs --policy-state FILE (or --no-policies)",
+                       2);
+  }
+  absl::StatusOr<std::unique_ptr<catalog::Catalog>> store = catalog::OpenCatalog(options);
   if (!store.ok()) return tools::Fail(kProgram, store.status().ToString());
+  const std::string where = catalog::internal::StoreOf(**store)->Describe();
 
   // Live telemetry from the agents, for the dashboard and /metrics (replica/telemetry.h).
   // Kept unless --no-telemetry (it also gives gfrep the bytes its running copies received).
@@ -262,7 +274,7 @@ int main(int argc, char** argv) {
   if (!server.ok()) return tools::Fail(kProgram, server.status().ToString());
   std::printf("listening on %s\n", (*server)->address().c_str());
   std::fflush(stdout);
-  log->info("serving db={} listen={} tls={} sync={}", db, (*server)->address(),
+  log->info("serving db={} listen={} tls={} sync={}", where, (*server)->address(),
             !tls_cert.empty(), !no_sync);
 
   // The replica planner turns replication requests into transfer tasks (replica/planner.h).
