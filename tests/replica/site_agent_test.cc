@@ -794,6 +794,11 @@ TEST_F(SiteAgentTest, ARemoteReadStreamsAndFailsOverWhenItsSourceDiesMidRead) {
   // The source dies mid-read: the reader goes on from the other replica, without an error.
   nodes_.at(first)->StopAll();
   std::string rest = ReadAll(**reader);  // Read() goes on from where nothing was read yet: 0
+  // Pieces the first source had delivered may still be returned from its cache if the reader
+  // had not yet seen it die (a loaded machine): the switch then happens further on, and the
+  // second source cannot check the file whole (it never saw its start).
+  const transfer::RemoteFile::Stats second = (*reader)->stream_stats();
+  const bool switched_at_start = second.bytes_fetched >= want.size();
   EXPECT_EQ((*reader)->failovers(), 1);
   EXPECT_NE((*reader)->source_node(), first);
   EXPECT_TRUE(rest == want) << "bytes read after the fail-over differ from the file";
@@ -805,8 +810,9 @@ TEST_F(SiteAgentTest, ARemoteReadStreamsAndFailsOverWhenItsSourceDiesMidRead) {
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_TRUE(part.substr(0, *r) == want.substr(off, *r)) << off;
   }
-  // The whole file was read front to back from the second source: checked whole.
-  EXPECT_TRUE((*reader)->stream_stats().whole_file_verified);
+  // Read front to back from the second source: checked whole; else given up, never failed.
+  EXPECT_EQ(second.whole_file_verified, switched_at_start) << second.bytes_fetched;
+  EXPECT_FALSE(second.whole_file_mismatch);
   EXPECT_EQ((*reader)->replication_request(), 0u);  // not asked for
 }
 

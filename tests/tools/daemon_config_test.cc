@@ -159,7 +159,7 @@ TEST_F(DaemonConfigTest, GfcatalogdTakesDbListenAndLogFileFromTheFile) {
   Stop(catalog);
   EXPECT_TRUE(fs::is_directory(db));
   const std::string lines = ReadFile(log);
-  EXPECT_THAT(lines, HasSubstr("serving db=" + db.string()));
+  EXPECT_THAT(lines, HasSubstr("serving db=rocksdb " + db.string()));
   EXPECT_THAT(catalog.Stderr(), Not(HasSubstr("serving db=")));
 }
 
