@@ -83,22 +83,23 @@ absl::Status KvCatalog::Init() {
   if (!hwm.ok()) return hwm.status();
   absl::StatusOr<std::uint64_t> h = GetBigEndian64(*hwm);
   if (!h.ok()) return h.status();
+  {
+    absl::MutexLock l(&id_mu_);
+    next_inode_ = inode_hwm_ = *h;  // the first allocation persists a fresh block
+  }
+  absl::MutexLock l(&work_mu_);
+  return ReloadMarksLocked();
+}
+
+absl::Status KvCatalog::ReloadMarksLocked() {
   absl::StatusOr<std::uint64_t> seq = LastU64Key(*store_, kEvents);
   absl::StatusOr<std::uint64_t> req = LastU64Key(*store_, kRequests);
   absl::StatusOr<std::uint64_t> task = LastU64Key(*store_, kTasks);
   if (!seq.ok()) return seq.status();
   if (!req.ok()) return req.status();
   if (!task.ok()) return task.status();
-  {
-    absl::MutexLock l(&id_mu_);
-    next_inode_ = inode_hwm_ = *h;  // the first allocation persists a fresh block
-  }
-  absl::MutexLock l(&work_mu_);
-  last_seq_ = *seq;
-  committed_seq_ = *seq;
-  last_request_ = *req;
-  last_task_ = *task;
-  for (auto [key, last] : {std::pair{kRequestHwmKey, &last_request_}, std::pair{kTaskHwmKey, &last_task_}}) {
+  std::uint64_t request = *req, last_task = *task;
+  for (auto [key, last] : {std::pair{kRequestHwmKey, &request}, std::pair{kTaskHwmKey, &last_task}}) {
     absl::StatusOr<std::string> v = Get(kMeta, key, key);
     if (absl::IsNotFound(v.status())) continue;
     if (!v.ok()) return v.status();
@@ -106,6 +107,13 @@ absl::Status KvCatalog::Init() {
     if (!mark.ok()) return mark.status();
     *last = std::max(*last, *mark);
   }
+  // Never below what this process handed out: ids are not reused even if a purge removed
+  // the highest ones.
+  committed_seq_ = std::max(committed_seq_, *seq);
+  last_seq_ = committed_seq_;
+  last_request_ = std::max(last_request_, request);
+  last_task_ = std::max(last_task_, last_task);
+  marks_unknown_ = false;
   return absl::OkStatus();
 }
 

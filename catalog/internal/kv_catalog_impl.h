@@ -175,17 +175,36 @@ class KvCatalog final : public Catalog {
   };
 
   // Write for batches built under a WorkLock: commits the seqs its events took.
+  //
+  // A failed write may still have been applied (PostgreSQL: the connection broke after
+  // COMMIT was sent; the reply was lost). Its request, task and event ids must then not be
+  // handed out again (the next write would overwrite what it committed), so the marks are
+  // read again from the store at once; if that fails too, the next write under the lock
+  // re-reads them and fails (kUnavailable: retry), as its ids were taken from marks that may
+  // be stale.
   absl::Status WriteLocked(KvBatch* batch, std::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) {
+    if (marks_unknown_) {
+      absl::Status reload = ReloadMarksLocked();
+      claim_queue_.Reset();
+      return absl::UnavailableError(fmt::format(
+          "{}: not written: the outcome of an earlier write is unknown ({}); retry", what,
+          reload.ok() ? "the catalog has re-read its ids" : std::string(reload.message())));
+    }
     absl::Status s = Write(batch, what);
     if (s.ok()) {
       committed_seq_ = last_seq_;
       claim_queue_.Commit();
     } else {
       claim_queue_.Reset();  // whether the batch is on disk is unknown: read it again
+      if (!ReloadMarksLocked().ok()) marks_unknown_ = true;
     }
     return s;
   }
+
+  // Reads the highest event seq, request id and task id from the store (never lowering what
+  // is in memory). Clears marks_unknown_ on success.
+  absl::Status ReloadMarksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
 
   // Reads one value. kNotFound (with `what` in the message) when absent.
   absl::StatusOr<std::string> Get(Table t, std::string_view key, std::string_view what,
@@ -284,6 +303,8 @@ class KvCatalog final : public Catalog {
   // Seq of the last event whose batch was written (== last_seq_ whenever work_mu_ is free).
   std::uint64_t committed_seq_ ABSL_GUARDED_BY(work_mu_) = 0;
   std::uint64_t last_request_ ABSL_GUARDED_BY(work_mu_) = 0;
+  // A write failed and the marks could not be read again since (WriteLocked).
+  bool marks_unknown_ ABSL_GUARDED_BY(work_mu_) = false;
   std::uint64_t last_task_ ABSL_GUARDED_BY(work_mu_) = 0;
   // Per node, no open task of it has a lower id (ids only grow; a task that finished never
   // opens again). Absent: scan from the start.

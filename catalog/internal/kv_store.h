@@ -15,7 +15,8 @@
 //    durable (WAL / commit record on disk). An error return applied nothing as far as the
 //    caller can tell: the caller re-reads before deciding (see KvCatalog::WriteLocked).
 //  - A read without a snapshot sees every batch whose Write returned before the read began.
-//    A snapshot sees one point in time for all its reads.
+//    A snapshot sees one point in time for all its reads. A Scan without one may see a
+//    batch written during the scan in part (PostgreSQL reads pages apart; see pg_store.h).
 //  - Concurrency control (who may read-modify-write what) is the caller's: KvCatalog holds
 //    its locks across the reads and the Write. A store serves ONE catalog process at a time
 //    (the PostgreSQL store refuses a second one: pg_store.h).

@@ -16,6 +16,7 @@ absl::StatusOr<std::unique_ptr<KvStore>> OpenStore(const CatalogOptions& options
   if (IsPostgresUrl(options.path)) {
     PgStoreOptions pg;
     pg.conninfo = options.path;
+    pg.must_exist = must_exist;
     return OpenPgStore(pg);
   }
   std::error_code ec;

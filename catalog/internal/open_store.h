@@ -11,9 +11,9 @@
 
 namespace gfrep::catalog::internal {
 
-// The store at options.path. With must_exist, a RocksDB directory without a database is
-// kNotFound instead of being created (a PostgreSQL database always exists once reachable;
-// its tables are created by the schema migration).
+// The store at options.path. With must_exist, a RocksDB directory without a database, or a
+// PostgreSQL database without a gfrep catalog (no schema_version table), is kNotFound
+// instead of being created.
 absl::StatusOr<std::unique_ptr<KvStore>> OpenStore(const CatalogOptions& options,
                                                    bool must_exist = false);
 

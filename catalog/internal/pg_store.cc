@@ -44,6 +44,13 @@ const std::vector<Migration>& Migrations() {
                                           PgTableName(static_cast<Table>(t))));
     }
     m->push_back(std::move(v1));
+    // The serving epoch: each open takes the next one, and every write checks (FOR SHARE)
+    // that it is still the current one, so a process that lost the database to another never
+    // writes again, even if its advisory-lock connection only looks alive.
+    m->push_back({2,
+                  {"CREATE TABLE serve_epoch (one boolean PRIMARY KEY DEFAULT true CHECK (one), "
+                   "epoch bigint NOT NULL)",
+                   "INSERT INTO serve_epoch (epoch) VALUES (0)"}});
     return m;
   }();
   return *migrations;
@@ -253,10 +260,13 @@ class PgSnapshot : public KvSnapshot {
 class PgStore : public KvStore {
  public:
   PgStore(const PgStoreOptions& options, std::string conninfo, std::string description,
-          ConnPtr lock_conn)
+          ConnPtr lock_conn, std::int64_t epoch)
       : conninfo_(std::move(conninfo)),
         description_(std::move(description)),
         max_connections_(options.max_connections),
+        fence_sql_(fmt::format(
+            "SELECT 1 / (CASE WHEN epoch = {} THEN 1 ELSE 0 END) FROM serve_epoch FOR SHARE",
+            epoch)),
         lock_conn_(std::move(lock_conn)) {
     for (int t = 0; t < kNumTables; ++t) {
       const char* name = PgTableName(static_cast<Table>(t));
@@ -509,8 +519,18 @@ class PgStore : public KvStore {
     std::size_t sent = 0;
     bool queued = SendBytes(c, "BEGIN", {});
     sent += queued ? 1 : 0;
-    if (queued && !sync) {
-      queued = SendBytes(c, "SET LOCAL synchronous_commit = off", {});
+    if (queued) {
+      // Explicit either way: a database or role configured with synchronous_commit = off
+      // must not make a synced write return before its commit record is on disk.
+      queued = SendBytes(c,
+                         sync ? "SET LOCAL synchronous_commit = on"
+                              : "SET LOCAL synchronous_commit = off",
+                         {});
+      sent += queued ? 1 : 0;
+    }
+    const std::size_t fence_index = sent;
+    if (queued) {
+      queued = SendBytes(c, fence_sql_, {});
       sent += queued ? 1 : 0;
     }
     for (const KvBatch::Op& op : batch.ops()) {
@@ -542,8 +562,16 @@ class PgStore : public KvStore {
       ExecStatusType st = PQresultStatus(r.get());
       if (st == PGRES_COMMAND_OK) {
         if (i == commit_index) committed = std::string_view(PQcmdStatus(r.get())) == "COMMIT";
+      } else if (st == PGRES_TUPLES_OK && i == fence_index) {
+        // the epoch is still ours
       } else if (st != PGRES_PIPELINE_ABORTED && first_error.ok()) {
-        first_error = PgError(c, r.get(), what);
+        const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
+        first_error = i == fence_index && state != nullptr && std::string_view(state) == "22012"
+                          ? absl::FailedPreconditionError(fmt::format(
+                                "{}: another gfcatalogd opened this database after this one: "
+                                "this process no longer writes to it (restart it)",
+                                what))
+                          : PgError(c, r.get(), what);
       }
       ResultPtr end(PQgetResult(c));  // null after each statement's result
       if (end != nullptr && first_error.ok()) first_error = PgError(c, end.get(), what);
@@ -569,6 +597,8 @@ class PgStore : public KvStore {
   const std::string conninfo_;
   const std::string description_;
   const std::size_t max_connections_;
+  // Fails (division by zero, SQLSTATE 22012) once another open took a newer epoch.
+  const std::string fence_sql_;
   std::string get_sql_[kNumTables];
   std::string put_sql_[kNumTables];
   std::string delete_sql_[kNumTables];
@@ -653,9 +683,26 @@ absl::StatusOr<std::unique_ptr<KvStore>> OpenPgStore(const PgStoreOptions& optio
         fmt::format("{}: {}", *description, std::string(lock_conn.status().message())));
   }
   if (absl::Status s = TakeServeLock(lock_conn->get()); !s.ok()) return s;
+  if (options.must_exist) {
+    absl::StatusOr<ResultPtr> r =
+        Exec(lock_conn->get(), "SELECT to_regclass('schema_version') IS NOT NULL", "open");
+    if (!r.ok()) return r.status();
+    if (std::string_view(PQgetvalue(r->get(), 0, 0)) != "t") {
+      return absl::NotFoundError(
+          fmt::format("{}: no gfrep catalog in this database (no schema_version table)",
+                      *description));
+    }
+  }
   if (absl::Status s = Migrate(lock_conn->get()); !s.ok()) return s;
+  absl::StatusOr<ResultPtr> epoch = Exec(
+      lock_conn->get(), "UPDATE serve_epoch SET epoch = epoch + 1 RETURNING epoch", "open");
+  if (!epoch.ok()) return epoch.status();
+  std::int64_t mine = 0;
+  if (PQntuples(epoch->get()) != 1 || !absl::SimpleAtoi(PQgetvalue(epoch->get(), 0, 0), &mine)) {
+    return absl::DataLossError("open: unreadable serve_epoch");
+  }
   return std::make_unique<PgStore>(options, conninfo, *std::move(description),
-                                   *std::move(lock_conn));
+                                   *std::move(lock_conn), mine);
 }
 
 }  // namespace gfrep::catalog::internal

@@ -9,7 +9,10 @@
 //    (pg_try_advisory_lock) on a connection of its own, held until the store is destroyed.
 //    If another process holds it, OpenPgStore fails with kFailedPrecondition. The catalog's
 //    in-process locks are its only concurrency control, so two front ends must not share a
-//    database (yet).
+//    database (yet). Each open also takes the next serving epoch (table serve_epoch), and
+//    every Write checks under a row share lock that it is still the current one: a process
+//    that lost the database to a later open fails every Write with kFailedPrecondition
+//    (even if its lock connection only looks alive, e.g. after a server failover).
 //  - Schema: a one-row schema_version table and a numbered list of migration steps (pg_store.cc),
 //    applied at open in one transaction under pg_advisory_xact_lock. A database newer than
 //    this program is refused with kFailedPrecondition.
@@ -21,11 +24,16 @@
 //    so after a server restart mostly only operations in flight fail.
 //  - Get and Scan without a snapshot are autocommit statements: each sees every committed
 //    Write. Scan reads pages of 512 rows by key range and calls fn only after the page has
-//    been read and its connection returned to the pool, so fn may use the store.
+//    been read and its connection returned to the pool, so fn may use the store. Unlike
+//    RocksDB's iterator, a scan of more than one page without a snapshot is not one point in
+//    time: a write committed between two pages (e.g. a rename inside a directory of more than
+//    512 entries) may show an entry twice or not at all. The catalog's mutations scan under
+//    its own locks, where no write can come between; lock-free listings may see this. Pass
+//    a snapshot for one point in time (it holds a connection while fn runs).
 //  - Write is one transaction in one round trip (libpq pipeline mode: BEGIN, the batch's
 //    upserts and deletes in order, COMMIT). OK only once COMMIT succeeded; with sync, that
-//    is after the commit record was flushed (synchronous_commit, the server's default);
-//    without, synchronous_commit is off for that transaction. Any error rolls all of it back.
+//    is after the commit record was flushed (synchronous_commit set on for the transaction,
+//    whatever the server's or the database's setting); without, it is off. Any error rolls all of it back.
 //  - Snapshot holds a pooled connection inside a REPEATABLE READ READ ONLY transaction until
 //    it is destroyed: keep snapshots short, and fewer than max_connections at a time.
 //  - If the lock connection is lost (server restart), the next Write takes the lock again on
@@ -60,6 +68,10 @@ struct PgStoreOptions {
   // Most connections the store opens at once (besides the one holding the database lock).
   // Each snapshot holds one while it lives; other calls hold one per statement.
   std::size_t max_connections = 16;
+
+  // Refuse (kNotFound) a database without a gfrep catalog instead of creating one (a
+  // migration's source).
+  bool must_exist = false;
 };
 
 // Connects, takes the database lock and brings the schema up to date (creating it in an

@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include "catalog/catalog.h"
+#include "catalog/internal/kv_store.h"
+#include "catalog/internal/open_store.h"
 #include "tests/support/postgres_server.h"
 #include "tests/support/temp_dir.h"
 
@@ -1116,6 +1118,81 @@ TEST_P(CatalogTest, AFailedWriteLeavesNoEventGapAndWaitersKeepWaiting) {
   EXPECT_EQ(got->front().seq, before + 1);
   EXPECT_EQ(got->front().id, ok->id);
   EXPECT_EQ(*catalog_->LastEventSeq(), before + 1);
+}
+
+// A store whose next write is applied but answered with an error, as when PostgreSQL's
+// connection breaks after COMMIT was sent and the reply is lost.
+class LosesAReplyStore : public internal::KvStore {
+ public:
+  LosesAReplyStore(std::unique_ptr<internal::KvStore> inner, std::atomic<bool>* lose)
+      : inner_(std::move(inner)), lose_(lose) {}
+  absl::StatusOr<std::string> Get(internal::Table t, std::string_view key, std::string_view what,
+                                  const internal::KvSnapshot* snap) override {
+    return inner_->Get(t, key, what, snap);
+  }
+  absl::Status Scan(internal::Table t, std::string_view prefix, std::string_view start,
+                    const internal::KvScanFn& fn, const internal::KvSnapshot* snap,
+                    bool reverse) override {
+    return inner_->Scan(t, prefix, start, fn, snap, reverse);
+  }
+  absl::Status Write(const internal::KvBatch& batch, bool sync, std::string_view what) override {
+    absl::Status s = inner_->Write(batch, sync, what);
+    if (s.ok() && lose_->exchange(false)) {
+      return absl::UnavailableError(fmt::format("{}: connection lost after COMMIT", what));
+    }
+    return s;
+  }
+  std::unique_ptr<internal::KvSnapshot> Snapshot() override { return inner_->Snapshot(); }
+  absl::StatusOr<std::map<std::string, std::uint64_t>> Stats() override { return inner_->Stats(); }
+  absl::StatusOr<std::string> Property(std::string_view name) override {
+    return inner_->Property(name);
+  }
+  std::string Describe() const override { return inner_->Describe(); }
+
+ private:
+  std::unique_ptr<internal::KvStore> inner_;
+  std::atomic<bool>* lose_;
+};
+
+// A write that was applied although it failed (its reply lost) gives none of its ids away
+// again: before, the next request took the same id and seq and overwrote the first one and
+// its event.
+TEST_P(CatalogTest, AWriteAppliedButAnsweredWithAnErrorGivesNoIdAway) {
+  catalog_.reset();
+  CatalogOptions options;
+  options.path = location_;
+  options.clock = [this] { return now_.load(); };
+  absl::StatusOr<std::unique_ptr<internal::KvStore>> store = internal::OpenStore(options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::atomic<bool> lose{false};
+  absl::StatusOr<std::unique_ptr<Catalog>> c = internal::OpenKvCatalog(
+      options, std::make_unique<LosesAReplyStore>(std::move(*store), &lose));
+  ASSERT_TRUE(c.ok()) << c.status();
+  catalog_ = std::move(*c);
+  MakeTopologyAndFile();
+  const std::uint64_t before = *catalog_->LastEventSeq();
+
+  lose = true;
+  absl::StatusOr<Request> lost = catalog_->CreateRequest(Req("/f", 1));
+  EXPECT_TRUE(absl::IsUnavailable(lost.status())) << lost.status();
+  absl::StatusOr<Request> next = catalog_->CreateRequest(Req("/f", 2));
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_GT(next->id, 1u);
+  absl::StatusOr<Request> first = catalog_->GetRequest(next->id - 1);
+  ASSERT_TRUE(first.ok()) << first.status();  // the applied one is still there, unchanged
+  EXPECT_EQ(first->spec.copies, 1u);
+  EXPECT_EQ(catalog_->GetRequest(next->id)->spec.copies, 2u);
+  // Both requests' events are in the log, one seq each, none written over.
+  absl::StatusOr<std::vector<Event>> events = catalog_->ReadEvents(before, 100, 0ms);
+  ASSERT_TRUE(events.ok()) << events.status();
+  std::set<std::uint64_t> ids;
+  std::uint64_t seq = before;
+  for (const Event& e : *events) {
+    EXPECT_EQ(e.seq, ++seq);
+    ids.insert(e.id);
+  }
+  EXPECT_TRUE(ids.count(first->id) == 1 && ids.count(next->id) == 1) << events->size();
+  EXPECT_EQ(*catalog_->LastEventSeq(), seq);
 }
 
 // Review 3.2.2: a task queued for generation G and claimed after gfreg committed G+1 at its

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "catalog/internal/codec.h"
+#include "catalog/internal/open_store.h"
 #include "catalog/internal/pg_store.h"
 #include "catalog/internal/rocks_store.h"
 #include "tests/support/postgres_server.h"
@@ -476,6 +477,8 @@ TEST_F(PgStoreTest, RefusesASecondProcessWhileTheFirstIsOpen) {
 
 TEST_F(PgStoreTest, RefusesADatabaseWithANewerSchema) {
   ASSERT_TRUE(Open().ok());  // creates the schema, then closes
+  absl::StatusOr<std::string> current = server().Sql(dbname_, "SELECT version FROM schema_version");
+  ASSERT_TRUE(current.ok()) << current.status();
   ASSERT_TRUE(Sql("UPDATE schema_version SET version = 1000").ok());
   absl::StatusOr<std::unique_ptr<KvStore>> store = Open();
   EXPECT_TRUE(absl::IsFailedPrecondition(store.status())) << store.status();
@@ -483,7 +486,7 @@ TEST_F(PgStoreTest, RefusesADatabaseWithANewerSchema) {
               HasSubstr("database schema version 1000 is newer than this program ("));
   EXPECT_THAT(std::string(store.status().message()), HasSubstr("): upgrade gfcatalogd"));
   // The refusal changed nothing, and let go of the database lock.
-  ASSERT_TRUE(Sql("UPDATE schema_version SET version = 1").ok());
+  ASSERT_TRUE(Sql(absl::StrCat("UPDATE schema_version SET version = ", *current)).ok());
   EXPECT_TRUE(Open().ok());
 }
 
@@ -610,6 +613,80 @@ TEST_F(PgStoreTest, AConnectionBrokenMidScanIsUnavailableAndTheStoreRecovers) {
   absl::Status again = s.Write(w, true, "put");
   EXPECT_TRUE(again.ok()) << again;
   EXPECT_EQ(LastU64Key(s, kEvents).value_or(0), 1000u);
+}
+
+// A synced write is durable even where the database's own setting says otherwise
+// (synchronous_commit = off for the database, a common tuning): it failed before the store
+// set synchronous_commit itself, as the crash lost the commit still in the WAL buffers.
+TEST_F(PgStoreTest, ASyncedWriteIsDurableWhateverTheDatabaseSetting) {
+  ASSERT_TRUE(Sql(absl::StrCat("ALTER DATABASE ", dbname_, " SET synchronous_commit = off")).ok());
+  // The WAL writer flushes asynchronous commits only every 10 s now.
+  ASSERT_TRUE(Sql("ALTER SYSTEM SET wal_writer_delay = '10s'").ok());
+  ASSERT_TRUE(Sql("SELECT pg_reload_conf()").ok());
+  {
+    absl::StatusOr<std::unique_ptr<KvStore>> store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    KvBatch b;
+    b.Put(kDentries, "acknowledged", "1");
+    ASSERT_TRUE((*store)->Write(b, /*sync=*/true, "create").ok());
+    ASSERT_TRUE(server().Stop("immediate").ok());  // a crash right after the acknowledgement
+    ASSERT_TRUE(server().Start().ok());
+  }
+  absl::Status reset = Sql("ALTER SYSTEM RESET wal_writer_delay");
+  ASSERT_TRUE(Sql("SELECT pg_reload_conf()").ok());
+  ASSERT_TRUE(reset.ok()) << reset;
+  absl::StatusOr<std::unique_ptr<KvStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->Get(kDentries, "acknowledged", "k").value_or("lost"), "1");
+}
+
+// A store that lost the database to a later open never writes again, even once that other
+// process is gone and the advisory lock is free (it re-took the lock and wrote with its stale
+// ids before the serving epoch).
+TEST_F(PgStoreTest, AStoreThatLostTheDatabaseToALaterOpenNeverWritesAgain) {
+  absl::StatusOr<std::unique_ptr<KvStore>> first = Open();
+  ASSERT_TRUE(first.ok()) << first.status();
+  KvBatch b;
+  b.Put(kRequests, U64Key(1), "first's request 1");
+  ASSERT_TRUE((*first)->Write(b, true, "request 1").ok());
+  // The first one's lock connection dies (a failover, a network cut): a second process
+  // opens the database and writes.
+  ASSERT_TRUE(Sql("SELECT pg_terminate_backend(pid, 10000) FROM pg_locks WHERE locktype = "
+                  "'advisory' AND granted")
+                  .ok());
+  {
+    absl::StatusOr<std::unique_ptr<KvStore>> second = Open();
+    ASSERT_TRUE(second.ok()) << second.status();
+    KvBatch w;
+    w.Put(kRequests, U64Key(2), "second's request 2");
+    ASSERT_TRUE((*second)->Write(w, true, "request 2").ok());
+  }  // ... and goes away: the lock is free again
+  KvBatch stale;
+  stale.Put(kRequests, U64Key(2), "first's request 2");
+  absl::Status w = (*first)->Write(stale, true, "request 2");
+  EXPECT_TRUE(absl::IsFailedPrecondition(w)) << w;
+  EXPECT_THAT(std::string(w.message()),
+              HasSubstr("request 2: another gfcatalogd opened this database after this one"));
+  absl::StatusOr<std::unique_ptr<KvStore>> third = Open();  // (first's lock was let go)
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ((*third)->Get(kRequests, U64Key(2), "k").value_or("?"), "second's request 2");
+  EXPECT_EQ((*third)->Get(kRequests, U64Key(1), "k").value_or("?"), "first's request 1");
+}
+
+// A migration's source must be a catalog: an empty or wrong database is refused, not given
+// an empty catalog (gfcatalog-migrate then copied nothing and said every table was equal).
+TEST_F(PgStoreTest, OpeningAnExistingCatalogRefusesADatabaseWithoutOne) {
+  CatalogOptions options;
+  options.path = conninfo_;
+  absl::StatusOr<std::unique_ptr<KvStore>> store = OpenStore(options, /*must_exist=*/true);
+  EXPECT_TRUE(absl::IsNotFound(store.status())) << store.status();
+  EXPECT_THAT(std::string(store.status().message()), HasSubstr("no gfrep catalog in this database"));
+  absl::StatusOr<std::string> tables = server().Sql(
+      dbname_, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'");
+  ASSERT_TRUE(tables.ok()) << tables.status();
+  EXPECT_EQ(*tables, "0\n");  // nothing was created
+  ASSERT_TRUE(OpenStore(options).ok());  // creates it
+  EXPECT_TRUE(OpenStore(options, /*must_exist=*/true).ok());
 }
 
 TEST_F(PgStoreTest, DescribesWithoutThePassword) {
