@@ -1,4 +1,4 @@
-// gfcatalogd: the shared catalog of a gfrep federation (RocksDB + gRPC).
+// gfcatalogd: the shared catalog of a gfrep federation (RocksDB or PostgreSQL, + gRPC).
 //   gfcatalogd --db DIR|postgresql://... --listen HOST:PORT [--tls-cert PEM --tls-key PEM]
 // Prints "listening on HOST:PORT" once bound; stops cleanly on SIGINT/SIGTERM.
 #include <csignal>
