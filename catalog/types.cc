@@ -96,6 +96,10 @@ absl::Status Validate(const RouteObservation& o) {
   if (!(o.srtt_ms >= 0 && o.srtt_ms <= kMaxObservedRttMs)) return bad("srtt_ms");
   if (!(o.loss >= 0 && o.loss <= 1)) return bad("loss");
   if (o.peak_bps > kMaxObservedBps) return bad("peak_bps");
+  if (o.congestion.size() > 15) return bad("congestion");
+  for (char c : o.congestion) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return bad("congestion");
+  }
   return absl::OkStatus();
 }
 
@@ -128,6 +132,7 @@ RouteObserved WithObservation(RouteObserved r, const RouteObservation& o, std::i
   }
   r.bytes += o.bytes;
   r.at_ns = now_ns;
+  if (!o.congestion.empty()) r.congestion = o.congestion;
   return r;
 }
 

@@ -167,6 +167,10 @@ struct RouteObservation {
   double srtt_ms = 0;          // their smoothed RTT, averaged by bytes (0: unknown)
   double loss = 0;             // bytes re-sent / sent by the senders' TCP, 0..1
   std::uint64_t peak_bps = 0;  // best 10-s average goodput in the period (bit/s)
+  // The congestion control the senders' sockets really used on the latest copy (what
+  // TCP_CONGESTION read back; empty: no copy ended). Differs from the route's setting when
+  // that setting did not take.
+  std::string congestion;
 };
 // Bounds a heartbeat's observations are checked against (kInvalidArgument otherwise).
 inline constexpr std::size_t kMaxRouteObservations = 1024;
@@ -192,6 +196,7 @@ struct RouteObserved {
   std::int64_t peak_ns = 0;     // when (a peak older than a day gives way to a newer one)
   std::uint64_t bytes = 0;      // bytes copied over the route, all nodes together
   std::int64_t at_ns = 0;       // latest observation
+  std::string congestion;       // the algorithm the latest copies' senders really used
 };
 
 // Transfer settings and measurements for traffic from src_site to dst_site.

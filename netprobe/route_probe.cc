@@ -26,12 +26,12 @@ absl::StatusOr<catalog::Node> PickNode(catalog::Catalog& cat, const std::string&
 }
 
 absl::StatusOr<ProbeReport> OneRun(const transfer::Endpoint& src, const transfer::Endpoint& dst,
-                                   int streams, const RouteProbeOptions& o) {
+                                   int streams, const RouteProbeOptions& o, const std::string& congestion = "") {
   // The source agent is busy until its previous server helper has been reaped.
   absl::StatusOr<std::uint16_t> port = absl::UnavailableError("not tried");
   for (int attempt = 0; attempt < 25; ++attempt) {
     if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    port = transfer::StartProbeServer(src, o.seconds + o.omit_seconds + 10, o.transfer);
+    port = transfer::StartProbeServer(src, o.seconds + o.omit_seconds + 10, o.transfer, congestion);
     if (!absl::IsUnavailable(port.status())) break;
   }
   if (!port.ok()) {
@@ -44,6 +44,7 @@ absl::StatusOr<ProbeReport> OneRun(const transfer::Endpoint& src, const transfer
   run.streams = streams;
   run.seconds = o.seconds;
   run.omit_seconds = o.omit_seconds;
+  run.congestion = congestion;
   absl::StatusOr<std::string> text = transfer::RunProbe(dst, run, o.transfer);
   if (!text.ok()) {
     return absl::Status(text.status().code(), fmt::format("probe at {}: {}", dst.ToString(), std::string(text.status().message())));
@@ -76,6 +77,22 @@ absl::StatusOr<RouteMeasurement> ProbeRoute(catalog::Catalog& cat, const std::st
   m.one = one->iperf;
   m.many = many->iperf;
   m.max_socket_buffer = many->max_socket_buffer;
+  for (const std::string& cc : o.compare_congestion) {
+    absl::StatusOr<ProbeReport> run = OneRun(*src_ep, *dst_ep, o.streams, o, cc);
+    if (absl::IsNotFound(run.status()) || absl::IsFailedPrecondition(run.status()) ||
+        absl::IsInvalidArgument(run.status())) {
+      // The source cannot have this one (no such algorithm, no privileges for BPF): a row
+      // that says so, and the others still compete.
+      m.congestion_runs.push_back({cc, IperfResult{}, std::string(run.status().message())});
+      continue;
+    }
+    if (!run.ok()) {
+      return absl::Status(run.status().code(),
+                          fmt::format("congestion control {}: {}", cc, std::string(run.status().message())));
+    }
+    m.rtt_ms = std::min(m.rtt_ms, run->rtt_ms);
+    m.congestion_runs.push_back({cc, run->iperf, ""});
+  }
   m.measured_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                       std::chrono::system_clock::now().time_since_epoch())
                       .count();

@@ -3,11 +3,13 @@
 // `gfprobe route SRC DST`: measures the route between two sites with a probe between two of
 // their agents (transfer::StartProbeServer on a source node, transfer::RunProbe on a
 // destination node; the agents run libiperf in helper processes). Two runs, one stream and
-// then many, each with its slow start left out; the RTT is the least TCP handshake time
-// from the destination node to the source agent. Blocks for about 2 x (omit + seconds) + 2 s.
+// then many, each with its slow start left out, then one many-stream run per congestion
+// control to compare; the RTT is the least TCP handshake time from the destination node to
+// the source agent. Blocks for about (2 + compared) x (omit + seconds) + 2 s.
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
@@ -22,6 +24,10 @@ struct RouteProbeOptions {
   int streams = 8;       // of the second run
   int seconds = 4;       // measured, per run
   int omit_seconds = 2;  // slow start, per run
+  // Congestion controls to compare: one more many-stream run with each (the source agent
+  // provides an algorithm its kernel lacks, transfer/congestion.h). Empty: no comparison, the
+  // route gets the algorithm the many-stream run used.
+  std::vector<std::string> compare_congestion;
   // How to reach and authenticate to the agents (shared key or TLS).
   transfer::TransferOptions transfer;
 };

@@ -21,7 +21,9 @@
 //     queue (the SC2002 lesson: rate-controlled streams that add up to the route);
 //   - stripe unit: BDP / streams / 4 rounded to a power of two, 1..16 MiB (a stream holds
 //     a few blocks in flight);
-//   - congestion control: the one the measurement ran with (it is what reached the rate).
+//   - congestion control: with a comparison, the algorithm whose many-stream run reached the
+//     highest rate (ties within 2 %: fewer retransmits), among those that really ran (the
+//     sender reported the name asked for); without one, the one the measurement ran with.
 
 #include <cstdint>
 #include <string>
@@ -38,6 +40,14 @@ struct RouteMeasurement {
   double rtt_ms = 0;
   IperfResult one;   // one stream
   IperfResult many;  // many streams
+  // Many-stream runs with the congestion controls compared (gfprobe route --compare-cc): what
+  // was asked and what iperf3's sender reported using (they differ when it did not take).
+  struct CongestionRun {
+    std::string requested;
+    IperfResult result;
+    std::string error;  // non-empty: the source could not run it (then `result` is empty)
+  };
+  std::vector<CongestionRun> congestion_runs;
   // The largest socket buffer the kernel grants at the measuring end, 0: unknown.
   std::uint64_t max_socket_buffer = 0;
   std::int64_t measured_ns = 0;

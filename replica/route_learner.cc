@@ -47,9 +47,12 @@ void RouteLearner::AddBytes(const std::string& src_site, std::uint64_t bytes,
   }
 }
 
-void RouteLearner::AddCopy(const std::string& src_site, const transfer::TcpFigures& tcp) {
+void RouteLearner::AddCopy(const std::string& src_site, const transfer::TcpFigures& tcp,
+                           const std::string& congestion) {
   std::lock_guard<std::mutex> lock(mu_);
-  routes_[src_site].tcp.Add(tcp);
+  PerRoute& r = routes_[src_site];
+  r.tcp.Add(tcp);
+  if (!congestion.empty()) r.congestion = congestion;
   recent_.Add(tcp);
 }
 
@@ -65,6 +68,7 @@ std::vector<catalog::RouteObservation> RouteLearner::Report() {
     o.srtt_ms = r.tcp.srtt_ms();
     o.loss = r.tcp.loss();
     o.peak_bps = std::min(r.peak_bps, catalog::kMaxObservedBps);
+    o.congestion = r.congestion;
     out.push_back(std::move(o));
     r.reported_total = r.total;
     r.peak_bps = 0;

@@ -54,8 +54,9 @@ class RouteLearner {
 
   // `bytes` more were received from a copy over the route from `src_site`.
   void AddBytes(const std::string& src_site, std::uint64_t bytes, Clock::time_point now);
-  // A copy over the route from `src_site` ended; `tcp` is what its sender reported.
-  void AddCopy(const std::string& src_site, const transfer::TcpFigures& tcp);
+  // A copy over the route from `src_site` ended; `tcp` is what its sender reported, and
+  // `congestion` the algorithm its sender's sockets really used (empty: not known).
+  void AddCopy(const std::string& src_site, const transfer::TcpFigures& tcp, const std::string& congestion = "");
   // One observation per route that carried bytes or copies since the last call.
   std::vector<catalog::RouteObservation> Report();
   // The TCP figures of the copies that ended since the last call, over all routes.
@@ -69,6 +70,7 @@ class RouteLearner {
     std::uint64_t reported_total = 0;  // `total` at the last report
     std::uint64_t peak_bps = 0;        // best window since the last report
     TcpTally tcp;                      // copies that ended since the last report
+    std::string congestion;            // the latest copy's sender's algorithm
   };
   std::mutex mu_;
   std::map<std::string, PerRoute> routes_;  // by source site; guarded by mu_

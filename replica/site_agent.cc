@@ -1121,7 +1121,7 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   }
   const transfer::TransferStats& stats = **result;
   bytes_received = stats.bytes_transferred;
-  learner_.AddCopy(route->src_site, stats.tcp);
+  learner_.AddCopy(route->src_site, stats.tcp, stats.congestion);
   {
     std::lock_guard<std::mutex> lock(mu_);
     (stats.reused_session ? stats_.pulls_on_warm_sessions : stats_.pulls_on_new_sessions) += 1;

@@ -6,8 +6,17 @@
 // against I/O size and parallel streams, buffered and O_DIRECT), prints the table and the
 // recommended write settings, and with --store keeps them in NODE's catalog record.
 //
+// gfprobe cc [--provide NAME,...] [--hold] [--json]: the congestion controls sockets on this
+// host can select and where each comes from; --provide makes the named ones available first
+// (the kernel's module, else gfrep's BPF highspeed; root), --hold keeps this process, and so
+// its BPF registration, alive until SIGINT/SIGTERM (for iperf3 -C highspeed, ss, benchmarks).
+//
 // The hidden commands iperf-server and iperf-client are the probe's two ends; a site agent
 // (gfsited) runs them as child processes (transfer/internal/probe_service.h).
+#include <pthread.h>
+#include <signal.h>
+
+#include <fstream>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -21,6 +30,7 @@
 #include "tools/internal/catalog_flags.h"
 #include "tools/internal/cli.h"
 #include "transfer/auth.h"
+#include "transfer/congestion.h"
 
 namespace {
 
@@ -93,6 +103,52 @@ int RunDisk(const char* program, netprobe::DiskProbeOptions probe, const std::st
   return 0;
 }
 
+// gfprobe cc: 0 when every --provide name is available (and, with --hold, after a signal).
+int RunCc(const char* program, const std::vector<std::string>& provide, bool hold, bool json) {
+  // Blocked before anything else starts a thread, so the wait below takes them.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  int status = 0;
+  nlohmann::json provided = nlohmann::json::array();
+  for (const std::string& name : provide) {
+    absl::StatusOr<transfer::CongestionControl> c = transfer::EnsureCongestionControl(name);
+    if (!c.ok()) {
+      std::cerr << program << ": " << name << ": " << c.status().message() << "\n";
+      provided.push_back({{"name", name}, {"error", std::string(c.status().message())}});
+      status = 1;
+      continue;
+    }
+    provided.push_back({{"name", name}, {"source", std::string(transfer::ToString(c->source))}});
+  }
+  nlohmann::json available = nlohmann::json::array();
+  std::string lines;
+  for (const std::string& name : transfer::AvailableCongestionControls()) {
+    absl::StatusOr<transfer::CongestionControl> c = transfer::DescribeCongestionControl(name);
+    const std::string source = c.ok() ? std::string(transfer::ToString(c->source)) : "unknown";
+    available.push_back({{"name", name}, {"source", source}});
+    lines += fmt::format("{:<12} {}\n", name, source);
+  }
+  std::string default_cc;
+  std::ifstream("/proc/sys/net/ipv4/tcp_congestion_control") >> default_cc;
+  if (json) {
+    std::cout << nlohmann::json{{"available", available}, {"default", default_cc}, {"provided", provided}}.dump()
+              << "\n";
+  } else {
+    std::cout << lines << "default: " << default_cc << "\n";
+  }
+  std::cout.flush();
+  if (hold) {
+    std::cout << "holding; stop with SIGINT or SIGTERM\n" << std::flush;
+    int sig = 0;
+    sigwait(&stop, &sig);
+  }
+  transfer::ReleaseCongestionControls();
+  return status;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,6 +176,10 @@ int main(int argc, char** argv) {
   route->add_option("--omit", probe.omit_seconds, "Seconds of slow start left out per run")
       ->check(CLI::Range(0, 10))->capture_default_str();
   route->add_option("--key-file", key_file, "Shared key file (default ~/.gfrep/shared_key)");
+  route->add_option("--compare-cc", probe.compare_congestion,
+                    "Congestion controls to compare, one many-stream run each (e.g. reno,cubic,bbr,highspeed); "
+                    "the fastest that really ran becomes the route's")
+      ->delimiter(',');
   route->add_flag("--apply", apply, "Store the measurement and the settings in the route table");
   route->add_flag("--json", json, "One JSON object: measurement, settings, reasons");
 
@@ -142,6 +202,13 @@ int main(int argc, char** argv) {
   disk->add_flag("--json", json, "One JSON object: rows, notes, recommendation");
   disk->add_option("--store", disk_store, "Store the recommendation in the catalog for this node");
 
+  std::vector<std::string> cc_provide;
+  bool cc_hold = false;
+  CLI::App* cc = app.add_subcommand("cc", "List the congestion controls of this host, providing some first");
+  cc->add_option("--provide", cc_provide, "Make these available first (e.g. highspeed)")->delimiter(',');
+  cc->add_flag("--hold", cc_hold, "Stay running (keeping what was provided) until SIGINT or SIGTERM");
+  cc->add_flag("--json", json, "One JSON object");
+
   std::string bind, host;
   int port = 0, timeout = 60, rtt_port = 0;
   netprobe::IperfClientOptions client_options;
@@ -159,6 +226,7 @@ int main(int argc, char** argv) {
   client->add_option("--seconds", client_options.seconds)->check(CLI::Range(1, 60));
   client->add_option("--omit", client_options.omit_seconds)->check(CLI::Range(0, 10));
   client->add_option("--window", client_options.window);
+  client->add_option("--cc", client_options.congestion);
   CLI11_PARSE(app, argc, argv);
   auto log = tools::MakeLogger(kProgram, common);
 
@@ -168,6 +236,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (client->parsed()) return HelperClient(client_options, rtt_port);
+  if (cc->parsed()) return RunCc(kProgram, cc_provide, cc_hold, json);
   if (disk->parsed()) {
     disk_probe.dir = disk_dir;
     disk_probe.direct = !disk_no_direct;
@@ -203,6 +272,15 @@ int main(int argc, char** argv) {
     j["many_streams_bps"] = m->many.bits_per_second;
     j["many_streams"] = m->many.streams;
     j["retransmits"] = m->many.retransmits;
+    nlohmann::json runs = nlohmann::json::array();
+    for (const netprobe::RouteMeasurement::CongestionRun& run : m->congestion_runs) {
+      runs.push_back({{"requested", run.requested},
+                      {"used", run.result.congestion},
+                      {"bps", run.result.bits_per_second},
+                      {"retransmits", run.result.retransmits},
+                      {"error", run.error}});
+    }
+    j["congestion_runs"] = runs;
     j["reasons"] = advice.reasons;
     j["applied"] = apply;
     std::cout << j.dump() << "\n";
@@ -213,6 +291,17 @@ int main(int argc, char** argv) {
                              "--route-rate {} --cc {}\n",
                              r.streams, r.total_streams, r.socket_buffer_bytes, r.stripe_unit_bytes,
                              r.route_rate_bps, r.congestion_control.empty() ? "default" : r.congestion_control);
+    for (const netprobe::RouteMeasurement::CongestionRun& run : m->congestion_runs) {
+      if (!run.error.empty()) {
+        std::cout << fmt::format("  {:<10} unavailable: {}\n", run.requested, run.error);
+        continue;
+      }
+      std::cout << fmt::format("  {:<10} {:>6.0f} Mbit/s  {:>6} retransmits{}\n", run.requested,
+                               run.result.bits_per_second / 1e6, run.result.retransmits,
+                               run.result.congestion == run.requested
+                                   ? ""
+                                   : fmt::format("  (did not take: the sender used {})", run.result.congestion));
+    }
     for (const std::string& line : advice.reasons) std::cout << "  " << line << "\n";
     std::cout << (apply ? "applied to the route table\n" : "not applied (use --apply)\n");
   }

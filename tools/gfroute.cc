@@ -22,8 +22,12 @@ void PrintRoute(const gfrep::catalog::Route& r) {
     // What the copies themselves showed (site agents' heartbeats).
     std::cout << fmt::format(
         "    learnt from copies: rtt_ms={:.1f} srtt_ms={:.1f} loss={:.4f}% peak={:.0f} Mbit/s "
-        "copied={} bytes\n",
-        o.rtt_ms, o.srtt_ms, o.loss * 100, static_cast<double>(o.peak_bps) / 1e6, o.bytes);
+        "copied={} bytes cc_used={}{}\n",
+        o.rtt_ms, o.srtt_ms, o.loss * 100, static_cast<double>(o.peak_bps) / 1e6, o.bytes,
+        o.congestion.empty() ? "-" : o.congestion,
+        !o.congestion.empty() && !r.congestion_control.empty() && o.congestion != r.congestion_control
+            ? fmt::format(" (the route says {}: it did not take)", r.congestion_control)
+            : "");
   }
 }
 

@@ -22,9 +22,26 @@
 #include "tools/internal/cli.h"
 #include "transfer/agent.h"
 #include "transfer/auth.h"
+#include "transfer/congestion.h"
 
 namespace {
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+
+// Makes each congestion control in `names` available if it is not (transfer/congestion.h) and
+// logs where each comes from; one that cannot be had is a warning (its routes fall back to the
+// kernel's default, and every copy reports the algorithm its sockets really used).
+void ProvideCongestionControls(const std::vector<std::string>& names, spdlog::logger& log) {
+  for (const std::string& name : names) {
+    if (name.empty()) continue;
+    absl::StatusOr<gfrep::transfer::CongestionControl> cc = gfrep::transfer::EnsureCongestionControl(name);
+    if (cc.ok()) {
+      log.info("congestion control {}", cc->detail);
+    } else {
+      log.warn("congestion control {}: unavailable, routes set to it use the kernel's default: {}", name,
+               Msg(cc.status()));
+    }
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,6 +160,12 @@ int main(int argc, char** argv) {
                  "(samples every 0.1 s; 0: none)")
       ->check(CLI::Range(0.0, 60.0))
       ->capture_default_str();
+  std::vector<std::string> provide_cc;
+  app.add_option("--provide-cc", provide_cc,
+                 "Congestion controls to make available at start when the kernel lacks them (e.g. "
+                 "highspeed: the kernel's module, else gfrep's BPF implementation; root only). The "
+                 "catalog's routes of this site add theirs once it is reached")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   absl::StatusOr<std::shared_ptr<spdlog::logger>> made_log = gfrep::tools::MakeLoggerOrError("gfsited", common);
   if (!made_log.ok()) return gfrep::tools::Fail("gfsited", Msg(made_log.status()), 2);
@@ -235,6 +258,9 @@ int main(int argc, char** argv) {
   pull_defaults.shared_key = *key;
   pull_defaults.tls_options = options.tls;
   pull_defaults.tls_control = mutual_tls;
+  // Before serving, so that the first session's sockets (and the probe helpers this agent
+  // starts) find them.
+  ProvideCongestionControls(provide_cc, *log);
   auto server = gfrep::transfer::AgentServer::Create(std::move(options));
   if (!server.ok()) return gfrep::tools::Fail("gfsited", Msg(server.status()));
   absl::StatusOr<gfrep::transfer::Endpoint> bound = (*server)->Start();
@@ -334,6 +360,19 @@ int main(int argc, char** argv) {
       ::kill(::getpid(), SIGTERM);  // wakes the waiter, which stops the server
       waiter.join();
       return gfrep::tools::Fail("gfsited", Msg(s));
+    }
+    // The congestion controls the catalog's routes of this site name (a route set later is
+    // provided by its first copy's sockets, transfer/congestion.h).
+    if (absl::StatusOr<std::vector<gfrep::catalog::Route>> routes = catalog_client->ListRoutes(); routes.ok()) {
+      std::vector<std::string> names;
+      for (const gfrep::catalog::Route& r : *routes) {
+        if ((r.src_site == site || r.dst_site == site) && !r.congestion_control.empty() &&
+            std::find(names.begin(), names.end(), r.congestion_control) == names.end() &&
+            std::find(provide_cc.begin(), provide_cc.end(), r.congestion_control) == provide_cc.end()) {
+          names.push_back(r.congestion_control);
+        }
+      }
+      ProvideCongestionControls(names, *log);
     }
   }
   std::unique_ptr<gfrep::replica::HttpServer> web;

@@ -606,9 +606,11 @@ absl::StatusOr<Json> AskAgent(const Endpoint& agent, const Json& request, std::s
 }  // namespace
 
 absl::StatusOr<std::uint16_t> StartProbeServer(const Endpoint& agent, int seconds,
-                                               const TransferOptions& options) {
-  absl::StatusOr<Json> m = AskAgent(agent, Json{{"op", "probe_serve"}, {"seconds", seconds}},
-                                    "probe_ready", std::chrono::seconds(30), options);
+                                               const TransferOptions& options,
+                                               const std::string& congestion) {
+  Json req{{"op", "probe_serve"}, {"seconds", seconds}};
+  if (!congestion.empty()) req["congestion"] = congestion;
+  absl::StatusOr<Json> m = AskAgent(agent, req, "probe_ready", std::chrono::seconds(30), options);
   if (!m.ok()) return m.status();
   absl::StatusOr<std::uint64_t> port = GetUint(*m, "port");
   if (!port.ok() || *port == 0 || *port > 65535) return absl::DataLossError("probe server: bad port");
@@ -620,6 +622,7 @@ absl::StatusOr<std::string> RunProbe(const Endpoint& agent, const ProbeRunReques
   Json req{{"op", "probe_run"}, {"host", r.host},         {"port", r.port},
            {"rtt_port", r.rtt_port}, {"streams", r.streams}, {"seconds", r.seconds},
            {"omit", r.omit_seconds}, {"window", r.window}};
+  if (!r.congestion.empty()) req["congestion"] = r.congestion;
   absl::StatusOr<Json> m = AskAgent(agent, req, "probe_result",
                                     std::chrono::seconds(r.seconds + r.omit_seconds + 60), options);
   if (!m.ok()) return m.status();

@@ -94,9 +94,12 @@ absl::StatusOr<TransferStats> ThirdParty(const Endpoint& src, std::string_view s
 // drives them). Both authenticate like a copy. kUnimplemented: the agent has no probe
 // helper; kUnavailable: it is busy with another probe.
 //
-// Asks `agent` to serve one iperf3 test for up to `seconds`; returns the port.
+// Asks `agent` to serve one iperf3 test for up to `seconds`; returns the port. A non-empty
+// `congestion` is made available at that agent first (transfer/congestion.h: the kernel's
+// module or gfrep's BPF highspeed), since the server's sockets send with it.
 absl::StatusOr<std::uint16_t> StartProbeServer(const Endpoint& agent, int seconds,
-                                               const TransferOptions& options);
+                                               const TransferOptions& options,
+                                               const std::string& congestion = "");
 struct ProbeRunRequest {
   std::string host;            // the probe server's agent address
   std::uint16_t port = 0;      // StartProbeServer's port
@@ -105,6 +108,7 @@ struct ProbeRunRequest {
   int seconds = 4;
   int omit_seconds = 2;
   std::uint64_t window = 0;    // socket buffer of the test's sockets, 0: autotuning
+  std::string congestion;      // the sender's TCP_CONGESTION (iperf3 -C), empty: its default
 };
 // Asks `agent` to measure from the probe server to itself; returns the helper's JSON result
 // (netprobe::IperfResult fields plus "rtt_ms").

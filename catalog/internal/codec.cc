@@ -392,6 +392,7 @@ std::string EncodeRoute(const Route& x) {
   w.I64(x.observed.peak_ns);
   w.U64(x.observed.bytes);
   w.I64(x.observed.at_ns);
+  w.Str(x.observed.congestion);
   return w.Take();
 }
 
@@ -420,6 +421,7 @@ absl::StatusOr<Route> DecodeRoute(std::string_view in) {
     x.observed.bytes = r.U64();
     x.observed.at_ns = r.I64();
   }
+  if (!r.AtEnd()) x.observed.congestion = r.Str();  // added 2026-11-26: older records end here
   if (absl::Status s = r.Finish("route"); !s.ok()) return s;
   return x;
 }

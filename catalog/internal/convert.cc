@@ -171,6 +171,7 @@ void ToProto(const Route& in, v1::Route* out) {
   out->set_observed_peak_ns(in.observed.peak_ns);
   out->set_observed_bytes(in.observed.bytes);
   out->set_observed_ns(in.observed.at_ns);
+  out->set_observed_congestion(in.observed.congestion);
 }
 
 Route FromProto(const v1::Route& in) {
@@ -195,6 +196,7 @@ Route FromProto(const v1::Route& in) {
   r.observed.peak_ns = in.observed_peak_ns();
   r.observed.bytes = in.observed_bytes();
   r.observed.at_ns = in.observed_ns();
+  r.observed.congestion = in.observed_congestion();
   return r;
 }
 
@@ -211,6 +213,7 @@ void ToProto(const Heartbeat& in, v1::HeartbeatRequest* out) {
     p->set_srtt_ms(o.srtt_ms);
     p->set_loss(o.loss);
     p->set_peak_bps(o.peak_bps);
+    p->set_congestion(o.congestion);
   }
 }
 
@@ -229,6 +232,7 @@ Heartbeat FromProto(const v1::HeartbeatRequest& in) {
     o.srtt_ms = p.srtt_ms();
     o.loss = p.loss();
     o.peak_bps = p.peak_bps();
+    o.congestion = p.congestion();
     h.routes.push_back(std::move(o));
   }
   return h;

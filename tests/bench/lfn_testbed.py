@@ -97,6 +97,11 @@ def iperf(node, server_addr, streams=1, seconds=10, window=None, cc="cubic", omi
     return j["end"]["sum_received"]["bits_per_second"] / 1e6
 
 
+def available_cc():
+    """The congestion controls this host's kernel offers now."""
+    return open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
+
+
 def emulator_pids(topo_name):
     d = f"/run/gfrep-topo/{topo_name}"
     pids = {}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark 2 of issue 3: the SC2002 TransPAC file-transfer table, on `transpac`.
 
-  sudo GFREP_BIN=build/bin tests/bench/sc2002_transpac.py [--size 1G]
+  sudo GFREP_BIN=build/bin tests/bench/sc2002_transpac.py [--size 1G] [--paper-cc highspeed --paper-only]
 
 Japan -> US, each node pair copying its own file (gfcp jp-nI -> gfsited us-nI) at the same
 time. Paper settings: north pairs (jp-n1..3 over the 622 Mbit/s, 199 ms route) 16 streams,
@@ -9,7 +9,9 @@ time. Paper settings: north pairs (jp-n1..3 over the 622 Mbit/s, 199 ms route) 1
 8 streams, 250 KB, 28.5 Mbit/s per stream; cc cubic. Then "tuned": same pairs, no caps,
 16 MiB buffers, bbr. Reports the aggregate average (total bytes / time until the last pair
 finishes) and the best 10-s average of the bytes the emulators forwarded (sampled each
-second), next to the paper's columns.
+second), next to the paper's columns. --paper-cc sets the paper rows' congestion control
+(highspeed, as SC2002 ran them: gfrep's BPF HighSpeed TCP where the kernel lacks the module,
+held by `gfprobe cc --provide highspeed --hold` for the run); --paper-only skips the tuned rows.
 """
 
 import argparse
@@ -56,7 +58,7 @@ class Sampler(threading.Thread):
         return best
 
 
-def run_case(pairs, tuned, src, key):
+def run_case(pairs, tuned, src, key, paper_cc="cubic"):
     specs = []
     for i in range(1, pairs + 1):
         south = i == 4
@@ -81,7 +83,7 @@ def run_case(pairs, tuned, src, key):
         t0 = time.time()
         for i, p in specs:
             argv = [os.path.join(tb.BIN, "gfcp"), "-p", str(p["streams"]), "--buffer",
-                    p["buffer"], "--cc", "bbr" if tuned else "cubic", "--key-file", key, "--json",
+                    p["buffer"], "--cc", "bbr" if tuned else paper_cc, "--key-file", key, "--json",
                     src, f"gf://{tb.addr(TOPO, f'us-n{i}')}:{PORT}/pair{i}"]
             if p["rate"]:
                 argv[1:1] = ["--rate", p["rate"]]
@@ -110,6 +112,8 @@ def run_case(pairs, tuned, src, key):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--size", default="1G", help="file per pair (head -c syntax)")
+    p.add_argument("--paper-cc", default="cubic", help="congestion control of the paper rows")
+    p.add_argument("--paper-only", action="store_true", help="only the paper rows")
     args = p.parse_args()
     print(tb.machine_notes(), flush=True)
     src = "/dev/shm/gfrep-sc2002-src"
@@ -117,10 +121,13 @@ def main():
     rows = []
     try:
         subprocess.run(f"head -c {args.size} /dev/urandom > {src}", shell=True, check=True)
-        with tb.topology(TOPO):
-            for tuned in (False, True):
+        with tb.topology(TOPO), tb.servers(*[
+                (f"jp-n{i}", [os.path.join(tb.BIN, "gfprobe"), "cc", "--provide", args.paper_cc,
+                              "--hold"], "holding")
+                for i in ([1] if args.paper_cc not in tb.available_cc() else [])]):
+            for tuned in ((False,) if args.paper_only else (False, True)):
                 for pairs in ((1, 2, 3, 4) if not tuned else (1, 4)):
-                    avg, best10, secs, per_pair = run_case(pairs, tuned, src, key)
+                    avg, best10, secs, per_pair = run_case(pairs, tuned, src, key, args.paper_cc)
                     rows.append((pairs, tuned, avg, best10, secs, per_pair))
                     print(f"  pairs={pairs} tuned={tuned}: avg {avg:.0f} Mbit/s, best 10-s "
                           f"{best10:.0f}, {secs:.1f} s, per pair "
@@ -139,7 +146,7 @@ def main():
         streams = f"{16 * north + 8 * south}"
         paper = PAPER[pairs] if not tuned else (None, None, None)
         cells = ["-" if v is None else f"{v}" for v in paper]
-        settings = "tuned: no caps, 16M, bbr" if tuned else "paper: caps, 610K/250K, cubic"
+        settings = "tuned: no caps, 16M, bbr" if tuned else f"paper: caps, 610K/250K, {args.paper_cc}"
         print(f"| {pairs} ({north}+{south}) | {streams} | {settings} | {avg:.0f} | {best10:.0f} | "
               f"{secs:.1f} | {cells[1]} | {cells[0]} | {cells[2]} |")
 

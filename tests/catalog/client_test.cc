@@ -174,7 +174,7 @@ TEST_F(CatalogClientTest, TopologyCalls) {
   hb.free_bytes = 500;
   hb.load = 1.25;
   hb.active_transfers = 3;
-  hb.routes = {{"b", 123, 150.5, 170.25, 0.002, 5'000'000}};
+  hb.routes = {{"b", 123, 150.5, 170.25, 0.002, 5'000'000, "bbr"}};
   ASSERT_TRUE(client_->SendHeartbeat(hb).ok());
   n = client_->GetNode("a1");
   EXPECT_EQ(n->free_bytes, 500u);
@@ -189,7 +189,8 @@ TEST_F(CatalogClientTest, TopologyCalls) {
   EXPECT_DOUBLE_EQ(learnt->observed.loss, 0.002);
   EXPECT_EQ(learnt->observed.peak_bps, 5'000'000u);
   EXPECT_GT(learnt->observed.at_ns, 0);
-  hb.routes = {{"b", 1, -5, 0, 0, 0}};
+  EXPECT_EQ(learnt->observed.congestion, "bbr");
+  hb.routes = {{"b", 1, -5, 0, 0, 0, ""}};
   EXPECT_EQ(client_->SendHeartbeat(hb).code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(client_->RemoveRoute("b", "a").ok());
   hb.routes.clear();

@@ -72,6 +72,39 @@ TEST_F(RouteProbeLoopbackTest, WithoutApplyTheRouteTableIsUntouched) {
   EXPECT_NE(got.exit_code, 0) << Describe(got);  // no such route
 }
 
+// --compare-cc: one many-stream run per algorithm, each reporting what the sender really
+// used; one the source cannot have is a row that says why, and the route gets the fastest
+// of those that ran. As root the source agent provides highspeed (gfrep's BPF program) for
+// its probe server; without root that row is "unavailable".
+TEST_F(RouteProbeLoopbackTest, CompareCcRunsEachAlgorithmAndPicksOneThatRan) {
+  const RunResult r = Tool({"gfprobe", "route", "A", "B", "--seconds", "1", "--omit", "0", "--streams", "2",
+                            "--compare-cc", "reno,nosuchcc,highspeed", "--apply", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  ASSERT_EQ(j["congestion_runs"].size(), 3u) << r.out;
+  const nlohmann::json& reno = j["congestion_runs"][0];
+  EXPECT_EQ(reno["requested"], "reno");
+  EXPECT_EQ(reno["used"], "reno");
+  EXPECT_GT(reno["bps"].get<double>(), 0);
+  const nlohmann::json& none = j["congestion_runs"][1];
+  EXPECT_EQ(none["used"], "");
+  EXPECT_THAT(none["error"].get<std::string>(), HasSubstr("nosuchcc"));
+  const nlohmann::json& hs = j["congestion_runs"][2];
+  if (::geteuid() == 0) {
+    EXPECT_EQ(hs["used"], "highspeed") << r.out;
+    EXPECT_EQ(hs["error"], "") << r.out;
+  } else {
+    EXPECT_NE(hs["error"], "") << r.out;
+  }
+  const std::string chosen = j.value("congestion_control", "");
+  EXPECT_TRUE(chosen == "reno" || (chosen == "highspeed" && ::geteuid() == 0)) << r.out;
+  EXPECT_THAT(j["reasons"].dump(), HasSubstr("the fastest of the algorithms compared"));
+  const RunResult got = Tool({"gfroute", "get", "A", "B", "--json"});
+  ASSERT_EQ(got.exit_code, 0) << Describe(got);
+  EXPECT_EQ(nlohmann::json::parse(got.out, nullptr, false).value("congestion_control", ""), chosen);
+}
+
 TEST_F(RouteProbeLoopbackTest, AnAgentWithoutAHelperRefusesClearly) {
   agents_.at("a1").Kill();
   agents_.erase("a1");

@@ -17,7 +17,7 @@ TEST(RouteLearnerTest, ReportsEachRoutesBytesRttsLossAndBest10sGoodputOnce) {
     if (i % 10 == 0) l.AddBytes("us", 500'000, t0 + i * 100ms);
   }
   l.AddCopy("jp", {4'000'000, 40'000, 300, 200});  // 1 % re-sent, RTT x1.5
-  l.AddCopy("jp", {1'000'000, 0, 200, 199});
+  l.AddCopy("jp", {1'000'000, 0, 200, 199}, "highspeed");  // what the sender's sockets ran
   std::vector<catalog::RouteObservation> obs = l.Report();
   ASSERT_EQ(obs.size(), 2u);
   const catalog::RouteObservation& jp = obs[0].src_site == "jp" ? obs[0] : obs[1];
@@ -29,7 +29,9 @@ TEST(RouteLearnerTest, ReportsEachRoutesBytesRttsLossAndBest10sGoodputOnce) {
   EXPECT_DOUBLE_EQ(jp.srtt_ms, (300.0 * 4 + 200.0 * 1) / 5);  // by bytes sent
   EXPECT_EQ(us.bytes, 6'500'000u);
   EXPECT_NEAR(static_cast<double>(us.peak_bps), 4e6, 0.5e6);
+  EXPECT_EQ(jp.congestion, "highspeed");
   EXPECT_EQ(us.min_rtt_ms, 0);  // no copy from us ended
+  EXPECT_EQ(us.congestion, "");
   for (const auto& o : obs) EXPECT_TRUE(catalog::Validate(o).ok()) << o.src_site;
   // Nothing new since: nothing to report.
   EXPECT_TRUE(l.Report().empty());

@@ -173,7 +173,8 @@ nlohmann::json ToJson(const catalog::Route& r) {
             {"peak_bps", r.observed.peak_bps},
             {"peak_ns", r.observed.peak_ns},
             {"bytes", r.observed.bytes},
-            {"at_ns", r.observed.at_ns}}}};
+            {"at_ns", r.observed.at_ns},
+            {"congestion", r.observed.congestion}}}};
 }
 
 }  // namespace gfrep::tools

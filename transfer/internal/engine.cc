@@ -23,6 +23,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/status/status.h"
+#include "transfer/congestion.h"
 
 namespace gfrep::transfer::internal {
 namespace {
@@ -503,14 +504,28 @@ std::string TuneSocket(tcp::socket& socket, const RouteOptions& route, spdlog::l
     }
   }
   if (!route.congestion.empty()) {
-    if (::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, route.congestion.data(),
-                     static_cast<socklen_t>(route.congestion.size())) != 0) {
-      static std::atomic<bool> warned{false};
-      if (!warned.exchange(true)) {
-        log.warn("congestion control '{}' is not available here (available: {}); using the "
-                 "default '{}'",
-                 route.congestion, ReadSysctl("/proc/sys/net/ipv4/tcp_available_congestion_control"),
-                 ReadSysctl("/proc/sys/net/ipv4/tcp_congestion_control"));
+    auto select = [&] {
+      return ::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, route.congestion.data(),
+                          static_cast<socklen_t>(route.congestion.size())) == 0;
+    };
+    if (!select()) {
+      // Not offered by the kernel (ENOENT): provide it if this process can (the kernel's
+      // module, or gfrep's BPF highspeed), then ask again. Usually done at agent start; here
+      // it covers gfcp, a start without privileges fixed since, and a registration that ended
+      // with the process that made it.
+      absl::StatusOr<CongestionControl> provided = EnsureCongestionControl(route.congestion);
+      if (provided.ok()) {
+        static std::atomic<bool> told{false};
+        if (!told.exchange(true)) log.info("congestion control {}", provided->detail);
+      }
+      if (!provided.ok() || !select()) {
+        static std::atomic<bool> warned{false};
+        if (!warned.exchange(true)) {
+          log.warn("congestion control '{}' is not available here ({}); using the default '{}'",
+                   route.congestion,
+                   provided.ok() ? std::string("refused by the socket") : std::string(provided.status().message()),
+                   ReadSysctl("/proc/sys/net/ipv4/tcp_congestion_control"));
+        }
       }
     }
   }

@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "transfer/congestion.h"
 #include "transfer/internal/json_fields.h"
 
 extern char** environ;
@@ -62,11 +63,30 @@ std::vector<std::string> ServerArgs(const std::filesystem::path& helper, const s
 }
 
 std::vector<std::string> ClientArgs(const std::filesystem::path& helper, const std::string& host, int port,
-                                    int rtt_port, int streams, int seconds, int omit, std::uint64_t window) {
-  return {helper.string(), "iperf-client", "--host", host, "--port", std::to_string(port),
-          "--rtt-port", std::to_string(rtt_port), "--streams", std::to_string(streams),
-          "--seconds", std::to_string(seconds), "--omit", std::to_string(omit),
-          "--window", std::to_string(window)};
+                                    int rtt_port, int streams, int seconds, int omit, std::uint64_t window,
+                                    const std::string& congestion) {
+  std::vector<std::string> args{helper.string(), "iperf-client", "--host", host, "--port", std::to_string(port),
+                                "--rtt-port", std::to_string(rtt_port), "--streams", std::to_string(streams),
+                                "--seconds", std::to_string(seconds), "--omit", std::to_string(omit),
+                                "--window", std::to_string(window)};
+  if (!congestion.empty()) {
+    args.push_back("--cc");
+    args.push_back(congestion);
+  }
+  return args;
+}
+
+// The optional "congestion" of a probe request: "" when absent, else a name of [a-z0-9_-]{1,15}.
+absl::StatusOr<std::string> CongestionIn(const Json& request) {
+  if (!request.contains("congestion")) return std::string();
+  absl::StatusOr<std::string> name = GetString(request, "congestion");
+  if (!name.ok()) return name.status();
+  bool good = !name->empty() && name->size() <= 15;
+  for (char c : *name) {
+    good = good && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-');
+  }
+  if (!good) return absl::InvalidArgumentError("probe request: congestion must be [a-z0-9_-]{1,15}");
+  return name;
 }
 
 Json ReadyJson(std::uint16_t port) { return Json{{"op", "probe_ready"}, {"port", port}}; }
@@ -118,6 +138,19 @@ asio::awaitable<absl::Status> ProbeService::ServeServer(ConnPtr conn, const Json
   if (!seconds.ok()) {
     co_return co_await Refuse(*conn, seconds.status());
   }
+  absl::StatusOr<std::string> congestion = CongestionIn(request);
+  if (!congestion.ok()) {
+    co_return co_await Refuse(*conn, congestion.status());
+  }
+  if (!congestion->empty()) {
+    // The iperf3 server sends, with the client's choice of algorithm: have it here first (a
+    // BPF load is a few ms; on this executor once per registration).
+    absl::StatusOr<CongestionControl> cc = EnsureCongestionControl(*congestion);
+    if (!cc.ok()) {
+      co_return co_await Refuse(*conn, cc.status());
+    }
+    log.info("probe: congestion control {}", cc->detail);
+  }
   auto ex = co_await asio::this_coro::executor;
   // A free port on the agent's address (a race with another program taking it in the
   // next milliseconds only fails this probe).
@@ -166,9 +199,10 @@ asio::awaitable<absl::Status> ProbeService::ServeRun(ConnPtr conn, const Json& r
   absl::StatusOr<int> seconds = IntIn(request, "seconds", 1, 60);
   absl::StatusOr<int> omit = IntIn(request, "omit", 0, 10);
   absl::StatusOr<std::uint64_t> window = GetUint(request, "window");
+  absl::StatusOr<std::string> congestion = CongestionIn(request);
   absl::Status bad;
   for (const absl::Status& s : {host.status(), port.status(), rtt_port.status(), streams.status(),
-                                seconds.status(), omit.status(), window.status()}) {
+                                seconds.status(), omit.status(), window.status(), congestion.status()}) {
     if (!s.ok() && bad.ok()) bad = s;
   }
   boost::system::error_code ec;
@@ -179,15 +213,15 @@ asio::awaitable<absl::Status> ProbeService::ServeRun(ConnPtr conn, const Json& r
     co_return co_await Refuse(*conn, bad);
   }
   const std::vector<std::string> args =
-      ClientArgs(helper_, *host, *port, *rtt_port, *streams, *seconds, *omit, *window);
+      ClientArgs(helper_, *host, *port, *rtt_port, *streams, *seconds, *omit, *window, *congestion);
   absl::StatusOr<std::pair<pid_t, int>> child = Spawn(args);
   if (!child.ok()) {
     co_return co_await Refuse(*conn, child.status());
   }
   busy_ = true;
   children_.insert(child->first);
-  log.info("probe: measuring {}:{} with {} stream(s) for {}+{} s (pid {})", *host, *port, *streams,
-           *omit, *seconds, child->first);
+  log.info("probe: measuring {}:{} with {} stream(s) for {}+{} s, congestion control {} (pid {})", *host, *port,
+           *streams, *omit, *seconds, congestion->empty() ? "default" : *congestion, child->first);
   absl::StatusOr<std::string> out =
       co_await Collect(child->first, child->second, std::chrono::seconds(*seconds + *omit + 40));
   busy_ = false;

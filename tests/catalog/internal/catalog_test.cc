@@ -399,7 +399,7 @@ TEST_P(CatalogTest, HeartbeatsTeachRoutesWhatTheCopiesSaw) {
   MakeTopologyAndFile();  // sites a, b; nodes a1, b1
   // b1 received copies from site a: the route a -> b gets a record with what they saw.
   Heartbeat hb = Beat("b1", 1, 0);
-  hb.routes = {{"a", 5'000'000, 200.5, 260.0, 0.001, 800'000'000}};
+  hb.routes = {{"a", 5'000'000, 200.5, 260.0, 0.001, 800'000'000, "highspeed"}};
   ASSERT_TRUE(catalog_->SendHeartbeat(hb).ok());
   absl::StatusOr<Route> r = catalog_->GetRoute("a", "b");
   ASSERT_TRUE(r.ok()) << r.status();
@@ -410,6 +410,7 @@ TEST_P(CatalogTest, HeartbeatsTeachRoutesWhatTheCopiesSaw) {
   EXPECT_EQ(r->observed.peak_bps, 800'000'000u);
   EXPECT_EQ(r->observed.bytes, 5'000'000u);
   EXPECT_EQ(r->observed.at_ns, now_.load());
+  EXPECT_EQ(r->observed.congestion, "highspeed");  // what the senders' sockets ran
   // gfroute set replaces the settings and keeps what was learnt.
   Route set;
   set.src_site = "a";
@@ -423,9 +424,10 @@ TEST_P(CatalogTest, HeartbeatsTeachRoutesWhatTheCopiesSaw) {
   // A later report: bytes add up, a lower peak does not replace the best one, a report
   // without RTT (no copy ended) keeps the RTT; a day later a lower peak does replace it.
   now_ += 2'000'000'000;
-  hb.routes = {{"a", 1'000, 0, 0, 0, 300'000'000}};
+  hb.routes = {{"a", 1'000, 0, 0, 0, 300'000'000, ""}};
   ASSERT_TRUE(catalog_->SendHeartbeat(hb).ok());
   r = catalog_->GetRoute("a", "b");
+  EXPECT_EQ(r->observed.congestion, "highspeed");  // no copy ended: the last one stands
   EXPECT_EQ(r->observed.bytes, 5'001'000u);
   EXPECT_EQ(r->observed.peak_bps, 800'000'000u);
   EXPECT_DOUBLE_EQ(r->observed.rtt_ms, 200.5);
@@ -433,7 +435,7 @@ TEST_P(CatalogTest, HeartbeatsTeachRoutesWhatTheCopiesSaw) {
   ASSERT_TRUE(catalog_->SendHeartbeat(hb).ok());
   EXPECT_EQ(catalog_->GetRoute("a", "b")->observed.peak_bps, 300'000'000u);
   // Observations about the node's own site, or from a site that is gone, change nothing.
-  hb.routes = {{"b", 9, 1, 1, 0, 1}, {"nosuch", 9, 1, 1, 0, 1}};
+  hb.routes = {{"b", 9, 1, 1, 0, 1, ""}, {"nosuch", 9, 1, 1, 0, 1, ""}};
   ASSERT_TRUE(catalog_->SendHeartbeat(hb).ok());
   EXPECT_EQ(catalog_->GetRoute("b", "b").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(catalog_->ListRoutes()->size(), 1u);
@@ -443,19 +445,21 @@ TEST_P(CatalogTest, AHeartbeatWithABadRouteObservationChangesNothing) {
   MakeTopologyAndFile();
   const std::int64_t before = catalog_->GetNode("b1")->last_heartbeat_ns;
   now_ += 1'000'000'000;
-  for (RouteObservation bad : {RouteObservation{"a", 1, std::nan(""), 0, 0, 0},
-                               RouteObservation{"a", 1, -1, 0, 0, 0},
-                               RouteObservation{"a", 1, 1e9, 0, 0, 0},
-                               RouteObservation{"a", 1, 200, 0, 1.5, 0},
-                               RouteObservation{"a", 1, 200, 0, 0, kMaxObservedBps + 1},
-                               RouteObservation{"../x", 1, 200, 0, 0, 0}}) {
+  for (RouteObservation bad : {RouteObservation{"a", 1, std::nan(""), 0, 0, 0, ""},
+                               RouteObservation{"a", 1, -1, 0, 0, 0, ""},
+                               RouteObservation{"a", 1, 1e9, 0, 0, 0, ""},
+                               RouteObservation{"a", 1, 200, 0, 1.5, 0, ""},
+                               RouteObservation{"a", 1, 200, 0, 0, kMaxObservedBps + 1, ""},
+                               RouteObservation{"../x", 1, 200, 0, 0, 0, ""},
+                               RouteObservation{"a", 1, 200, 0, 0, 0, "High Speed"},
+                               RouteObservation{"a", 1, 200, 0, 0, 0, "a_sixteen_chars_"}}) {
     Heartbeat hb = Beat("b1", 1, 0);
     hb.routes = {bad};
     EXPECT_EQ(catalog_->SendHeartbeat(hb).code(), absl::StatusCode::kInvalidArgument)
         << bad.src_site << " " << bad.min_rtt_ms;
   }
   Heartbeat many = Beat("b1", 1, 0);
-  many.routes.assign(kMaxRouteObservations + 1, RouteObservation{"a", 1, 200, 0, 0, 0});
+  many.routes.assign(kMaxRouteObservations + 1, RouteObservation{"a", 1, 200, 0, 0, 0, ""});
   EXPECT_EQ(catalog_->SendHeartbeat(many).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(catalog_->GetNode("b1")->last_heartbeat_ns, before);  // not even the heartbeat
   EXPECT_EQ(catalog_->GetRoute("a", "b").status().code(), absl::StatusCode::kNotFound);

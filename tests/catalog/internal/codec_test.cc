@@ -179,7 +179,7 @@ TEST(CodecTest, RouteRecordsRoundTripWhatCopiesTaughtAndOlderOnesStillDecode) {
   r.src_site = "a";
   r.dst_site = "b";
   r.total_streams = 96;
-  r.observed = {201.5, 290.25, 0.0001, 940'000'000, 77, 1 << 30, 88};
+  r.observed = {201.5, 290.25, 0.0001, 940'000'000, 77, 1 << 30, 88, "highspeed"};
   absl::StatusOr<Route> back = DecodeRoute(EncodeRoute(r));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->total_streams, 96u);
@@ -190,11 +190,22 @@ TEST(CodecTest, RouteRecordsRoundTripWhatCopiesTaughtAndOlderOnesStillDecode) {
   EXPECT_EQ(back->observed.peak_ns, 77);
   EXPECT_EQ(back->observed.bytes, 1u << 30);
   EXPECT_EQ(back->observed.at_ns, 88);
+  EXPECT_EQ(back->observed.congestion, "highspeed");
+  // A record written between 2026-11-24 and 2026-11-26 ends before the congestion used (an
+  // empty string: one byte).
+  Route mid = r;
+  mid.observed.congestion.clear();
+  std::string mid_text = EncodeRoute(mid);
+  mid_text.resize(mid_text.size() - 1);
+  absl::StatusOr<Route> from_mid = DecodeRoute(mid_text);
+  ASSERT_TRUE(from_mid.ok()) << from_mid.status();
+  EXPECT_EQ(from_mid->observed.at_ns, 88);
+  EXPECT_EQ(from_mid->observed.congestion, "");
   // A record written before 2026-11-24 ends after total_streams: three doubles (24 bytes)
-  // and four zero varints (one byte each) shorter.
+  // and five zero varints (one byte each, the empty congestion's length among them) shorter.
   r.observed = {};
   std::string old = EncodeRoute(r);
-  old.resize(old.size() - 28);
+  old.resize(old.size() - 29);
   absl::StatusOr<Route> from_old = DecodeRoute(old);
   ASSERT_TRUE(from_old.ok()) << from_old.status();
   EXPECT_EQ(from_old->total_streams, 96u);
