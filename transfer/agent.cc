@@ -605,8 +605,8 @@ struct AgentServer::Impl {
       data = std::move(*joined);
     }
     setup->cancel();
-    log->info("sending path={} size={} resumed={} streams={} to={}{}", *path, (*src)->size, resumed,
-              o.route.streams, peer, session ? "" : " (warm session)");
+    log->info("sending path={} size={} resumed={} streams={} cc={} to={}{}", *path, (*src)->size, resumed,
+              o.route.streams, congestion.empty() ? "?" : congestion, peer, session ? "" : " (warm session)");
     absl::StatusOr<TransferStats> stats =
         co_await internal::RunSender(*conn, data, *src, missing, o, congestion, resumed);
     if (!stats.ok()) co_return stats.status();

@@ -1,22 +1,27 @@
 #!/usr/bin/env python3
 """HighSpeed TCP against reno, cubic and bbr on lossy long fat routes (issue 16).
 
-  sudo GFREP_BIN=build/bin tests/bench/highspeed_lfn.py [--seconds 15] [--topos lfn-1g-loss,lfn-1g-loss4]
+  sudo GFREP_BIN=build/bin tests/bench/highspeed_lfn.py [--seconds 15] [--repeat 3]
+                                                       [--topos lfn-1g-loss,lfn-1g-loss4]
 
 On lfn-1g-loss (200 ms, 1 Gbit/s, loss 1e-5 each way) and lfn-1g-loss4 (1e-4), one stream
 and eight, for each congestion control: iperf3 -C CC (timed, slow start left out) and gfcp
---cc CC (a file from /dev/shm to a gfsited spool in /dev/shm; rate = bytes / wall time of the
-whole gfcp command, sized from the same cell's iperf3 rate to take about --gfcp-seconds).
+--cc CC (a 1 GiB file from /dev/shm to a gfsited spool in /dev/shm; rate = bytes / wall time
+of the whole gfcp command, connection set-up and slow start included).
 highspeed is this machine's gfrep BPF program (the kernel has no tcp_highspeed): a
 `gfprobe cc --provide highspeed --hold` holds its registration for iperf3; gfcp's own --json
 says which algorithm its sockets really used, and a cell whose sender did not use the one
 asked for is marked. Socket buffers: namespace limits 128 MiB, 32 MiB per stream (the
-tuned rows of lfn_1g.py). Prints a markdown table against the bottleneck.
+tuned rows of lfn_1g.py). Random loss makes single runs noisy (one early loss in slow start
+costs Reno a whole run): --repeat N runs every cell N times, the algorithms in turn within
+each round, and the table shows the median with the range. Prints a markdown table against
+the bottleneck.
 """
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -56,72 +61,74 @@ def run_topology(topo, args, key, rows):
         set_buffers(["a-n1", "b-n1"])
         spool = f"/dev/shm/gfrep-bench-hs-{topo}"
         os.makedirs(spool, exist_ok=True)
+        src = "/dev/shm/gfrep-bench-hs-src"
+        if not args.no_gfcp:
+            subprocess.run(f"head -c {args.gfcp_mib}M /dev/urandom > {src}", shell=True, check=True)
         holder = tb.Server("a-n1", [os.path.join(tb.BIN, "gfprobe"), "cc", "--provide", "highspeed",
                                     "--hold"], "holding")
         agent = tb.Server("b-n1", [os.path.join(tb.BIN, "gfsited"), "--listen", f"{b}:{PORT}",
                                    "--spool", spool, "--key-file", key, "--buffer", BUFFER,
                                    "--insecure"], "listening on")
         try:
-            for n in STREAMS:
-                for cc in CCS:
-                    with tb.servers(tb.iperf_server("b-n1")):
-                        try:
-                            mbps = tb.iperf("a-n1", b, streams=n, seconds=args.seconds,
-                                            window=BUFFER, cc=cc, omit=2)
-                        except (RuntimeError, subprocess.TimeoutExpired) as e:
-                            print(f"  {topo} iperf3 {cc} P{n}: FAILED {e}", flush=True)
-                            mbps = None
-                    rows.append((topo, "iperf3", cc, n, mbps, cc))
-                    print(f"  {topo} iperf3 {cc} P{n}: {mbps or 0:.0f} Mbit/s (load {tb.loadavg()})",
-                          flush=True)
-                    if args.no_gfcp:
-                        continue
-                    size_mib = int(max(32, min(1024, (mbps or 50) / 8 * args.gfcp_seconds)))
-                    src = f"/dev/shm/gfrep-bench-hs-src-{size_mib}"
-                    if not os.path.exists(src):
-                        subprocess.run(f"head -c {size_mib}M /dev/urandom > {src}", shell=True,
-                                       check=True)
+            for rnd, n, cc in [(r, n, cc) for n in STREAMS for r in range(args.repeat) for cc in CCS]:
+                with tb.servers(tb.iperf_server("b-n1")):
                     try:
-                        g, used, secs = gfcp(b, src, n, cc, key, f"f{n}{cc}")
+                        mbps = tb.iperf("a-n1", b, streams=n, seconds=args.seconds,
+                                        window=BUFFER, cc=cc, omit=2)
                     except (RuntimeError, subprocess.TimeoutExpired) as e:
-                        print(f"  {topo} gfcp {cc} P{n}: FAILED {e}", flush=True)
-                        continue
-                    finally:
-                        os.remove(src)
-                        for f in os.listdir(spool):
-                            subprocess.run(["rm", "-rf", os.path.join(spool, f)])
-                    rows.append((topo, "gfcp", cc, n, g, used))
-                    print(f"  {topo} gfcp {cc} P{n}: {g:.0f} Mbit/s ({size_mib} MiB in {secs:.1f} s, "
-                          f"sender used {used}) (load {tb.loadavg()})", flush=True)
+                        print(f"  {topo} iperf3 {cc} P{n}: FAILED {e}", flush=True)
+                        mbps = None
+                rows.append((topo, "iperf3", cc, n, mbps, cc))
+                print(f"  {topo} iperf3 {cc} P{n} round {rnd + 1}: {mbps or 0:.0f} Mbit/s "
+                      f"(load {tb.loadavg()})", flush=True)
+                if args.no_gfcp:
+                    continue
+                try:
+                    g, used, secs = gfcp(b, src, n, cc, key, f"f{n}{cc}")
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    print(f"  {topo} gfcp {cc} P{n}: FAILED {e}", flush=True)
+                    continue
+                finally:
+                    for f in os.listdir(spool):
+                        subprocess.run(["rm", "-rf", os.path.join(spool, f)])
+                rows.append((topo, "gfcp", cc, n, g, used))
+                print(f"  {topo} gfcp {cc} P{n} round {rnd + 1}: {g:.0f} Mbit/s ({args.gfcp_mib} MiB in "
+                      f"{secs:.1f} s, sender used {used}) (load {tb.loadavg()})", flush=True)
         finally:
             agent.stop()
             holder.stop()
-            subprocess.run(["rm", "-rf", spool])
+            subprocess.run(["rm", "-rf", spool, src])
 
 
 def table(rows, topo):
-    print(f"\n{topo}: Mbit/s and share of the {BOTTLENECK:.0f} Mbit/s bottleneck\n")
+    print(f"\n{topo}: Mbit/s (share of the {BOTTLENECK:.0f} Mbit/s bottleneck) [range over runs]\n")
     print("| tool | streams | " + " | ".join(CCS) + " |")
     print("|---|---|" + "---|" * len(CCS))
     for tool in ("iperf3", "gfcp"):
         for n in STREAMS:
             cells = []
             for cc in CCS:
-                v = [r for r in rows if r[0] == topo and r[1] == tool and r[2] == cc and r[3] == n]
-                if not v or v[0][4] is None:
+                v = [r for r in rows if r[0] == topo and r[1] == tool and r[2] == cc and r[3] == n
+                     and r[4] is not None]
+                if not v:
                     cells.append("-")
                     continue
-                mark = "" if v[0][5] == cc else f" (ran {v[0][5]}!)"
-                cells.append(f"{v[0][4]:.0f} ({v[0][4] / BOTTLENECK:.2f}){mark}")
+                rates = sorted(r[4] for r in v)
+                med = statistics.median(rates)
+                spread = f" [{rates[0]:.0f}-{rates[-1]:.0f}]" if len(rates) > 1 else ""
+                wrong = sorted({r[5] for r in v if r[5] != cc})
+                mark = f" (ran {','.join(wrong)}!)" if wrong else ""
+                cells.append(f"{med:.0f} ({med / BOTTLENECK:.2f}){spread}{mark}")
             print(f"| {tool} | {n} | " + " | ".join(cells) + " |")
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--seconds", type=int, default=15, help="iperf3 measured seconds per cell")
-    p.add_argument("--gfcp-seconds", type=int, default=15, help="target length of a gfcp cell")
+    p.add_argument("--gfcp-mib", type=int, default=1024, help="file size of a gfcp cell, MiB")
     p.add_argument("--topos", default="lfn-1g-loss,lfn-1g-loss4")
     p.add_argument("--no-gfcp", action="store_true")
+    p.add_argument("--repeat", type=int, default=1, help="runs per cell (median and range shown)")
     args = p.parse_args()
     print(tb.machine_notes(), flush=True)
     key = "/dev/shm/gfrep-bench-hs-key"

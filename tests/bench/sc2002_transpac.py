@@ -15,6 +15,7 @@ held by `gfprobe cc --provide highspeed --hold` for the run); --paper-only skips
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -90,18 +91,20 @@ def run_case(pairs, tuned, src, key, paper_cc="cubic"):
             procs.append((i, subprocess.Popen(tb.in_ns(f"jp-n{i}", argv), stdout=subprocess.PIPE,
                                               stderr=subprocess.PIPE, text=True)))
         times = {}
+        used = set()
         for i, proc in procs:
             out, err = proc.communicate(timeout=1800)
             if proc.returncode != 0:
                 raise RuntimeError(f"gfcp pair {i}: {err.strip()[:300]}")
             times[i] = time.time() - t0
+            used.add(json.loads(out).get("congestion", "?"))  # what the senders really ran
         sampler.stop_flag.set()
         sampler.join()
         size = os.path.getsize(src)
         makespan = max(times.values())
         avg = pairs * size * 8 / makespan / 1e6
         per_pair = {i: size * 8 / t / 1e6 for i, t in times.items()}
-        return avg, sampler.best_10s_mbps(), makespan, per_pair
+        return avg, sampler.best_10s_mbps(), makespan, per_pair, used
     finally:
         for d in daemons:
             d.stop()
@@ -127,12 +130,12 @@ def main():
                 for i in ([1] if args.paper_cc not in tb.available_cc() else [])]):
             for tuned in ((False,) if args.paper_only else (False, True)):
                 for pairs in ((1, 2, 3, 4) if not tuned else (1, 4)):
-                    avg, best10, secs, per_pair = run_case(pairs, tuned, src, key, args.paper_cc)
+                    avg, best10, secs, per_pair, used = run_case(pairs, tuned, src, key, args.paper_cc)
                     rows.append((pairs, tuned, avg, best10, secs, per_pair))
                     print(f"  pairs={pairs} tuned={tuned}: avg {avg:.0f} Mbit/s, best 10-s "
                           f"{best10:.0f}, {secs:.1f} s, per pair "
                           + ", ".join(f"{v:.0f}" for v in per_pair.values())
-                          + f" (load {tb.loadavg()})", flush=True)
+                          + f"; senders used {','.join(sorted(used))} (load {tb.loadavg()})", flush=True)
     finally:
         subprocess.run(["rm", "-f", src, key])
     print(f"\nSC2002 TransPAC, Japan -> US, {args.size} per pair (theoretical "

@@ -510,9 +510,9 @@ std::string TuneSocket(tcp::socket& socket, const RouteOptions& route, spdlog::l
     };
     if (!select()) {
       // Not offered by the kernel (ENOENT): provide it if this process can (the kernel's
-      // module, or gfrep's BPF highspeed), then ask again. Usually done at agent start; here
-      // it covers gfcp, a start without privileges fixed since, and a registration that ended
-      // with the process that made it.
+      // module, or gfrep's BPF highspeed), then ask again. Agents do it at start for their
+      // routes; this covers gfcp, a route set after the agent started, and a registration
+      // that ended with the process that made it.
       absl::StatusOr<CongestionControl> provided = EnsureCongestionControl(route.congestion);
       if (provided.ok()) {
         static std::atomic<bool> told{false};
