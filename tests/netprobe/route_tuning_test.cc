@@ -40,6 +40,48 @@ TEST(RouteTuningTest, ALongFatRouteOneStreamCanFillGetsTwoStreamsWithBdpBuffers)
   EXPECT_EQ(a.reasons.size(), 7u);
 }
 
+// gfprobe route --compare-cc: the fastest algorithm that really ran wins; one that did not
+// take (the sender reported another) or that the source could not have never competes; within
+// 2 % the one with fewer retransmits wins; the winner's rate counts towards the bandwidth.
+TEST(RouteTuningTest, ComparedCongestionControlsPickTheFastestThatRan) {
+  RouteMeasurement m = Measured(200, 100e6, 800e6, 128 << 20);
+  auto run = [](std::string cc, double bps, std::uint64_t retrans, std::string used) {
+    RouteMeasurement::CongestionRun r;
+    r.requested = std::move(cc);
+    r.result.streams = 8;
+    r.result.bits_per_second = bps;
+    r.result.retransmits = retrans;
+    r.result.congestion = std::move(used);
+    return r;
+  };
+  m.congestion_runs = {run("reno", 700e6, 50, "reno"), run("cubic", 900e6, 40, "cubic"),
+                       run("highspeed", 990e6, 10, "cubic"),  // did not take: excluded
+                       run("bbr", 905e6, 5, "bbr")};           // within 2 % of cubic, cleaner
+  RouteMeasurement::CongestionRun missing;
+  missing.requested = "vegas";
+  missing.error = "congestion control 'vegas' is not available here";
+  m.congestion_runs.push_back(missing);
+  RouteAdvice a = Advise(m);
+  EXPECT_EQ(a.route.congestion_control, "bbr");
+  EXPECT_EQ(a.route.bandwidth_bps, 905'000'000u);  // the winner's rate beats the plain runs
+  const std::string why = a.reasons.back();
+  EXPECT_THAT(why, HasSubstr("the fastest of the algorithms compared"));
+  EXPECT_THAT(why, HasSubstr("highspeed did not take (the sender used cubic)"));
+  EXPECT_THAT(why, HasSubstr("vegas unavailable at the source"));
+  EXPECT_THAT(why, HasSubstr("cubic 900 Mbit/s, 40 retransmits"));
+
+  // Clearly faster beats cleaner.
+  m.congestion_runs = {run("bbr", 905e6, 5, "bbr"), run("highspeed", 960e6, 30, "highspeed")};
+  EXPECT_EQ(Advise(m).route.congestion_control, "highspeed");
+
+  // Nothing ran as asked: the plain run's algorithm stays, and the reason says why.
+  m.congestion_runs = {run("highspeed", 990e6, 10, "cubic")};
+  a = Advise(m);
+  EXPECT_EQ(a.route.congestion_control, "bbr");  // what Measured's many-stream run used
+  EXPECT_EQ(a.route.bandwidth_bps, 800'000'000u);
+  EXPECT_THAT(a.reasons.back(), HasSubstr("none of the algorithms compared ran as asked"));
+}
+
 TEST(RouteTuningTest, AWeakSingleStreamAsksForEnoughStreamsToCarryTheRoute) {
   // One stream gets a ninth of the route (loss, or a small window): 1.25 x 9 -> 12.
   RouteAdvice a = Advise(Measured(200, 100e6, 900e6, 128 << 20));
