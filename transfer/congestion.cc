@@ -177,9 +177,11 @@ absl::StatusOr<CongestionControl> EnsureCongestionControl(std::string_view name,
     }
   }
   if (!bpf.ok()) {
-    if (absl::IsAlreadyExists(bpf.status()) && Offered(name)) {
-      // Another process registered it between our look and our load.
-      return DescribeOffered(r, name);
+    if (absl::IsAlreadyExists(bpf.status())) {
+      // Another process registered it between our look and our load (and, if it is gone
+      // again already, the next socket tries afresh: not remembered as a failure).
+      if (Offered(name)) return DescribeOffered(r, name);
+      return bpf.status();
     }
     return fail(bpf.status());
   }

@@ -521,10 +521,9 @@ std::string TuneSocket(tcp::socket& socket, const RouteOptions& route, spdlog::l
       if (!provided.ok() || !select()) {
         static std::atomic<bool> warned{false};
         if (!warned.exchange(true)) {
-          log.warn("congestion control '{}' is not available here ({}); using the default '{}'",
-                   route.congestion,
-                   provided.ok() ? std::string("refused by the socket") : std::string(provided.status().message()),
-                   ReadSysctl("/proc/sys/net/ipv4/tcp_congestion_control"));
+          log.warn("congestion control '{}' unavailable, using the default '{}': {}", route.congestion,
+                   ReadSysctl("/proc/sys/net/ipv4/tcp_congestion_control"),
+                   provided.ok() ? std::string("the socket refused it") : std::string(provided.status().message()));
         }
       }
     }
