@@ -143,9 +143,12 @@ asio::awaitable<absl::Status> ProbeService::ServeServer(ConnPtr conn, const Json
     co_return co_await Refuse(*conn, congestion.status());
   }
   if (!congestion->empty()) {
-    // The iperf3 server sends, with the client's choice of algorithm: have it here first (a
-    // BPF load is a few ms; on this executor once per registration).
-    absl::StatusOr<CongestionControl> cc = EnsureCongestionControl(*congestion);
+    // The iperf3 server sends, with the client's choice of algorithm: have it here first, on
+    // the blocking pool (a BPF load takes milliseconds, a modprobe a child process).
+    const std::function<absl::StatusOr<CongestionControl>()> ensure = [name = *congestion] {
+      return EnsureCongestionControl(name);
+    };
+    absl::StatusOr<CongestionControl> cc = co_await OffThread(ensure);
     if (!cc.ok()) {
       co_return co_await Refuse(*conn, cc.status());
     }
