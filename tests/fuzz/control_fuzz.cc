@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "tests/fuzz/fuzz_check.h"
+#include "transfer/congestion.h"
 #include "transfer/internal/engine.h"
 #include "transfer/internal/json_fields.h"
 
@@ -153,6 +154,9 @@ namespace gfrep::transfer {
 // and client.cc needs the whole transfer library. The fuzzer never connects: this
 // definition only satisfies the linker.
 std::string Endpoint::ToString() const { std::abort(); }
+// Likewise TuneSocket's provider of congestion controls (congestion.cc, which loads BPF with
+// libbpf): the fuzzer never tunes a socket.
+absl::StatusOr<CongestionControl> EnsureCongestionControl(std::string_view, const EnsureOptions&) { std::abort(); }
 
 }  // namespace gfrep::transfer
 
