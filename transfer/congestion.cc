@@ -35,14 +35,6 @@ Registry& TheRegistry() {
   return *r;
 }
 
-bool ValidName(std::string_view name) {
-  if (name.empty() || name.size() > 15) return false;
-  for (char c : name) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return false;
-  }
-  return true;
-}
-
 bool Offered(std::string_view name) {
   for (const std::string& n : AvailableCongestionControls()) {
     if (n == name) return true;
@@ -115,6 +107,14 @@ std::string_view ToString(CongestionSource source) {
   return "unknown";
 }
 
+bool IsCongestionControlName(std::string_view name) {
+  if (name.empty() || name.size() > 15) return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return false;
+  }
+  return true;
+}
+
 std::vector<std::string> AvailableCongestionControls() {
   std::ifstream in("/proc/sys/net/ipv4/tcp_available_congestion_control");
   std::vector<std::string> names;
@@ -124,7 +124,7 @@ std::vector<std::string> AvailableCongestionControls() {
 }
 
 absl::StatusOr<CongestionControl> DescribeCongestionControl(std::string_view name) {
-  if (!ValidName(name)) return absl::InvalidArgumentError(fmt::format("congestion control name '{}'", name));
+  if (!IsCongestionControlName(name)) return absl::InvalidArgumentError(fmt::format("congestion control name '{}'", name));
   if (!Offered(name)) {
     return absl::NotFoundError(fmt::format("congestion control '{}' is not offered by this kernel "
                                            "(available: {})",
@@ -137,7 +137,7 @@ absl::StatusOr<CongestionControl> DescribeCongestionControl(std::string_view nam
 
 absl::StatusOr<CongestionControl> EnsureCongestionControl(std::string_view name,
                                                           const EnsureOptions& options) {
-  if (!ValidName(name)) return absl::InvalidArgumentError(fmt::format("congestion control name '{}'", name));
+  if (!IsCongestionControlName(name)) return absl::InvalidArgumentError(fmt::format("congestion control name '{}'", name));
   Registry& r = TheRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
   if (Offered(name)) return DescribeOffered(r, name);

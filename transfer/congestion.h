@@ -65,6 +65,10 @@ struct EnsureOptions {
 absl::StatusOr<CongestionControl> EnsureCongestionControl(std::string_view name,
                                                           const EnsureOptions& options = {});
 
+// Whether `name` has the form of a congestion control's name: [a-z0-9_-]{1,15} (the
+// kernel's TCP_CA_NAME_MAX is 16 with the terminating zero).
+bool IsCongestionControlName(std::string_view name);
+
 // The kernel's list (net.ipv4.tcp_available_congestion_control), in its order.
 std::vector<std::string> AvailableCongestionControls();
 

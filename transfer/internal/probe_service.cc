@@ -81,11 +81,7 @@ absl::StatusOr<std::string> CongestionIn(const Json& request) {
   if (!request.contains("congestion")) return std::string();
   absl::StatusOr<std::string> name = GetString(request, "congestion");
   if (!name.ok()) return name.status();
-  bool good = !name->empty() && name->size() <= 15;
-  for (char c : *name) {
-    good = good && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-');
-  }
-  if (!good) return absl::InvalidArgumentError("probe request: congestion must be [a-z0-9_-]{1,15}");
+  if (!IsCongestionControlName(*name)) return absl::InvalidArgumentError("probe request: congestion must be [a-z0-9_-]{1,15}");
   return name;
 }
 
