@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
                      {"bytes_transferred", stats->bytes_transferred}, {"seconds", stats->seconds},
                      {"mbit_per_s", mbit}, {"streams", stats->streams}, {"checksum", stats->checksum},
                      {"resumed_bytes", stats->resumed_bytes}, {"congestion", stats->congestion},
-                     {"resend_rounds", stats->resend_rounds},
+                     {"tls", stats->tls}, {"resend_rounds", stats->resend_rounds},
                      {"tcp", {{"bytes_sent", stats->tcp.bytes_sent},
                               {"bytes_retrans", stats->tcp.bytes_retrans},
                               {"srtt_ms", stats->tcp.srtt_ms},

@@ -268,6 +268,7 @@ int main(int argc, char** argv) {
   std::printf("listening on %s\n", bound->ToString().c_str());
   std::fflush(stdout);
   log->info("serving spool={} key_file={}", spool, key_path.string());
+  if (!tls_cert.empty()) log->info("TLS records: {}", gfrep::transfer::DescribeTlsRecordPath());
 
   std::unique_ptr<gfrep::catalog::CatalogClient> catalog_client;
   std::unique_ptr<gfrep::replica::SiteAgent> site_agent;

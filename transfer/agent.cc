@@ -610,7 +610,8 @@ struct AgentServer::Impl {
     absl::StatusOr<TransferStats> stats =
         co_await internal::RunSender(*conn, data, *src, missing, o, congestion, resumed);
     if (!stats.ok()) co_return stats.status();
-    log->info("sent path={} bytes={} secs={:.2f}", *path, stats->bytes_transferred, stats->seconds);
+    log->info("sent path={} bytes={} secs={:.2f}{}{}", *path, stats->bytes_transferred, stats->seconds,
+              stats->tls.empty() ? "" : " tls=", stats->tls);
     co_return absl::OkStatus();
   }
 
@@ -733,6 +734,7 @@ struct AgentServer::Impl {
               {"resumed_bytes", st.resumed_bytes}, {"seconds", st.seconds}, {"streams", st.streams},
               {"checksum", st.checksum}, {"congestion", st.congestion}, {"resend_rounds", st.resend_rounds},
               {"tcp", internal::TcpFiguresToJson(st.tcp)}};
+    if (!st.tls.empty()) done["tls"] = st.tls;
     absl::Status w = co_await conn->SendControl(done);
     (void)w;  // ignored: the copy is complete whether or not the client hears it
     if (options.on_file_committed) options.on_file_committed(*final_path, st);

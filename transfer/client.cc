@@ -266,11 +266,12 @@ absl::StatusOr<TransferStats> ParseDone(const Json& m) {
   absl::StatusOr<std::int64_t> streams = internal::GetInt(m, "streams");
   absl::StatusOr<std::string> checksum = GetString(m, "checksum");
   absl::StatusOr<std::string> congestion = GetString(m, "congestion");
+  absl::StatusOr<std::string> tls = internal::GetOptionalString(m, "tls", "");
   absl::StatusOr<std::int64_t> rounds = internal::GetInt(m, "resend_rounds");
   absl::StatusOr<TcpFigures> tcp = internal::TcpFiguresFromJson(m);
   for (const absl::Status& s : {bytes.status(), transferred.status(), resumed.status(), seconds.status(),
-                                streams.status(), checksum.status(), congestion.status(), rounds.status(),
-                                tcp.status()}) {
+                                streams.status(), checksum.status(), congestion.status(), tls.status(),
+                                rounds.status(), tcp.status()}) {
     if (!s.ok()) return s;
   }
   TransferStats st;
@@ -281,6 +282,7 @@ absl::StatusOr<TransferStats> ParseDone(const Json& m) {
   st.streams = static_cast<int>(std::clamp<std::int64_t>(*streams, 0, kMaxStreams));
   st.checksum = *checksum;
   st.congestion = *congestion;
+  st.tls = *tls;
   st.resend_rounds = static_cast<int>(std::clamp<std::int64_t>(*rounds, 0, 100));
   st.tcp = *tcp;
   return st;

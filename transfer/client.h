@@ -60,6 +60,10 @@ struct TransferStats {
   int streams = 0;
   std::string checksum;          // "xxh3-128:<hex>" of the file now in place
   std::string congestion;        // TCP congestion control actually used (sender side)
+  // Who encrypted the sender's data records: "" (no TLS), "openssl" (user space) or "ktls"
+  // / "ktls-send" (the kernel; TLS records sent with sendfile). Empty from a peer built
+  // before 2026-11-26.
+  std::string tls;
   int resend_rounds = 0;         // rounds of re-sending damaged blocks
   // Receiver side: bytes read back from the partial file for the end-to-end checksum (blocks
   // that arrived ahead of its frontier and did not fit the receive pool, resumed bytes, or

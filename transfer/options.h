@@ -62,6 +62,11 @@ struct TlsOptions {
   std::filesystem::path ca;
 };
 
+// Who encrypts TLS records on this host: "the kernel (kTLS) ..." where the kernel can take a
+// TLS session, else "OpenSSL in user space (WHY the kernel cannot)". Each connection's own
+// answer is TransferStats::tls.
+std::string DescribeTlsRecordPath();
+
 struct TransferOptions {
   RouteOptions route;
   // End-to-end file checksum verified before the file is renamed into place.

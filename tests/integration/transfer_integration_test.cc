@@ -91,6 +91,7 @@ TEST_F(TransferIntegrationTest, LocalToAgentThirdPartyAndBackAreByteIdentical) {
   EXPECT_GT(j["mbit_per_s"].get<double>(), 0);
   EXPECT_TRUE(j["checksum"].get<std::string>().starts_with("xxh3-128:"));
   EXPECT_GT(j["seconds"].get<double>(), 0);
+  EXPECT_EQ(j["tls"], "");  // in clear
 
   RunResult third = RunCommand(Gfcp({"-p", "8", "--json", "gf://" + pa + "/run/src.dat", "gf://" + pb + "/copy.dat"}));
   ASSERT_EQ(third.exit_code, 0) << third.err;
@@ -250,6 +251,9 @@ TEST_F(TransferIntegrationTest, TlsCopiesAndNeverFallsBackToClearText) {
                                    "gf://" + pa + "/t.dat"}));
   ASSERT_EQ(tls.exit_code, 0) << tls.err;
   EXPECT_EQ(testing::ReadFile(dir_.path() / "a" / "t.dat"), testing::ReadFile(dir_.path() / "src.dat"));
+  // Who encrypted the records is reported: OpenSSL in user space, or the kernel (kTLS).
+  const std::string tls_path = Json(tls)["tls"].get<std::string>();
+  EXPECT_TRUE(tls_path == "openssl" || tls_path.starts_with("ktls")) << tls.out;
   // Clear text to an agent that requires TLS is refused, with the reason.
   RunResult clear = RunCommand(Gfcp({dir_.Sub("src.dat"), "gf://" + pa + "/c.dat"}));
   EXPECT_NE(clear.exit_code, 0);

@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "transfer/congestion.h"
+#include "transfer/internal/no_sigpipe.h"
 
 namespace gfrep::transfer::internal {
 namespace {
@@ -193,19 +194,24 @@ Conn::Conn(tcp::socket socket) : socket_(std::move(socket)) {
   socket_.non_blocking(true, ec);
 }
 
+absl::Status Conn::StartTls(asio::ssl::context& ctx) {
+  absl::StatusOr<std::unique_ptr<TlsChannel>> channel = TlsChannel::Create(ctx.native_handle(), socket_);
+  if (!channel.ok()) return channel.status();
+  tls_ = std::move(*channel);
+  return absl::OkStatus();
+}
+
 asio::awaitable<absl::Status> Conn::Handshake(asio::ssl::context& ctx, bool server) {
-  tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, ctx);
-  auto [ec] = co_await tls_->async_handshake(
-      server ? asio::ssl::stream_base::server : asio::ssl::stream_base::client, kNoThrow);
-  if (ec) {
-    co_return absl::UnavailableError(fmt::format("TLS handshake failed: {}", ec.message()));
+  if (absl::Status s = StartTls(ctx); !s.ok()) co_return s;
+  if (absl::Status s = co_await tls_->Handshake(server); !s.ok()) {
+    co_return absl::Status(s.code(), fmt::format("TLS handshake failed: {}", s.message()));
   }
   co_return absl::OkStatus();
 }
 
 asio::awaitable<absl::Status> Conn::Handshake(asio::ssl::context& ctx, std::string_view host) {
-  tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, ctx);
-  SSL* ssl = tls_->native_handle();
+  if (absl::Status s = StartTls(ctx); !s.ok()) co_return s;
+  SSL* ssl = tls_->ssl();
   const std::string name(host);
   boost::system::error_code aec;
   (void)asio::ip::make_address(name, aec);
@@ -216,15 +222,14 @@ asio::awaitable<absl::Status> Conn::Handshake(asio::ssl::context& ctx, std::stri
                         : SSL_set1_host(ssl, name.c_str());
   if (set != 1) co_return absl::InvalidArgumentError(fmt::format("TLS: cannot check host '{}'", name));
   if (!is_ip) SSL_set_tlsext_host_name(ssl, name.c_str());
-  auto [ec] = co_await tls_->async_handshake(asio::ssl::stream_base::client, kNoThrow);
-  if (ec) {
+  if (absl::Status s = co_await tls_->Handshake(false); !s.ok()) {
     const long v = SSL_get_verify_result(ssl);
     if (v == X509_V_ERR_HOSTNAME_MISMATCH || v == X509_V_ERR_IP_ADDRESS_MISMATCH) {
       co_return absl::PermissionDeniedError(fmt::format(
           "TLS: the agent's certificate does not name {} (issue it with gfca issue node NAME --host {})",
           name, name));
     }
-    co_return absl::UnavailableError(fmt::format("TLS handshake failed: {}", ec.message()));
+    co_return absl::Status(s.code(), fmt::format("TLS handshake failed: {}", s.message()));
   }
   co_return absl::OkStatus();
 }
@@ -232,7 +237,7 @@ asio::awaitable<absl::Status> Conn::Handshake(asio::ssl::context& ctx, std::stri
 std::vector<std::string> Conn::PeerCertificateUris() {
   std::vector<std::string> out;
   if (!PeerCertificateVerified()) return out;
-  X509* cert = SSL_get1_peer_certificate(tls_->native_handle());
+  X509* cert = SSL_get1_peer_certificate(tls_->ssl());
   auto* names = static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
   for (int i = 0; names != nullptr && i < sk_GENERAL_NAME_num(names); ++i) {
     const GENERAL_NAME* n = sk_GENERAL_NAME_value(names, i);
@@ -260,21 +265,22 @@ void Conn::BindControlMessagesAfterNextRead(std::string key, bool client) {
 
 bool Conn::PeerCertificateVerified() {
   if (!tls_) return false;
-  X509* cert = SSL_get1_peer_certificate(tls_->native_handle());
+  X509* cert = SSL_get1_peer_certificate(tls_->ssl());
   if (cert == nullptr) return false;
   X509_free(cert);
-  return SSL_get_verify_result(tls_->native_handle()) == X509_V_OK;
+  return SSL_get_verify_result(tls_->ssl()) == X509_V_OK;
 }
 
 template <class Buffers>
 asio::awaitable<absl::Status> Conn::Write(const Buffers& buffers, std::string_view what) {
-  boost::system::error_code ec;
-  std::size_t n = 0;
   if (tls_) {
-    std::tie(ec, n) = co_await asio::async_write(*tls_, buffers, kNoThrow);
-  } else {
-    std::tie(ec, n) = co_await asio::async_write(socket_, buffers, kNoThrow);
+    for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers); ++it) {
+      const asio::const_buffer b(*it);
+      if (absl::Status s = co_await tls_->Write(b.data(), b.size(), activity_, what); !s.ok()) co_return s;
+    }
+    co_return absl::OkStatus();
   }
+  auto [ec, n] = co_await asio::async_write(socket_, buffers, kNoThrow);
   activity_ += n;
   co_return FromAsio(ec, what);
 }
@@ -292,13 +298,14 @@ asio::awaitable<absl::Status> Conn::SendControl(const Json& message) {
 }
 
 asio::awaitable<absl::Status> Conn::ReadExact(void* data, std::size_t size) {
-  boost::system::error_code ec;
-  std::size_t n = 0;
   if (tls_) {
-    std::tie(ec, n) = co_await asio::async_read(*tls_, asio::buffer(data, size), kNoThrow);
-  } else {
-    std::tie(ec, n) = co_await asio::async_read(socket_, asio::buffer(data, size), kNoThrow);
+    TlsChannel::ReadResult r = co_await tls_->Read(data, size, activity_);
+    if (r.eof && r.read > 0) {
+      co_return absl::UnavailableError(fmt::format("truncated frame: peer closed after {} of {} bytes", r.read, size));
+    }
+    co_return r.status;
   }
+  auto [ec, n] = co_await asio::async_read(socket_, asio::buffer(data, size), kNoThrow);
   activity_ += n;
   if (ec == asio::error::eof && n > 0) {
     // A lost connection like any other (kUnavailable: the peer may say why elsewhere).
@@ -367,42 +374,25 @@ asio::awaitable<absl::Status> Conn::WriteData(const FrameHeader& header, const v
 
 namespace {
 
-// sendfile(2) that never raises SIGPIPE: a peer that closed its end makes it fail with EPIPE
-// instead of killing the process (send has MSG_NOSIGNAL; sendfile has no such flag, and a
-// library must not rely on its program ignoring SIGPIPE). SIGPIPE is blocked in this thread
-// around the call, and one the call raised (also with a partial success: a later chunk of
-// the same call failed) is taken back before the mask is restored.
+// sendfile(2) that never raises SIGPIPE (no_sigpipe.h): a peer that closed its end makes it
+// fail with EPIPE instead of killing the process.
 ssize_t SendfileNoSignal(int sock, int fd, off_t* offset, std::size_t count) {
-  sigset_t pipe_only;
-  sigset_t old;
-  sigemptyset(&pipe_only);
-  sigaddset(&pipe_only, SIGPIPE);
-  ::pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
-  sigset_t pending;
-  sigemptyset(&pending);
-  ::sigpending(&pending);
-  const bool pending_before = sigismember(&pending, SIGPIPE) == 1;
-  ssize_t n = ::sendfile(sock, fd, offset, count);
-  const int saved = errno;
-  // The signal may come with a partial success too (a later chunk of the same call failed).
-  if (!pending_before) {
-    sigemptyset(&pending);
-    ::sigpending(&pending);
-    if (sigismember(&pending, SIGPIPE) == 1) {
-      const struct timespec now {};
-      while (::sigtimedwait(&pipe_only, nullptr, &now) < 0 && errno == EINTR) {
-      }
-    }
-  }
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  errno = saved;
-  return n;
+  ScopedNoSigPipe no_sigpipe;
+  return ::sendfile(sock, fd, offset, count);
 }
 
 }  // namespace
 
 asio::awaitable<absl::Status> Conn::WriteDataFromFile(const FrameHeader& header, int fd) {
   HeaderBytes hb = EncodeHeader(header);
+  if (tls_) {
+    // Kernel TLS: the header as one record, the payload as records the kernel cuts from the
+    // file's pages.
+    if (absl::Status s = co_await tls_->Write(hb.data(), hb.size(), activity_, "send data header"); !s.ok()) {
+      co_return s;
+    }
+    co_return co_await tls_->SendFile(fd, header.offset, header.length, activity_);
+  }
   int sock = socket_.native_handle();
   std::size_t sent = 0;
   while (sent < hb.size()) {
@@ -547,6 +537,8 @@ absl::StatusOr<std::unique_ptr<asio::ssl::context>> MakeTlsContext(const TlsOpti
   ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
                    asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
                    asio::ssl::context::no_tlsv1_1);
+  // Kernel TLS where the kernel has it (TlsChannel::path says whether a connection got it).
+  SSL_CTX_set_options(ctx->native_handle(), SSL_OP_ENABLE_KTLS);
   boost::system::error_code ec;
   if (!tls.cert.empty()) {
     ctx->use_certificate_chain_file(tls.cert.string(), ec);

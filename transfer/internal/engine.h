@@ -31,6 +31,7 @@
 #include "transfer/internal/frame.h"
 #include "transfer/internal/json_fields.h"
 #include "transfer/internal/range_set.h"
+#include "transfer/internal/tls_channel.h"
 #include "transfer/options.h"
 
 // Debian's Abseil has its own absl::string_view (Status::message()); let fmt print it.
@@ -127,7 +128,12 @@ class Conn {
   // Holds `ctx` as long as this connection (a server's context may be replaced meanwhile).
   void KeepTlsContext(std::shared_ptr<asio::ssl::context> ctx) { tls_ctx_ = std::move(ctx); }
   // REQUIRES: tls().
-  SSL* NativeTls() { return tls_->native_handle(); }
+  SSL* NativeTls() { return tls_->ssl(); }
+  // Who encrypts this connection's records: "" (no TLS), "openssl" (user space), "ktls",
+  // "ktls-send" or "ktls-receive" (the kernel; TlsChannel::path).
+  std::string_view TlsPath() const { return tls_ ? tls_->path() : std::string_view(); }
+  // Whether WriteDataFromFile can send from a file here: in clear, or under kernel TLS.
+  bool CanSendFile() const { return !tls_ || tls_->kernel_send(); }
   // True if TLS is on and the peer presented a certificate that verified.
   bool PeerCertificateVerified();
   // The URI subject alternative names of the peer's verified certificate (gfrep://ROLE/NAME
@@ -159,18 +165,21 @@ class Conn {
   asio::awaitable<absl::Status> ReadExact(void* data, std::size_t size);
   // A data frame whose payload is in memory.
   asio::awaitable<absl::Status> WriteData(const FrameHeader& header, const void* data);
-  // A data frame whose payload is sent from `fd` at header.offset with sendfile.
-  // REQUIRES: !tls(). kAborted if the file is shorter than the frame says.
+  // A data frame whose payload is sent from `fd` at header.offset with sendfile (under
+  // kernel TLS, as records the kernel encrypts). REQUIRES: CanSendFile(). kAborted if the
+  // file is shorter than the frame says.
   asio::awaitable<absl::Status> WriteDataFromFile(const FrameHeader& header, int fd);
   void Close();
 
  private:
   template <class Buffers>
   asio::awaitable<absl::Status> Write(const Buffers& buffers, std::string_view what);
+  // Makes tls_ on socket_ with `ctx`.
+  absl::Status StartTls(asio::ssl::context& ctx);
 
   tcp::socket socket_;
   std::shared_ptr<asio::ssl::context> tls_ctx_;  // declared first: outlives tls_
-  std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;
+  std::unique_ptr<TlsChannel> tls_;  // OpenSSL on the socket itself (tls_channel.h)
   std::uint64_t activity_ = 0;
   std::string mac_key_;  // empty: messages are not bound
   bool client_ = false;

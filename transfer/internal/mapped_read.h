@@ -11,7 +11,8 @@
 // handler that was there before, or to the default action) jumps back out of the visit when
 // the fault lies in the calling thread's current window. So `visit` must not hold resources
 // that need a destructor, nor allocate (it is left by a jump when the file shrinks, maybe in
-// the middle of a copy into a buffer it just allocated): it should only hash.
+// the middle of a copy into a buffer it just allocated): it should only hash, or copy into
+// memory that its caller owns and keeps.
 //
 // Thread safety: any number of threads may call MapAndVisit at once (the window is per
 // thread).

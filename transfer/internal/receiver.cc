@@ -456,6 +456,7 @@ std::string PartialKey(const std::filesystem::path& final_path) {
 struct FinishMessage {
   std::string checksum;    // the sender's end-to-end checksum
   std::string congestion;  // the sender's congestion control ("" if not said)
+  std::string tls;         // who encrypted the sender's data records ("" if not said)
   TcpFigures tcp;          // the sender's TCP figures for the file (zeros if not said)
 };
 
@@ -464,11 +465,12 @@ absl::StatusOr<FinishMessage> ParseFinish(const absl::StatusOr<Json>& fin) {
   absl::StatusOr<std::string> op = GetString(*fin, "op");
   absl::StatusOr<std::string> checksum = GetString(*fin, "checksum");
   absl::StatusOr<std::string> congestion = GetOptionalString(*fin, "congestion", "");
+  absl::StatusOr<std::string> tls = GetOptionalString(*fin, "tls", "");
   absl::StatusOr<TcpFigures> tcp = TcpFiguresFromJson(*fin);
-  if (!op.ok() || *op != "finish" || !checksum.ok() || !congestion.ok() || !tcp.ok()) {
+  if (!op.ok() || *op != "finish" || !checksum.ok() || !congestion.ok() || !tls.ok() || !tcp.ok()) {
     return absl::DataLossError("expected finish on the control connection");
   }
-  return FinishMessage{*checksum, *congestion, *tcp};
+  return FinishMessage{*checksum, *congestion, *tls, *tcp};
 }
 
 TransferStats MakeStats(const DestinationFile& dst, const ReceiverState& st,
@@ -669,6 +671,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
               TransferStats stats =
                   MakeStats(*dst, *st, start, data.size(), *got, congestion, round);
               stats.tcp = fin->tcp;
+              stats.tls = fin->tls;
               log->debug(
                   "end-to-end checksum: {} blocks hashed from the receive pool, {} bytes read back",
                   st->pooled_blocks, st->read_back_bytes);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <deque>
 #include <optional>
 #include <thread>
@@ -134,8 +135,13 @@ struct BlockHashing {
   XXH3_state_t* xxh;
   std::uint32_t crc = 0;
   FileHasher* file;
+  unsigned char* copy_to = nullptr;  // where the block goes when it is sent from memory
   static void Visit(void* ctx, const unsigned char* data, std::size_t n) {
     auto* h = static_cast<BlockHashing*>(ctx);
+    if (h->copy_to != nullptr) {
+      std::memcpy(h->copy_to, data, n);
+      h->copy_to += n;
+    }
     if (h->alg == BlockChecksumAlgorithm::kXxh3_64) {
       XXH3_64bits_update(h->xxh, data, n);
     } else {
@@ -146,10 +152,12 @@ struct BlockHashing {
 };
 
 // Computes block `b`'s block checksum and, when it is next in file order, advances the file
-// checksum in the same pass. With `keep`, the block is read into bufs.block (it goes out from
-// memory). Without, it is hashed in place from a mapping of the page cache (mapped_read.h;
-// sendfile then sends the same pages), or, where the file cannot be mapped (or `no_map`), read
-// in 256 KiB pieces into bufs.piece, each hashed while in cache.
+// checksum in the same pass. It is hashed in place from a mapping of the page cache
+// (mapped_read.h): without `keep`, sendfile then sends the same pages; with `keep` (the block
+// goes out from memory: TLS in user space, test corruption), each piece is copied into
+// bufs.block as it is hashed (a copy from the mapping costs less than pread's: no page-cache
+// lookup per page). Where the file cannot be mapped (or `no_map`), it is read in 256 KiB
+// pieces into bufs.piece (or bufs.block with `keep`), each hashed while in cache.
 absl::StatusOr<std::uint64_t> ReadAndHashBlock(SenderState& st, const SourceFile& src,
                                                BlockChecksumAlgorithm alg, const ByteRange& b,
                                                StreamBuffers& bufs, bool keep, bool no_map,
@@ -162,14 +170,15 @@ absl::StatusOr<std::uint64_t> ReadAndHashBlock(SenderState& st, const SourceFile
   FileHasher* file =
       st.file_hasher != nullptr && st.hashed_upto == b.begin ? st.file_hasher.get() : nullptr;
   XXH3_64bits_reset(xxh);
-  BlockHashing h{alg, xxh, 0, file};
+  BlockHashing h{alg, xxh, 0, file, keep ? bufs.block.get() : nullptr};
   absl::Status mapped = absl::UnavailableError("not mapped");
-  if (!keep && !no_map) {
+  if (!no_map) {
     mapped = MapAndVisit(src.fd, b.begin, b.size(), kPiece, &BlockHashing::Visit, &h);
     // (The file hash saw part of the block: the transfer fails here, nothing uses it again.)
     if (absl::IsAborted(mapped)) return SourceChanged(src);
   }
   if (!mapped.ok()) {
+    h.copy_to = nullptr;
     for (std::uint64_t p = b.begin; p < b.end; p += kPiece) {
       auto n = static_cast<std::size_t>(std::min(kPiece, b.end - p));
       unsigned char* dst = keep ? bufs.block.get() + (p - b.begin) : bufs.piece.get();
@@ -241,7 +250,7 @@ asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, const SourceF
     auto corrupt = static_cast<std::uint64_t>(o.test_corrupt_offset);
     bool flip =
         o.test_corrupt_offset >= 0 && st.corrupt_left > 0 && b.begin <= corrupt && corrupt < b.end;
-    bool from_memory = c.tls() || flip;
+    bool from_memory = !c.CanSendFile() || flip;
     absl::StatusOr<std::uint64_t> sum = ReadAndHashBlock(st, src, alg, b, bufs, from_memory, o.test_no_map, xxh);
     if (!sum.ok()) co_return sum.status();
     FrameHeader h{FrameType::kData, len, b.begin, *sum};
@@ -362,6 +371,8 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
   // This file's share of the data connections' TCP counters (a warm session's connections
   // carried earlier files too).
   const std::vector<TcpSample> tcp_before = SampleTcp(data);
+  // Who encrypts the data records (all streams of a session get the same from one kernel).
+  const std::string tls_path(data.empty() ? std::string_view() : data.front()->TlsPath());
   st.corrupt_left = o.test_corrupt_times;
   int round = 0;
   std::optional<absl::StatusOr<std::string>> file_sum;
@@ -414,6 +425,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
                  {"round", round},
                  {"congestion", congestion},
                  {"tcp", TcpFiguresToJson(tcp)}};
+    if (!tls_path.empty()) msg3["tls"] = tls_path;
     if (absl::Status w = co_await ctrl.SendControl(msg3); !w.ok()) co_return w;
     absl::StatusOr<Json> reply = co_await ctrl.ReadControl();
     if (!reply.ok()) co_return reply.status();
@@ -442,6 +454,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
     stats.streams = static_cast<int>(data.size());
     stats.checksum = *sum;
     stats.congestion = congestion;
+    stats.tls = tls_path;
     stats.resend_rounds = round;
     stats.tcp = tcp;
     progress.SetDone(src->size);
