@@ -13,9 +13,13 @@
 # receiver + everything else running, so run it on a quiet machine; and each agent's own from
 # /proc/PID/stat), and the ratios.
 #   tests/bench/transfer_loopback.sh            (GFREP_BIN=dir to skip tools/build)
+#   TLS_ONLY=1 TLS_REPEAT=3 tests/bench/transfer_loopback.sh   (only the TLS rows, each N times,
+#   with each agent's CPU and who encrypted the records: gfcp --json "tls")
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SIZE_GIB=${SIZE_GIB:-4}
+TLS_ONLY=${TLS_ONLY:-0}
+TLS_REPEAT=${TLS_REPEAT:-1}
 STREAMS_LIST=${STREAMS_LIST:-"1 4 8 16"}
 BIN=${GFREP_BIN:-$(tools/build)/bin}
 WORK=$(mktemp -d /tmp/gfrep-bench.XXXXXX)
@@ -67,9 +71,9 @@ globus-gridftp-server -aa -anonymous-user nobody -p "$GFTP_PORT" -control-interf
 PIDS+=($!)
 sleep 1
 
-python3 - "$BIN" "$WORK" "$SHM" "$IPERF_PORT" "$GFTP_PORT" "$STREAMS_LIST" <<'PY'
+python3 - "$BIN" "$WORK" "$SHM" "$IPERF_PORT" "$GFTP_PORT" "$STREAMS_LIST" "$TLS_ONLY" "$TLS_REPEAT" <<'PY'
 import json, os, re, subprocess, sys, time
-bin_dir, work, shm, iperf_port, gftp_port, streams_list = sys.argv[1:7]
+bin_dir, work, shm, iperf_port, gftp_port, streams_list, tls_only, tls_repeat = sys.argv[1:9]
 streams = [int(s) for s in streams_list.split()]
 tck = os.sysconf("SC_CLK_TCK")
 size = os.path.getsize(f"{work}/a/big.dat")
@@ -107,7 +111,7 @@ def gfcp(n, tls=False, tls_control=False):
     j = json.loads(out)
     os.remove(f"{shm}/b/big.dat")
     gb = size / 1e9
-    return size / t / 1e6, c / gb, (sender + receiver) / gb, j["seconds"], sender / gb, receiver / gb
+    return size / t / 1e6, c / gb, (sender + receiver) / gb, j["seconds"], sender / gb, receiver / gb, j.get("tls", "")
 
 def dd(dst, *args):
     t, c, _ = timed(["dd", f"if={work}/a/big.dat", f"of={dst}", *args])
@@ -136,6 +140,23 @@ def gridftp(n):
     os.remove(dst)
     return size / t / 1e6, c / (size / 1e9)
 
+def aes_speed():
+    speed = subprocess.run(["openssl", "speed", "-evp", "aes-256-gcm", "-seconds", "2", "-bytes", "16384"],
+                           capture_output=True, text=True).stdout
+    m = re.search(r"(?im)^aes-256-gcm\s+([\d.]+)k", speed)
+    return float(m.group(1)) * 1000 / 1e6 if m else float("nan")
+
+if tls_only == "1":
+    aes = aes_speed()
+    print(f"TLS only (TLS 1.3, AES-256-GCM), {size/2**30:.0f} GiB A -> B on /dev/shm, wall clock of gfcp; openssl speed -evp aes-256-gcm (16 KiB, one core) = {aes:.0f} MB/s")
+    print("| streams | gfcp --tls MB/s | x AES-GCM | CPU s/GB machine | sender (A) | receiver (B) | records by |")
+    print("|---:|---:|---:|---:|---:|---:|---|")
+    for _ in range(int(tls_repeat)):
+        for n in (4, 8):
+            g = gfcp(n, tls=True)
+            print(f"| {n} | {g[0]:.0f} | {g[0]/aes:.2f} | {g[1]:.2f} | {g[4]:.2f} | {g[5]:.2f} | {g[6] or '?'} |", flush=True)
+    sys.exit(0)
+
 rows = []
 for n in streams:
     g = gfcp(n); i = iperf(n); f = gridftp(n)
@@ -148,10 +169,7 @@ dd_shm = dd(f"{shm}/g/dd.dat", "bs=4M")
 dd_disk = dd(f"{work}/d/dd.dat", "bs=16M", "conv=fsync")
 puts = [(n, put(n)) for n in (1, 8)]
 
-speed = subprocess.run(["openssl", "speed", "-evp", "aes-256-gcm", "-seconds", "2", "-bytes", "16384"],
-                       capture_output=True, text=True).stdout
-m = re.search(r"(?im)^aes-256-gcm\s+([\d.]+)k", speed)
-aes = float(m.group(1)) * 1000 / 1e6 if m else float("nan")
+aes = aes_speed()
 tls = [(n, gfcp(n, tls=True)) for n in (4, 8)]
 control = [(n, gfcp(n, tls_control=True), gfcp(n)) for n in (4, 8)]
 
@@ -170,7 +188,7 @@ for n, p in puts:
 print()
 print(f"TLS (TLS 1.3, AES-256-GCM): openssl speed -evp aes-256-gcm (16 KiB blocks, one core) = {aes:.0f} MB/s")
 for n, g in tls:
-    print(f"- gfcp --tls -p {n}: {g[0]:.0f} MB/s = {g[0]/aes:.2f}x AES-GCM speed, CPU {g[1]:.2f} s/GB")
+    print(f"- gfcp --tls -p {n}: {g[0]:.0f} MB/s = {g[0]/aes:.2f}x AES-GCM speed, CPU {g[1]:.2f} s/GB (sender {g[4]:.2f}, receiver {g[5]:.2f}; records by {g[6] or '?'})")
 print()
 print("Mutual TLS on the control connections only (gfcp --tls-ca; agent B pulls from A with its node certificate), against shared-key in clear measured right after:")
 for n, c, k in control:

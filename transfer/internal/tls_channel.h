@@ -4,8 +4,7 @@
 // itself. asio::ssl::stream put a memory BIO pair and two buffers of its own between OpenSSL
 // and the socket, so every byte was copied twice more on each side (asio's memmove was 10-12 %
 // of each side's TLS profile, tests/bench/RESULTS.md). Here a record goes straight between
-// the socket and OpenSSL's record buffer, and the receiver reads ahead up to kReadAhead bytes
-// per recv.
+// the socket and OpenSSL's record buffer, and the receiver reads ahead (one recv per record).
 //
 // Kernel TLS: the context asks OpenSSL 3 for it (SSL_OP_ENABLE_KTLS, MakeTlsContext). Where
 // the kernel has it (CONFIG_TLS, `modprobe tls`) and the cipher suits it, OpenSSL hands the
@@ -32,9 +31,6 @@ namespace gfrep::transfer::internal {
 
 class TlsChannel {
  public:
-  // Bytes OpenSSL may take from the socket in one recv (several records).
-  static constexpr std::size_t kReadAhead = 256 * 1024;
-
   // A session of `ctx` on `socket` (connected; made non-blocking here), which must outlive
   // the channel. kInternal if OpenSSL cannot make one.
   static absl::StatusOr<std::unique_ptr<TlsChannel>> Create(SSL_CTX* ctx,
