@@ -204,7 +204,7 @@ absl::Status Conn::StartTls(asio::ssl::context& ctx) {
 asio::awaitable<absl::Status> Conn::Handshake(asio::ssl::context& ctx, bool server) {
   if (absl::Status s = StartTls(ctx); !s.ok()) co_return s;
   if (absl::Status s = co_await tls_->Handshake(server); !s.ok()) {
-    co_return absl::Status(s.code(), fmt::format("TLS handshake failed: {}", s.message()));
+    co_return absl::UnavailableError(fmt::format("TLS handshake failed: {}", s.message()));
   }
   co_return absl::OkStatus();
 }
@@ -229,7 +229,7 @@ asio::awaitable<absl::Status> Conn::Handshake(asio::ssl::context& ctx, std::stri
           "TLS: the agent's certificate does not name {} (issue it with gfca issue node NAME --host {})",
           name, name));
     }
-    co_return absl::Status(s.code(), fmt::format("TLS handshake failed: {}", s.message()));
+    co_return absl::UnavailableError(fmt::format("TLS handshake failed: {}", s.message()));
   }
   co_return absl::OkStatus();
 }
