@@ -3,17 +3,8 @@
 #include <fmt/format.h>
 
 #include "transfer/checksum.h"
-#include "transfer/internal/tls_channel.h"
 
 namespace gfrep::transfer {
-
-std::string DescribeTlsRecordPath() {
-  std::string why;
-  if (internal::KernelTlsAvailable(&why)) {
-    return "the kernel (kTLS) for sessions whose cipher it has (files go out with sendfile under TLS)";
-  }
-  return fmt::format("OpenSSL in user space, on the socket itself ({})", why);
-}
 
 absl::Status Validate(const RouteOptions& o) {
   if (o.streams < 1 || o.streams > kMaxStreams) {

@@ -16,6 +16,7 @@
 
 #include "transfer/internal/engine.h"
 #include "transfer/internal/no_sigpipe.h"
+#include "transfer/options.h"
 
 namespace gfrep::transfer::internal {
 namespace {
@@ -288,3 +289,17 @@ bool KernelTlsAvailable(std::string* why) {
 }
 
 }  // namespace gfrep::transfer::internal
+
+namespace gfrep::transfer {
+
+// Declared in options.h; defined here so that options.cc (in the fuzz build's JSON target)
+// does not pull the socket code in.
+std::string DescribeTlsRecordPath() {
+  std::string why;
+  if (internal::KernelTlsAvailable(&why)) {
+    return "the kernel (kTLS) for sessions whose cipher it has (files go out with sendfile under TLS)";
+  }
+  return fmt::format("OpenSSL in user space, on the socket itself ({})", why);
+}
+
+}  // namespace gfrep::transfer
