@@ -382,6 +382,10 @@ struct CatalogOptions {
   std::size_t block_cache_bytes = 256u << 20;
   // Null: SystemNowNs.
   Clock clock;
+  // PostgreSQL only: this process is one of several front ends serving the database
+  // (gfcatalogd --shared; internal/shared_catalog.h). Mutations are serialized across the
+  // front ends by a lock in the database; reads are not. kInvalidArgument for RocksDB.
+  bool shared = false;
   // Test-only fault seam: if set, called before every storage write; a non-OK result is
   // returned instead of writing (as a failed write would be). Null in production.
   std::function<absl::Status(std::string_view what)> write_fault;

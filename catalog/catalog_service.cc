@@ -171,7 +171,20 @@ class Service final : public v1::Catalog::CallbackService {
 
   std::uint64_t denied() const { return denied_.load(); }
 
-  // The revoked tokens recorded in the catalog (at start).
+  // Loads the revoked tokens again if options_.revocation_refresh has passed since the last
+  // time (a failed read leaves the set as it is, and is tried again after the interval).
+  void RefreshRevokedTokens() {
+    if (options_.revocation_refresh.count() <= 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    {
+      absl::MutexLock l(&revoked_mu_);
+      if (now - revoked_loaded_ < options_.revocation_refresh) return;
+      revoked_loaded_ = now;
+    }
+    (void)LoadRevokedTokens();  // ignored: see above
+  }
+
+  // The revoked tokens recorded in the catalog (at start, and by RefreshRevokedTokens).
   absl::Status LoadRevokedTokens() {
     absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> list = catalog_.RevokedTokens();
     if (absl::IsUnimplemented(list.status())) return absl::OkStatus();
@@ -207,6 +220,7 @@ class Service final : public v1::Catalog::CallbackService {
                                  .count();
     absl::StatusOr<TokenClaims> claims = VerifyToken(value.substr(kBearer.size()), options_.token_key, now);
     if (!claims.ok()) return claims.status();
+    RefreshRevokedTokens();
     {
       absl::MutexLock l(&revoked_mu_);
       if (revoked_.contains(claims->id)) {
@@ -1119,6 +1133,7 @@ class Service final : public v1::Catalog::CallbackService {
   std::mutex request_quota_mu_;  // users' CreateRequest with a quota
   absl::Mutex revoked_mu_;
   absl::flat_hash_map<std::string, std::int64_t> revoked_ ABSL_GUARDED_BY(revoked_mu_);  // token id -> expiry
+  std::chrono::steady_clock::time_point revoked_loaded_ ABSL_GUARDED_BY(revoked_mu_);
   std::unique_ptr<internal::RateLimiter> limiter_;  // null: no rate limit
   std::atomic<std::uint64_t> rate_limited_{0};
   std::mutex audit_mu_;

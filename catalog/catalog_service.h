@@ -45,6 +45,10 @@ struct ServerOptions {
   // Set: a client may present a token instead of a certificate (client certificates are
   // then requested, not required; a caller with neither is refused). Empty: certificates only.
   std::string token_key;
+  // Re-read the revoked tokens from the catalog at most this often (on a token's use), for
+  // revocations made through another front end on a shared database (gfcatalogd --shared).
+  // 0: read once, at start (this server makes every revocation itself).
+  std::chrono::milliseconds revocation_refresh{0};
   // Called for every refused call (on a gRPC thread): e.g. a log line.
   // Also told when the audit event of a refusal could not be written.
   std::function<void(const absl::Status&)> on_denied;

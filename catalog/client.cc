@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <arpa/inet.h>
 
 #include <algorithm>
 #include <optional>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "catalog/internal/convert.h"
 #include "catalog/proto/catalog.grpc.pb.h"
@@ -115,6 +117,46 @@ static absl::Status CheckKeyPair(const std::string& cert_pem, const std::string&
   return s;
 }
 
+// The gRPC target for ClientOptions::address, and whether it names several front ends:
+// "HOST:PORT" as it is; "IP:PORT,IP:PORT,..." as "ipv4:..." or "ipv6:..." (gRPC resolves no
+// list of DNS names; one name with several addresses does that).
+static absl::StatusOr<std::pair<std::string, bool>> GrpcTarget(std::string_view address) {
+  if (address.find(',') == std::string_view::npos) return std::pair{std::string(address), false};
+  std::vector<std::string> v4, v6;
+  std::size_t start = 0;
+  while (start <= address.size()) {
+    std::size_t end = std::min(address.find(',', start), address.size());
+    std::string one(address.substr(start, end - start));
+    start = end + 1;
+    in6_addr a6{};
+    in_addr a4{};
+    const std::size_t colon = one.rfind(':');
+    std::string host = colon == std::string::npos ? one : one.substr(0, colon);
+    std::string port = colon == std::string::npos ? "" : one.substr(colon + 1);
+    const bool port_ok = !port.empty() && port.size() <= 5 &&
+                         std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+                         std::stoi(port) > 0 && std::stoi(port) < 65536;
+    if (port_ok && inet_pton(AF_INET, host.c_str(), &a4) == 1) {
+      v4.push_back(one);
+    } else if (port_ok && host.size() > 2 && host.front() == '[' && host.back() == ']' &&
+               inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a6) == 1) {
+      v6.push_back(one);
+    } else {
+      return absl::InvalidArgumentError(fmt::format(
+          "bad catalog address '{}' in the list '{}': several front ends are given as IP:PORT "
+          "(IPv6 as [IP]:PORT), separated by commas",
+          one, address));
+    }
+  }
+  if (!v4.empty() && !v6.empty()) {
+    return absl::InvalidArgumentError(fmt::format(
+        "catalog address list '{}' mixes IPv4 and IPv6 front ends: use one kind", address));
+  }
+  return std::pair{fmt::format("{}:{}", v4.empty() ? "ipv6" : "ipv4",
+                               fmt::join(v4.empty() ? v6 : v4, ",")),
+                   true};
+}
+
 // A channel and stub for `options` (validated by Create).
 static std::shared_ptr<v1::Catalog::Stub> MakeStub(const ClientOptions& options) {
   std::shared_ptr<grpc::ChannelCredentials> creds;
@@ -133,7 +175,20 @@ static std::shared_ptr<v1::Catalog::Stub> MakeStub(const ClientOptions& options)
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  return v1::Catalog::NewStub(grpc::CreateCustomChannel(options.address, creds, args));
+  absl::StatusOr<std::pair<std::string, bool>> target = GrpcTarget(options.address);  // checked by Create
+  if (target->second) {
+    args.SetLoadBalancingPolicyName("round_robin");
+    // Certificates are checked against the first front end's address (each front end's
+    // certificate names its own; on one host they are the same).
+    const std::string first = options.address.substr(0, options.address.find(','));
+    args.SetString(GRPC_ARG_DEFAULT_AUTHORITY, first);
+    if (!options.tls_root_pem.empty()) {
+      std::string host = first.substr(0, first.rfind(':'));
+      if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+      args.SetSslTargetNameOverride(host);
+    }
+  }
+  return v1::Catalog::NewStub(grpc::CreateCustomChannel(target->first, creds, args));
 }
 
 CatalogClient::CatalogClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -144,6 +199,9 @@ absl::StatusOr<std::unique_ptr<CatalogClient>> CatalogClient::Create(
   if (options.address.empty() || options.address.find(':') == std::string::npos) {
     return absl::InvalidArgumentError(
         fmt::format("bad catalog address '{}': want HOST:PORT", options.address));
+  }
+  if (absl::StatusOr<std::pair<std::string, bool>> t = GrpcTarget(options.address); !t.ok()) {
+    return t.status();
   }
   if (options.timeout.count() <= 0) return absl::InvalidArgumentError("timeout must be positive");
   if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {

@@ -21,7 +21,10 @@
 namespace gfrep::catalog {
 
 struct ClientOptions {
-  // host:port of gfcatalogd.
+  // host:port of gfcatalogd; or, for several front ends on one database (gfcatalogd
+  // --shared), a list of IP:PORT separated by commas ("10.0.0.1:7400,10.0.0.2:7400"):
+  // calls are spread over the front ends that answer (gRPC round_robin), and one that goes
+  // away fails only the calls in flight on it.
   std::string address;
   // PEM of the CA that signed the server certificate. Empty: plaintext (loopback/tests).
   std::string tls_root_pem;

@@ -52,6 +52,11 @@ int main(int argc, char** argv) {
                  "PostgreSQL database, postgresql://USER@HOST:PORT/DBNAME or "
                  "'postgresql:host=SOCKETDIR port=P dbname=D' (schema created or migrated at start)")
       ->required();
+  bool shared = false;
+  app.add_flag("--shared", shared,
+               "One of several front ends on one PostgreSQL --db (start each with --shared): any "
+               "serves any client, mutations are serialized in the database, and the planner, "
+               "repairer and policy engine run in one of them at a time (the leader)");
   app.add_option("--listen", listen, "HOST:PORT to serve gRPC on (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--tls-cert", tls_cert, "PEM server certificate chain (enables TLS)");
@@ -203,6 +208,7 @@ int main(int argc, char** argv) {
   catalog::CatalogOptions options;
   options.path = db;
   options.sync = !no_sync;
+  options.shared = shared;
   const bool on_postgres = catalog::internal::IsPostgresUrl(db);
   if (on_postgres && !no_policies && policy_state.empty()) {
     return tools::Fail(kProgram, "--db on PostgreSQL needs --policy-state FILE (or --no-policies)",
@@ -230,6 +236,8 @@ int main(int argc, char** argv) {
   server_options.tls_reload_interval = std::chrono::seconds(tls_reload_s);
   server_options.max_message_bytes = max_message_mib << 20;
   server_options.max_open_requests_per_user = open_requests_per_user;
+  // Other front ends revoke tokens too: their revocations are read within a second.
+  if (shared) server_options.revocation_refresh = std::chrono::seconds(1);
   server_options.handshake_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(handshake_timeout_s * 1000));
   // Each client connection is a file descriptor: the usual soft limit of 1024 would let a
   // thousand idle connections lock everyone else out.
@@ -277,52 +285,88 @@ int main(int argc, char** argv) {
   log->info("serving db={} listen={} tls={} sync={}", where, (*server)->address(),
             !tls_cert.empty(), !no_sync);
 
-  // The replica planner turns replication requests into transfer tasks (replica/planner.h).
-  std::unique_ptr<replica::Planner> planner;
-  if (!no_planner) {
-    replica::PlannerOptions planner_options;
-    planner_options.catalog = store->get();
-    planner_options.logger = log;
-    planner_options.heartbeat_timeout = std::chrono::seconds(node_timeout_s);
-    planner_options.max_open_tasks_per_node = open_per_node;
-    planner_options.finished_request_retention =
-        std::chrono::seconds(static_cast<std::int64_t>(keep_finished_days * 86400));
-    absl::StatusOr<std::unique_ptr<replica::Planner>> p = replica::Planner::Create(planner_options);
-    if (!p.ok()) return tools::Fail(kProgram, p.status().ToString());
-    planner = std::move(*p);
-    planner->Start();
-  }
-  // The repairer makes the copies of lost and corrupt replicas again (replica/repairer.h),
-  // through requests the planner runs.
-  std::unique_ptr<replica::Repairer> repairer;
-  if (!no_repair) {
-    replica::RepairerOptions repair_options;
-    repair_options.catalog = store->get();
-    repair_options.logger = log;
-    repair_options.scan_interval =
-        std::chrono::milliseconds(static_cast<std::int64_t>(repair_scan_s * 1000));
-    repair_options.node_timeout = std::chrono::seconds(node_timeout_s);
-    repairer = std::make_unique<replica::Repairer>(repair_options);
-    repairer->Start();
-  }
-
   if (!policies.empty()) {
     absl::StatusOr<catalog::PolicyDocument> put =
         (*store)->PutPolicies(policy_text, policies, std::nullopt);
     if (!put.ok()) return tools::Fail(kProgram, put.status().ToString());
   }
-  // Policies become requests (replica/policy_engine.h).
-  std::unique_ptr<replica::PolicyEngine> policy_engine;
-  if (!no_policies) {
-    replica::PolicyEngineOptions po;
-    po.catalog = store->get();
-    po.logger = log;
-    po.state_file = policy_state.empty() ? db + "-policy-state.json" : policy_state;
-    po.removed_rule_grace = std::chrono::milliseconds(static_cast<std::int64_t>(removed_rule_grace_s * 1000));
-    po.release_interval = std::chrono::milliseconds(static_cast<std::int64_t>(release_interval_s * 1000));
-    policy_engine = std::make_unique<replica::PolicyEngine>(po);
-    policy_engine->Start();
-  }
+
+  // The federation's background work: the replica planner turns replication requests into
+  // transfer tasks (replica/planner.h); the repairer makes the copies of lost and corrupt
+  // replicas again, through requests the planner runs (replica/repairer.h); policies become
+  // requests (replica/policy_engine.h). One process runs them: this one alone, or, with
+  // --shared, the front end that holds the database's leadership (taken over within about
+  // a second when the leader dies; catalog/internal/kv_store.h HoldLeadership).
+  struct Background {
+    std::unique_ptr<replica::Planner> planner;
+    std::unique_ptr<replica::Repairer> repairer;
+    std::unique_ptr<replica::PolicyEngine> policy_engine;
+    void Stop() {
+      if (policy_engine) policy_engine->Stop();
+      if (repairer) repairer->Stop();
+      if (planner) planner->Stop();
+      policy_engine.reset();
+      repairer.reset();
+      planner.reset();
+    }
+  };
+  Background background;
+  auto start_background = [&]() -> absl::Status {
+    if (!no_planner) {
+      replica::PlannerOptions planner_options;
+      planner_options.catalog = store->get();
+      planner_options.logger = log;
+      planner_options.heartbeat_timeout = std::chrono::seconds(node_timeout_s);
+      planner_options.max_open_tasks_per_node = open_per_node;
+      planner_options.finished_request_retention =
+          std::chrono::seconds(static_cast<std::int64_t>(keep_finished_days * 86400));
+      absl::StatusOr<std::unique_ptr<replica::Planner>> p =
+          replica::Planner::Create(planner_options);
+      if (!p.ok()) return p.status();
+      background.planner = std::move(*p);
+      background.planner->Start();
+    }
+    if (!no_repair) {
+      replica::RepairerOptions repair_options;
+      repair_options.catalog = store->get();
+      repair_options.logger = log;
+      repair_options.scan_interval =
+          std::chrono::milliseconds(static_cast<std::int64_t>(repair_scan_s * 1000));
+      repair_options.node_timeout = std::chrono::seconds(node_timeout_s);
+      background.repairer = std::make_unique<replica::Repairer>(repair_options);
+      background.repairer->Start();
+    }
+    if (!no_policies) {
+      replica::PolicyEngineOptions po;
+      po.catalog = store->get();
+      po.logger = log;
+      po.state_file = policy_state.empty() ? db + "-policy-state.json" : policy_state;
+      po.removed_rule_grace =
+          std::chrono::milliseconds(static_cast<std::int64_t>(removed_rule_grace_s * 1000));
+      po.release_interval =
+          std::chrono::milliseconds(static_cast<std::int64_t>(release_interval_s * 1000));
+      background.policy_engine = std::make_unique<replica::PolicyEngine>(po);
+      background.policy_engine->Start();
+    }
+    return absl::OkStatus();
+  };
+  catalog::internal::KvStore* const kv = catalog::internal::StoreOf(**store);
+  bool leading = false;
+  // Takes or checks the leadership and starts or stops the background work to match.
+  auto lead = [&]() -> absl::Status {
+    const bool now = kv == nullptr || kv->HoldLeadership();
+    if (now == leading) return absl::OkStatus();
+    leading = now;
+    if (!now) {
+      log->warn("leadership lost: the planner, repairer and policy engine stop here");
+      background.Stop();
+      return absl::OkStatus();
+    }
+    if (shared) log->info("leader: the planner, repairer and policy engine run here");
+    return start_background();
+  };
+  if (absl::Status s = lead(); !s.ok()) return tools::Fail(kProgram, s.ToString());
+  if (shared && !leading) log->info("follower: another front end runs the planner");
 
   // The dashboard, /metrics and health checks (replica/dashboard.h, replica/http_server.h).
   std::unique_ptr<replica::Dashboard> dashboard;
@@ -390,7 +434,21 @@ int main(int argc, char** argv) {
 
   int sig = 0;
   for (;;) {
-    sigwait(&signals, &sig);
+    if (shared) {
+      // Signals, and a look at the leadership every 500 ms.
+      const timespec tick{0, 500'000'000};
+      sig = sigtimedwait(&signals, nullptr, &tick);
+      if (sig < 0) {
+        if (absl::Status s = lead(); !s.ok()) {
+          log->error("starting the planner: {}", s.ToString());
+          background.Stop();
+          leading = false;
+        }
+        continue;
+      }
+    } else {
+      sigwait(&signals, &sig);
+    }
     if (sig != SIGHUP) break;
     if (policies.empty()) {
       log->info("SIGHUP: no --policies file to reload");
@@ -412,9 +470,7 @@ int main(int argc, char** argv) {
   log->info("signal {}: shutting down", sig);
   if (dashboard) dashboard->Stop();  // first: it holds the pages' connections
   if (web) web->Stop();
-  if (policy_engine) policy_engine->Stop();
-  if (repairer) repairer->Stop();
-  if (planner) planner->Stop();
+  background.Stop();
   (*server)->Shutdown();
   server->reset();
   store->reset();

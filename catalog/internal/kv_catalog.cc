@@ -6,6 +6,7 @@
 
 #include "catalog/internal/kv_catalog_impl.h"
 #include "catalog/internal/rocks_store.h"
+#include "catalog/internal/shared_catalog.h"
 
 namespace gfrep::catalog {
 namespace internal {
@@ -117,9 +118,29 @@ absl::Status KvCatalog::ReloadMarksLocked() {
   return absl::OkStatus();
 }
 
+absl::Status KvCatalog::Resync() {
+  WorkLock l(this);
+  claim_queue_.Reset();
+  return ReloadMarksLocked();
+}
+
+void KvCatalog::OnExternalWrite() {
+  WorkLock l(this);
+  (void)ReloadMarksLocked();  // ignored: the next mutation re-reads (Resync) and reports
+}
+
 absl::StatusOr<InodeId> KvCatalog::AllocateInode() {
   absl::MutexLock l(&id_mu_);
   if (next_inode_ >= inode_hwm_) {
+    // A new block starts at the stored mark: on a shared store (which is written under its
+    // write lock here) another process may have taken blocks since this one's last.
+    if (store_->shared()) {
+      absl::StatusOr<std::string> v = Get(kMeta, kInodeHwmKey, "inode high-water mark");
+      if (!v.ok()) return v.status();
+      absl::StatusOr<std::uint64_t> stored = GetBigEndian64(*v);
+      if (!stored.ok()) return stored.status();
+      next_inode_ = std::max(next_inode_, *stored);
+    }
     // Persist the end of a new block before handing out ids from it, so ids are never
     // reused after a crash even though creates commit out of order.
     std::uint64_t hwm = next_inode_ + kInodeBlock;
@@ -297,6 +318,15 @@ absl::StatusOr<std::vector<Attributes>> KvCatalog::CreateFiles(
       for (auto it = locks.rbegin(); it != locks.rend(); ++it) (*it)->Unlock();
     }
   } unlock{locks};
+  // Every name's entry (absent, one hopes) in one read.
+  std::vector<std::string> entry_keys;
+  entry_keys.reserve(files.size());
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    entry_keys.push_back(DentryKey(parent_of[i]->inode, parts[i].back()));
+  }
+  absl::StatusOr<std::vector<absl::StatusOr<std::string>>> existing_entries =
+      store_->MultiGet(kDentries, entry_keys, "create files");
+  if (!existing_entries.ok()) return existing_entries.status();
   std::set<std::pair<InodeId, std::string_view>> seen;
   KvBatch batch;
   std::vector<Attributes> out;
@@ -308,7 +338,7 @@ absl::StatusOr<std::vector<Attributes>> KvCatalog::CreateFiles(
     if (!seen.emplace(parent, name).second) {
       return absl::InvalidArgumentError(fmt::format("{}: twice in one batch", files[i].path));
     }
-    absl::StatusOr<std::string> existing = Get(kDentries, DentryKey(parent, name), "create files");
+    const absl::StatusOr<std::string>& existing = (*existing_entries)[i];
     if (existing.ok()) return absl::AlreadyExistsError(fmt::format("{}: already exists", files[i].path));
     if (!absl::IsNotFound(existing.status())) return existing.status();
     absl::StatusOr<InodeId> id = AllocateInode();
@@ -505,6 +535,66 @@ absl::StatusOr<Attributes> KvCatalog::CommitFile(
 }
 
 absl::StatusOr<Attributes> KvCatalog::Stat(std::string_view path) { return ResolvePath(path); }
+
+// Stat of each path, resolved one level at a time for all of them together: one MultiGet per
+// level (of the distinct (parent, name) keys) instead of one Get per component per path, so
+// a batch costs as many round trips as its deepest path has components. Same answers and
+// messages as Stat.
+absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> KvCatalog::StatMany(
+    const std::vector<std::string>& paths) {
+  if (paths.size() > kMaxBatchPaths) {
+    return absl::InvalidArgumentError(fmt::format("more than {} paths", kMaxBatchPaths));
+  }
+  absl::StatusOr<Attributes> root = Root();
+  if (!root.ok()) return root.status();
+  std::vector<absl::StatusOr<Attributes>> out(paths.size(), *root);
+  std::vector<std::vector<std::string>> parts(paths.size());
+  std::vector<std::size_t> active;  // paths still being resolved
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    absl::StatusOr<std::vector<std::string>> p = SplitPath(paths[i]);
+    if (!p.ok()) {
+      out[i] = p.status();
+    } else if (!p->empty()) {
+      parts[i] = std::move(*p);
+      active.push_back(i);
+    }
+  }
+  for (std::size_t depth = 0; !active.empty(); ++depth) {
+    std::vector<std::string> keys;
+    std::map<std::string, std::size_t, std::less<>> slot;  // key -> index in keys
+    std::vector<std::size_t> slot_of(paths.size());
+    std::vector<std::size_t> asking;
+    for (std::size_t i : active) {
+      if (out[i]->type != FileType::kDirectory) {
+        std::vector<std::string> prefix(parts[i].begin(), parts[i].begin() + depth);
+        out[i] = absl::FailedPreconditionError(fmt::format("{}: not a directory", JoinPath(prefix)));
+        continue;
+      }
+      std::string key = DentryKey(out[i]->inode, parts[i][depth]);
+      auto [it, added] = slot.emplace(std::move(key), keys.size());
+      if (added) keys.push_back(it->first);
+      slot_of[i] = it->second;
+      asking.push_back(i);
+    }
+    if (keys.empty()) break;
+    absl::StatusOr<std::vector<absl::StatusOr<std::string>>> values =
+        store_->MultiGet(kDentries, keys, "stat");
+    if (!values.ok()) return values.status();
+    active.clear();
+    for (std::size_t i : asking) {
+      const absl::StatusOr<std::string>& v = (*values)[slot_of[i]];
+      if (absl::IsNotFound(v.status())) {
+        std::vector<std::string> prefix(parts[i].begin(), parts[i].begin() + depth + 1);
+        out[i] = absl::NotFoundError(fmt::format("{}: no such file or directory", JoinPath(prefix)));
+        continue;
+      }
+      if (!v.ok()) return v.status();
+      out[i] = DecodeAttributes(*v);
+      if (out[i].ok() && depth + 1 < parts[i].size()) active.push_back(i);
+    }
+  }
+  return out;
+}
 
 absl::StatusOr<Attributes> KvCatalog::StatInode(InodeId inode) {
   // Two reads of one snapshot: a rename committing between them must not make the inode
@@ -730,21 +820,34 @@ absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> KvCatalog::Rev
 }
 
 absl::StatusOr<std::string> GetDbProperty(Catalog& catalog, std::string_view property) {
-  auto* kv = dynamic_cast<KvCatalog*>(&catalog);
-  if (kv == nullptr) return absl::InvalidArgumentError("not a catalog on a KvStore");
-  return kv->Property(property);
+  KvStore* store = StoreOf(catalog);
+  if (store == nullptr) return absl::InvalidArgumentError("not a catalog on a KvStore");
+  return store->Property(property);
 }
 
 KvStore* StoreOf(Catalog& catalog) {
   auto* kv = dynamic_cast<KvCatalog*>(&catalog);
+  if (kv == nullptr) {
+    if (auto* shared = dynamic_cast<SharedCatalog*>(&catalog)) kv = &shared->inner();
+  }
   return kv == nullptr ? nullptr : &kv->store();
 }
 
 absl::StatusOr<std::unique_ptr<Catalog>> OpenKvCatalog(const CatalogOptions& options,
                                                        std::unique_ptr<KvStore> store) {
+  const bool shared = store->shared();
   auto catalog = std::make_unique<KvCatalog>(options, std::move(store));
-  if (absl::Status init = catalog->Init(); !init.ok()) return init;
-  return std::unique_ptr<Catalog>(std::move(catalog));
+  if (!shared) {
+    if (absl::Status init = catalog->Init(); !init.ok()) return init;
+    return std::unique_ptr<Catalog>(std::move(catalog));
+  }
+  {
+    // The root may be created here, by whichever front end opens first.
+    absl::StatusOr<std::unique_ptr<KvWriteLock>> lock = catalog->store().LockWrites();
+    if (!lock.ok()) return lock.status();
+    if (absl::Status init = catalog->Init(); !init.ok()) return init;
+  }
+  return std::unique_ptr<Catalog>(std::make_unique<SharedCatalog>(std::move(catalog)));
 }
 
 absl::StatusOr<std::map<std::string, std::uint64_t>> KvCatalog::StorageStats() {
@@ -758,6 +861,11 @@ absl::StatusOr<std::unique_ptr<Catalog>> OpenRocksCatalog(const CatalogOptions& 
     return absl::InvalidArgumentError(
         fmt::format("{}: a PostgreSQL address, not a RocksDB directory (use OpenCatalog)",
                     options.path));
+  }
+  if (options.shared) {
+    return absl::InvalidArgumentError(fmt::format(
+        "{}: several front ends share a PostgreSQL catalog only, not a RocksDB directory",
+        options.path));
   }
   absl::StatusOr<std::unique_ptr<internal::KvStore>> store = internal::OpenRocksStore(options);
   if (!store.ok()) return store.status();

@@ -72,6 +72,8 @@ class KvCatalog final : public Catalog {
                                         std::optional<std::uint64_t> expected_generation) override;
   absl::StatusOr<std::vector<Attributes>> CreateFiles(const std::vector<NewFile>& files) override;
   absl::StatusOr<Attributes> Stat(std::string_view path) override;
+  absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> StatMany(
+      const std::vector<std::string>& paths) override;
   absl::StatusOr<Attributes> StatInode(InodeId inode) override;
   absl::StatusOr<std::string> PathOf(InodeId inode) override;
   absl::StatusOr<std::vector<DirEntry>> List(std::string_view path,
@@ -142,6 +144,14 @@ class KvCatalog final : public Catalog {
 
   absl::StatusOr<std::string> Property(std::string_view name) { return store_->Property(name); }
   KvStore& store() { return *store_; }
+
+  // Shared stores (shared_catalog.h): re-reads the marks other processes may have moved
+  // (event seq, request and task ids) and forgets the claim queues. Called under the
+  // store's write lock before each mutation.
+  absl::Status Resync();
+  // Another process wrote: re-reads the event seq (waking ReadEvents' waiters). Errors are
+  // left for the next call that needs the marks.
+  void OnExternalWrite();
 
  private:
   std::int64_t Now() const { return options_.clock(); }

@@ -20,6 +20,19 @@ absl::StatusOr<std::uint64_t> LastU64Key(KvStore& store, Table t) {
   return GetBigEndian64(last);
 }
 
+absl::StatusOr<std::vector<absl::StatusOr<std::string>>> KvStore::MultiGet(
+    Table t, const std::vector<std::string>& keys, std::string_view what,
+    const KvSnapshot* snapshot) {
+  std::vector<absl::StatusOr<std::string>> out;
+  out.reserve(keys.size());
+  for (const std::string& k : keys) {
+    absl::StatusOr<std::string> v = Get(t, k, what, snapshot);
+    if (!v.ok() && !absl::IsNotFound(v.status())) return v.status();
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 bool IsPostgresUrl(std::string_view location) {
   // "postgresql://" is covered by "postgresql:".
   return location.starts_with("postgresql:") || location.starts_with("postgres://");

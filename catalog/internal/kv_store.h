@@ -19,7 +19,10 @@
 //    batch written during the scan in part (PostgreSQL reads pages apart; see pg_store.h).
 //  - Concurrency control (who may read-modify-write what) is the caller's: KvCatalog holds
 //    its locks across the reads and the Write. A store serves ONE catalog process at a time
-//    (the PostgreSQL store refuses a second one: pg_store.h).
+//    (the PostgreSQL store refuses a second one: pg_store.h), unless it was opened shared
+//    (PostgreSQL only: several gfcatalogd front ends on one database). A shared store
+//    writes only under LockWrites, the federation-wide write lock, held by the caller
+//    across its reads and its Write; a Write without it is refused (kInternal).
 //
 // Thread safety: every method may be called from any thread concurrently; a KvSnapshot is
 // used by one thread at a time.
@@ -95,6 +98,18 @@ class KvSnapshot {
   virtual ~KvSnapshot() = default;
 };
 
+// The federation-wide write lock of a shared store, held until destroyed (KvStore::LockWrites).
+class KvWriteLock {
+ public:
+  virtual ~KvWriteLock() = default;
+};
+
+// A running watch for other processes' writes (KvStore::WatchWrites); stops when destroyed.
+class KvWatch {
+ public:
+  virtual ~KvWatch() = default;
+};
+
 // fn(key, value) for each key in order; return false to stop. The views are valid only
 // during the call. fn may call the store again (not through the same snapshot).
 using KvScanFn = std::function<bool(std::string_view key, std::string_view value)>;
@@ -106,6 +121,13 @@ class KvStore {
   // The value of `key`. kNotFound ("<what>: not found") when absent.
   virtual absl::StatusOr<std::string> Get(Table t, std::string_view key, std::string_view what,
                                           const KvSnapshot* snapshot = nullptr) = 0;
+
+  // The values of `keys` of one table, in their order: each the value or kNotFound
+  // ("<what>: not found"). Any other error fails the whole call. The default calls Get for
+  // each key; PostgreSQL sends them all in one round trip (pipeline mode).
+  virtual absl::StatusOr<std::vector<absl::StatusOr<std::string>>> MultiGet(
+      Table t, const std::vector<std::string>& keys, std::string_view what,
+      const KvSnapshot* snapshot = nullptr);
 
   // Keys that start with `prefix`, from `start` on (start >= prefix; empty: from the first
   // key with the prefix), ascending; or, with reverse, descending from the last key with the
@@ -127,6 +149,28 @@ class KvStore {
 
   // "rocksdb DIR" / "postgresql host=... dbname=..." (no password), for logs.
   virtual std::string Describe() const = 0;
+
+  // True if other processes may write to this store meanwhile (a shared PostgreSQL store).
+  // (This and the next three are pure so that a store wrapping another, e.g. in a test, must
+  // pass them on.)
+  virtual bool shared() const = 0;
+
+  // Takes the write lock that serializes the writers of a shared store across processes;
+  // this thread's Writes go through it until the returned lock is destroyed. Waits while
+  // another process holds it. Re-entrant on one thread. kUnavailable if the database cannot
+  // be reached. Not shared: a lock that holds nothing (the caller's own locks suffice).
+  virtual absl::StatusOr<std::unique_ptr<KvWriteLock>> LockWrites() = 0;
+
+  // Calls on_change, from a thread of the store, soon after another process wrote (and once
+  // after each reconnection, as notices may have been missed then). Not shared: null (no
+  // one else writes).
+  virtual std::unique_ptr<KvWatch> WatchWrites(std::function<void()> on_change) = 0;
+
+  // Whether this process leads the processes sharing the store (runs the planner, the
+  // repairer and the policy engine): takes the leadership if no one holds it, and checks
+  // that a held one is still held (one round trip). Call every second or so; false on
+  // errors (the next call connects again). Not shared: always true.
+  virtual bool HoldLeadership() = 0;
 };
 
 // The highest key of a table whose keys are U64Key (0 if empty).

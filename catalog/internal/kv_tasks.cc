@@ -834,6 +834,12 @@ absl::StatusOr<std::vector<Event>> KvCatalog::ReadEvents(std::uint64_t after_seq
 }
 
 absl::StatusOr<std::uint64_t> KvCatalog::LastEventSeq() {
+  if (store_->shared()) {
+    // Other front ends append too: the database's, not this process's, newest.
+    WorkLock l(this);
+    if (absl::Status s = ReloadMarksLocked(); !s.ok()) return s;
+    return last_seq_;
+  }
   absl::MutexLock l(&work_mu_);
   return last_seq_;
 }

@@ -17,7 +17,13 @@ absl::StatusOr<std::unique_ptr<KvStore>> OpenStore(const CatalogOptions& options
     PgStoreOptions pg;
     pg.conninfo = options.path;
     pg.must_exist = must_exist;
+    pg.shared = options.shared;
     return OpenPgStore(pg);
+  }
+  if (options.shared) {
+    return absl::InvalidArgumentError(fmt::format(
+        "{}: several front ends share a PostgreSQL catalog only, not a RocksDB directory",
+        options.path));
   }
   std::error_code ec;
   if (must_exist && !std::filesystem::exists(std::filesystem::path(options.path) / "CURRENT", ec)) {

@@ -4,8 +4,15 @@
 #include <fmt/ranges.h>
 #include <libpq-fe.h>
 
+#include <poll.h>
+
+#include <atomic>
+#include <algorithm>
 #include <cassert>
+#include <cerrno>
 #include <cmath>
+#include <optional>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,6 +28,12 @@ namespace {
 // lock migrations run under: fixed keys ("gfrepcat", "gfrepmig" in ASCII).
 constexpr std::int64_t kServeLockKey = 0x6766726570636174;
 constexpr std::int64_t kMigrateLockKey = 0x67667265706d6967;
+// The leadership of shared stores ("gfreplea").
+constexpr std::int64_t kLeaderLockKey = 0x67667265706c6561;
+// The write lock of shared stores ("gfrepwrl").
+constexpr std::int64_t kWriteLockKey = 0x676672657077726c;
+// The channel shared writes notify and WatchWrites listens on.
+constexpr char kNotifyChannel[] = "gfrep_catalog";
 
 constexpr int kScanPageRows = 512;
 constexpr Oid kByteaOid = 17;
@@ -203,17 +216,30 @@ absl::StatusOr<std::string> DescribeConninfo(const std::string& conninfo) {
   return fmt::format("postgresql {}", fmt::join(parts, " "));
 }
 
-// Takes the session advisory lock of the one process serving the database, on `c`.
-absl::Status TakeServeLock(PGconn* c) {
+// Takes the session advisory lock of the process serving the database alone, or (shared)
+// the same lock in share mode, on `c`.
+absl::Status TakeServeLock(PGconn* c, bool shared) {
   absl::StatusOr<ResultPtr> r =
-      Exec(c, fmt::format("SELECT pg_try_advisory_lock({})", kServeLockKey), "lock database");
+      Exec(c, fmt::format("SELECT pg_try_advisory_lock{}({})", shared ? "_shared" : "", kServeLockKey),
+           "lock database");
   if (!r.ok()) return r.status();
   if (std::string_view(PQgetvalue(r->get(), 0, 0)) != "t") {
     return absl::FailedPreconditionError(
-        "another gfcatalogd is serving this database (several front ends are not supported yet)");
+        shared ? "another gfcatalogd is serving this database alone (started without --shared); "
+                 "start every front end of one database with --shared"
+               : "another gfcatalogd is serving this database (to run several front ends on one "
+                 "database, start each with --shared)");
   }
   return absl::OkStatus();
 }
+
+// The connection holding a shared store's write lock on this thread (PgStore::LockWrites).
+struct WritePin {
+  const void* store = nullptr;
+  PGconn* conn = nullptr;
+  int depth = 0;
+};
+thread_local WritePin t_write_pin;
 
 class PgStore;
 
@@ -228,6 +254,8 @@ class Lease {
   PGconn* get() const { return conn_.get(); }
   // Returns the connection now (before calling out to the caller's fn).
   void Release();
+  // Closes the connection instead of returning it (it may hold a session lock).
+  void Discard();
 
  private:
   PgStore* store_;
@@ -264,6 +292,7 @@ class PgStore : public KvStore {
       : conninfo_(std::move(conninfo)),
         description_(std::move(description)),
         max_connections_(options.max_connections),
+        shared_(options.shared),
         fence_sql_(fmt::format(
             "SELECT 1 / (CASE WHEN epoch = {} THEN 1 ELSE 0 END) FROM serve_epoch FOR SHARE",
             epoch)),
@@ -304,6 +333,36 @@ class PgStore : public KvStore {
     PGresult* res = r->get();
     if (PQntuples(res) == 0) return absl::NotFoundError(fmt::format("{}: not found", what));
     return std::string(PQgetvalue(res, 0, 0), static_cast<std::size_t>(PQgetlength(res, 0, 0)));
+  }
+
+  absl::StatusOr<std::vector<absl::StatusOr<std::string>>> MultiGet(
+      Table t, const std::vector<std::string>& keys, std::string_view what,
+      const KvSnapshot* snapshot) override {
+    std::vector<absl::StatusOr<std::string>> out;
+    out.reserve(keys.size());
+    std::optional<Lease> lease;
+    PGconn* c = nullptr;
+    if (snapshot != nullptr) {
+      absl::StatusOr<PGconn*> sc = static_cast<const PgSnapshot*>(snapshot)->conn();
+      if (!sc.ok()) return Context(sc.status(), what);
+      c = *sc;
+    } else {
+      absl::StatusOr<Lease> l = Acquire();
+      if (!l.ok()) return Context(l.status(), what);
+      lease.emplace(std::move(*l));
+      c = lease->get();
+    }
+    // Pages of statements, each page one round trip.
+    constexpr std::size_t kPage = 1024;
+    for (std::size_t first = 0; first < keys.size(); first += kPage) {
+      const std::size_t n = std::min(kPage, keys.size() - first);
+      absl::Status s = GetPipelined(c, t, keys.data() + first, n, what, out);
+      if (!s.ok()) {
+        DiscardIdleIfBroken(c);
+        return s;
+      }
+    }
+    return out;
   }
 
   absl::Status Scan(Table t, std::string_view prefix, std::string_view start, const KvScanFn& fn,
@@ -362,6 +421,16 @@ class PgStore : public KvStore {
 
   absl::Status Write(const KvBatch& batch, bool sync, std::string_view what) override {
     if (batch.Count() == 0) return absl::OkStatus();
+    if (shared_) {
+      // Only on the connection holding the write lock: if its session is gone, so is the
+      // lock, and the write fails rather than commit unserialized.
+      if (t_write_pin.store != this) {
+        return absl::InternalError(fmt::format(
+            "{}: not written: a shared catalog database is written only under its write lock",
+            what));
+      }
+      return WritePipelined(t_write_pin.conn, batch, sync, what);
+    }
     if (absl::Status s = CheckServeLock(); !s.ok()) return Context(s, what);
     absl::StatusOr<Lease> lease = Acquire();
     if (!lease.ok()) return Context(lease.status(), what);
@@ -434,6 +503,38 @@ class PgStore : public KvStore {
 
   std::string Describe() const override { return description_; }
 
+  bool shared() const override { return shared_; }
+
+  bool HoldLeadership() override {
+    if (!shared_) return true;
+    absl::MutexLock l(&leader_mu_);
+    if (leader_conn_ != nullptr && leading_) {
+      // Still ours only while the session lives: ask the server (a dead peer or a server
+      // restart shows here), not only the socket.
+      if (Exec(leader_conn_.get(), "SELECT 1", "leadership").ok()) return true;
+      leader_conn_.reset();
+      leading_ = false;
+    }
+    if (leader_conn_ == nullptr || Broken(leader_conn_.get())) {
+      absl::StatusOr<ConnPtr> c = Connect(conninfo_);
+      if (!c.ok()) return false;
+      leader_conn_ = std::move(*c);
+    }
+    absl::StatusOr<ResultPtr> r = Exec(
+        leader_conn_.get(), fmt::format("SELECT pg_try_advisory_lock({})", kLeaderLockKey),
+        "leadership");
+    if (!r.ok()) {
+      leader_conn_.reset();
+      return false;
+    }
+    leading_ = std::string_view(PQgetvalue(r->get(), 0, 0)) == "t";
+    return leading_;
+  }
+
+  absl::StatusOr<std::unique_ptr<KvWriteLock>> LockWrites() override;
+
+  std::unique_ptr<KvWatch> WatchWrites(std::function<void()> on_change) override;
+
   // A connection from the pool, or a new one while fewer than max_connections are open;
   // waits for one to come back otherwise. kUnavailable if connecting fails.
   absl::StatusOr<Lease> Acquire() {
@@ -461,6 +562,31 @@ class PgStore : public KvStore {
       return c.status();
     }
     return Lease(this, std::move(*c));
+  }
+
+  // Closes a leased connection.
+  void Drop(ConnPtr c) {
+    {
+      absl::MutexLock l(&mu_);
+      --open_;
+    }
+    c.reset();
+  }
+
+  // Ends this thread's write lock (PgWriteLock's destructor).
+  void UnlockWrites(std::unique_ptr<Lease> lease) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    t_write_pin = WritePin{};
+    PGconn* c = lease->get();
+    bool unlocked = false;
+    if (!Broken(c) && PQtransactionStatus(c) == PQTRANS_IDLE) {
+      absl::StatusOr<ResultPtr> r =
+          Exec(c, fmt::format("SELECT pg_advisory_unlock({})", kWriteLockKey), "unlock writes");
+      unlocked = r.ok() && std::string_view(PQgetvalue(r->get(), 0, 0)) == "t";
+    }
+    // A session that may still hold the lock is closed: that releases it.
+    if (!unlocked) lease->Discard();
+    lease.reset();
+    write_mu_.Unlock();
   }
 
   // Back to the pool, unless it broke or was left inside a transaction.
@@ -506,10 +632,55 @@ class PgStore : public KvStore {
     lock_conn_.reset();
     absl::StatusOr<ConnPtr> c = Connect(conninfo_);
     if (!c.ok()) return c.status();
-    absl::Status s = TakeServeLock(c->get());
+    absl::Status s = TakeServeLock(c->get(), shared_);
     if (!s.ok()) return s;
     lock_conn_ = std::move(*c);
     return absl::OkStatus();
+  }
+
+  // Sends n point reads at once and appends their values (or kNotFound) to `out`.
+  absl::Status GetPipelined(PGconn* c, Table t, const std::string* keys, std::size_t n,
+                            std::string_view what, std::vector<absl::StatusOr<std::string>>& out) {
+    if (PQenterPipelineMode(c) != 1) return PgError(c, nullptr, what);
+    std::size_t sent = 0;
+    absl::Status first_error;
+    for (; sent < n; ++sent) {
+      if (!SendBytes(c, get_sql_[t], {keys[sent]})) {
+        first_error = PgError(c, nullptr, what);
+        break;
+      }
+    }
+    if (PQpipelineSync(c) != 1) {
+      if (first_error.ok()) first_error = PgError(c, nullptr, what);
+      return first_error;  // nothing can be read back: Release's check closes the connection
+    }
+    for (std::size_t i = 0; i < sent; ++i) {
+      ResultPtr r(PQgetResult(c));
+      if (r == nullptr) {
+        if (first_error.ok()) first_error = PgError(c, nullptr, what);
+        return first_error;
+      }
+      ExecStatusType st = PQresultStatus(r.get());
+      if (st == PGRES_TUPLES_OK) {
+        if (PQntuples(r.get()) == 0) {
+          out.push_back(absl::NotFoundError(fmt::format("{}: not found", what)));
+        } else {
+          out.push_back(std::string(PQgetvalue(r.get(), 0, 0),
+                                    static_cast<std::size_t>(PQgetlength(r.get(), 0, 0))));
+        }
+      } else if (st != PGRES_PIPELINE_ABORTED && first_error.ok()) {
+        first_error = PgError(c, r.get(), what);
+      }
+      ResultPtr end(PQgetResult(c));  // null after each statement's result
+      if (end != nullptr && first_error.ok()) first_error = PgError(c, end.get(), what);
+    }
+    ResultPtr synced(PQgetResult(c));
+    if (synced == nullptr || PQresultStatus(synced.get()) != PGRES_PIPELINE_SYNC) {
+      if (first_error.ok()) first_error = PgError(c, synced.get(), what);
+      return first_error;
+    }
+    if (PQexitPipelineMode(c) != 1 && first_error.ok()) first_error = PgError(c, nullptr, what);
+    return first_error;
   }
 
   absl::Status WritePipelined(PGconn* c, const KvBatch& batch, bool sync, std::string_view what) {
@@ -538,6 +709,11 @@ class PgStore : public KvStore {
       queued = op.put     ? SendBytes(c, put_sql_[op.table], {op.key, op.value})
                : op.range ? SendBytes(c, delete_range_sql_[op.table], {op.key, op.value})
                           : SendBytes(c, delete_sql_[op.table], {op.key});
+      sent += queued ? 1 : 0;
+    }
+    if (queued && shared_) {
+      // Delivered at commit to every front end's WatchWrites.
+      queued = SendBytes(c, fmt::format("NOTIFY {}", kNotifyChannel), {});
       sent += queued ? 1 : 0;
     }
     const std::size_t commit_index = sent;
@@ -597,6 +773,7 @@ class PgStore : public KvStore {
   const std::string conninfo_;
   const std::string description_;
   const std::size_t max_connections_;
+  const bool shared_;
   // Fails (division by zero, SQLSTATE 22012) once another open took a newer epoch.
   const std::string fence_sql_;
   std::string get_sql_[kNumTables];
@@ -607,6 +784,15 @@ class PgStore : public KvStore {
   absl::Mutex lock_mu_;
   ConnPtr lock_conn_ ABSL_GUARDED_BY(lock_mu_);
 
+  absl::Mutex leader_mu_;
+  ConnPtr leader_conn_ ABSL_GUARDED_BY(leader_mu_);
+  bool leading_ ABSL_GUARDED_BY(leader_mu_) = false;
+
+  // Held by the thread holding the write lock (shared stores): the threads of one process
+  // queue here, not each on a pooled connection waiting in the database (which could take
+  // every connection of the pool while the holder needs one for its reads).
+  absl::Mutex write_mu_;
+
   absl::Mutex mu_;
   std::vector<ConnPtr> idle_ ABSL_GUARDED_BY(mu_);
   std::size_t open_ ABSL_GUARDED_BY(mu_) = 0;  // idle + leased
@@ -615,6 +801,112 @@ class PgStore : public KvStore {
 void Lease::Release() {
   if (store_ != nullptr && conn_ != nullptr) store_->Release(std::move(conn_));
   store_ = nullptr;
+}
+
+void Lease::Discard() {
+  if (store_ != nullptr && conn_ != nullptr) store_->Drop(std::move(conn_));
+  store_ = nullptr;
+}
+
+// The write lock of a shared store. The outermost one on a thread holds the connection with
+// the advisory lock; inner ones (re-entry) only count.
+class PgWriteLock : public KvWriteLock {
+ public:
+  PgWriteLock(PgStore* store, std::unique_ptr<Lease> lease)
+      : store_(store), lease_(std::move(lease)) {}
+  ~PgWriteLock() override {
+    if (--t_write_pin.depth > 0) return;
+    store_->UnlockWrites(std::move(lease_));
+  }
+
+ private:
+  PgStore* store_;
+  std::unique_ptr<Lease> lease_;  // null for an inner one
+};
+
+absl::StatusOr<std::unique_ptr<KvWriteLock>> PgStore::LockWrites() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (!shared_) return std::make_unique<KvWriteLock>();
+  if (t_write_pin.store == this) {
+    ++t_write_pin.depth;
+    return std::make_unique<PgWriteLock>(this, nullptr);
+  }
+  if (t_write_pin.store != nullptr) {
+    return absl::InternalError("write lock: this thread holds another database's write lock");
+  }
+  write_mu_.Lock();
+  auto fail = [this](absl::Status s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    write_mu_.Unlock();
+    return Context(s, "write lock");
+  };
+  if (absl::Status s = CheckServeLock(); !s.ok()) return fail(s);
+  absl::StatusOr<Lease> lease = Acquire();
+  if (!lease.ok()) return fail(lease.status());
+  auto held = std::make_unique<Lease>(std::move(*lease));
+  absl::StatusOr<ResultPtr> r =
+      Exec(held->get(), fmt::format("SELECT pg_advisory_lock({})", kWriteLockKey), "write lock");
+  if (!r.ok()) {
+    DiscardIdleIfBroken(held->get());
+    held->Discard();
+    return fail(r.status());
+  }
+  t_write_pin = WritePin{this, held->get(), 1};
+  return std::make_unique<PgWriteLock>(this, std::move(held));
+}
+
+// Listens for shared writes' notices on a connection of its own, on its own thread.
+class PgWatch : public KvWatch {
+ public:
+  PgWatch(std::string conninfo, std::function<void()> on_change)
+      : conninfo_(std::move(conninfo)), on_change_(std::move(on_change)) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~PgWatch() override {
+    stop_.store(true);
+    thread_.join();
+  }
+
+ private:
+  void Run() {
+    ConnPtr c;
+    while (!stop_.load()) {
+      if (c == nullptr) {
+        absl::StatusOr<ConnPtr> fresh = Connect(conninfo_);
+        if (fresh.ok() &&
+            Exec(fresh->get(), fmt::format("LISTEN {}", kNotifyChannel), "listen").ok()) {
+          c = std::move(*fresh);
+          on_change_();  // whatever was written while no one listened
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+        continue;
+      }
+      pollfd p{PQsocket(c.get()), POLLIN, 0};
+      if (poll(&p, 1, /*ms=*/100) < 0 && errno != EINTR) {
+        c.reset();
+        continue;
+      }
+      if (PQconsumeInput(c.get()) != 1 || Broken(c.get())) {
+        c.reset();
+        continue;
+      }
+      bool any = false;
+      while (PGnotify* n = PQnotifies(c.get())) {
+        PQfreemem(n);
+        any = true;
+      }
+      if (any) on_change_();
+    }
+  }
+
+  const std::string conninfo_;
+  const std::function<void()> on_change_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+std::unique_ptr<KvWatch> PgStore::WatchWrites(std::function<void()> on_change) {
+  if (!shared_) return nullptr;
+  return std::make_unique<PgWatch>(conninfo_, std::move(on_change));
 }
 
 // Brings the schema to ProgramSchemaVersion() in one transaction, under a transaction-scoped
@@ -682,7 +974,7 @@ absl::StatusOr<std::unique_ptr<KvStore>> OpenPgStore(const PgStoreOptions& optio
         lock_conn.status().code(),
         fmt::format("{}: {}", *description, std::string(lock_conn.status().message())));
   }
-  if (absl::Status s = TakeServeLock(lock_conn->get()); !s.ok()) return s;
+  if (absl::Status s = TakeServeLock(lock_conn->get(), options.shared); !s.ok()) return s;
   if (options.must_exist) {
     absl::StatusOr<ResultPtr> r =
         Exec(lock_conn->get(), "SELECT to_regclass('schema_version') IS NOT NULL", "open");
@@ -694,8 +986,13 @@ absl::StatusOr<std::unique_ptr<KvStore>> OpenPgStore(const PgStoreOptions& optio
     }
   }
   if (absl::Status s = Migrate(lock_conn->get()); !s.ok()) return s;
-  absl::StatusOr<ResultPtr> epoch = Exec(
-      lock_conn->get(), "UPDATE serve_epoch SET epoch = epoch + 1 RETURNING epoch", "open");
+  // A lone process takes a new epoch (fencing every earlier process); shared front ends
+  // take the current one (they fence one another with the write lock instead).
+  absl::StatusOr<ResultPtr> epoch =
+      Exec(lock_conn->get(),
+           options.shared ? "SELECT epoch FROM serve_epoch"
+                          : "UPDATE serve_epoch SET epoch = epoch + 1 RETURNING epoch",
+           "open");
   if (!epoch.ok()) return epoch.status();
   std::int64_t mine = 0;
   if (PQntuples(epoch->get()) != 1 || !absl::SimpleAtoi(PQgetvalue(epoch->get(), 0, 0), &mine)) {

@@ -8,11 +8,20 @@
 //  - One catalog process per database: the store takes a session advisory lock
 //    (pg_try_advisory_lock) on a connection of its own, held until the store is destroyed.
 //    If another process holds it, OpenPgStore fails with kFailedPrecondition. The catalog's
-//    in-process locks are its only concurrency control, so two front ends must not share a
-//    database (yet). Each open also takes the next serving epoch (table serve_epoch), and
-//    every Write checks under a row share lock that it is still the current one: a process
-//    that lost the database to a later open fails every Write with kFailedPrecondition
-//    (even if its lock connection only looks alive, e.g. after a server failover).
+//    in-process locks are its only concurrency control then. Each such open also takes the
+//    next serving epoch (table serve_epoch), and every Write checks under a row share lock
+//    that it is still the current one: a process that lost the database to a later open
+//    fails every Write with kFailedPrecondition (even if its lock connection only looks
+//    alive, e.g. after a server failover).
+//  - Several front ends (options.shared): each takes the same advisory lock in share mode
+//    (pg_try_advisory_lock_shared), so shared opens coexist and exclude a lone one both
+//    ways. They read the epoch without taking a new one. Writers are serialized across
+//    processes by LockWrites: a session advisory lock (pg_advisory_lock, waiting) on a
+//    connection pinned to the calling thread until the KvWriteLock is destroyed; the
+//    thread's Writes run on that connection, so a write never commits once the lock's
+//    session is gone (a lost connection fails the write). Each shared Write also sends
+//    NOTIFY gfrep_catalog in its transaction; WatchWrites LISTENs on a connection of its
+//    own and calls back (PostgreSQL delivers the notice at commit, to every listener).
 //  - Schema: a one-row schema_version table and a numbered list of migration steps (pg_store.cc),
 //    applied at open in one transaction under pg_advisory_xact_lock. A database newer than
 //    this program is refused with kFailedPrecondition.
@@ -72,6 +81,11 @@ struct PgStoreOptions {
   // Refuse (kNotFound) a database without a gfrep catalog instead of creating one (a
   // migration's source).
   bool must_exist = false;
+
+  // One of several front ends on this database (gfcatalogd --shared): the open does not
+  // take the database for itself, and writes run under LockWrites (kv_store.h). A shared
+  // open is refused while a process serves the database alone, and the other way round.
+  bool shared = false;
 };
 
 // Connects, takes the database lock and brings the schema up to date (creating it in an

@@ -118,6 +118,14 @@ class RocksStore final : public KvStore {
 
   std::string Describe() const override { return "rocksdb " + path_; }
 
+  // One process owns a RocksDB directory (RocksDB's LOCK file): nothing is shared.
+  bool shared() const override { return false; }
+  absl::StatusOr<std::unique_ptr<KvWriteLock>> LockWrites() override {
+    return std::make_unique<KvWriteLock>();
+  }
+  std::unique_ptr<KvWatch> WatchWrites(std::function<void()>) override { return nullptr; }
+  bool HoldLeadership() override { return true; }
+
  private:
   static rocksdb::ReadOptions ReadAt(const KvSnapshot* snapshot) {
     rocksdb::ReadOptions ro;

@@ -1,7 +1,7 @@
 // The AMGA experiment on the gfrep catalog (issue 4), over gRPC on loopback.
 //
 //   build-*/bin/catalog_amga_bench [--max-dirs 10000] [--entries 100] [--samples 300] [--mtls [--rate N] [--as-user]]
-//                                  [--tree-db ADDR --db ADDR]
+//                                  [--tree-db ADDR --db ADDR [--front-ends N]]
 //
 // --tree-db and --db put the two catalogs into PostgreSQL (empty databases, e.g. from
 // tools/pg-private start DIR tree / ... durable) instead of RocksDB in a temporary directory.
@@ -111,7 +111,18 @@ int main(int argc, char** argv) {
                  "Catalog for the ls part: a PostgreSQL address of an empty database (default: "
                  "RocksDB in a temporary directory)");
   app.add_option("--db", durable_db, "Catalog for the throughput part, as --tree-db");
+  int front_ends = 1;
+  app.add_option("--front-ends", front_ends,
+                 "Throughput part: this many catalogs opened shared on --db (PostgreSQL; "
+                 "gfcatalogd --shared), each behind its own server; client c calls front end "
+                 "c % N")
+      ->check(CLI::Range(1, 8))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (front_ends > 1 && durable_db.empty()) {
+    std::fprintf(stderr, "--front-ends needs a PostgreSQL --db\n");
+    return 2;
+  }
 
   gfrep::testing::TempDir dir("catalog-bench");
   ServerOptions so;
@@ -210,13 +221,22 @@ int main(int argc, char** argv) {
   // Throughput against a durable catalog.
   CatalogOptions durable;
   durable.path = durable_db.empty() ? dir.Sub("durable") : durable_db;
-  absl::StatusOr<std::unique_ptr<Catalog>> store = OpenCatalog(durable);
-  Check(store.status(), "open durable catalog");
-  absl::StatusOr<std::unique_ptr<CatalogServer>> server2 = CatalogServer::Start(**store, so);
-  Check(server2.status(), "start server 2");
-  co.address = (*server2)->address();
-  std::printf("\n## Throughput over gRPC, durable catalog (sync=true) on %s, ops/s\n\n",
-              durable_db.empty() ? "RocksDB" : "PostgreSQL");
+  durable.shared = front_ends > 1;
+  // Front end i: a catalog on the database and a server; client c calls front end c % N.
+  std::vector<std::unique_ptr<Catalog>> front_catalogs;
+  std::vector<std::unique_ptr<CatalogServer>> front_servers;
+  for (int i = 0; i < front_ends; ++i) {
+    absl::StatusOr<std::unique_ptr<Catalog>> c = OpenCatalog(durable);
+    Check(c.status(), "open durable catalog");
+    absl::StatusOr<std::unique_ptr<CatalogServer>> srv = CatalogServer::Start(**c, so);
+    Check(srv.status(), "start server 2");
+    front_catalogs.push_back(std::move(*c));
+    front_servers.push_back(std::move(*srv));
+  }
+  std::unique_ptr<Catalog>* store = &front_catalogs[0];
+  std::printf("\n## Throughput over gRPC, durable catalog (sync=true) on %s%s, ops/s\n\n",
+              durable_db.empty() ? "RocksDB" : "PostgreSQL",
+              front_ends > 1 ? fmt::format(", {} front ends (--shared)", front_ends).c_str() : "");
   std::printf("| clients | creates/s | stats/s | lists/s (100 entries) | WAL writes per sync "
               "(creates) | creates/s, %d per CreateFiles | stats/s, %d per StatMany |\n"
               "|---:|---:|---:|---:|---:|---:|---:|\n", batch, batch);
@@ -241,6 +261,7 @@ int main(int argc, char** argv) {
   for (int clients : {1, 8, 64}) {
     std::vector<std::unique_ptr<CatalogClient>> cs;
     for (int c = 0; c < clients; ++c) {
+      co.address = front_servers[c % front_ends]->address();
       absl::StatusOr<std::unique_ptr<CatalogClient>> cl = CatalogClient::Create(co);
       Check(cl.status(), "client");
       cs.push_back(std::move(*cl));
@@ -290,6 +311,6 @@ int main(int argc, char** argv) {
                 lists, per_sync, batched_creates, batched_stats);
     std::fflush(stdout);
   }
-  (*server2)->Shutdown();
+  for (auto& srv : front_servers) srv->Shutdown();
   return 0;
 }

@@ -1,6 +1,10 @@
 #include "tests/support/federation.h"
 
+#include <algorithm>
 #include <csignal>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "transfer/auth.h"
 
@@ -46,21 +50,33 @@ void FederationTest::StartFederation(const std::map<std::string, std::string>& s
 }
 
 void FederationTest::StartCatalog() {
-  std::vector<std::string> argv = {BinPath("gfcatalogd"), "--db", dir_.Sub("db"), "--listen",
-                                   catalog_.empty() ? "127.0.0.1:0" : catalog_, "--log-level", "info"};
-  argv.insert(argv.end(), options_.catalogd_flags.begin(), options_.catalogd_flags.end());
-  auto cat = Subprocess::Start(argv);
-  ASSERT_TRUE(cat.ok()) << cat.status();
-  catalogd_ = std::move(*cat);
-  auto addr = catalogd_.WaitForListen(std::chrono::seconds(30));
-  ASSERT_TRUE(addr.ok()) << addr.status();
-  catalog_ = *addr;
+  const int n = std::max(1, options_.front_ends);
+  front_end_addresses_.resize(n);
+  more_catalogds_.resize(n - 1);
+  for (int i = 0; i < n; ++i) {
+    std::vector<std::string> argv = {
+        BinPath("gfcatalogd"), "--db", options_.db.empty() ? dir_.Sub("db") : options_.db,
+        "--listen", front_end_addresses_[i].empty() ? "127.0.0.1:0" : front_end_addresses_[i],
+        "--log-level", "info"};
+    if (n > 1) argv.push_back("--shared");
+    argv.insert(argv.end(), options_.catalogd_flags.begin(), options_.catalogd_flags.end());
+    auto cat = Subprocess::Start(argv);
+    ASSERT_TRUE(cat.ok()) << cat.status();
+    FrontEnd(i) = std::move(*cat);
+    auto addr = FrontEnd(i).WaitForListen(std::chrono::seconds(30));
+    ASSERT_TRUE(addr.ok()) << addr.status() << "; stderr: " << FrontEnd(i).Stderr();
+    front_end_addresses_[i] = *addr;
+  }
+  catalog_ = fmt::format("{}", fmt::join(front_end_addresses_, ","));
 }
 
 void FederationTest::StopCatalog() {
-  catalogd_.Signal(SIGTERM);
-  RunResult r = catalogd_.Wait(std::chrono::seconds(20));
-  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (int i = 0; i < static_cast<int>(front_end_addresses_.size()); ++i) {
+    if (!FrontEnd(i).running()) continue;
+    FrontEnd(i).Signal(SIGTERM);
+    RunResult r = FrontEnd(i).Wait(std::chrono::seconds(20));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
 }
 
 void FederationTest::StartAgent(const std::string& node) {

@@ -36,6 +36,11 @@ namespace gfrep::testing {
 struct FederationOptions {
   // Extra gfcatalogd flags (e.g. {"--node-timeout", "10"}).
   std::vector<std::string> catalogd_flags;
+  // gfcatalogd's --db (empty: a RocksDB directory in the test's directory).
+  std::string db;
+  // gfcatalogd processes on `db`. More than one: each runs with --shared (db must be a
+  // PostgreSQL database) and catalog_ lists them all ("IP:PORT,IP:PORT").
+  int front_ends = 1;
   // Extra flags for every gfsited.
   std::vector<std::string> agent_flags = {"--lease", "3"};
   // Mutual TLS with gfca's certificates (in <dir>/ca): the catalog's, one per node (the
@@ -53,10 +58,13 @@ class FederationTest : public ::testing::Test {
   void StartFederation(const std::map<std::string, std::string>& site_of,
                        const FederationOptions& options = {});
 
-  // Stops gfcatalogd (SIGTERM, waits) and starts it again on the same address, database and
-  // flags (StartFederation starts it the first time).
+  // Stops gfcatalogd (SIGTERM, waits; every front end) and starts it again on the same
+  // addresses, database and flags (StartFederation starts it the first time).
   void StopCatalog();
   void StartCatalog();
+  // Front end i of options.front_ends (0: catalogd_), and its HOST:PORT.
+  Subprocess& FrontEnd(int i) { return i == 0 ? catalogd_ : more_catalogds_.at(i - 1); }
+  const std::string& FrontEndAddress(int i) const { return front_end_addresses_.at(i); }
 
   // Starts (or restarts) the agent of `node`, with the site given to StartFederation.
   void StartAgent(const std::string& node);
@@ -101,7 +109,9 @@ class FederationTest : public ::testing::Test {
   TempDir dir_;
   std::string key_ = dir_.Sub("shared_key");
   Subprocess catalogd_;
-  std::string catalog_;  // gfcatalogd's HOST:PORT
+  std::vector<Subprocess> more_catalogds_;  // front ends 1.. (FederationOptions::front_ends)
+  std::vector<std::string> front_end_addresses_;
+  std::string catalog_;  // gfcatalogd's HOST:PORT (several: comma-separated)
   std::unique_ptr<catalog::CatalogClient> client_;
   std::map<std::string, Subprocess> agents_;
 

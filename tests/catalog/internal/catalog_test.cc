@@ -80,10 +80,11 @@ Heartbeat Beat(std::string node, std::uint64_t free_bytes = 0, double load = 0) 
 class CatalogTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    if (std::string_view(GetParam()) == "postgresql") {
+    if (std::string_view(GetParam()).starts_with("postgresql")) {
       absl::StatusOr<std::string> db = testing::SharedPostgres().CreateDatabase();
       if (!db.ok()) GTEST_SKIP() << "PostgreSQL: " << db.status();
       location_ = *db;
+      shared_ = std::string_view(GetParam()) == "postgresql_shared";
     } else {
       location_ = dir_.Sub("db");
     }
@@ -94,6 +95,7 @@ class CatalogTest : public ::testing::TestWithParam<const char*> {
     catalog_.reset();
     CatalogOptions options;
     options.path = location_;
+    options.shared = shared_;
     options.clock = [this] { return now_.load(); };
     options.write_fault = [this](std::string_view what) {
       return fail_next_write_.exchange(false)
@@ -168,6 +170,7 @@ class CatalogTest : public ::testing::TestWithParam<const char*> {
 
   testing::TempDir dir_{"catalog"};
   std::string location_;
+  bool shared_ = false;  // opened as one of several front ends
   std::atomic<std::int64_t> now_{1'000'000'000'000};
   std::atomic<bool> fail_next_write_{false};
   std::unique_ptr<Catalog> catalog_;
@@ -220,6 +223,31 @@ TEST_P(CatalogTest, CreateFilesIsAllOrNothing) {
   EXPECT_EQ((*stats)[0]->size, 1u);
   EXPECT_EQ((*stats)[1].status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*stats)[2].status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// StatMany resolves all its paths level by level together (one batched read per level):
+// each answer, code and message must be what Stat says of that path alone.
+TEST_P(CatalogTest, StatManyAnswersEachPathAsStatDoes) {
+  ASSERT_TRUE(catalog_->Mkdir("/d/e/f", Parents()).ok());
+  ASSERT_TRUE(catalog_->CreateFile("/d/file", {}).ok());
+  ASSERT_TRUE(catalog_->CreateFile("/d/e/f/deep", {}).ok());
+  const std::vector<std::string> paths = {
+      "/", "/d", "/d/e/f/deep", "/d/file", "/d/file/under", "/d/file/under/more", "/d/nope",
+      "/d/nope/x", "/nope", "/d/e/f/deep", "/d/e/../e", "relative", "/d//e", "/d/e/f"};
+  absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> many = catalog_->StatMany(paths);
+  ASSERT_TRUE(many.ok()) << many.status();
+  ASSERT_EQ(many->size(), paths.size());
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    absl::StatusOr<Attributes> one = catalog_->Stat(paths[i]);
+    const absl::StatusOr<Attributes>& got = (*many)[i];
+    EXPECT_EQ(got.status(), one.status()) << paths[i];
+    if (got.ok() && one.ok()) {
+      EXPECT_EQ(got->inode, one->inode) << paths[i];
+      EXPECT_EQ(got->name, one->name) << paths[i];
+      EXPECT_EQ(got->type, one->type) << paths[i];
+    }
+  }
+  EXPECT_TRUE(catalog_->StatMany({})->empty());
 }
 
 TEST_P(CatalogTest, MkdirReportsTheRightCodes) {
@@ -1152,6 +1180,14 @@ class LosesAReplyStore : public internal::KvStore {
     return inner_->Property(name);
   }
   std::string Describe() const override { return inner_->Describe(); }
+  bool shared() const override { return inner_->shared(); }
+  absl::StatusOr<std::unique_ptr<internal::KvWriteLock>> LockWrites() override {
+    return inner_->LockWrites();
+  }
+  std::unique_ptr<internal::KvWatch> WatchWrites(std::function<void()> on_change) override {
+    return inner_->WatchWrites(std::move(on_change));
+  }
+  bool HoldLeadership() override { return inner_->HoldLeadership(); }
 
  private:
   std::unique_ptr<internal::KvStore> inner_;
@@ -1165,6 +1201,7 @@ TEST_P(CatalogTest, AWriteAppliedButAnsweredWithAnErrorGivesNoIdAway) {
   catalog_.reset();
   CatalogOptions options;
   options.path = location_;
+  options.shared = shared_;
   options.clock = [this] { return now_.load(); };
   absl::StatusOr<std::unique_ptr<internal::KvStore>> store = internal::OpenStore(options);
   ASSERT_TRUE(store.ok()) << store.status();
@@ -1845,7 +1882,10 @@ TEST_P(CatalogTest, PurgeForgetsOldFinishedRequestsWithTheirTasksAndNeverReusesA
   EXPECT_EQ(catalog_->PurgeFinishedRequests(now_.load(), 0).value_or(99), 0u) << "max 0 purges none";
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, CatalogTest, ::testing::Values("rocksdb", "postgresql"),
+// postgresql_shared: the same database opened as one of several front ends (every mutation
+// under the database's write lock, internal/shared_catalog.h).
+INSTANTIATE_TEST_SUITE_P(Backends, CatalogTest,
+                         ::testing::Values("rocksdb", "postgresql", "postgresql_shared"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            return std::string(info.param);
                          });

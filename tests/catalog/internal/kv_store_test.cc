@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "absl/strings/str_cat.h"
 #include "catalog/internal/codec.h"
 #include "catalog/internal/open_store.h"
@@ -156,6 +158,50 @@ TEST_P(KvStoreTest, GetsPutsAndDeletes) {
   EXPECT_TRUE(absl::IsNotFound(gone.status())) << gone.status();
   EXPECT_THAT(std::string(gone.status().message()), HasSubstr("entry /x: not found"));
   EXPECT_EQ(store_->Get(kInodes, "a", "a").value_or("?"), "other table");
+}
+
+// MultiGet answers each key as Get would, in order, across PostgreSQL's pages of 1,024
+// pipelined reads, and through a snapshot as of the snapshot.
+TEST_P(KvStoreTest, MultiGetAnswersEachKeyInOrder) {
+  KvBatch b;
+  for (int i = 0; i < 2500; i += 2) b.Put(kDentries, fmt::format("k{:05}", i), fmt::format("v{}", i));
+  ASSERT_TRUE(store_->Write(b, true, "fill").ok());
+  std::vector<std::string> keys;
+  for (int i = 2499; i >= 0; --i) keys.push_back(fmt::format("k{:05}", i));  // odd ones absent
+  keys.push_back("k00010");                                                   // twice
+  absl::StatusOr<std::vector<absl::StatusOr<std::string>>> got =
+      store_->MultiGet(kDentries, keys, "entry");
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const int n = std::stoi(keys[i].substr(1));
+    if (n % 2 == 0) {
+      EXPECT_EQ((*got)[i].value_or("?"), fmt::format("v{}", n)) << keys[i];
+    } else {
+      EXPECT_TRUE(absl::IsNotFound((*got)[i].status())) << keys[i] << ": " << (*got)[i].status();
+      EXPECT_THAT(std::string((*got)[i].status().message()), HasSubstr("entry: not found"));
+    }
+  }
+  EXPECT_TRUE(store_->MultiGet(kDentries, {}, "none")->empty());
+  EXPECT_TRUE(absl::IsNotFound((*store_->MultiGet(kInodes, {"k00000"}, "x"))[0].status()))
+      << "another table";
+
+  std::unique_ptr<KvSnapshot> snap = store_->Snapshot();
+  KvBatch later;
+  later.Put(kDentries, "k00001", "new");
+  later.Delete(kDentries, "k00000");
+  ASSERT_TRUE(store_->Write(later, true, "later").ok());
+  absl::StatusOr<std::vector<absl::StatusOr<std::string>>> then =
+      store_->MultiGet(kDentries, {"k00000", "k00001"}, "entry", snap.get());
+  ASSERT_TRUE(then.ok()) << then.status();
+  EXPECT_EQ((*then)[0].value_or("?"), "v0");
+  EXPECT_TRUE(absl::IsNotFound((*then)[1].status()));
+  snap.reset();
+  absl::StatusOr<std::vector<absl::StatusOr<std::string>>> now =
+      store_->MultiGet(kDentries, {"k00000", "k00001"}, "entry");
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_TRUE(absl::IsNotFound((*now)[0].status()));
+  EXPECT_EQ((*now)[1].value_or("?"), "new");
 }
 
 TEST_P(KvStoreTest, EmptyBatchIsOk) {
@@ -468,8 +514,8 @@ TEST_F(PgStoreTest, RefusesASecondProcessWhileTheFirstIsOpen) {
   absl::StatusOr<std::unique_ptr<KvStore>> second = Open();
   EXPECT_TRUE(absl::IsFailedPrecondition(second.status())) << second.status();
   EXPECT_THAT(std::string(second.status().message()),
-              HasSubstr("another gfcatalogd is serving this database (several front ends are "
-                        "not supported yet)"));
+              HasSubstr("another gfcatalogd is serving this database (to run several front "
+                        "ends on one database, start each with --shared)"));
   first->reset();
   absl::StatusOr<std::unique_ptr<KvStore>> third = Open();
   EXPECT_TRUE(third.ok()) << third.status();
