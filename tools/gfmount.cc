@@ -365,7 +365,13 @@ int main(int argc, char** argv) {
   ops.write = Write;
   ops.create = Create;
 
-  std::string fuse_opts = fmt::format("ro,noatime,fsname=gfrep:{},subtype=gfrep", cat.catalog);
+  // FUSE splits options at commas: those of a list of catalog front ends are escaped.
+  std::string fsname = "gfrep:";
+  for (char c : cat.catalog) {
+    if (c == ',' || c == '\\') fsname += '\\';
+    fsname += c;
+  }
+  std::string fuse_opts = fmt::format("ro,noatime,fsname={},subtype=gfrep", fsname);
   // With other users let in, the kernel checks the mode bits shown (owner: whoever mounted)
   // against each caller, so a file the catalog shows 0600 is not readable by everyone.
   if (allow_other) fuse_opts += ",allow_other,default_permissions";

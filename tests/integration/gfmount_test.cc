@@ -84,10 +84,11 @@ class GfmountTest : public testing::FederationTest {
     }
   }
 
-  // Mounts the catalog on mnt_ as node a1 of site A and waits until the mount is there.
-  void Mount() {
+  // Mounts the catalog (catalog_ unless `catalog` is given) on mnt_ as node a1 of site A and
+  // waits until the mount is there.
+  void Mount(const std::string& catalog = "") {
     auto p = testing::Subprocess::Start(
-        {testing::BinPath("gfmount"), catalog_, mnt_.string(), "--site", "A", "--node", "a1",
+        {testing::BinPath("gfmount"), catalog.empty() ? catalog_ : catalog, mnt_.string(), "--site", "A", "--node", "a1",
          "--key-file", key_, "--ttl", "1", "--log-level", "debug", "--tmp-dir", dir_.Sub("")},
         ToolOptions());
     ASSERT_TRUE(p.ok()) << p.status();
@@ -177,6 +178,18 @@ TEST_F(GfmountTest, UnchangedProgramsReadLocalAndRemoteFilesAndNeverAStaleOne) {
   r = gfmount_.Wait(std::chrono::seconds(20));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(IsMounted(mnt_));
+}
+
+// A list of catalog front ends (gfcatalogd --shared) is one mount option value: its commas
+// once split FUSE's options ("fuse: unknown option(s)") and the mount failed.
+TEST_F(GfmountTest, MountsGivenAListOfCatalogFrontEnds) {
+  const std::string bytes = Store("/exp/listed", 1 << 20, 5, "a1");
+  const std::string list = catalog_ + "," + catalog_;
+  Mount(list);
+  EXPECT_TRUE(Cat("/exp/listed") == bytes) << "cat through the mount differs";
+  std::ifstream in("/proc/self/mountinfo");
+  std::string mountinfo((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(mountinfo.find("gfrep:" + list), std::string::npos) << mountinfo;
 }
 
 TEST_F(GfmountTest, AReplicaTheCatalogMarksCorruptIsNotServedFromThisNode) {
