@@ -136,7 +136,7 @@ TEST_F(SessionTest, EachPullReportsTheSendersTcpFiguresForItsOwnFile) {
   // on a warm session reports what it sent, not what the session sent since it opened (bytes
   // still in the socket buffers when a file ends count toward the next one: tcp_figures.h).
   StartAgent();
-  std::uint64_t sent = 0;
+  std::uint64_t sent = 0, retrans = 0;
   testing::WriteRandomFile(dir_.path() / "spool" / "a", 3 << 20, 1);
   testing::WriteRandomFile(dir_.path() / "spool" / "b", 1 << 20, 2);
   asio::io_context io;
@@ -146,13 +146,16 @@ TEST_F(SessionTest, EachPullReportsTheSendersTcpFiguresForItsOwnFile) {
     ASSERT_TRUE(s.ok()) << name << ": " << s.status();
     EXPECT_GT(s->tcp.bytes_sent, 0u) << name;
     sent += s->tcp.bytes_sent;
+    retrans += s->tcp.bytes_retrans;
     EXPECT_LE(s->tcp.bytes_retrans, s->tcp.bytes_sent) << name;
     EXPECT_GT(s->tcp.min_rtt_ms, 0) << name;
     EXPECT_LT(s->tcp.min_rtt_ms, 100) << name;  // loopback
     EXPECT_GT(s->tcp.srtt_ms, 0) << name;
   }
-  // Both files' bytes and frame headers, none counted twice.
-  EXPECT_LE(sent, (4u << 20) + 4096u);
+  // Both files' bytes and frame headers, none counted twice. The kernel's bytes_sent counts
+  // re-sent segments again (RFC 4898 HCDataOctetsOut): loopback under load re-sends some,
+  // and the bound once failed by 48 KiB of them (a full ctest -j2, 2026-11-26).
+  EXPECT_LE(sent - retrans, (4u << 20) + 4096u) << retrans << " bytes re-sent";
 }
 
 TEST_F(SessionTest, ASessionTheAgentDroppedWhileIdleIsReplacedTransparently) {
