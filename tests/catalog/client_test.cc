@@ -577,6 +577,31 @@ TEST_F(CatalogClientTest, UnreachableCatalogIsUnavailable) {
   EXPECT_EQ(CatalogClient::Create(co).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Several front ends (gfcatalogd --shared) are given as IP:PORT,IP:PORT: calls reach one that
+// answers, also when the first in the list is down; a list gRPC could not resolve is refused
+// up front with what is wrong.
+TEST_F(CatalogClientTest, AListOfFrontEndsReachesOneThatAnswersAndABadListIsRefused) {
+  ClientOptions co;
+  co.timeout = 5s;
+  co.address = "127.0.0.1:1," + server_->address();
+  absl::StatusOr<std::unique_ptr<CatalogClient>> c = CatalogClient::Create(co);
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<Attributes> root = (*c)->Stat("/");
+    ASSERT_TRUE(root.ok()) << "call " << i << ": " << root.status();
+  }
+  for (const char* bad : {"127.0.0.1:1,localhost:2", "127.0.0.1:1,", "127.0.0.1:1,127.0.0.1",
+                          "127.0.0.1:1,127.0.0.1:99999", "127.0.0.1:1,[::1]:2"}) {
+    co.address = bad;
+    absl::Status s = CatalogClient::Create(co).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad << ": " << s;
+    EXPECT_NE(std::string(s.message()).find(std::string(bad).substr(0, 11)), std::string::npos)
+        << bad << ": " << s;
+  }
+  co.address = "[::1]:1,[::1]:2";
+  EXPECT_TRUE(CatalogClient::Create(co).ok()) << "IPv6 front ends";
+}
+
 TEST_F(CatalogClientTest, CorruptAndTruncatedRequestsAreRejected) {
   // Raw bytes on the wire, bypassing the generated stub.
   std::shared_ptr<grpc::Channel> channel =
