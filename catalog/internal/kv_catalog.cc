@@ -567,7 +567,8 @@ absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> KvCatalog::StatMany(
     for (std::size_t i : active) {
       if (out[i]->type != FileType::kDirectory) {
         std::vector<std::string> prefix(parts[i].begin(), parts[i].begin() + depth);
-        out[i] = absl::FailedPreconditionError(fmt::format("{}: not a directory", JoinPath(prefix)));
+        out[i] = absl::FailedPreconditionError(
+            fmt::format("{}: not a directory", JoinPath(prefix)));
         continue;
       }
       std::string key = DentryKey(out[i]->inode, parts[i][depth]);
@@ -585,7 +586,8 @@ absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> KvCatalog::StatMany(
       const absl::StatusOr<std::string>& v = (*values)[slot_of[i]];
       if (absl::IsNotFound(v.status())) {
         std::vector<std::string> prefix(parts[i].begin(), parts[i].begin() + depth + 1);
-        out[i] = absl::NotFoundError(fmt::format("{}: no such file or directory", JoinPath(prefix)));
+        out[i] = absl::NotFoundError(
+            fmt::format("{}: no such file or directory", JoinPath(prefix)));
         continue;
       }
       if (!v.ok()) return v.status();

@@ -14,8 +14,9 @@
 // Other front ends' writes wake this one's waiters (ReadEvents' long poll) through
 // KvStore::WatchWrites (LISTEN/NOTIFY on PostgreSQL).
 //
-// Cost: mutations of all front ends are serialized, with a lock and three reads more per
-// mutation; reads scale with the front ends (tests/bench/RESULTS.md).
+// Cost: mutations of all front ends are serialized, each with a lock, an unlock and five
+// reads more; reads are not serialized (whether more front ends give more reads depends on
+// the cores behind them and the database's: tests/bench/RESULTS.md, "Several front ends").
 //
 // Thread safety: as Catalog (any thread).
 
