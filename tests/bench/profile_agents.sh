@@ -58,8 +58,14 @@ for n in a b; do
   PERFS+=($!)
 done
 sleep 0.5
+t0=$(date +%s.%N)
 "${GFCP[@]}"
+t1=$(date +%s.%N)
 kill -INT "${PERFS[@]}"
+# The user's view: the gfcp command from start to exit (process start, sessions, checksum
+# exchange included), not only the engine's own "seconds" in its --json.
+awk -v a="$t0" -v b="$t1" -v g="$SIZE_GIB" \
+  'BEGIN {printf "== gfcp wall clock: %.3f s = %.0f MB/s\n", b - a, g * 1073.741824 / (b - a)}'
 for p in "${PERFS[@]}"; do wait "$p" 2>/dev/null || true; done
 set +o pipefail  # `| head` below ends perf report early on purpose
 for n in a b; do
