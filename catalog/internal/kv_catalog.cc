@@ -132,15 +132,14 @@ void KvCatalog::OnExternalWrite() {
 absl::StatusOr<InodeId> KvCatalog::AllocateInode() {
   absl::MutexLock l(&id_mu_);
   if (next_inode_ >= inode_hwm_) {
-    // A new block starts at the stored mark: on a shared store (which is written under its
-    // write lock here) another process may have taken blocks since this one's last.
-    if (store_->shared()) {
-      absl::StatusOr<std::string> v = Get(kMeta, kInodeHwmKey, "inode high-water mark");
-      if (!v.ok()) return v.status();
-      absl::StatusOr<std::uint64_t> stored = GetBigEndian64(*v);
-      if (!stored.ok()) return stored.status();
-      next_inode_ = std::max(next_inode_, *stored);
-    }
+    // A new block starts at the stored mark (one read per block): on a shared store, written
+    // under its write lock here, another process may have taken blocks since this one's last;
+    // alone, the mark is this process's own.
+    absl::StatusOr<std::string> v = Get(kMeta, kInodeHwmKey, "inode high-water mark");
+    if (!v.ok()) return v.status();
+    absl::StatusOr<std::uint64_t> stored = GetBigEndian64(*v);
+    if (!stored.ok()) return stored.status();
+    next_inode_ = std::max(next_inode_, *stored);
     // Persist the end of a new block before handing out ids from it, so ids are never
     // reused after a crash even though creates commit out of order.
     std::uint64_t hwm = next_inode_ + kInodeBlock;

@@ -310,10 +310,21 @@ class PgStore : public KvStore {
 
   // REQUIRES: no snapshot of this store is alive and no call is in progress.
   ~PgStore() override {
-    absl::MutexLock l(&mu_);
-    assert(open_ == idle_.size());
-    idle_.clear();
-    // lock_conn_ closes after this, which releases the session advisory lock.
+    {
+      absl::MutexLock l(&mu_);
+      assert(open_ == idle_.size());
+      idle_.clear();
+    }
+    // The server frees a closed session's advisory locks only when its backend exits, a
+    // moment after the close: an open right after this one (a restart, the next front end)
+    // could still find the database taken. Unlocking first is answered once they are free.
+    absl::MutexLock serve(&lock_mu_);
+    absl::MutexLock lead(&leader_mu_);
+    for (PGconn* c : {lock_conn_.get(), leader_conn_.get()}) {
+      if (c == nullptr || Broken(c)) continue;
+      absl::StatusOr<ResultPtr> r = Exec(c, "SELECT pg_advisory_unlock_all()", "close");
+      (void)r;  // ignored: closing the connection next releases them anyway, a moment later
+    }
   }
 
   absl::StatusOr<std::string> Get(Table t, std::string_view key, std::string_view what,
@@ -674,9 +685,19 @@ class PgStore : public KvStore {
       ResultPtr end(PQgetResult(c));  // null after each statement's result
       if (end != nullptr && first_error.ok()) first_error = PgError(c, end.get(), what);
     }
-    ResultPtr synced(PQgetResult(c));
-    if (synced == nullptr || PQresultStatus(synced.get()) != PGRES_PIPELINE_SYNC) {
-      if (first_error.ok()) first_error = PgError(c, synced.get(), what);
+    bool synced = false;
+    return EndPipeline(c, what, std::move(first_error), synced);
+  }
+
+  // Reads a pipeline's Sync and leaves pipeline mode. Returns `first_error`, or this step's
+  // error if there was none before. `synced` is false if the Sync never came back (the
+  // connection is then unusable; Release's check closes it).
+  static absl::Status EndPipeline(PGconn* c, std::string_view what, absl::Status first_error,
+                                  bool& synced) {
+    ResultPtr sync_result(PQgetResult(c));
+    synced = sync_result != nullptr && PQresultStatus(sync_result.get()) == PGRES_PIPELINE_SYNC;
+    if (!synced) {
+      if (first_error.ok()) first_error = PgError(c, sync_result.get(), what);
       return first_error;
     }
     if (PQexitPipelineMode(c) != 1 && first_error.ok()) first_error = PgError(c, nullptr, what);
@@ -752,12 +773,9 @@ class PgStore : public KvStore {
       ResultPtr end(PQgetResult(c));  // null after each statement's result
       if (end != nullptr && first_error.ok()) first_error = PgError(c, end.get(), what);
     }
-    ResultPtr synced(PQgetResult(c));
-    if (synced == nullptr || PQresultStatus(synced.get()) != PGRES_PIPELINE_SYNC) {
-      if (first_error.ok()) first_error = PgError(c, synced.get(), what);
-      return first_error;
-    }
-    if (PQexitPipelineMode(c) != 1 && first_error.ok()) first_error = PgError(c, nullptr, what);
+    bool synced = false;
+    first_error = EndPipeline(c, what, std::move(first_error), synced);
+    if (!synced) return first_error;
     if (PQtransactionStatus(c) == PQTRANS_INERROR) {
       // The failed transaction block stays open after the Sync; end it so the connection can
       // go back to the pool.
