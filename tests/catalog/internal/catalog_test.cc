@@ -345,7 +345,7 @@ TEST_P(CatalogTest, DataAndIdsSurviveReopen) {
   ASSERT_TRUE(req.ok());
   std::uint64_t seq = *catalog_->LastEventSeq();
   ASSERT_TRUE(catalog_->Remove("/g", false).ok());
-  Open();
+  ASSERT_NO_FATAL_FAILURE(Open());
   EXPECT_EQ(catalog_->Stat("/f")->generation, 1u);
   EXPECT_EQ(catalog_->Stat("/g").status().code(), absl::StatusCode::kNotFound);
   absl::StatusOr<Attributes> after = catalog_->CreateFile("/g", {});
@@ -402,7 +402,7 @@ TEST_P(CatalogTest, NodeDiskProfileIsStoredAndSurvivesReRegistrationHeartbeatsAn
   again.disk.measured_ns = 5;
   ASSERT_TRUE(catalog_->RegisterNode(again).ok());
   expect_sample("after RegisterNode with a disk");
-  Open();
+  ASSERT_NO_FATAL_FAILURE(Open());
   expect_sample("after reopen");
   absl::StatusOr<std::vector<Node>> listed = catalog_->ListNodes("b");
   ASSERT_TRUE(listed.ok()) << listed.status();
@@ -655,7 +655,7 @@ TEST_P(CatalogTest, ClaimTasksFindsEveryOpenTaskAfterManyHaveFinished) {
   EXPECT_EQ(later->front().spec.path, "/g4");
   // And after a reopen (nothing remembered), the same.
   ASSERT_TRUE(TaskTo("/g6", "b1").ok());
-  Open();
+  ASSERT_NO_FATAL_FAILURE(Open());
   absl::StatusOr<std::vector<Task>> reopened = catalog_->ClaimTasks("b1", {"o10", "o11"}, 10s);
   ASSERT_TRUE(reopened.ok());
   ASSERT_EQ(reopened->size(), 1u);
@@ -746,7 +746,7 @@ TEST_P(CatalogTest, TheClaimOrderFollowsNewTasksFailedWritesRenewalsRetriesAndRe
   now_ += 31'000'000'000;
   // Reopened, the order is read again from the database: g5 is due, the leases of o6..o10
   // ran out meanwhile.
-  Open();
+  ASSERT_NO_FATAL_FAILURE(Open());
   after = claim({"a", "b", "c", "d", "e", "f"});
   EXPECT_EQ(after.front(), "/g4");  // priority 9 first
   std::sort(after.begin(), after.end());
@@ -789,7 +789,7 @@ TEST_P(CatalogTest, RevocationsSurviveReopeningAndAreForgottenOnceTheirTokenExpi
   ASSERT_TRUE(catalog_->RevokeToken("soon", now_s + 10).ok());
   ASSERT_TRUE(catalog_->RevokeToken("later", now_s + 3600).ok());
   EXPECT_TRUE(absl::IsInvalidArgument(catalog_->RevokeToken("", now_s)));
-  Open();
+  ASSERT_NO_FATAL_FAILURE(Open());
   absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> list = catalog_->RevokedTokens();
   ASSERT_TRUE(list.ok()) << list.status();
   std::sort(list->begin(), list->end());
@@ -1393,7 +1393,7 @@ TEST_P(CatalogTest, BeginWriteReservesDistinctIncreasingGenerationsThatReadersDo
   ASSERT_TRUE(w5.ok());
   EXPECT_EQ(w5->generation, 5u);
   // Reservations are durable.
-  Open();
+  ASSERT_NO_FATAL_FAILURE(Open());
   absl::StatusOr<WriteReservation> w6 = catalog_->BeginWrite("/f", {});
   ASSERT_TRUE(w6.ok()) << w6.status();
   EXPECT_EQ(w6->generation, 6u);
@@ -1686,7 +1686,7 @@ TEST_P(CatalogTest, AReplicaFoundDamagedBecomesCorruptWithItsReasonAndAnEvent) {
   EXPECT_EQ((*events)[0].state, "corrupt");
   EXPECT_EQ((*events)[0].detail, "checksum x != y");
   // The note and state survive a restart (stored with the record).
-  Open();
+  ASSERT_NO_FATAL_FAILURE(Open());
   rec = RecordOf("/f", "a1");
   ASSERT_TRUE(rec.ok());
   EXPECT_EQ(rec->state, ReplicaState::kCorrupt);
@@ -1872,7 +1872,7 @@ TEST_P(CatalogTest, PurgeForgetsOldFinishedRequestsWithTheirTasksAndNeverReusesA
   EXPECT_TRUE(absl::IsNotFound(catalog_->GetRequest(newest_req).status()));
   EXPECT_TRUE(absl::IsNotFound(catalog_->GetTask(newest_task).status()));
   // After a restart, new ids are above every id given out before, also the purged newest.
-  Open();
+  ASSERT_NO_FATAL_FAILURE(Open());
   absl::StatusOr<Request> next = catalog_->CreateRequest(Req("/f"));
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_GT(next->id, newest_req);
