@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   gfrep::tools::CommonFlags common;
   gfrep::tools::AddCommonFlags(app, common);
   int streams = 4;
-  std::string buffer = "0", stripe = "4M", rate = "0", route_rate = "0", cc, checksum = "xxh3-128";
+  std::string buffer = "0", stripe = "4M", rate = "0", route_rate = "0", cc, checksum = "xxh3-tree";
   std::string block_checksum = "xxh3-64", key_file, tls_ca, tls_cert, tls_key;
   bool tls = false, json = false;
   double timeout = 30;
@@ -63,7 +63,9 @@ int main(int argc, char** argv) {
                  "connection is mutual TLS and the data travels in clear");
   app.add_option("--tls-cert", tls_cert, "PEM client certificate (certificate authentication)");
   app.add_option("--tls-key", tls_key, "PEM key of --tls-cert");
-  app.add_option("--checksum", checksum, "end-to-end checksum: xxh3-128, adler32, sha256");
+  app.add_option("--checksum", checksum,
+                 "end-to-end checksum: xxh3-tree (in one pass with the block checks), xxh3-128, "
+                 "adler32, sha256");
   app.add_option("--block-checksum", block_checksum, "per-block checksum: xxh3-64, crc32c");
   app.add_option("--key-file", key_file, "shared key file (default ~/.gfrep/shared_key)");
   app.add_option("--timeout", timeout, "seconds without progress before giving up");

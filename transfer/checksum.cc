@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -58,11 +59,12 @@ __attribute__((target("sse4.2"))) std::uint32_t Crc32cHw(std::uint32_t crc, cons
 }  // namespace
 
 absl::StatusOr<ChecksumAlgorithm> ParseChecksumAlgorithm(std::string_view name) {
+  if (name == "xxh3-tree") return ChecksumAlgorithm::kXxh3Tree;
   if (name == "xxh3-128" || name == "xxh3" || name == "xxh128") return ChecksumAlgorithm::kXxh3_128;
   if (name == "adler32") return ChecksumAlgorithm::kAdler32;
   if (name == "sha256") return ChecksumAlgorithm::kSha256;
   return absl::InvalidArgumentError(
-      fmt::format("unknown checksum algorithm '{}' (xxh3-128, adler32, sha256)", name));
+      fmt::format("unknown checksum algorithm '{}' (xxh3-tree, xxh3-128, adler32, sha256)", name));
 }
 
 std::string_view ChecksumAlgorithmName(ChecksumAlgorithm algorithm) {
@@ -70,6 +72,7 @@ std::string_view ChecksumAlgorithmName(ChecksumAlgorithm algorithm) {
     case ChecksumAlgorithm::kXxh3_128: return "xxh3-128";
     case ChecksumAlgorithm::kAdler32: return "adler32";
     case ChecksumAlgorithm::kSha256: return "sha256";
+    case ChecksumAlgorithm::kXxh3Tree: return "xxh3-tree";
   }
   return "?";
 }
@@ -86,10 +89,43 @@ std::string_view BlockChecksumAlgorithmName(BlockChecksumAlgorithm algorithm) {
 }
 
 struct FileHasher::State {
-  XXH3_state_t* xxh = nullptr;
+  XXH3_state_t* xxh = nullptr;  // xxh3-128; xxh3-tree: over the leaf digests
+  XXH3_state_t* leaf = nullptr;  // xxh3-tree: the leaf being hashed
+  std::uint64_t leaf_fill = 0;
   std::uint32_t adler = 1;
   EVP_MD_CTX* sha = nullptr;
 };
+
+namespace {
+
+LeafDigest DigestOf(XXH3_state_t* leaf) {
+  XXH128_canonical_t canon;
+  XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(leaf));
+  LeafDigest d;
+  std::memcpy(d.data(), canon.digest, d.size());
+  return d;
+}
+
+// Feeds `size` bytes into a leaf state of `fill` bytes, calling end() at each leaf boundary
+// (which digests and resets the leaf).
+template <typename EndLeaf>
+void FeedLeaves(XXH3_state_t* leaf, std::uint64_t& fill, const unsigned char* p, std::size_t size,
+                EndLeaf end) {
+  while (size > 0) {
+    auto n = static_cast<std::size_t>(std::min<std::uint64_t>(size, kTreeLeafBytes - fill));
+    XXH3_128bits_update(leaf, p, n);
+    fill += n;
+    p += n;
+    size -= n;
+    if (fill == kTreeLeafBytes) {
+      end();
+      XXH3_128bits_reset(leaf);
+      fill = 0;
+    }
+  }
+}
+
+}  // namespace
 
 FileHasher::FileHasher(ChecksumAlgorithm algorithm)
     : algorithm_(algorithm), state_(std::make_unique<State>()) {
@@ -104,11 +140,18 @@ FileHasher::FileHasher(ChecksumAlgorithm algorithm)
       state_->sha = EVP_MD_CTX_new();
       EVP_DigestInit_ex(state_->sha, EVP_sha256(), nullptr);
       break;
+    case ChecksumAlgorithm::kXxh3Tree:
+      state_->xxh = XXH3_createState();
+      XXH3_128bits_reset(state_->xxh);
+      state_->leaf = XXH3_createState();
+      XXH3_128bits_reset(state_->leaf);
+      break;
   }
 }
 
 FileHasher::~FileHasher() {
   if (state_->xxh != nullptr) XXH3_freeState(state_->xxh);
+  if (state_->leaf != nullptr) XXH3_freeState(state_->leaf);
   if (state_->sha != nullptr) EVP_MD_CTX_free(state_->sha);
 }
 
@@ -123,6 +166,14 @@ void FileHasher::Update(const void* data, std::size_t size) {
     case ChecksumAlgorithm::kSha256:
       EVP_DigestUpdate(state_->sha, data, size);
       break;
+    case ChecksumAlgorithm::kXxh3Tree: {
+      State& st = *state_;
+      FeedLeaves(st.leaf, st.leaf_fill, static_cast<const unsigned char*>(data), size, [&st] {
+        LeafDigest d = DigestOf(st.leaf);
+        XXH3_128bits_update(st.xxh, d.data(), d.size());
+      });
+      break;
+    }
   }
 }
 
@@ -130,6 +181,15 @@ std::string FileHasher::Finish() {
   std::string prefix = fmt::format("{}:", ChecksumAlgorithmName(algorithm_));
   switch (algorithm_) {
     case ChecksumAlgorithm::kXxh3_128: {
+      XXH128_canonical_t canon;
+      XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(state_->xxh));
+      return prefix + Hex(canon.digest, sizeof(canon.digest));
+    }
+    case ChecksumAlgorithm::kXxh3Tree: {
+      if (state_->leaf_fill > 0) {  // the short last leaf
+        LeafDigest d = DigestOf(state_->leaf);
+        XXH3_128bits_update(state_->xxh, d.data(), d.size());
+      }
       XXH128_canonical_t canon;
       XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(state_->xxh));
       return prefix + Hex(canon.digest, sizeof(canon.digest));
@@ -193,6 +253,107 @@ absl::StatusOr<std::string> ComputeFileChecksum(const std::filesystem::path& pat
       ComputeFdChecksum(fd, static_cast<std::uint64_t>(st.st_size), algorithm);
   ::close(fd);
   return result;
+}
+
+bool IsTreeFrame(std::uint64_t offset, std::uint64_t length, std::uint64_t file_size) {
+  const std::uint64_t end = offset + length;
+  return length > 0 && offset % kTreeLeafBytes == 0 &&
+         (end % kTreeLeafBytes == 0 || end == file_size);
+}
+
+struct LeafHasher::State {
+  XXH3_state_t* leaf = XXH3_createState();
+};
+
+LeafHasher::LeafHasher() : state_(std::make_unique<State>()) {}
+
+LeafHasher::~LeafHasher() { XXH3_freeState(state_->leaf); }
+
+void LeafHasher::Reset(std::uint64_t length) {
+  digests_.resize((length + kTreeLeafBytes - 1) / kTreeLeafBytes);
+  count_ = 0;
+  fill_ = 0;
+  XXH3_128bits_reset(state_->leaf);
+}
+
+void LeafHasher::EndLeaf() {
+  if (count_ < digests_.size()) digests_[count_] = DigestOf(state_->leaf);
+  ++count_;
+}
+
+void LeafHasher::Update(const void* data, std::size_t size) {
+  FeedLeaves(state_->leaf, fill_, static_cast<const unsigned char*>(data), size,
+             [this] { EndLeaf(); });
+}
+
+const std::vector<LeafDigest>& LeafHasher::digests() {
+  if (fill_ > 0) {  // the short last leaf of the file
+    EndLeaf();
+    fill_ = 0;
+    XXH3_128bits_reset(state_->leaf);
+  }
+  return digests_;
+}
+
+std::uint64_t LeafHasher::BlockCheck() {
+  const std::vector<LeafDigest>& d = digests();
+  return XXH3_64bits(d.data(), d.size() * sizeof(LeafDigest));
+}
+
+TreeChecksum::TreeChecksum(std::uint64_t file_size)
+    : size_(file_size),
+      leaves_((file_size + kTreeLeafBytes - 1) / kTreeLeafBytes),
+      have_(leaves_.size(), false) {}
+
+void TreeChecksum::Set(std::uint64_t first_leaf, const std::vector<LeafDigest>& digests) {
+  for (std::size_t i = 0; i < digests.size() && first_leaf + i < leaves_.size(); ++i) {
+    leaves_[first_leaf + i] = digests[i];
+    have_[first_leaf + i] = true;
+  }
+}
+
+std::uint64_t TreeChecksum::missing_bytes() const {
+  std::uint64_t bytes = 0;
+  for (std::size_t i = 0; i < have_.size(); ++i) {
+    if (!have_[i]) bytes += std::min<std::uint64_t>(kTreeLeafBytes, size_ - i * kTreeLeafBytes);
+  }
+  return bytes;
+}
+
+absl::Status TreeChecksum::FillFromFd(int fd) {
+  std::unique_ptr<unsigned char[]> buf;
+  XXH3_state_t* leaf = XXH3_createState();
+  struct Free {
+    XXH3_state_t* s;
+    ~Free() { XXH3_freeState(s); }
+  } free_leaf{leaf};
+  for (std::size_t i = 0; i < have_.size(); ++i) {
+    if (have_[i]) continue;
+    if (buf == nullptr) buf = std::make_unique_for_overwrite<unsigned char[]>(kTreeLeafBytes);
+    const std::uint64_t off = i * kTreeLeafBytes;
+    const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(kTreeLeafBytes, size_ - off));
+    for (std::size_t got = 0; got < want;) {
+      ssize_t n = ::pread(fd, buf.get() + got, want - got, static_cast<off_t>(off + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return absl::InternalError(fmt::format("read for checksum: {}", std::strerror(errno)));
+      if (n == 0) {
+        return absl::AbortedError(fmt::format(
+            "file changed size while its checksum was computed (no longer {} bytes)", size_));
+      }
+      got += static_cast<std::size_t>(n);
+    }
+    XXH3_128bits_reset(leaf);
+    XXH3_128bits_update(leaf, buf.get(), want);
+    leaves_[i] = DigestOf(leaf);
+    have_[i] = true;
+  }
+  return absl::OkStatus();
+}
+
+std::string TreeChecksum::Finish() const {
+  XXH128_canonical_t canon;
+  XXH128_canonicalFromHash(&canon, XXH3_128bits(leaves_.data(), leaves_.size() * sizeof(LeafDigest)));
+  return "xxh3-tree:" + Hex(canon.digest, sizeof(canon.digest));
 }
 
 std::uint64_t BlockChecksum(BlockChecksumAlgorithm algorithm, const void* data,

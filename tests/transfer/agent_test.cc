@@ -575,10 +575,12 @@ TEST_F(AgentTest, CrcBlockChecksumAndOtherFileChecksumsWork) {
   }
 }
 
-// Blocks that arrive ahead of the end-to-end checksum's frontier are kept in receive buffers
-// and hashed from memory; a full pool falls back to reading them back from the partial file.
+// With a checksum that must be fed in file order (xxh3-128, sha256, adler32), blocks that
+// arrive ahead of the end-to-end checksum's frontier are kept in receive buffers and hashed
+// from memory; a full pool falls back to reading them back from the partial file.
 TEST_F(AgentTest, ReceivePoolAndItsFallbackGiveTheRightChecksum) {
   const std::filesystem::path src = dir_.path() / "spool" / "f.dat";
+  options_.checksum = "xxh3-128";
   const std::string want = *ComputeFileChecksum(src, ChecksumAlgorithm::kXxh3_128);
   options_.route.streams = 1;  // in order: nothing is ever read back
   absl::StatusOr<TransferStats> one = Pull(endpoint_, "f.dat", dir_.path() / "one", options_);
@@ -603,12 +605,44 @@ TEST_F(AgentTest, ReceivePoolAndItsFallbackGiveTheRightChecksum) {
   }
 }
 
+// With xxh3-tree (the default) every block that starts and ends on a leaf is checked by its
+// leaves' digests, which also make the file checksum in any order: nothing is read back.
+// Blocks that are not whole leaves are checked as usual and their leaves are read back once.
+TEST_F(AgentTest, TreeChecksumComesFromTheBlockPass) {
+  const std::filesystem::path src = dir_.path() / "spool" / "f.dat";  // 3 MiB
+  const std::string want = *ComputeFileChecksum(src, ChecksumAlgorithm::kXxh3Tree);
+  ASSERT_EQ(options_.checksum, "xxh3-tree");
+  options_.route.streams = 3;
+  options_.route.stripe_unit = 1 << 20;
+  absl::StatusOr<TransferStats> whole = Pull(endpoint_, "f.dat", dir_.path() / "whole", options_);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->checksum, want);
+  EXPECT_EQ(whole->checksum_read_back_bytes, 0u);
+  EXPECT_EQ(testing::ReadFile(dir_.path() / "whole"), testing::ReadFile(src));
+  // 256 KiB blocks are not whole leaves: right checksum, every leaf read back once.
+  options_.route.stripe_unit = 256 << 10;
+  absl::StatusOr<TransferStats> small = Pull(endpoint_, "f.dat", dir_.path() / "small", options_);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->checksum, want);
+  EXPECT_EQ(small->checksum_read_back_bytes, small->bytes);
+  // A flipped byte in a tree frame fails its leaf-digest check and is re-sent.
+  options_.route.stripe_unit = 1 << 20;
+  options_.test_corrupt_offset = (1 << 20) + 12345;
+  options_.test_corrupt_times = 1;
+  absl::StatusOr<TransferStats> flipped = Push(src, endpoint_, "flipped", options_);
+  ASSERT_TRUE(flipped.ok()) << flipped.status();
+  EXPECT_EQ(flipped->resend_rounds, 1);
+  EXPECT_EQ(flipped->checksum, want);
+  EXPECT_EQ(testing::ReadFile(dir_.path() / "spool" / "flipped"), testing::ReadFile(src));
+}
+
 // A damaged block is caught and re-sent whether it lands at the frontier, in the pool or past
 // a full pool (the agent's receiver here has a pool of one block).
 TEST_F(AgentTest, DamagedBlocksAreCaughtWithAPoolOfOneBlock) {
   StopAgent();
   StartAgent([](AgentOptions& o) { o.defaults.receive_pool_bytes = 64 << 10; });
   testing::WriteRandomFile(dir_.path() / "src", 2 << 20, 11);
+  options_.checksum = "xxh3-128";
   for (std::int64_t at : {std::int64_t{0}, std::int64_t{300000}, std::int64_t{1500000}}) {
     options_.test_corrupt_offset = at;
     options_.test_corrupt_times = 1;
@@ -832,7 +866,7 @@ TEST_F(AgentTest, ConcurrentPutsToOnePathNeverMixTheirBytes) {
   for (auto [r, src] : {std::pair{&ra, a}, std::pair{&rb, b}}) {
     if (r->ok()) {
       EXPECT_TRUE(SameBytes(testing::ReadFile(final_path), testing::ReadFile(src))) << src;
-      EXPECT_EQ((*r)->checksum, *ComputeFileChecksum(src, ChecksumAlgorithm::kXxh3_128)) << src;
+      EXPECT_EQ((*r)->checksum, *ComputeFileChecksum(src, ChecksumAlgorithm::kXxh3Tree)) << src;
     } else {
       EXPECT_TRUE(absl::IsUnavailable(r->status())) << r->status();
       EXPECT_NE(r->status().message().find("another transfer is writing"), absl::string_view::npos)
@@ -913,7 +947,7 @@ TEST_F(AgentTest, OverlappingBlockIsRefusedAndNeverOverwritesReceivedBytes) {
     std::string bytes = orig.substr(i * kBlock, kBlock);
     return RawBlock{i * kBlock, bytes, BlockChecksum(BlockChecksumAlgorithm::kXxh3_64, bytes.data(), bytes.size())};
   };
-  const std::string sum = ChecksumOf(ChecksumAlgorithm::kXxh3_128, orig);
+  const std::string sum = ChecksumOf(ChecksumAlgorithm::kXxh3Tree, orig);
   // The duplicate of block 0 carries other bytes with a valid block checksum, and a second
   // one is damaged (its checksum does not match its bytes).
   std::vector<RawBlock> variants[] = {
@@ -948,7 +982,7 @@ TEST_F(AgentTest, DamagedBlockNeverReachesThePartialFile) {
       {kBlock, b1, 777},  // damaged
   };
   absl::Status s = SendRawPut(endpoint_, options_, "dmg", orig.size(), blocks,
-                              ChecksumOf(ChecksumAlgorithm::kXxh3_128, orig));
+                              ChecksumOf(ChecksumAlgorithm::kXxh3Tree, orig));
   EXPECT_FALSE(s.ok());  // the agent asks for a re-send; this sender gives up
   StopAgent();           // the session's partial file is final now
   std::vector<std::filesystem::path> parts;

@@ -1,5 +1,10 @@
 #include "transfer/checksum.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "tests/support/temp_dir.h"
@@ -43,8 +48,8 @@ TEST(ChecksumTest, Xxh3KnownVectors) {
 TEST(ChecksumTest, IncrementalEqualsOneShot) {
   std::string data(1 << 20, '\0');
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + (i >> 9));
-  for (ChecksumAlgorithm alg :
-       {ChecksumAlgorithm::kXxh3_128, ChecksumAlgorithm::kAdler32, ChecksumAlgorithm::kSha256}) {
+  for (ChecksumAlgorithm alg : {ChecksumAlgorithm::kXxh3_128, ChecksumAlgorithm::kAdler32,
+                                ChecksumAlgorithm::kSha256, ChecksumAlgorithm::kXxh3Tree}) {
     FileHasher h(alg);
     for (std::size_t off = 0; off < data.size(); off += 77777) {
       h.Update(data.data() + off, std::min<std::size_t>(77777, data.size() - off));
@@ -65,11 +70,122 @@ TEST(ChecksumTest, FileChecksumMatchesInMemory) {
 
 TEST(ChecksumTest, ParsesNames) {
   EXPECT_EQ(*ParseChecksumAlgorithm("xxh3-128"), ChecksumAlgorithm::kXxh3_128);
+  EXPECT_EQ(*ParseChecksumAlgorithm("xxh3-tree"), ChecksumAlgorithm::kXxh3Tree);
+  EXPECT_EQ(ChecksumAlgorithmName(ChecksumAlgorithm::kXxh3Tree), "xxh3-tree");
   EXPECT_EQ(*ParseChecksumAlgorithm("adler32"), ChecksumAlgorithm::kAdler32);
   EXPECT_EQ(*ParseChecksumAlgorithm("sha256"), ChecksumAlgorithm::kSha256);
   EXPECT_TRUE(absl::IsInvalidArgument(ParseChecksumAlgorithm("md5").status()));
   EXPECT_EQ(*ParseBlockChecksumAlgorithm("crc32c"), BlockChecksumAlgorithm::kCrc32c);
   EXPECT_TRUE(absl::IsInvalidArgument(ParseBlockChecksumAlgorithm("none").status()));
+}
+
+std::string Pattern(std::size_t size, unsigned seed) {
+  std::string data(size, '\0');
+  for (std::size_t i = 0; i < size; ++i) data[i] = static_cast<char>(i * 131 + (i >> 9) + seed);
+  return data;
+}
+
+// xxh3-tree written out from its definition with plain xxHash calls.
+std::string TreeByDefinition(const std::string& data) {
+  std::string digests;
+  for (std::size_t off = 0; off < data.size(); off += kTreeLeafBytes) {
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(
+        &c, XXH3_128bits(data.data() + off, std::min<std::size_t>(kTreeLeafBytes, data.size() - off)));
+    digests.append(reinterpret_cast<const char*>(c.digest), sizeof(c.digest));
+  }
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, XXH3_128bits(digests.data(), digests.size()));
+  std::string hex;
+  for (unsigned char b : c.digest) hex += fmt::format("{:02x}", b);
+  return "xxh3-tree:" + hex;
+}
+
+constexpr std::size_t kLeaf = kTreeLeafBytes;
+
+TEST(ChecksumTest, TreeIsTheHashOfItsLeafHashes) {
+  for (std::size_t size : {std::size_t{0}, std::size_t{1}, kLeaf - 1, kLeaf, kLeaf + 1, 3 * kLeaf + 12345}) {
+    std::string data = Pattern(size, 7);
+    FileHasher h(ChecksumAlgorithm::kXxh3Tree);
+    for (std::size_t off = 0; off < size; off += 300001)
+      h.Update(data.data() + off, std::min<std::size_t>(300001, size - off));
+    EXPECT_EQ(h.Finish(), TreeByDefinition(data)) << size;
+  }
+  // Not the same as xxh3-128 of the bytes, and it sees a flipped byte in any leaf.
+  std::string data = Pattern(3 * kLeaf + 5, 1);
+  std::string sum = ChecksumOf(ChecksumAlgorithm::kXxh3Tree, data);
+  EXPECT_NE(sum.substr(10), ChecksumOf(ChecksumAlgorithm::kXxh3_128, data).substr(9));
+  for (std::size_t at : {std::size_t{0}, kLeaf, 3 * kLeaf + 4}) {
+    std::string bad = data;
+    bad[at] ^= 1;
+    EXPECT_NE(ChecksumOf(ChecksumAlgorithm::kXxh3Tree, bad), sum) << at;
+  }
+}
+
+TEST(ChecksumTest, TreeFromLeavesInAnyOrderEqualsTheFileHash) {
+  const std::size_t size = 9 * kLeaf + 777;
+  std::string data = Pattern(size, 3);
+  TreeChecksum tree(size);
+  LeafHasher leaves;
+  // Frames of 2 leaves, last first; each fed in 256 KiB + 1 pieces.
+  std::vector<std::size_t> offsets;
+  for (std::size_t off = 0; off < size; off += 2 * kLeaf) offsets.push_back(off);
+  for (auto it = offsets.rbegin(); it != offsets.rend(); ++it) {
+    const std::size_t len = std::min<std::size_t>(2 * kLeaf, size - *it);
+    ASSERT_TRUE(IsTreeFrame(*it, len, size));
+    leaves.Reset(len);
+    for (std::size_t p = 0; p < len; p += 262145)
+      leaves.Update(data.data() + *it + p, std::min<std::size_t>(262145, len - p));
+    const std::vector<LeafDigest>& d = leaves.digests();
+    EXPECT_EQ(leaves.BlockCheck(), XXH3_64bits(d.data(), d.size() * sizeof(LeafDigest)));
+    tree.Set(*it / kLeaf, d);
+  }
+  EXPECT_EQ(tree.missing_bytes(), 0u);
+  EXPECT_EQ(tree.Finish(), ChecksumOf(ChecksumAlgorithm::kXxh3Tree, data));
+}
+
+TEST(ChecksumTest, BlockCheckOfATreeFrameSeesAFlippedByte) {
+  std::string data = Pattern(4 * kLeaf, 9);
+  LeafHasher h;
+  h.Reset(data.size());
+  h.Update(data.data(), data.size());
+  const std::uint64_t good = h.BlockCheck();
+  data[3 * kLeaf + 10] ^= 0x40;
+  h.Reset(data.size());
+  h.Update(data.data(), data.size());
+  EXPECT_NE(h.BlockCheck(), good);
+}
+
+TEST(ChecksumTest, TreeFramesStartAndEndOnLeaves) {
+  EXPECT_TRUE(IsTreeFrame(0, 4 * kLeaf, 100 * kLeaf));
+  EXPECT_TRUE(IsTreeFrame(4 * kLeaf, 4 * kLeaf, 100 * kLeaf));
+  EXPECT_TRUE(IsTreeFrame(8 * kLeaf, 5, 8 * kLeaf + 5));  // the short end of the file
+  EXPECT_TRUE(IsTreeFrame(0, 5, 5));
+  EXPECT_FALSE(IsTreeFrame(256 * 1024, kLeaf, 100 * kLeaf));
+  EXPECT_FALSE(IsTreeFrame(0, 256 * 1024, 100 * kLeaf));
+  EXPECT_FALSE(IsTreeFrame(kLeaf, 0, 100 * kLeaf));
+}
+
+TEST(ChecksumTest, MissingLeavesAreReadFromTheFile) {
+  testing::TempDir dir("checksum");
+  const std::size_t size = 5 * kLeaf + 99;
+  testing::WriteRandomFile(dir.path() / "f", size, 2);
+  std::string content = testing::ReadFile(dir.path() / "f");
+  TreeChecksum tree(size);
+  LeafHasher h;
+  h.Reset(2 * kLeaf);
+  h.Update(content.data() + 2 * kLeaf, 2 * kLeaf);
+  tree.Set(2, h.digests());
+  EXPECT_EQ(tree.missing_bytes(), 3 * kLeaf + 99);
+  int fd = ::open((dir.path() / "f").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(tree.FillFromFd(fd).ok());
+  EXPECT_EQ(tree.missing_bytes(), 0u);
+  EXPECT_EQ(tree.Finish(), *ComputeFileChecksum(dir.path() / "f", ChecksumAlgorithm::kXxh3Tree));
+  // A file shorter than the checksum expects is an error, not a checksum.
+  TreeChecksum longer(size + kLeaf);
+  EXPECT_TRUE(absl::IsAborted(longer.FillFromFd(fd)));
+  ::close(fd);
 }
 
 }  // namespace

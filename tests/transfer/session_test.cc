@@ -237,7 +237,7 @@ TEST_F(SessionTest, ASenderThatCannotMapItsFilesReadsThemAndSendsTheSameBytes) {
       absl::StatusOr<TransferStats> s = PullOne(io, cache, name);
       ASSERT_TRUE(s.ok()) << name << ": " << s.status();
       EXPECT_TRUE(PulledIntact(name));
-      EXPECT_EQ(s->checksum, ChecksumOf(ChecksumAlgorithm::kXxh3_128,
+      EXPECT_EQ(s->checksum, ChecksumOf(ChecksumAlgorithm::kXxh3Tree,
                                         testing::ReadFile(dir_.path() / "spool" / name)));
     }
     // The path taken: no block hashed from a mapping with no_map, every block otherwise

@@ -13,6 +13,7 @@
 #include <map>
 
 #include "absl/status/status.h"
+#include "transfer/checksum.h"
 #include "transfer/internal/commit.h"
 #include "transfer/internal/xxh.h"
 
@@ -90,6 +91,11 @@ struct ReceiverState {
   std::unique_ptr<FileHasher> file_hasher;  // covers [0, hashed_upto) of the partial file
   std::uint64_t hashed_upto = 0;
   bool frontier_claimed = false;  // a stream is hashing the block at hashed_upto inline
+  // With the xxh3-tree checksum none of the above (file_hasher is null, no pool): each tree
+  // frame (IsTreeFrame) is checked by its leaves' digests, which go into `tree` in any order;
+  // leaves no tree frame brought (resumed ranges, small blocks) are read back at the end.
+  bool tree_frames = false;
+  std::shared_ptr<TreeChecksum> tree;
   // Blocks that passed their block checksum ahead of the frontier, kept in their receive
   // buffers (keyed by offset) until the frontier reaches them; at most pool_limit bytes.
   // A block that does not fit is read back from the partial file instead.
@@ -323,6 +329,7 @@ asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<Recei
     XXH3_state_t* s;
     ~Free() { XXH3_freeState(s); }
   } free_xxh{xxh};
+  LeafHasher leaves;
   auto log = LoggerOf(o.logger);
   for (;;) {
     absl::StatusOr<FrameHeader> h =
@@ -351,6 +358,8 @@ asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<Recei
       }
     } in_flight{st.get(), range};
     XXH3_64bits_reset(xxh);
+    const bool tree_frame = st->tree_frames && IsTreeFrame(h->offset, h->length, dst->size);
+    if (tree_frame) leaves.Reset(h->length);
     bool inline_file =
         st->file_hasher != nullptr && !st->frontier_claimed && h->offset == st->hashed_upto;
     if (inline_file) st->frontier_claimed = true;
@@ -395,15 +404,18 @@ asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<Recei
         if (block != nullptr) own.push_back(std::move(block));
         co_return s;
       }
-      if (alg == BlockChecksumAlgorithm::kXxh3_64) {
-        XXH3_64bits_update(xxh, piece, n);
-      } else {
+      if (alg == BlockChecksumAlgorithm::kCrc32c) {
         crc = Crc32c(crc, piece, n);
+      } else if (!tree_frame) {
+        XXH3_64bits_update(xxh, piece, n);
       }
+      if (tree_frame) leaves.Update(piece, n);
       if (inline_file) st->file_hasher->Update(piece, n);
       done += n;
     }
-    std::uint64_t sum = alg == BlockChecksumAlgorithm::kXxh3_64 ? XXH3_64bits_digest(xxh) : crc;
+    std::uint64_t sum = alg == BlockChecksumAlgorithm::kCrc32c ? crc
+                        : tree_frame                          ? leaves.BlockCheck()
+                                                              : XXH3_64bits_digest(xxh);
     if (inline_file) st->frontier_claimed = false;
     if (sum != h->checksum) {
       if (inline_file) {  // the file hash saw damaged bytes: read everything back at the end
@@ -419,6 +431,7 @@ asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<Recei
     // The file hash has these bytes now (they reach the partial file before they count as
     // received, see BookWrite).
     if (inline_file) st->hashed_upto = range.end;
+    if (tree_frame && st->tree != nullptr) st->tree->Set(h->offset / kTreeLeafBytes, leaves.digests());
     // One write in flight per stream: the previous one has finished before this one starts.
     if (absl::Status f = co_await FinishWrite(*w, own); !f.ok()) {
       if (block != nullptr) own.push_back(std::move(block));
@@ -568,10 +581,16 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
   BlockChecksumAlgorithm alg = *ParseBlockChecksumAlgorithm(o.block_checksum);
   ChecksumAlgorithm file_alg = *ParseChecksumAlgorithm(o.checksum);
   auto st = std::make_shared<ReceiverState>(ex);
-  if (dst->size > 0) st->file_hasher = std::make_unique<FileHasher>(file_alg);
+  st->tree_frames = file_alg == ChecksumAlgorithm::kXxh3Tree;
+  if (st->tree_frames) {
+    st->tree = std::make_shared<TreeChecksum>(dst->size);
+  } else if (dst->size > 0) {
+    st->file_hasher = std::make_unique<FileHasher>(file_alg);
+  }
   st->spare_size = o.route.stripe_unit;
-  st->pool_limit =
-      std::min<std::uint64_t>(o.receive_pool_bytes, 2 * data.size() * o.route.stripe_unit);
+  st->pool_limit = st->tree_frames ? 0
+                                   : std::min<std::uint64_t>(o.receive_pool_bytes,
+                                                             2 * data.size() * o.route.stripe_unit);
   // A stream receives its next block while the last one is written: two buffers of its own
   // when that fits the receive memory budget, else one (the write then ends before the next
   // block is received; the other streams go on meanwhile).
@@ -626,6 +645,11 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
           std::function<absl::StatusOr<std::string>()> verify =
               [dst, st, file_alg]() -> absl::StatusOr<std::string> {
             if (::fdatasync(dst->fd) != 0) return ErrnoStatus(errno, "sync partial file");
+            if (st->tree != nullptr) {
+              st->read_back_bytes += st->tree->missing_bytes();
+              if (absl::Status f = st->tree->FillFromFd(dst->fd); !f.ok()) return f;
+              return st->tree->Finish();
+            }
             if (st->file_hasher != nullptr) {
               constexpr std::size_t kCap = 1 << 20;
               std::unique_ptr<unsigned char, decltype(&std::free)> b(

@@ -16,6 +16,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
 #include "absl/status/status.h"
+#include "transfer/checksum.h"
 #include "transfer/internal/mapped_read.h"
 #include "transfer/internal/tcp_stats.h"
 #include "transfer/internal/token_bucket.h"
@@ -93,11 +94,21 @@ std::shared_ptr<ChecksumJob> StartChecksum(std::shared_ptr<SourceFile> src,
   return job;
 }
 
-std::vector<ByteRange> SplitBlocks(const std::vector<ByteRange>& ranges, std::uint64_t unit) {
+// Blocks of `unit` bytes. With `whole_leaves` (xxh3-tree) and a unit of whole leaves, a range
+// that starts inside a leaf (a resume after smaller blocks) begins with a short block up to
+// the next leaf, so that the blocks after it are tree frames again.
+std::vector<ByteRange> SplitBlocks(const std::vector<ByteRange>& ranges, std::uint64_t unit,
+                                   bool whole_leaves) {
   std::vector<ByteRange> out;
+  const bool align = whole_leaves && unit % kTreeLeafBytes == 0;
   for (const ByteRange& r : ranges) {
-    for (std::uint64_t b = r.begin; b < r.end; b += unit)
-      out.push_back({b, std::min(r.end, b + unit)});
+    std::uint64_t b = r.begin;
+    if (align && b % kTreeLeafBytes != 0) {
+      const std::uint64_t head = std::min(r.end, (b / kTreeLeafBytes + 1) * kTreeLeafBytes);
+      out.push_back({b, head});
+      b = head;
+    }
+    for (; b < r.end; b += unit) out.push_back({b, std::min(r.end, b + unit)});
   }
   return out;
 }
@@ -111,6 +122,11 @@ struct SenderState {
   // in the same pass as the block checksums: `file_hasher` covers [0, hashed_upto).
   std::unique_ptr<FileHasher> file_hasher;
   std::uint64_t hashed_upto = 0;
+  // With the xxh3-tree checksum every tree frame (IsTreeFrame) is checked by its leaves'
+  // digests, and when the whole file is sent those digests make the file checksum (`tree`),
+  // in any order: one pass over each byte.
+  bool tree_frames = false;
+  std::shared_ptr<TreeChecksum> tree;
   // Rate-limit and backlog timers of the running streams, cancelled when the round fails.
   std::vector<asio::steady_timer*> timers;
   void Stop() {
@@ -129,12 +145,13 @@ struct StreamBuffers {
 };
 
 // What the block pass feeds each piece to: the block checksum and, when the block is next in
-// file order, the end-to-end checksum.
+// file order, the end-to-end checksum; or, for a tree frame, its leaves (which make both).
 struct BlockHashing {
   BlockChecksumAlgorithm alg;
   XXH3_state_t* xxh;
   std::uint32_t crc = 0;
   FileHasher* file;
+  LeafHasher* leaves;                // a tree frame's leaves (else null)
   unsigned char* copy_to = nullptr;  // where the block goes when it is sent from memory
   static void Visit(void* ctx, const unsigned char* data, std::size_t n) {
     auto* h = static_cast<BlockHashing*>(ctx);
@@ -142,11 +159,12 @@ struct BlockHashing {
       std::memcpy(h->copy_to, data, n);
       h->copy_to += n;
     }
-    if (h->alg == BlockChecksumAlgorithm::kXxh3_64) {
-      XXH3_64bits_update(h->xxh, data, n);
-    } else {
+    if (h->alg == BlockChecksumAlgorithm::kCrc32c) {
       h->crc = Crc32c(h->crc, data, n);
+    } else if (h->leaves == nullptr) {
+      XXH3_64bits_update(h->xxh, data, n);
     }
+    if (h->leaves != nullptr) h->leaves->Update(data, n);
     if (h->file != nullptr) h->file->Update(data, n);
   }
 };
@@ -157,11 +175,12 @@ struct BlockHashing {
 // goes out from memory: TLS in user space, test corruption), each piece is copied into
 // bufs.block as it is hashed (a copy from the mapping costs less than pread's: no page-cache
 // lookup per page). Where the file cannot be mapped (or `no_map`), it is read in 256 KiB
-// pieces into bufs.piece (or bufs.block with `keep`), each hashed while in cache.
+// pieces into bufs.piece (or bufs.block with `keep`), each hashed while in cache. With
+// `leaves` (a tree frame) the pass hashes the block's leaves instead, which give both.
 absl::StatusOr<std::uint64_t> ReadAndHashBlock(SenderState& st, const SourceFile& src,
                                                BlockChecksumAlgorithm alg, const ByteRange& b,
                                                StreamBuffers& bufs, bool keep, bool no_map,
-                                               XXH3_state_t* xxh) {
+                                               XXH3_state_t* xxh, LeafHasher* leaves) {
   constexpr std::uint64_t kPiece = StreamBuffers::kPiece;
   if (keep && bufs.block_size < b.size()) {
     bufs.block = std::make_unique_for_overwrite<unsigned char[]>(b.size());
@@ -170,7 +189,8 @@ absl::StatusOr<std::uint64_t> ReadAndHashBlock(SenderState& st, const SourceFile
   FileHasher* file =
       st.file_hasher != nullptr && st.hashed_upto == b.begin ? st.file_hasher.get() : nullptr;
   XXH3_64bits_reset(xxh);
-  BlockHashing h{alg, xxh, 0, file, keep ? bufs.block.get() : nullptr};
+  if (leaves != nullptr) leaves->Reset(b.size());  // allocates here, not in the visit
+  BlockHashing h{alg, xxh, 0, file, leaves, keep ? bufs.block.get() : nullptr};
   absl::Status mapped = absl::UnavailableError("not mapped");
   if (!no_map) {
     mapped = MapAndVisit(src.fd, b.begin, b.size(), kPiece, &BlockHashing::Visit, &h);
@@ -179,6 +199,7 @@ absl::StatusOr<std::uint64_t> ReadAndHashBlock(SenderState& st, const SourceFile
   }
   if (!mapped.ok()) {
     h.copy_to = nullptr;
+    if (leaves != nullptr) leaves->Reset(b.size());
     for (std::uint64_t p = b.begin; p < b.end; p += kPiece) {
       auto n = static_cast<std::size_t>(std::min(kPiece, b.end - p));
       unsigned char* dst = keep ? bufs.block.get() + (p - b.begin) : bufs.piece.get();
@@ -187,6 +208,10 @@ absl::StatusOr<std::uint64_t> ReadAndHashBlock(SenderState& st, const SourceFile
     }
   }
   if (file != nullptr) st.hashed_upto = b.end;
+  if (leaves != nullptr) {
+    if (st.tree != nullptr) st.tree->Set(b.begin / kTreeLeafBytes, leaves->digests());
+    if (alg == BlockChecksumAlgorithm::kXxh3_64) return leaves->BlockCheck();
+  }
   return alg == BlockChecksumAlgorithm::kXxh3_64 ? XXH3_64bits_digest(xxh) : h.crc;
 }
 
@@ -226,6 +251,7 @@ asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, const SourceF
     }
   } unregister{st, &timer, &drain};
   StreamBuffers bufs;
+  LeafHasher leaves;
   XXH3_state_t* xxh = XXH3_createState();
   struct Free {
     XXH3_state_t* s;
@@ -251,7 +277,10 @@ asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, const SourceF
     bool flip =
         o.test_corrupt_offset >= 0 && st.corrupt_left > 0 && b.begin <= corrupt && corrupt < b.end;
     bool from_memory = !c.CanSendFile() || flip;
-    absl::StatusOr<std::uint64_t> sum = ReadAndHashBlock(st, src, alg, b, bufs, from_memory, o.test_no_map, xxh);
+    const bool tree_frame = st.tree_frames && IsTreeFrame(b.begin, b.size(), src.size);
+    absl::StatusOr<std::uint64_t> sum = ReadAndHashBlock(st, src, alg, b, bufs, from_memory,
+                                                         o.test_no_map, xxh,
+                                                         tree_frame ? &leaves : nullptr);
     if (!sum.ok()) co_return sum.status();
     FrameHeader h{FrameType::kData, len, b.begin, *sum};
     absl::Status s;
@@ -280,12 +309,14 @@ bool IsConnectionFailure(const absl::Status& s) {
 
 }  // namespace
 
-std::uint64_t BlockSize(std::uint64_t bytes, std::size_t streams, std::uint64_t stripe_unit) {
+std::uint64_t BlockSize(std::uint64_t bytes, std::size_t streams, std::uint64_t stripe_unit,
+                        bool whole_leaves) {
   constexpr std::uint64_t kFloor = 256 * 1024;
   constexpr std::uint64_t kAlign = 64 * 1024;
   if (streams == 0) return stripe_unit;
   std::uint64_t share = (bytes + streams - 1) / streams;
-  share = (share + kAlign - 1) / kAlign * kAlign;
+  const std::uint64_t align = whole_leaves && share >= kTreeLeafBytes ? kTreeLeafBytes : kAlign;
+  share = (share + align - 1) / align * align;
   return std::clamp(share, std::min(kFloor, stripe_unit), stripe_unit);
 }
 
@@ -334,10 +365,12 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
   BlockChecksumAlgorithm alg = *ParseBlockChecksumAlgorithm(o.block_checksum);
   ChecksumAlgorithm file_alg = *ParseChecksumAlgorithm(o.checksum);
   SenderState st;
-  // The whole file in order: its checksum is computed in the block pass (ReadAndHashBlock).
-  // Otherwise (resume) it is computed beside the sending, on another thread.
+  // The whole file: its checksum is computed in the block pass (ReadAndHashBlock), from the
+  // tree frames' leaves (xxh3-tree) or as blocks go out in file order. Otherwise (resume) it
+  // is computed beside the sending, on another thread.
   bool inline_sum =
       src->size > 0 && missing.size() == 1 && missing[0].begin == 0 && missing[0].end == src->size;
+  st.tree_frames = file_alg == ChecksumAlgorithm::kXxh3Tree;
   std::shared_ptr<ChecksumJob> checksum;
   struct Abandon {  // a job still running when we return stops at its next read
     std::shared_ptr<ChecksumJob>& job;
@@ -345,7 +378,9 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
       if (job) job->stop = true;
     }
   } abandon{checksum};
-  if (inline_sum) {
+  if (inline_sum && st.tree_frames) {
+    st.tree = std::make_shared<TreeChecksum>(src->size);
+  } else if (inline_sum) {
     st.file_hasher = std::make_unique<FileHasher>(file_alg);
   } else {
     checksum = StartChecksum(src, file_alg);
@@ -379,8 +414,9 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
   for (;;) {
     std::uint64_t missing_bytes = 0;
     for (const ByteRange& r : missing) missing_bytes += r.size();
-    const std::uint64_t block = BlockSize(missing_bytes, data.size(), o.route.stripe_unit);
-    std::vector<ByteRange> blocks = SplitBlocks(missing, block);
+    const std::uint64_t block =
+        BlockSize(missing_bytes, data.size(), o.route.stripe_unit, st.tree_frames);
+    std::vector<ByteRange> blocks = SplitBlocks(missing, block, st.tree_frames);
     // A stream holds at most about this much unsent besides the block it writes.
     const std::uint64_t low_water = std::clamp<std::uint64_t>(block, 256 * 1024, 4 * 1024 * 1024);
     st.queue.assign(blocks.begin(), blocks.end());
@@ -402,7 +438,15 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
       co_return co_await fail(s);
     }
     dog->paused = true;
-    if (!file_sum.has_value() && inline_sum) {
+    if (!file_sum.has_value() && st.tree != nullptr) {
+      // Leaves that no tree frame covered (blocks smaller than a leaf) are read here.
+      std::function<absl::StatusOr<std::string>()> finish =
+          [tree = st.tree, src]() -> absl::StatusOr<std::string> {
+        if (absl::Status f = tree->FillFromFd(src->fd); !f.ok()) return f;
+        return tree->Finish();
+      };
+      file_sum = co_await OffThread(finish);
+    } else if (!file_sum.has_value() && inline_sum) {
       if (st.hashed_upto == src->size) {
         file_sum = st.file_hasher->Finish();
       } else if (checksum == nullptr) {  // not reached when every block went out in order

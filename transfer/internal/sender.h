@@ -38,8 +38,11 @@ absl::Status ReadSource(const SourceFile& src, std::uint64_t offset, void* buf, 
 // The block size for `bytes` still to send over `streams`: the stripe unit, or less for a
 // small file so that every stream carries a share of it (a 4 MiB file over 8 streams goes as
 // 8 blocks of 512 KiB, not as one block on one stream that needs a 4 MiB window), never
-// below 256 KiB (or the stripe unit, if smaller). Multiples of 64 KiB.
-std::uint64_t BlockSize(std::uint64_t bytes, std::size_t streams, std::uint64_t stripe_unit);
+// below 256 KiB (or the stripe unit, if smaller). Multiples of 64 KiB; with `whole_leaves`
+// (the xxh3-tree checksum), multiples of its leaf when a share is at least one leaf, so that
+// the blocks are tree frames (checksum.h).
+std::uint64_t BlockSize(std::uint64_t bytes, std::size_t streams, std::uint64_t stripe_unit,
+                        bool whole_leaves = false);
 
 // Sends the missing ranges over `data` (work stealing), then FINISH with the file checksum
 // on `ctrl`, re-sending blocks the receiver reports damaged. Returns when the receiver
