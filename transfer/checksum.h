@@ -70,8 +70,9 @@ absl::StatusOr<std::string> ComputeFileChecksum(const std::filesystem::path& pat
 absl::StatusOr<std::string> ComputeFdChecksum(int fd, std::uint64_t size,
                                               ChecksumAlgorithm algorithm);
 
-// xxh3-tree's leaves.
-inline constexpr std::uint64_t kTreeLeafBytes = 1 << 20;
+// xxh3-tree's leaves: the engine's least block (sender.h, BlockSize), so that blocks are
+// whole leaves whatever the file's size. A transfer keeps 16 bytes per leaf (64 MiB per TiB).
+inline constexpr std::uint64_t kTreeLeafBytes = 256 * 1024;
 using LeafDigest = std::array<unsigned char, 16>;  // canonical XXH3-128 of one leaf
 
 // With the xxh3-tree file checksum, a data frame [offset, offset + length) of a file of

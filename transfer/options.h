@@ -98,7 +98,8 @@ struct TransferOptions {
   // Receiver memory for blocks that arrive ahead of the end-to-end checksum's frontier: they
   // are received into buffers kept until the frontier reaches them (hashed from memory, not
   // read back from the partial file). Also capped at 2 x streams blocks. A block that does
-  // not fit is read back from the partial file as before. 0 = always read back.
+  // not fit is read back from the partial file as before. 0 = always read back. Not used
+  // with xxh3-tree, whose leaves are hashed in the block pass in any order.
   std::uint64_t receive_pool_bytes = 256ull * 1024 * 1024;
   // Called on the transfer's executor thread; keep it cheap.
   std::function<void(const Progress&)> progress;

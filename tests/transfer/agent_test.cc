@@ -619,8 +619,8 @@ TEST_F(AgentTest, TreeChecksumComesFromTheBlockPass) {
   EXPECT_EQ(whole->checksum, want);
   EXPECT_EQ(whole->checksum_read_back_bytes, 0u);
   EXPECT_EQ(testing::ReadFile(dir_.path() / "whole"), testing::ReadFile(src));
-  // 256 KiB blocks are not whole leaves: right checksum, every leaf read back once.
-  options_.route.stripe_unit = 256 << 10;
+  // 192 KiB blocks are not whole leaves: right checksum, every leaf read back once.
+  options_.route.stripe_unit = 192 << 10;
   absl::StatusOr<TransferStats> small = Pull(endpoint_, "f.dat", dir_.path() / "small", options_);
   ASSERT_TRUE(small.ok()) << small.status();
   EXPECT_EQ(small->checksum, want);

@@ -368,5 +368,13 @@ TEST(BlockSizeTest, SmallFilesAreSpreadOverEveryStream) {
   EXPECT_EQ(internal::BlockSize(3 * kMiB + 1, 3, 4 * kMiB), kMiB + 64 * 1024);
 }
 
+TEST(BlockSizeTest, WithTreeLeavesBlocksAreWholeLeaves) {
+  constexpr std::uint64_t kMiB = 1 << 20;
+  EXPECT_EQ(internal::BlockSize(3 * kMiB + 1, 3, 4 * kMiB, true), kMiB + kTreeLeafBytes);
+  EXPECT_EQ(internal::BlockSize(1024 * kMiB, 8, 4 * kMiB, true), 4 * kMiB);
+  EXPECT_EQ(internal::BlockSize(4 * kMiB, 8, 4 * kMiB, true), 512 * 1024u);
+  EXPECT_EQ(internal::BlockSize(100 * 1024, 8, 4 * kMiB, true), kTreeLeafBytes);
+}
+
 }  // namespace
 }  // namespace gfrep::transfer

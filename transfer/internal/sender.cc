@@ -315,7 +315,7 @@ std::uint64_t BlockSize(std::uint64_t bytes, std::size_t streams, std::uint64_t 
   constexpr std::uint64_t kAlign = 64 * 1024;
   if (streams == 0) return stripe_unit;
   std::uint64_t share = (bytes + streams - 1) / streams;
-  const std::uint64_t align = whole_leaves && share >= kTreeLeafBytes ? kTreeLeafBytes : kAlign;
+  const std::uint64_t align = whole_leaves ? std::max(kAlign, kTreeLeafBytes) : kAlign;
   share = (share + align - 1) / align * align;
   return std::clamp(share, std::min(kFloor, stripe_unit), stripe_unit);
 }

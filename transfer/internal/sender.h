@@ -39,8 +39,8 @@ absl::Status ReadSource(const SourceFile& src, std::uint64_t offset, void* buf, 
 // small file so that every stream carries a share of it (a 4 MiB file over 8 streams goes as
 // 8 blocks of 512 KiB, not as one block on one stream that needs a 4 MiB window), never
 // below 256 KiB (or the stripe unit, if smaller). Multiples of 64 KiB; with `whole_leaves`
-// (the xxh3-tree checksum), multiples of its leaf when a share is at least one leaf, so that
-// the blocks are tree frames (checksum.h).
+// (the xxh3-tree checksum), multiples of its leaf, so that the blocks are tree frames
+// (checksum.h) when the stripe unit is too.
 std::uint64_t BlockSize(std::uint64_t bytes, std::size_t streams, std::uint64_t stripe_unit,
                         bool whole_leaves = false);
 
