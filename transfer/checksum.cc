@@ -300,6 +300,37 @@ std::uint64_t LeafHasher::BlockCheck() {
   return XXH3_64bits(d.data(), d.size() * sizeof(LeafDigest));
 }
 
+struct BlockHasher::State {
+  XXH3_state_t* xxh = XXH3_createState();
+};
+
+BlockHasher::BlockHasher(BlockChecksumAlgorithm algorithm)
+    : algorithm_(algorithm), state_(std::make_unique<State>()) {}
+
+BlockHasher::~BlockHasher() { XXH3_freeState(state_->xxh); }
+
+void BlockHasher::Reset(std::uint64_t length, bool tree_frame) {
+  tree_frame_ = tree_frame;
+  crc_ = 0;
+  XXH3_64bits_reset(state_->xxh);
+  if (tree_frame_) leaves_.Reset(length);
+}
+
+void BlockHasher::Update(const void* data, std::size_t size) {
+  if (algorithm_ == BlockChecksumAlgorithm::kCrc32c) {
+    crc_ = Crc32c(crc_, data, size);
+  } else if (!tree_frame_) {
+    XXH3_64bits_update(state_->xxh, data, size);
+  }
+  if (tree_frame_) leaves_.Update(data, size);
+}
+
+std::uint64_t BlockHasher::Finish() {
+  if (algorithm_ == BlockChecksumAlgorithm::kCrc32c) return crc_;
+  if (tree_frame_) return leaves_.BlockCheck();
+  return XXH3_64bits_digest(state_->xxh);
+}
+
 TreeChecksum::TreeChecksum(std::uint64_t file_size)
     : size_(file_size),
       leaves_((file_size + kTreeLeafBytes - 1) / kTreeLeafBytes),

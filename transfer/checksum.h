@@ -110,6 +110,33 @@ class LeafHasher {
   std::uint64_t fill_ = 0;  // bytes of the leaf being hashed
 };
 
+// The block check of one data frame, fed in pieces: xxh3-64 or crc32c of its bytes, or for a
+// tree frame under xxh3-64 the XXH3-64 of its leaves (a tree frame's leaves are kept for the
+// file checksum under either block algorithm). Update neither allocates nor throws.
+class BlockHasher {
+ public:
+  explicit BlockHasher(BlockChecksumAlgorithm algorithm);
+  ~BlockHasher();
+  BlockHasher(const BlockHasher&) = delete;
+  BlockHasher& operator=(const BlockHasher&) = delete;
+
+  // Starts a frame of `length` bytes (allocates room for a tree frame's digests).
+  void Reset(std::uint64_t length, bool tree_frame);
+  void Update(const void* data, std::size_t size);
+  // After all `length` bytes: the frame's block check.
+  std::uint64_t Finish();
+  // After Finish, for a tree frame: its leaf digests.
+  const std::vector<LeafDigest>& leaves() { return leaves_.digests(); }
+
+ private:
+  struct State;
+  BlockChecksumAlgorithm algorithm_;
+  std::unique_ptr<State> state_;
+  bool tree_frame_ = false;
+  std::uint32_t crc_ = 0;
+  LeafHasher leaves_;
+};
+
 // An xxh3-tree checksum put together from leaves that arrive in any order.
 class TreeChecksum {
  public:

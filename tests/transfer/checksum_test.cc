@@ -156,6 +156,28 @@ TEST(ChecksumTest, BlockCheckOfATreeFrameSeesAFlippedByte) {
   EXPECT_NE(h.BlockCheck(), good);
 }
 
+TEST(ChecksumTest, BlockHasherChecksBytesOrATreeFramesLeaves) {
+  std::string data = Pattern(2 * kLeaf + 100, 5);
+  for (BlockChecksumAlgorithm alg : {BlockChecksumAlgorithm::kXxh3_64, BlockChecksumAlgorithm::kCrc32c}) {
+    BlockHasher h(alg);
+    h.Reset(data.size(), false);
+    for (std::size_t p = 0; p < data.size(); p += 100000)
+      h.Update(data.data() + p, std::min<std::size_t>(100000, data.size() - p));
+    EXPECT_EQ(h.Finish(), BlockChecksum(alg, data.data(), data.size())) << BlockChecksumAlgorithmName(alg);
+    // A tree frame: its leaves always; the check is theirs under xxh3-64, crc32c's otherwise.
+    h.Reset(data.size(), true);
+    h.Update(data.data(), data.size());
+    LeafHasher leaves;
+    leaves.Reset(data.size());
+    leaves.Update(data.data(), data.size());
+    const std::uint64_t want = alg == BlockChecksumAlgorithm::kXxh3_64
+                                   ? leaves.BlockCheck()
+                                   : BlockChecksum(alg, data.data(), data.size());
+    EXPECT_EQ(h.Finish(), want) << BlockChecksumAlgorithmName(alg);
+    EXPECT_EQ(h.leaves(), leaves.digests()) << BlockChecksumAlgorithmName(alg);
+  }
+}
+
 TEST(ChecksumTest, TreeFramesStartAndEndOnLeaves) {
   EXPECT_TRUE(IsTreeFrame(0, 4 * kLeaf, 100 * kLeaf));
   EXPECT_TRUE(IsTreeFrame(4 * kLeaf, 4 * kLeaf, 100 * kLeaf));

@@ -91,10 +91,10 @@ struct ReceiverState {
   std::unique_ptr<FileHasher> file_hasher;  // covers [0, hashed_upto) of the partial file
   std::uint64_t hashed_upto = 0;
   bool frontier_claimed = false;  // a stream is hashing the block at hashed_upto inline
-  // With the xxh3-tree checksum none of the above (file_hasher is null, no pool): each tree
-  // frame (IsTreeFrame) is checked by its leaves' digests, which go into `tree` in any order;
-  // leaves no tree frame brought (resumed ranges, small blocks) are read back at the end.
-  bool tree_frames = false;
+  // With the xxh3-tree checksum (`tree` set) none of the above (file_hasher is null, no pool):
+  // each tree frame (IsTreeFrame) is checked by its leaves' digests, which go into `tree` in
+  // any order; leaves no tree frame brought (resumed ranges, small blocks) are read back at
+  // the end.
   std::shared_ptr<TreeChecksum> tree;
   // Blocks that passed their block checksum ahead of the frontier, kept in their receive
   // buffers (keyed by offset) until the frontier reaches them; at most pool_limit bytes.
@@ -324,12 +324,7 @@ asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<Recei
   constexpr std::size_t kPiece = 256 * 1024;
   auto ex = co_await asio::this_coro::executor;
   std::size_t own_made = 0;  // the stream's own block buffers (own_limit at most)
-  XXH3_state_t* xxh = XXH3_createState();
-  struct Free {
-    XXH3_state_t* s;
-    ~Free() { XXH3_freeState(s); }
-  } free_xxh{xxh};
-  LeafHasher leaves;
+  BlockHasher block_check(alg);
   auto log = LoggerOf(o.logger);
   for (;;) {
     absl::StatusOr<FrameHeader> h =
@@ -357,9 +352,8 @@ asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<Recei
         if (!handed) std::erase(st->in_flight, r);
       }
     } in_flight{st.get(), range};
-    XXH3_64bits_reset(xxh);
-    const bool tree_frame = st->tree_frames && IsTreeFrame(h->offset, h->length, dst->size);
-    if (tree_frame) leaves.Reset(h->length);
+    const bool tree_frame = st->tree != nullptr && IsTreeFrame(h->offset, h->length, dst->size);
+    block_check.Reset(h->length, tree_frame);
     bool inline_file =
         st->file_hasher != nullptr && !st->frontier_claimed && h->offset == st->hashed_upto;
     if (inline_file) st->frontier_claimed = true;
@@ -395,7 +389,6 @@ asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<Recei
       }
     }
     unsigned char* data = pooled != nullptr ? pooled.get() : block.get();
-    std::uint32_t crc = 0;
     for (std::uint64_t done = 0; done < h->length;) {
       // In 256 KiB pieces, each hashed (block and file checksum) while it is in cache.
       auto n = static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, h->length - done));
@@ -404,18 +397,11 @@ asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<Recei
         if (block != nullptr) own.push_back(std::move(block));
         co_return s;
       }
-      if (alg == BlockChecksumAlgorithm::kCrc32c) {
-        crc = Crc32c(crc, piece, n);
-      } else if (!tree_frame) {
-        XXH3_64bits_update(xxh, piece, n);
-      }
-      if (tree_frame) leaves.Update(piece, n);
+      block_check.Update(piece, n);
       if (inline_file) st->file_hasher->Update(piece, n);
       done += n;
     }
-    std::uint64_t sum = alg == BlockChecksumAlgorithm::kCrc32c ? crc
-                        : tree_frame                          ? leaves.BlockCheck()
-                                                              : XXH3_64bits_digest(xxh);
+    const std::uint64_t sum = block_check.Finish();
     if (inline_file) st->frontier_claimed = false;
     if (sum != h->checksum) {
       if (inline_file) {  // the file hash saw damaged bytes: read everything back at the end
@@ -431,7 +417,7 @@ asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<Recei
     // The file hash has these bytes now (they reach the partial file before they count as
     // received, see BookWrite).
     if (inline_file) st->hashed_upto = range.end;
-    if (tree_frame && st->tree != nullptr) st->tree->Set(h->offset / kTreeLeafBytes, leaves.digests());
+    if (tree_frame) st->tree->Set(h->offset / kTreeLeafBytes, block_check.leaves());
     // One write in flight per stream: the previous one has finished before this one starts.
     if (absl::Status f = co_await FinishWrite(*w, own); !f.ok()) {
       if (block != nullptr) own.push_back(std::move(block));
@@ -581,16 +567,16 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
   BlockChecksumAlgorithm alg = *ParseBlockChecksumAlgorithm(o.block_checksum);
   ChecksumAlgorithm file_alg = *ParseChecksumAlgorithm(o.checksum);
   auto st = std::make_shared<ReceiverState>(ex);
-  st->tree_frames = file_alg == ChecksumAlgorithm::kXxh3Tree;
-  if (st->tree_frames) {
+  const bool tree = file_alg == ChecksumAlgorithm::kXxh3Tree;
+  if (tree) {
     st->tree = std::make_shared<TreeChecksum>(dst->size);
   } else if (dst->size > 0) {
     st->file_hasher = std::make_unique<FileHasher>(file_alg);
   }
   st->spare_size = o.route.stripe_unit;
-  st->pool_limit = st->tree_frames ? 0
-                                   : std::min<std::uint64_t>(o.receive_pool_bytes,
-                                                             2 * data.size() * o.route.stripe_unit);
+  st->pool_limit =
+      tree ? 0
+           : std::min<std::uint64_t>(o.receive_pool_bytes, 2 * data.size() * o.route.stripe_unit);
   // A stream receives its next block while the last one is written: two buffers of its own
   // when that fits the receive memory budget, else one (the write then ends before the next
   // block is received; the other streams go on meanwhile).

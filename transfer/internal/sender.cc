@@ -20,7 +20,6 @@
 #include "transfer/internal/mapped_read.h"
 #include "transfer/internal/tcp_stats.h"
 #include "transfer/internal/token_bucket.h"
-#include "transfer/internal/xxh.h"
 
 namespace gfrep::transfer::internal {
 namespace {
@@ -147,11 +146,8 @@ struct StreamBuffers {
 // What the block pass feeds each piece to: the block checksum and, when the block is next in
 // file order, the end-to-end checksum; or, for a tree frame, its leaves (which make both).
 struct BlockHashing {
-  BlockChecksumAlgorithm alg;
-  XXH3_state_t* xxh;
-  std::uint32_t crc = 0;
+  BlockHasher* block;
   FileHasher* file;
-  LeafHasher* leaves;                // a tree frame's leaves (else null)
   unsigned char* copy_to = nullptr;  // where the block goes when it is sent from memory
   static void Visit(void* ctx, const unsigned char* data, std::size_t n) {
     auto* h = static_cast<BlockHashing*>(ctx);
@@ -159,12 +155,7 @@ struct BlockHashing {
       std::memcpy(h->copy_to, data, n);
       h->copy_to += n;
     }
-    if (h->alg == BlockChecksumAlgorithm::kCrc32c) {
-      h->crc = Crc32c(h->crc, data, n);
-    } else if (h->leaves == nullptr) {
-      XXH3_64bits_update(h->xxh, data, n);
-    }
-    if (h->leaves != nullptr) h->leaves->Update(data, n);
+    h->block->Update(data, n);
     if (h->file != nullptr) h->file->Update(data, n);
   }
 };
@@ -175,12 +166,12 @@ struct BlockHashing {
 // goes out from memory: TLS in user space, test corruption), each piece is copied into
 // bufs.block as it is hashed (a copy from the mapping costs less than pread's: no page-cache
 // lookup per page). Where the file cannot be mapped (or `no_map`), it is read in 256 KiB
-// pieces into bufs.piece (or bufs.block with `keep`), each hashed while in cache. With
-// `leaves` (a tree frame) the pass hashes the block's leaves instead, which give both.
+// pieces into bufs.piece (or bufs.block with `keep`), each hashed while in cache. A tree
+// frame's leaves (BlockHasher) give its block check and, when the whole file is sent, its
+// part of the file checksum.
 absl::StatusOr<std::uint64_t> ReadAndHashBlock(SenderState& st, const SourceFile& src,
-                                               BlockChecksumAlgorithm alg, const ByteRange& b,
-                                               StreamBuffers& bufs, bool keep, bool no_map,
-                                               XXH3_state_t* xxh, LeafHasher* leaves) {
+                                               const ByteRange& b, StreamBuffers& bufs, bool keep,
+                                               bool no_map, BlockHasher& block, bool tree_frame) {
   constexpr std::uint64_t kPiece = StreamBuffers::kPiece;
   if (keep && bufs.block_size < b.size()) {
     bufs.block = std::make_unique_for_overwrite<unsigned char[]>(b.size());
@@ -188,9 +179,8 @@ absl::StatusOr<std::uint64_t> ReadAndHashBlock(SenderState& st, const SourceFile
   }
   FileHasher* file =
       st.file_hasher != nullptr && st.hashed_upto == b.begin ? st.file_hasher.get() : nullptr;
-  XXH3_64bits_reset(xxh);
-  if (leaves != nullptr) leaves->Reset(b.size());  // allocates here, not in the visit
-  BlockHashing h{alg, xxh, 0, file, leaves, keep ? bufs.block.get() : nullptr};
+  block.Reset(b.size(), tree_frame);  // allocates here, not in the visit
+  BlockHashing h{&block, file, keep ? bufs.block.get() : nullptr};
   absl::Status mapped = absl::UnavailableError("not mapped");
   if (!no_map) {
     mapped = MapAndVisit(src.fd, b.begin, b.size(), kPiece, &BlockHashing::Visit, &h);
@@ -199,7 +189,7 @@ absl::StatusOr<std::uint64_t> ReadAndHashBlock(SenderState& st, const SourceFile
   }
   if (!mapped.ok()) {
     h.copy_to = nullptr;
-    if (leaves != nullptr) leaves->Reset(b.size());
+    block.Reset(b.size(), tree_frame);
     for (std::uint64_t p = b.begin; p < b.end; p += kPiece) {
       auto n = static_cast<std::size_t>(std::min(kPiece, b.end - p));
       unsigned char* dst = keep ? bufs.block.get() + (p - b.begin) : bufs.piece.get();
@@ -208,11 +198,9 @@ absl::StatusOr<std::uint64_t> ReadAndHashBlock(SenderState& st, const SourceFile
     }
   }
   if (file != nullptr) st.hashed_upto = b.end;
-  if (leaves != nullptr) {
-    if (st.tree != nullptr) st.tree->Set(b.begin / kTreeLeafBytes, leaves->digests());
-    if (alg == BlockChecksumAlgorithm::kXxh3_64) return leaves->BlockCheck();
-  }
-  return alg == BlockChecksumAlgorithm::kXxh3_64 ? XXH3_64bits_digest(xxh) : h.crc;
+  const std::uint64_t check = block.Finish();
+  if (tree_frame && st.tree != nullptr) st.tree->Set(b.begin / kTreeLeafBytes, block.leaves());
+  return check;
 }
 
 // Waits until socket `c` has fewer than `low_water` bytes that TCP has not sent yet. A block
@@ -251,12 +239,7 @@ asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, const SourceF
     }
   } unregister{st, &timer, &drain};
   StreamBuffers bufs;
-  LeafHasher leaves;
-  XXH3_state_t* xxh = XXH3_createState();
-  struct Free {
-    XXH3_state_t* s;
-    ~Free() { XXH3_freeState(s); }
-  } free_xxh{xxh};
+  BlockHasher block(alg);
   SetUnsentLowWater(c.socket().native_handle(), low_water);  // ignored if refused: the 20-ms look remains
   while (!st.failed && !st.queue.empty()) {
     // Take the next block only once this stream can send it soon (see WaitForBacklogBelow).
@@ -278,9 +261,8 @@ asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, const SourceF
         o.test_corrupt_offset >= 0 && st.corrupt_left > 0 && b.begin <= corrupt && corrupt < b.end;
     bool from_memory = !c.CanSendFile() || flip;
     const bool tree_frame = st.tree_frames && IsTreeFrame(b.begin, b.size(), src.size);
-    absl::StatusOr<std::uint64_t> sum = ReadAndHashBlock(st, src, alg, b, bufs, from_memory,
-                                                         o.test_no_map, xxh,
-                                                         tree_frame ? &leaves : nullptr);
+    absl::StatusOr<std::uint64_t> sum =
+        ReadAndHashBlock(st, src, b, bufs, from_memory, o.test_no_map, block, tree_frame);
     if (!sum.ok()) co_return sum.status();
     FrameHeader h{FrameType::kData, len, b.begin, *sum};
     absl::Status s;
