@@ -21,10 +21,16 @@
 #include "replica/reader.h"
 #include "tests/support/temp_dir.h"
 #include "transfer/checksum.h"
+#include "transfer/spool_names.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+int Fail(const char* what, const absl::Status& s) {
+  std::fprintf(stderr, "replication_read_bench: %s: %s\n", what, s.ToString().c_str());
+  return 1;
+}
 
 double PlainRead(const std::string& file, std::vector<char>& buf) {
   auto t0 = Clock::now();
@@ -46,7 +52,7 @@ double ReplicaRead(gfrep::catalog::Catalog& cat, const gfrep::replica::ReaderOpt
                    std::vector<char>& buf) {
   auto t0 = Clock::now();
   auto r = gfrep::replica::Open(cat, "/bench/big", o);
-  if (!r.ok() || !(*r)->local()) {
+  if (!r.ok() || !(*r)->local()) {  // a read that is not local measures nothing we want
     std::fprintf(stderr, "open: %s\n", r.ok() ? "not local" : r.status().ToString().c_str());
     std::abort();
   }
@@ -64,43 +70,60 @@ int main(int argc, char** argv) {
   std::uint64_t size_mib = 1024;
   int rounds = 5;
   std::size_t buffer_kib = 1024;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     std::string a = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "replication_read_bench: %s needs a value\n", a.c_str());
+      return 2;
+    }
     if (a == "--size-mib") {
       size_mib = std::strtoull(argv[i + 1], nullptr, 10);
     } else if (a == "--rounds") {
       rounds = std::max(1, std::atoi(argv[i + 1]));
     } else if (a == "--buffer-kib") {
       buffer_kib = std::max<std::size_t>(4, std::strtoull(argv[i + 1], nullptr, 10));
+    } else {
+      std::fprintf(stderr,
+                   "replication_read_bench: unknown flag %s (--size-mib N --rounds N "
+                   "--buffer-kib N)\n",
+                   a.c_str());
+      return 2;
     }
   }
   gfrep::testing::TempDir dir("readbench");
   gfrep::catalog::CatalogOptions co;
   co.path = dir.Sub("db");
   auto cat = gfrep::catalog::OpenRocksCatalog(co);
-  if (!cat.ok()) return 1;
+  if (!cat.ok()) return Fail("open catalog", cat.status());
   gfrep::catalog::Site site;
   site.name = "A";
-  (void)(*cat)->PutSite(site);
+  if (auto s = (*cat)->PutSite(site); !s.ok()) return Fail("put site", s);
   gfrep::catalog::Node node;
   node.name = "a1";
   node.site = "A";
   node.address = "127.0.0.1:1";
   node.spool = dir.Sub("spool");
-  (void)(*cat)->RegisterNode(node);
-  std::string file = dir.Sub("spool") + "/bench/big";
-  std::filesystem::create_directories(dir.Sub("spool") + "/bench");
-  gfrep::testing::WriteRandomFile(file, size_mib << 20, 42);
-  auto sum = gfrep::transfer::ComputeFileChecksum(file, gfrep::transfer::ChecksumAlgorithm::kXxh3_128);
-  if (!sum.ok()) return 1;
+  if (auto s = (*cat)->RegisterNode(node); !s.ok()) return Fail("register node", s);
+  // The bytes first (to checksum them), then the catalog's record, then the replica under
+  // its identity name as an agent stores it: <spool>/.gfrep-data/<inode>/<generation>.
+  const std::string staged = dir.Sub("big.staged");
+  gfrep::testing::WriteRandomFile(staged, size_mib << 20, 42);
+  auto sum = gfrep::transfer::ComputeFileChecksum(staged, gfrep::transfer::ChecksumAlgorithm::kXxh3_128);
+  if (!sum.ok()) return Fail("checksum", sum.status());
   gfrep::catalog::MkdirOptions m;
   m.parents = true;
-  (void)(*cat)->Mkdir("/bench", m);
+  if (auto s = (*cat)->Mkdir("/bench", m); !s.ok()) return Fail("mkdir /bench", s.status());
   gfrep::catalog::FileContent c;
   c.size = size_mib << 20;
   c.checksum_algo = "xxh3-128";
   c.checksum = sum->substr(sum->find(':') + 1);
-  if (!(*cat)->CommitFile("/bench/big", c, "a1", std::nullopt).ok()) return 1;
+  auto attrs = (*cat)->CommitFile("/bench/big", c, "a1", std::nullopt);
+  if (!attrs.ok()) return Fail("commit /bench/big", attrs.status());
+  const std::filesystem::path file =
+      std::filesystem::path(node.spool) /
+      gfrep::transfer::ReplicaRelativePath(attrs->inode, attrs->generation);
+  std::filesystem::create_directories(file.parent_path());
+  std::filesystem::rename(staged, file);
 
   gfrep::replica::ReaderOptions o;
   o.identity = {"A", "a1"};

@@ -30,7 +30,7 @@ class CatalogFrontEndsTest : public testing::FederationTest {
 
   void SetUp() override {
     absl::StatusOr<std::string> db = testing::SharedPostgres().CreateDatabase();
-    if (!db.ok()) GTEST_SKIP() << "PostgreSQL: " << db.status();
+    if (!db.ok()) GFREP_SKIP_OR_FAIL_WITHOUT_POSTGRES(db.status());
     testing::FederationOptions o;
     o.db = *db;
     o.front_ends = 2;

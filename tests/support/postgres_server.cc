@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -22,8 +23,18 @@ namespace {
 
 constexpr const char* kServerUser = "postgres";
 
-// The bin directory of the newest /usr/lib/postgresql/NN with initdb and pg_ctl; "" if none.
+bool HasServerPrograms(const std::filesystem::path& bin) {
+  return ::access((bin / "initdb").c_str(), X_OK) == 0 &&
+         ::access((bin / "pg_ctl").c_str(), X_OK) == 0 &&
+         ::access((bin / "psql").c_str(), X_OK) == 0;
+}
+
+// $GFREP_PG_BIN if set, else the bin directory of the newest /usr/lib/postgresql/NN with
+// initdb, pg_ctl and psql; "" if none. (A $GFREP_PG_BIN without them is kept: Start says so.)
 std::string FindBinDir() {
+  if (const char* env = std::getenv("GFREP_PG_BIN"); env != nullptr && *env != '\0') {
+    return env;
+  }
   std::error_code ec;
   std::string best;
   int best_version = -1;
@@ -31,10 +42,7 @@ std::string FindBinDir() {
     int version = 0;
     if (!absl::SimpleAtoi(e.path().filename().string(), &version)) continue;
     const std::filesystem::path bin = e.path() / "bin";
-    if (::access((bin / "initdb").c_str(), X_OK) != 0 ||
-        ::access((bin / "pg_ctl").c_str(), X_OK) != 0) {
-      continue;
-    }
+    if (!HasServerPrograms(bin)) continue;
     if (version > best_version) {
       best_version = version;
       best = bin.string();
@@ -93,7 +101,12 @@ absl::Status PostgresServer::Start() {
   if (running_) return absl::OkStatus();
   if (bin_dir_.empty()) {
     return absl::FailedPreconditionError(
-        "no PostgreSQL server binaries under /usr/lib/postgresql/*/bin (install postgresql-15)");
+        "no PostgreSQL server binaries under /usr/lib/postgresql/*/bin (install postgresql-15, "
+        "or set GFREP_PG_BIN)");
+  }
+  if (!HasServerPrograms(bin_dir_)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "GFREP_PG_BIN=", bin_dir_, " has no executable initdb, pg_ctl and psql"));
   }
   if (!initialized_) {
     dir_ = std::make_unique<TempDir>("pg");
@@ -107,7 +120,9 @@ absl::Status PostgresServer::Start() {
       // The server runs as the postgres user: it must own its directory.
       const struct passwd* pw = ::getpwnam(kServerUser);
       if (pw == nullptr || ::access("/usr/bin/setpriv", X_OK) != 0) {
-        return absl::FailedPreconditionError(
+        // The postgresql package makes the user: the binaries are there, the machine is not
+        // set up as the tests need (a failure, not a skip).
+        return absl::InternalError(
             "running as root needs the postgres system user and setpriv (util-linux)");
       }
       for (const std::string& p : {dir_->path().string(), socket_dir_}) {
@@ -180,6 +195,12 @@ absl::StatusOr<std::string> PostgresServer::Sql(std::string_view dbname, std::st
   RunResult r = RunCommand(argv);
   if (r.exit_code != 0) return absl::InternalError(Describe(argv, r));
   return r.out;
+}
+
+bool PostgresNotInstalled(const absl::Status& s) {
+  if (s.code() != absl::StatusCode::kFailedPrecondition) return false;
+  const char* require = std::getenv("GFREP_REQUIRE_POSTGRES");
+  return require == nullptr || std::string_view(require) != "1";
 }
 
 namespace {

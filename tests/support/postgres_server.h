@@ -8,6 +8,14 @@
 // user (setpriv). The destructor stops the server (pg_ctl stop -m fast) and removes the
 // directory, also when the test failed.
 //
+// Where the binaries are: $GFREP_PG_BIN if set (a directory with initdb, pg_ctl and psql),
+// else the bin directory of the newest /usr/lib/postgresql/NN.
+//
+// Skip or fail: a test skips only when PostgreSQL is not installed (PostgresNotInstalled), and
+// not even then with GFREP_REQUIRE_POSTGRES=1 (CI sets it): a server that is installed but
+// does not start, or a database that cannot be made, fails the test with the server log's last
+// lines. GFREP_SKIP_OR_FAIL_WITHOUT_POSTGRES(status) says so in one line of a SetUp.
+//
 // SharedPostgres() is one server for a whole test binary (initdb costs about a second): each
 // test takes a fresh database of it with CreateDatabase().
 //
@@ -32,9 +40,9 @@ class PostgresServer {
   PostgresServer& operator=(const PostgresServer&) = delete;
 
   // Creates the cluster on the first call, then starts the server and waits until it accepts
-  // connections. kFailedPrecondition if the PostgreSQL binaries are not installed (tests
-  // GTEST_SKIP() with the message), kInternal if initdb or pg_ctl fail (their output and the
-  // server log are in the message).
+  // connections. kFailedPrecondition if the PostgreSQL binaries are not installed (where
+  // tests may skip: PostgresNotInstalled), kInternal if initdb or pg_ctl fail or the server
+  // user is missing (their output and the server log's last lines are in the message).
   absl::Status Start();
 
   // pg_ctl stop with `mode`: "fast" (a clean shutdown) or "immediate" (a crash: the next
@@ -73,6 +81,21 @@ class PostgresServer {
   bool initialized_ = false;
   bool running_ = false;
 };
+
+// Whether `s` (from Start or CreateDatabase) means the tests should skip: PostgreSQL's binaries
+// are not installed and $GFREP_REQUIRE_POSTGRES is not "1". Everything else is a failure.
+bool PostgresNotInstalled(const absl::Status& s);
+
+// In a test body or SetUp: skips when PostgresNotInstalled(status), else fails (fatally) with
+// the status. Use after a failed CreateDatabase/Start.
+#define GFREP_SKIP_OR_FAIL_WITHOUT_POSTGRES(status)                                   \
+  do {                                                                                \
+    const ::absl::Status gfrep_pg_status_ = (status);                                 \
+    if (::gfrep::testing::PostgresNotInstalled(gfrep_pg_status_)) {                   \
+      GTEST_SKIP() << "PostgreSQL is not installed: " << gfrep_pg_status_;            \
+    }                                                                                 \
+    FAIL() << "PostgreSQL is installed but unusable: " << gfrep_pg_status_;           \
+  } while (false)
 
 // The server shared by the tests of this binary: made (not started) on first use, stopped
 // and removed after the last test (a gtest Environment's TearDown) or at exit.

@@ -82,7 +82,7 @@ class CatalogTest : public ::testing::TestWithParam<const char*> {
   void SetUp() override {
     if (std::string_view(GetParam()).starts_with("postgresql")) {
       absl::StatusOr<std::string> db = testing::SharedPostgres().CreateDatabase();
-      if (!db.ok()) GTEST_SKIP() << "PostgreSQL: " << db.status();
+      if (!db.ok()) GFREP_SKIP_OR_FAIL_WITHOUT_POSTGRES(db.status());
       location_ = *db;
       shared_ = std::string_view(GetParam()) == "postgresql_shared";
     } else {

@@ -44,7 +44,9 @@ class StoreEnv {
     if (pg_conninfo_.empty()) {
       absl::StatusOr<std::string> db = gfrep::testing::SharedPostgres().CreateDatabase();
       if (!db.ok()) {
-        skip_reason_ = absl::StrCat("PostgreSQL: ", db.status().ToString());
+        if (gfrep::testing::PostgresNotInstalled(db.status())) {
+          skip_reason_ = absl::StrCat("PostgreSQL is not installed: ", db.status().ToString());
+        }
         return db.status();
       }
       pg_conninfo_ = *db;
@@ -52,7 +54,8 @@ class StoreEnv {
     return pg_conninfo_;
   }
 
-  // Set when the backend cannot run here (no server binaries): the test is skipped.
+  // Set when the backend cannot run here (no server binaries, and GFREP_REQUIRE_POSTGRES is
+  // not 1): the test is skipped. Any other failure to open fails the test.
   const std::string& skip_reason() const { return skip_reason_; }
 
  private:
@@ -488,7 +491,7 @@ class PgStoreTest : public ::testing::Test {
   void SetUp() override {
     absl::StatusOr<std::string> db = server().CreateDatabase();
     // (Also starts the server again if a failed test left it stopped.)
-    if (!db.ok()) GTEST_SKIP() << "PostgreSQL: " << db.status();
+    if (!db.ok()) GFREP_SKIP_OR_FAIL_WITHOUT_POSTGRES(db.status());
     conninfo_ = *db;
     dbname_ = conninfo_.substr(conninfo_.rfind("dbname=") + 7);
   }

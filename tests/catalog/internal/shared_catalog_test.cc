@@ -29,7 +29,7 @@ class SharedFrontEndsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     absl::StatusOr<std::string> db = testing::SharedPostgres().CreateDatabase();
-    if (!db.ok()) GTEST_SKIP() << "PostgreSQL: " << db.status();
+    if (!db.ok()) GFREP_SKIP_OR_FAIL_WITHOUT_POSTGRES(db.status());
     location_ = *db;
     a_ = OpenOrDie();
     b_ = OpenOrDie();
