@@ -2,18 +2,24 @@
 """gfcp vs iperf3 vs GridFTP on lfn-1g (200 ms RTT, 1 Gbit/s), by wall clock, same run.
 
   sudo GFREP_BIN=build/bin tests/bench/gfcp_lfn_vs_gridftp.py [--size 2G] [--streams 1,4,16,32]
+      [--repeat 3] [--cc cubic]
 
-Per stream count N, tuned buffers (namespace limits 128 MiB, 32 MiB per stream), cubic:
+Per stream count N, tuned buffers (namespace limits 128 MiB, 32 MiB per stream), and one
+congestion control for every tool (--cc, default cubic: set as both namespaces' default, which
+globus-url-copy and its server use, and asked for by iperf3 -C and gfcp --cc), --repeat rounds
+(each round runs the three tools once per N, in turn); per tool the min/median/max over rounds:
   iperf3 -P N -w 32M, 8 s timed, first 2 s omitted (its best: no setup, no slow start);
   gfcp -p N --buffer 32M of a SIZE random file from /dev/shm to a gfsited spool in /dev/shm,
       rate = file bytes / wall time of the gfcp process (setup, slow start, checksums);
   globus-url-copy -p N -tcp-bs 32M of the same file to a GridFTP server in the far namespace
       (anonymous, writing to /dev/shm), rate = file bytes / wall time of globus-url-copy.
-Prints one markdown row per N with the ratios gfcp/iperf3 and gfcp/GridFTP.
+Prints one markdown row per N (min / median / max of each tool, and the ratios of the
+medians gfcp/iperf3 and gfcp/GridFTP).
 """
 
 import argparse
 import os
+import statistics
 import shutil
 import socket
 import subprocess
@@ -38,11 +44,42 @@ def timed(argv, node):
     return secs
 
 
+def one_round(n, rnd, args, size, src, key, spool, gdst, b):
+    """iperf3, gfcp and GridFTP once each at N streams; Mbit/s of each."""
+    with tb.servers(tb.iperf_server("b-n1")):
+        ip = tb.iperf("a-n1", b, streams=n, seconds=8, window="32M", cc=args.cc)
+    secs = timed([os.path.join(tb.BIN, "gfcp"), "-p", str(n), "--buffer", "32M", "--cc", args.cc,
+                  "--key-file", key, src, f"gf://{b}:{GFSITED_PORT}/f{n}"], "a-n1")
+    gf = size * 8 / secs / 1e6
+    for f in os.listdir(spool):
+        subprocess.run(["rm", "-rf", os.path.join(spool, f)])
+    try:
+        gsecs = timed(["globus-url-copy", "-p", str(n), "-tcp-bs", "32M", f"file://{src}",
+                       f"ftp://{b}:{GRIDFTP_PORT}{gdst}/f{n}"], "a-n1")
+        gt = size * 8 / gsecs / 1e6
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        print(f"  GridFTP P{n}: FAILED {e}", flush=True)
+        gt = 0.0
+    for f in os.listdir(gdst):
+        os.remove(os.path.join(gdst, f))
+    print(f"  round {rnd + 1} P{n}: iperf3 {ip:.0f} gfcp-wall {gf:.0f} gridftp-wall {gt:.0f} "
+          f"(load {tb.loadavg()})", flush=True)
+    return (n, ip, gf, gt)
+
+
+def spread(values):
+    return f"{min(values):.0f} / {statistics.median(values):.0f} / {max(values):.0f}"
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--size", default="2G")
     p.add_argument("--streams", default="1,4,16,32")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--cc", default="cubic")
     args = p.parse_args()
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
     streams = [int(s) for s in args.streams.split(",")]
     print(tb.machine_notes(), flush=True)
     src = "/dev/shm/gfrep-bench-src"
@@ -61,7 +98,9 @@ def main():
             b = tb.addr("lfn-1g", "b-n1")
             for node in ("a-n1", "b-n1"):
                 subprocess.run(tb.in_ns(node, ["sysctl", "-q", "-w", f"net.ipv4.tcp_rmem={TUNED[0]}",
-                                               f"net.ipv4.tcp_wmem={TUNED[1]}"]), check=True)
+                                               f"net.ipv4.tcp_wmem={TUNED[1]}",
+                                               f"net.ipv4.tcp_congestion_control={args.cc}"]),
+                               check=True)
             gfsited = [os.path.join(tb.BIN, "gfsited"), "--listen", f"{b}:{GFSITED_PORT}",
                        "--spool", spool, "--key-file", key, "--buffer", "32M", "--insecure"]
             gridftp = ["globus-gridftp-server", "-aa", "-anonymous-user", "nobody", "-p",
@@ -77,29 +116,9 @@ def main():
                                         stderr=subprocess.DEVNULL)
                 try:
                     time.sleep(2)
-                    for n in streams:
-                        with tb.servers(tb.iperf_server("b-n1")):
-                            ip = tb.iperf("a-n1", b, streams=n, seconds=8, window="32M",
-                                          cc="cubic")
-                        secs = timed([os.path.join(tb.BIN, "gfcp"), "-p", str(n), "--buffer",
-                                      "32M", "--cc", "cubic", "--key-file", key, src,
-                                      f"gf://{b}:{GFSITED_PORT}/f{n}"], "a-n1")
-                        gf = size * 8 / secs / 1e6
-                        for f in os.listdir(spool):
-                            subprocess.run(["rm", "-rf", os.path.join(spool, f)])
-                        try:
-                            gsecs = timed(["globus-url-copy", "-p", str(n), "-tcp-bs", "32M",
-                                           f"file://{src}",
-                                           f"ftp://{b}:{GRIDFTP_PORT}{gdst}/f{n}"], "a-n1")
-                            gt = size * 8 / gsecs / 1e6
-                        except (RuntimeError, subprocess.TimeoutExpired) as e:
-                            print(f"  GridFTP P{n}: FAILED {e}", flush=True)
-                            gt = 0.0
-                        for f in os.listdir(gdst):
-                            os.remove(os.path.join(gdst, f))
-                        rows.append((n, ip, gf, gt))
-                        print(f"  P{n}: iperf3 {ip:.0f} gfcp-wall {gf:.0f} gridftp-wall {gt:.0f} "
-                              f"(load {tb.loadavg()})", flush=True)
+                    for rnd in range(args.repeat):
+                        for n in streams:
+                            rows.append(one_round(n, rnd, args, size, src, key, spool, gdst, b))
                 finally:
                     gsrv.terminate()
                     gsrv.wait(timeout=10)
@@ -113,12 +132,17 @@ def main():
             os.rmdir("/etc/netns")  # only if nothing else is there
         except OSError:
             pass
+    print(f"\n{args.repeat} rounds, congestion control {args.cc} for every tool; min / median / max")
     print("\n| streams | iperf3 Mbit/s | gfcp (wall) Mbit/s | GridFTP (wall) Mbit/s | gfcp/iperf3 | gfcp/GridFTP |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for n, ip, gf, gt in rows:
-        ratio_g = f"{gf / gt:.2f}" if gt else "-"
-        print(f"| {n} | {ip:.0f} | {gf:.0f} | {gt:.0f} | {gf / ip:.2f} | {ratio_g} |")
-
+    print("|---:|---|---|---|---:|---:|")
+    for n in streams:
+        mine = [r for r in rows if r[0] == n]
+        ip = [r[1] for r in mine]
+        gf = [r[2] for r in mine]
+        gt = [r[3] for r in mine if r[3] > 0]
+        ratio_g = f"{statistics.median(gf) / statistics.median(gt):.2f}" if gt else "-"
+        print(f"| {n} | {spread(ip)} | {spread(gf)} | {spread(gt) if gt else 'failed'} | "
+              f"{statistics.median(gf) / statistics.median(ip):.2f} | {ratio_g} |")
 
 if __name__ == "__main__":
     main()
