@@ -23,6 +23,7 @@
 #include "catalog/permissions.h"
 #include "catalog/token.h"
 #include "catalog/internal/convert.h"
+#include "catalog/internal/event_waiters.h"
 #include "catalog/internal/rate_limiter.h"
 #include "catalog/proto/catalog.grpc.pb.h"
 
@@ -81,14 +82,21 @@ struct Caller {
   bool user() const { return who.has_value() && who->role == Role::kUser; }
 };
 
-// One Watch stream: polls the event log on the watch pool, writes one EventList per
-// batch, and finishes when the client cancels or the server shuts down. Never more than
-// one Poll or one write is outstanding, so the members need no lock.
+// One Watch stream: reads the event log on the worker pool, writes one EventList per batch,
+// and between batches waits without a thread (EventWaiters) for the next event, or a second
+// (to notice a cancellation). Finishes when the client cancels or the server shuts down.
+// Never more than one read, wait or write is outstanding, so the members need no lock; the
+// reactor is deleted (OnDone) only after Finish, which only Poll calls.
 class WatchReactor final : public grpc::ServerWriteReactor<v1::EventList> {
  public:
-  WatchReactor(Catalog& catalog, boost::asio::thread_pool& pool, std::uint64_t after_seq,
-               const std::atomic<bool>& stopping)
-      : catalog_(catalog), pool_(pool), after_seq_(after_seq), stopping_(stopping) {
+  WatchReactor(Catalog& catalog, boost::asio::thread_pool& pool, internal::EventWaiters& waiters,
+               std::string identity, std::uint64_t after_seq, const std::atomic<bool>& stopping)
+      : catalog_(catalog),
+        pool_(pool),
+        waiters_(waiters),
+        identity_(std::move(identity)),
+        after_seq_(after_seq),
+        stopping_(stopping) {
     Schedule();
   }
 
@@ -112,14 +120,15 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::EventList> {
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "watch ended"));
       return;
     }
-    absl::StatusOr<std::vector<Event>> events =
-        catalog_.ReadEvents(after_seq_, kMaxEventBatch, 200ms);
+    absl::StatusOr<std::vector<Event>> events = catalog_.ReadEvents(after_seq_, kMaxEventBatch, 0ms);
     if (!events.ok()) {
       Finish(ToGrpc(events.status()));
       return;
     }
     if (events->empty()) {
-      Schedule();
+      absl::Status s = waiters_.Wait(after_seq_, std::chrono::steady_clock::now() + 1s, identity_,
+                                     [this](bool) { Schedule(); });
+      if (!s.ok()) Finish(ToGrpc(s));
       return;
     }
     batch_.Clear();
@@ -130,6 +139,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::EventList> {
 
   Catalog& catalog_;
   boost::asio::thread_pool& pool_;
+  internal::EventWaiters& waiters_;
+  const std::string identity_;
   std::uint64_t after_seq_;
   const std::atomic<bool>& stopping_;
   std::atomic<bool> cancelled_{false};
@@ -149,8 +160,8 @@ class Service final : public v1::Catalog::CallbackService {
       : catalog_(catalog),
         options_(options),
         pool_(static_cast<std::size_t>(options.worker_threads)),
-        poll_pool_(static_cast<std::size_t>(options.worker_threads)),
-        watch_pool_(static_cast<std::size_t>(options.watch_threads)) {
+        waiters_(catalog, [this](std::function<void()> fn) { boost::asio::post(pool_, std::move(fn)); },
+                 internal::EventWaitersOptions{.max_per_identity = options.max_long_polls_per_identity}) {
     if (options.max_calls_per_identity > 0) {
       const double burst = options.max_call_burst_per_identity > 0 ? options.max_call_burst_per_identity
                                                                    : 2 * options.max_calls_per_identity;
@@ -159,15 +170,14 @@ class Service final : public v1::Catalog::CallbackService {
   }
 
   std::uint64_t rate_limited() const { return rate_limited_.load(); }
+  std::size_t long_polls_waiting() const { return waiters_.size(); }
 
   void Stop() {
     stopping_ = true;
+    // Every waiting long poll and Watch answers now (on the pool, which Join drains).
+    waiters_.Stop();
   }
-  void Join() {
-    pool_.join();
-    poll_pool_.join();
-    watch_pool_.join();
-  }
+  void Join() { pool_.join(); }
 
   std::uint64_t denied() const { return denied_.load(); }
 
@@ -195,6 +205,18 @@ class Service final : public v1::Catalog::CallbackService {
   }
 
  private:
+  // Whose long polls a poll counts against (EventWaitersOptions::max_per_identity): the
+  // caller's identity, else (no mutual TLS) its address without the port.
+  std::string PollerOf(const grpc::CallbackServerContext* c) {
+    absl::StatusOr<std::optional<Identity>> who = IdentityOf(c);
+    if (who.ok() && who->has_value()) return (*who)->ToString();
+    std::string peer = c->peer();
+    if (std::size_t colon = peer.rfind(':'); colon != std::string::npos && colon > 5) {
+      peer.resize(colon);
+    }
+    return peer;
+  }
+
   // The caller's identity: the gfrep:// URI SANs of its verified client certificate, else a
   // user token in "authorization: Bearer TOKEN" (when the catalog has a token key). nullopt
   // for neither; kUnauthenticated for a token that is malformed, forged, expired or revoked.
@@ -775,6 +797,12 @@ class Service final : public v1::Catalog::CallbackService {
     return Offload(c, [this, req, resp, caller] {
       RequestSpec spec = FromProto(*req);
       if (!caller.user()) return Fill(catalog_.CreateRequest(spec), resp);
+      if (spec.priority > kMaxUserRequestPriority) {
+        return Refused(caller, absl::PermissionDeniedError(fmt::format(
+            "CreateRequest: priority {} is above {}, the most a user may ask (repairs run "
+            "above it); an admin may ask more",
+            spec.priority, kMaxUserRequestPriority)));
+      }
       for (const std::string& path : spec.paths) {  // what you may not read you may not copy
         if (absl::Status s = Guard(caller).MayRead("CreateRequest", path); !s.ok()) return Refused(caller, s);
       }
@@ -1085,17 +1113,36 @@ class Service final : public v1::Catalog::CallbackService {
                                        const v1::ReadEventsRequest* req,
                                        v1::EventList* resp) override {
     if (grpc::ServerUnaryReactor* denied = Deny(c, "ReadEvents", Access::kRead)) return denied;
-    // A long poll sleeps for up to max_event_wait: on the worker pool, a few dozen
-    // pollers (one per site agent) would hold every worker and stall all mutations.
-    const bool long_poll = req->wait_ms() != 0;
-    return OffloadTo(long_poll ? poll_pool_ : pool_, c, [this, req, resp] {
-      std::chrono::milliseconds wait = std::chrono::milliseconds(
-          std::min<std::uint64_t>(req->wait_ms(),
-                                  static_cast<std::uint64_t>(options_.max_event_wait.count())));
-      return FillList<Event, v1::Event>(
-          catalog_.ReadEvents(req->after_seq(), Limit(req->max(), kMaxEventBatch), wait),
-          [resp] { return resp->add_events(); });
+    const std::size_t max = Limit(req->max(), kMaxEventBatch);
+    const std::uint64_t after = req->after_seq();
+    const std::chrono::milliseconds wait(std::min<std::uint64_t>(
+        req->wait_ms(), static_cast<std::uint64_t>(options_.max_event_wait.count())));
+    if (wait.count() == 0) {
+      return Offload(c, [this, after, max, resp] {
+        return FillList<Event, v1::Event>(catalog_.ReadEvents(after, max, 0ms),
+                                          [resp] { return resp->add_events(); });
+      });
+    }
+    // A long poll: read once on the pool; with nothing new, wait without a thread
+    // (EventWaiters) until an event or the deadline, then read again.
+    grpc::ServerUnaryReactor* reactor = c->DefaultReactor();
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    std::string identity = PollerOf(c);
+    boost::asio::post(pool_, [this, reactor, after, max, resp, deadline, identity] {
+      auto answer = [this, reactor, after, max, resp] {
+        reactor->Finish(ToGrpc(FillList<Event, v1::Event>(catalog_.ReadEvents(after, max, 0ms),
+                                                          [resp] { return resp->add_events(); })));
+      };
+      absl::StatusOr<std::vector<Event>> now = catalog_.ReadEvents(after, max, 0ms);
+      if (!now.ok() || !now->empty() || stopping_) {
+        reactor->Finish(ToGrpc(FillList<Event, v1::Event>(std::move(now),
+                                                          [resp] { return resp->add_events(); })));
+        return;
+      }
+      absl::Status s = waiters_.Wait(after, deadline, identity, [answer](bool) { answer(); });
+      if (!s.ok()) reactor->Finish(ToGrpc(s));
     });
+    return reactor;
   }
 
   grpc::ServerUnaryReactor* LastEventSeq(grpc::CallbackServerContext* c, const v1::Empty*,
@@ -1120,14 +1167,14 @@ class Service final : public v1::Catalog::CallbackService {
         return new RefusedWatch(ToGrpc(s));
       }
     }
-    return new WatchReactor(catalog_, watch_pool_, req->after_seq(), stopping_);
+    return new WatchReactor(catalog_, pool_, waiters_, PollerOf(c), req->after_seq(), stopping_);
   }
 
   Catalog& catalog_;
   ServerOptions options_;
   boost::asio::thread_pool pool_;
-  boost::asio::thread_pool poll_pool_;  // ReadEvents long polls
-  boost::asio::thread_pool watch_pool_;
+  // Long polls (ReadEvents with a wait, Watch streams) between events: no thread each.
+  internal::EventWaiters waiters_;
   std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> denied_{0};
   std::mutex request_quota_mu_;  // users' CreateRequest with a quota
@@ -1223,9 +1270,10 @@ std::map<std::string, RpcLatency> CatalogServer::RpcLatencies() const { return i
 
 absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& catalog,
                                                                     const ServerOptions& options) {
-  if (options.worker_threads < 1 || options.worker_threads > 1024 || options.watch_threads < 1 ||
-      options.watch_threads > 256) {
-    return absl::InvalidArgumentError("worker_threads must be 1..1024, watch_threads 1..256");
+  if (options.worker_threads < 1 || options.worker_threads > 1024 ||
+      options.max_long_polls_per_identity < 1) {
+    return absl::InvalidArgumentError(
+        "worker_threads must be 1..1024, max_long_polls_per_identity at least 1");
   }
   if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and a key");
@@ -1307,6 +1355,7 @@ const std::string& CatalogServer::address() const { return impl_->address; }
 
 std::uint64_t CatalogServer::denied_calls() const { return impl_->service->denied(); }
 std::uint64_t CatalogServer::rate_limited_calls() const { return impl_->service->rate_limited(); }
+std::size_t CatalogServer::long_polls_waiting() const { return impl_->service->long_polls_waiting(); }
 int CatalogServer::port() const { return impl_->port; }
 
 void CatalogServer::Shutdown() {

@@ -6,9 +6,10 @@
 //
 // Threads: gRPC's callback threads only parse, convert and hand over. Everything that
 // touches the disk (every mutation waits for a WAL fsync; scans) runs on a worker pool
-// (options.worker_threads); short point lookups (Stat, Get*) run inline. ReadEvents long
-// polls wait on a pool of their own (as many threads as workers), and Watch streams poll
-// the event log on a separate small pool, so that neither starves the other unary calls.
+// (options.worker_threads); short point lookups (Stat, Get*) run inline. A ReadEvents long
+// poll or a Watch stream with nothing new to read waits without a thread
+// (internal/event_waiters.h: one follower thread wakes them all on the next event), so
+// pollers never starve the other calls, and each identity may hold a bounded number.
 //
 // Thread safety: Start/Shutdown from one thread; the catalog must outlive the server.
 
@@ -65,8 +66,6 @@ struct ServerOptions {
   // Threads that run blocking catalog calls (mutations wait for an fsync each; more
   // threads let more writers share one group commit).
   int worker_threads = 64;
-  // Threads that poll the event log for Watch streams.
-  int watch_threads = 4;
   // A connection that has not finished its (TLS and HTTP/2) handshake by then is closed: a
   // flood of connections that never speak holds no file descriptor for long. gRPC's own
   // default is 120 s.
@@ -77,6 +76,9 @@ struct ServerOptions {
   int max_message_bytes = 64 << 20;
   // Longest long-poll a ReadEvents caller may ask for.
   std::chrono::milliseconds max_event_wait{30000};
+  // Long polls (ReadEvents waiting, Watch streams) one identity (without mutual TLS: one
+  // address) may hold at once; more are refused with RESOURCE_EXHAUSTED. They hold no thread.
+  std::size_t max_long_polls_per_identity = 64;
   // Where PublishTelemetry batches go (validated; called on a gRPC thread: keep it quick).
   // Null: the catalog's own PublishTelemetry (kUnimplemented for RocksDB's).
   std::function<absl::Status(const TelemetryBatch&)> telemetry_sink;
@@ -113,6 +115,8 @@ class CatalogServer {
   std::uint64_t denied_calls() const;
   // Calls refused with RESOURCE_EXHAUSTED for being over their identity's rate.
   std::uint64_t rate_limited_calls() const;
+  // Long polls (ReadEvents waits, Watch streams between events) waiting now.
+  std::size_t long_polls_waiting() const;
   int port() const;
 
   // Stops accepting calls, cancels Watch streams, waits for running calls (up to 5 s).

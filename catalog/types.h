@@ -237,6 +237,11 @@ enum class RequestState : std::uint8_t {
 std::string_view ToString(RequestState state);
 absl::StatusOr<RequestState> ParseRequestState(std::string_view text);
 
+// The highest priority a user's request may ask for (CreateRequest refuses more with
+// kPermissionDenied): repairs of damaged replicas run at 1000, and of a file's last copy at
+// 2000 (replica/repairer.h), ahead of every user. Admins, nodes and policies may go higher.
+inline constexpr std::int32_t kMaxUserRequestPriority = 999;
+
 // What gfrep (or a policy) asks for.
 struct RequestSpec {
   std::vector<std::string> paths;

@@ -54,6 +54,8 @@ namespace gfrep::replica {
 
 inline constexpr std::int32_t kRepairPriority = 1000;
 inline constexpr std::int32_t kLastCopyPriority = 2000;
+static_assert(kRepairPriority > catalog::kMaxUserRequestPriority,
+              "a user's request must never outrank a repair");
 inline constexpr const char* kRepairOwner = "repair";
 
 struct RepairerOptions {

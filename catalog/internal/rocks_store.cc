@@ -2,13 +2,22 @@
 
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
 #include <fmt/format.h>
+#include <sys/statvfs.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+
+#include "absl/synchronization/mutex.h"
 #include "catalog/internal/codec.h"
 #include "catalog/internal/rocks_status.h"
 
@@ -17,6 +26,70 @@ namespace {
 
 std::string_view View(const rocksdb::Slice& s) { return {s.data(), s.size()}; }
 rocksdb::Slice Sl(std::string_view s) { return {s.data(), s.size()}; }
+
+// RocksDB's info log, on stderr (warnings and errors only), never a LOG file in the database
+// directory: on a full file system that file's writer fails first, and Debian's librocksdb
+// (built with assertions) aborts the process at the next line written to it
+// (WritableFileWriter::AssertFalseAndGetStatusForPrevError) before any caller has seen an
+// error.
+class StderrInfoLog final : public rocksdb::Logger {
+ public:
+  StderrInfoLog() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    char line[2048];
+    std::vsnprintf(line, sizeof(line), format, ap);
+    std::fprintf(stderr, "rocksdb: %s\n", line);
+  }
+};
+
+// The database's background-error state, from RocksDB's own events. A failed write (a full
+// disk: ENOSPC while appending to the WAL) puts RocksDB in a background error; it then
+// refuses writes itself and, for a full disk, recovers by itself (its SstFileManager polls
+// the free space and resumes the database once a memtable's worth is free). While the error
+// stands, Write refuses at once (kResourceExhausted for a full disk) and makes no write
+// call at all; a Write at most once a second also asks for a Resume(), for errors RocksDB
+// does not recover from by itself once their cause is gone.
+class ErrorState final : public rocksdb::EventListener {
+ public:
+  void OnBackgroundError(rocksdb::BackgroundErrorReason, rocksdb::Status* bg_error) override {
+    absl::MutexLock l(&mu_);
+    error_ = *bg_error;
+    failed_ = true;
+  }
+  void OnErrorRecoveryEnd(const rocksdb::BackgroundErrorRecoveryInfo& info) override {
+    if (!info.new_bg_error.ok()) return;
+    absl::MutexLock l(&mu_);
+    failed_ = false;
+    error_ = rocksdb::Status::OK();
+  }
+
+  // The standing error (OK if none).
+  rocksdb::Status error() const {
+    if (!failed_.load()) return rocksdb::Status::OK();
+    absl::MutexLock l(&mu_);
+    return error_;
+  }
+  void Cleared() {
+    absl::MutexLock l(&mu_);
+    failed_ = false;
+    error_ = rocksdb::Status::OK();
+  }
+  // True at most once a second: time to ask RocksDB to resume.
+  bool ResumeDue() {
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count();
+    std::int64_t last = last_resume_ms_.load();
+    return now - last >= 1000 && last_resume_ms_.compare_exchange_strong(last, now);
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::atomic<bool> failed_{false};  // a fast path for error(): set with error_
+  rocksdb::Status error_ ABSL_GUARDED_BY(mu_);
+  std::atomic<std::int64_t> last_resume_ms_{0};
+};
 
 class RocksSnapshot final : public KvSnapshot {
  public:
@@ -29,8 +102,9 @@ class RocksSnapshot final : public KvSnapshot {
 
 class RocksStore final : public KvStore {
  public:
-  RocksStore(std::string path, rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*> cfs)
-      : path_(std::move(path)), db_(db), cfs_(std::move(cfs)) {}
+  RocksStore(std::string path, rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*> cfs,
+             std::shared_ptr<ErrorState> errors)
+      : path_(std::move(path)), db_(db), cfs_(std::move(cfs)), errors_(std::move(errors)) {}
 
   ~RocksStore() override {
     for (auto* h : cfs_) {
@@ -75,6 +149,7 @@ class RocksStore final : public KvStore {
 
   absl::Status Write(const KvBatch& batch, bool sync, std::string_view what) override {
     if (batch.Count() == 0) return absl::OkStatus();
+    if (absl::Status s = Writable(what); !s.ok()) return s;
     rocksdb::WriteBatch wb;
     for (const KvBatch::Op& op : batch.ops()) {
       rocksdb::Status s = op.put     ? wb.Put(cfs_[op.table], Sl(op.key), Sl(op.value))
@@ -88,6 +163,36 @@ class RocksStore final : public KvStore {
   }
 
   std::unique_ptr<KvSnapshot> Snapshot() override { return std::make_unique<RocksSnapshot>(db_); }
+
+  // OK when writes may be tried: no background error stands (or a Resume just cleared it).
+  absl::Status Writable(std::string_view what) {
+    rocksdb::Status bg = errors_->error();
+    if (bg.ok()) return absl::OkStatus();
+    if (errors_->ResumeDue() && HasRoom()) {
+      rocksdb::Status resumed = db_->Resume();
+      if (resumed.ok()) {
+        errors_->Cleared();
+        return absl::OkStatus();
+      }
+      // kBusy: RocksDB's own recovery is under way.
+    }
+    absl::Status s = FromRocks(bg, fmt::format("{}: the catalog database refuses writes until "
+                                               "its error clears", what));
+    if (bg.IsNoSpace()) {
+      return absl::ResourceExhaustedError(fmt::format(
+          "{}: the catalog database's file system is full ({}); writes resume by themselves "
+          "once space is freed",
+          what, bg.ToString()));
+    }
+    return s;
+  }
+
+  // Free space for a memtable's flush (what RocksDB's own recovery waits for).
+  bool HasRoom() const {
+    struct statvfs st {};
+    if (::statvfs(path_.c_str(), &st) != 0) return true;  // unknown: let Resume decide
+    return static_cast<std::uint64_t>(st.f_bavail) * st.f_frsize >= kRoomForResume;
+  }
 
   absl::StatusOr<std::map<std::string, std::uint64_t>> Stats() override {
     // Summed over the column families (GetAggregatedIntProperty).
@@ -133,9 +238,13 @@ class RocksStore final : public KvStore {
     return ro;
   }
 
+  // A memtable (write_buffer_size, 64 MiB by default) must fit for a resume to flush it.
+  static constexpr std::uint64_t kRoomForResume = 64u << 20;
+
   const std::string path_;
   rocksdb::DB* const db_;
   const std::vector<rocksdb::ColumnFamilyHandle*> cfs_;
+  const std::shared_ptr<ErrorState> errors_;
 };
 
 }  // namespace
@@ -147,6 +256,9 @@ absl::StatusOr<std::unique_ptr<KvStore>> OpenRocksStore(const CatalogOptions& op
   db_options.create_missing_column_families = true;
   db_options.IncreaseParallelism(2);
   db_options.max_open_files = 512;
+  db_options.info_log = std::make_shared<StderrInfoLog>();
+  auto errors = std::make_shared<ErrorState>();
+  db_options.listeners.push_back(errors);
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
@@ -159,7 +271,8 @@ absl::StatusOr<std::unique_ptr<KvStore>> OpenRocksStore(const CatalogOptions& op
   rocksdb::Status s = rocksdb::DB::Open(rocksdb::DBOptions(db_options), options.path,
                                         descriptors, &handles, &db);
   if (!s.ok()) return FromRocks(s, fmt::format("open catalog {}", options.path));
-  return std::unique_ptr<KvStore>(std::make_unique<RocksStore>(options.path, db, std::move(handles)));
+  return std::unique_ptr<KvStore>(
+      std::make_unique<RocksStore>(options.path, db, std::move(handles), std::move(errors)));
 }
 
 }  // namespace gfrep::catalog::internal

@@ -29,7 +29,6 @@ class CatalogClientTest : public ::testing::Test {
     local_ = std::move(*c);
     ServerOptions so;
     so.worker_threads = 4;
-    so.watch_threads = 2;
     absl::StatusOr<std::unique_ptr<CatalogServer>> s = CatalogServer::Start(*local_, so);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
@@ -564,6 +563,79 @@ TEST_F(CatalogClientTest, LongPollsDoNotStallMutations) {
   EXPECT_TRUE(put.ok()) << put;
   EXPECT_TRUE(reg.ok()) << reg;
   EXPECT_EQ(woken.load(), 4);
+}
+
+// Issue 37: long polls that wait for an event that will not come (after_seq far ahead, as a
+// hostile or broken caller may send) once held a thread each for their whole wait; with as
+// many as the server has workers, everyone else's polls queued behind them. Now they hold
+// none: another caller's poll wakes on its event at once, and each caller may hold only
+// max_long_polls_per_identity of them.
+TEST_F(CatalogClientTest, LongPollsHoldNoThreadAndEachCallerHoldsOnlySoMany) {
+  constexpr int kHeld = 12;  // three times the fixture server's 4 workers
+  std::vector<std::thread> held;
+  std::atomic<int> held_answered{0};
+  for (int i = 0; i < kHeld; ++i) {
+    held.emplace_back([&] {
+      absl::StatusOr<std::vector<Event>> e = client_->ReadEvents(std::uint64_t{1} << 60, 10, 25s);
+      if (e.ok()) ++held_answered;
+    });
+  }
+  for (int i = 0; i < 1000 && server_->long_polls_waiting() < kHeld; ++i) {
+    std::this_thread::sleep_for(10ms);  // until the server has registered them all
+  }
+  ASSERT_EQ(server_->long_polls_waiting(), static_cast<std::size_t>(kHeld));
+
+  absl::StatusOr<std::uint64_t> last = client_->LastEventSeq();
+  ASSERT_TRUE(last.ok()) << last.status();
+  absl::StatusOr<std::vector<Event>> woken;
+  std::thread waiter([&] { woken = client_->ReadEvents(*last, 10, 20s); });
+  for (int i = 0; i < 1000 && server_->long_polls_waiting() < kHeld + 1; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(client_->PutSite({"a", {}}).ok());  // an event
+  waiter.join();
+  ASSERT_TRUE(woken.ok()) << woken.status();
+  EXPECT_FALSE(woken->empty());
+  // The held polls still wait (no event after 2^60), holding nothing but their entries.
+  EXPECT_EQ(server_->long_polls_waiting(), static_cast<std::size_t>(kHeld));
+  // A server shutting down answers them at once.
+  server_->Shutdown();
+  for (std::thread& t : held) t.join();
+  EXPECT_EQ(held_answered.load(), kHeld);
+  EXPECT_EQ(server_->long_polls_waiting(), 0u);
+}
+
+TEST(CatalogServerLongPollTest, ACallerOverItsLongPollCapIsRefusedAndOthersAreNot) {
+  gfrep::testing::TempDir dir("longpoll");
+  CatalogOptions options;
+  options.path = dir.Sub("db");
+  absl::StatusOr<std::unique_ptr<Catalog>> local = OpenRocksCatalog(options);
+  ASSERT_TRUE(local.ok()) << local.status();
+  ServerOptions so;
+  so.worker_threads = 2;
+  so.max_long_polls_per_identity = 3;
+  absl::StatusOr<std::unique_ptr<CatalogServer>> server = CatalogServer::Start(**local, so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ClientOptions co;
+  co.address = (*server)->address();
+  co.timeout = 10s;
+  absl::StatusOr<std::unique_ptr<CatalogClient>> client = CatalogClient::Create(co);
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<std::thread> held;
+  for (int i = 0; i < 3; ++i) {
+    held.emplace_back([&] { (void)(*client)->ReadEvents(std::uint64_t{1} << 60, 1, 25s); });
+  }
+  for (int i = 0; i < 1000 && (*server)->long_polls_waiting() < 3; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ((*server)->long_polls_waiting(), 3u);
+  absl::StatusOr<std::vector<Event>> fourth = (*client)->ReadEvents(std::uint64_t{1} << 60, 1, 25s);
+  EXPECT_TRUE(absl::IsResourceExhausted(fourth.status())) << fourth.status();
+  EXPECT_NE(std::string(fourth.status().message()).find("long polls"), std::string::npos);
+  // A read that does not wait is not a long poll: always served.
+  EXPECT_TRUE((*client)->ReadEvents(0, 1, 0ms).ok());
+  (*server)->Shutdown();
+  for (std::thread& t : held) t.join();
 }
 
 TEST_F(CatalogClientTest, UnreachableCatalogIsUnavailable) {

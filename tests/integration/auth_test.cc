@@ -549,6 +549,43 @@ TEST(CatalogAuthStartTest, AUsersOpenRequestsAreBoundedByItsQuota) {
   EXPECT_EQ(done.exit_code, 0) << done.err;
 }
 
+// Issue 37: a user's request with priority 2147483647 was stored as asked, above the
+// repairer's 1000 (2000 for a last copy). Users may ask up to kMaxUserRequestPriority;
+// more is refused (and audited), while an admin may ask any priority.
+TEST(CatalogAuthStartTest, UsersCannotOutrankTheRepairer) {
+  testing::TempDir dir("auth-priority");
+  const std::string ca = dir.Sub("ca");
+  auto p = StartTlsCatalog(dir, ca, {{"user", "alice"}, {"admin", "root"}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<std::string> address = p->WaitForListen(std::chrono::seconds(30));
+  ASSERT_TRUE(address.ok()) << address.status();
+  auto client = [&](const std::string& name) {
+    return std::move(*catalog::CatalogClient::Create(ClientWithCertificate(*address, ca, name, std::chrono::seconds(10))));
+  };
+  auto alice = client("alice"), root = client("root");
+  catalog::MkdirOptions mk;
+  mk.parents = true;
+  ASSERT_TRUE(root->Mkdir("/data", mk).ok());
+  ASSERT_TRUE(root->CreateFile("/data/f", {}).ok());
+  catalog::RequestSpec spec;
+  spec.paths = {"/data/f"};
+  spec.priority = 2147483647;
+  absl::Status over = alice->CreateRequest(spec).status();
+  EXPECT_TRUE(absl::IsPermissionDenied(over)) << over;
+  EXPECT_NE(over.message().find("priority 2147483647 is above 999"), absl::string_view::npos) << over;
+  spec.priority = catalog::kMaxUserRequestPriority;
+  absl::StatusOr<catalog::Request> within = alice->CreateRequest(spec);
+  ASSERT_TRUE(within.ok()) << within.status();
+  EXPECT_EQ(within->spec.priority, catalog::kMaxUserRequestPriority);
+  spec.priority = 5000;
+  absl::StatusOr<catalog::Request> admin = root->CreateRequest(spec);
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  EXPECT_EQ(admin->spec.priority, 5000);
+  p->Signal(SIGTERM);
+  RunResult done = p->Wait(std::chrono::seconds(20));
+  EXPECT_EQ(done.exit_code, 0) << done.err;
+}
+
 TEST(CatalogAuthStartTest, RotatedCertificateFilesAreUsedWithoutARestart) {
   testing::TempDir dir("auth-rotate");
   const std::string ca = dir.Sub("ca");
