@@ -145,11 +145,16 @@ absl::Status ValidateName(std::string_view name) {
     return absl::InvalidArgumentError(
         fmt::format("name of {} bytes is longer than {} bytes", name.size(), kMaxNameBytes));
   }
+  for (char c : name) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      // The byte's code, not the byte: the message may reach a log or a terminal.
+      return absl::InvalidArgumentError(
+          fmt::format("name contains the control character 0x{:02x}", static_cast<unsigned>(u)));
+    }
+  }
   if (name.find('/') != std::string_view::npos) {
     return absl::InvalidArgumentError(fmt::format("name '{}' contains '/'", name));
-  }
-  if (name.find('\0') != std::string_view::npos) {
-    return absl::InvalidArgumentError("name contains a NUL byte");
   }
   if (!IsValidUtf8(name)) return absl::InvalidArgumentError("name is not valid UTF-8");
   return absl::OkStatus();

@@ -418,9 +418,10 @@ struct PolicyDocument {
 };
 inline constexpr std::size_t kMaxPolicyBytes = 1u << 20;
 
-// Checks one path component: non-empty, not "." or "..", no '/', no NUL, at most 255
-// bytes, valid UTF-8 (names travel in protobuf string fields, which must be UTF-8).
-// kInvalidArgument naming the problem otherwise.
+// Checks one path component: non-empty, not "." or "..", no '/', no control character
+// (U+0000..U+001F, U+007F: a newline in a name could forge log lines and breaks line-based
+// tools), at most 255 bytes, valid UTF-8 (names travel in protobuf string fields, which must
+// be UTF-8). kInvalidArgument naming the problem otherwise.
 absl::Status ValidateName(std::string_view name);
 
 // True if `text` is well-formed UTF-8 (no overlong forms, surrogates or code points

@@ -172,6 +172,14 @@ absl::StatusOr<FileOutcome> PlanFile(catalog::Catalog& catalog, const std::strin
   // Without the window limits, could the copies be placed at all?
   std::vector<catalog::Node> possible = PlaceReplicas(place, st.topology, st.liveness);
   if (static_cast<int>(possible.size()) < need && inflight == 0) {
+    // Nodes that are down now may come back (an agent restarting; every node at once after
+    // this catalog itself was stalled): if they would do, the file waits for them. Only a
+    // shortfall that every node being up would not cure fails it.
+    LivenessOptions anyone = st.liveness;
+    anyone.heartbeat_timeout = std::chrono::hours(24 * 365 * 100);
+    if (static_cast<int>(PlaceReplicas(place, st.topology, anyone).size()) >= need) {
+      return out;  // pending, no task: planned again at the next step
+    }
     out.status = FileStatus::kFailed;
     out.error = fmt::format(
         "not enough live destination nodes{} with {} bytes free: {} copies wanted, {} present, "
@@ -376,10 +384,19 @@ absl::Status Planner::Step() {
   StepState st;
   st.liveness.now_ns = Now();
   st.liveness.heartbeat_timeout = options_.heartbeat_timeout;
-  if (first_step_ns_ == 0) first_step_ns_ = st.liveness.now_ns;
-  const bool judge_liveness =
-      st.liveness.now_ns - first_step_ns_ >
+  const std::int64_t timeout_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.heartbeat_timeout).count();
+  if (first_step_ns_ == 0) {
+    first_step_ns_ = st.liveness.now_ns;
+  } else if (st.liveness.now_ns - last_step_ns_ > timeout_ns / 2) {
+    log_->warn("planner: {:.1f} s since its previous step (this catalog was stalled); node "
+               "liveness is judged again after {} s of heartbeats",
+               static_cast<double>(st.liveness.now_ns - last_step_ns_) / 1e9,
+               std::chrono::duration_cast<std::chrono::seconds>(options_.heartbeat_timeout).count());
+    first_step_ns_ = st.liveness.now_ns;
+  }
+  last_step_ns_ = st.liveness.now_ns;
+  const bool judge_liveness = st.liveness.now_ns - first_step_ns_ > timeout_ns;
   absl::StatusOr<std::vector<catalog::Node>> nodes = cat.ListNodes("");
   if (!nodes.ok()) return nodes.status();
   st.topology.nodes = std::move(*nodes);

@@ -169,10 +169,14 @@ class Planner {
 
   // Used by Step() only (one caller at a time, guarded by step_mu_).
   std::mutex step_mu_;
-  // When this planner's first step ran (guarded by step_mu_): heartbeats are judged only
-  // a full heartbeat_timeout later, so a restarted gfcatalogd does not take every node for
-  // dead before the nodes had a chance to report.
+  // Since when this planner has been stepping without a stall (guarded by step_mu_):
+  // heartbeats are judged only a full heartbeat_timeout later, so that a restarted
+  // gfcatalogd, or one that was itself stalled (the machine frozen, the process stopped:
+  // no heartbeat could arrive meanwhile), does not take every node for dead before the
+  // nodes had a chance to report. Reset when two steps are more than half a heartbeat
+  // timeout apart.
   std::int64_t first_step_ns_ = 0;
+  std::int64_t last_step_ns_ = 0;
   std::map<std::uint64_t, FileList> expanded_;  // request id -> files
   std::map<std::uint64_t, TaskView> views_;     // request id -> tasks (guarded by step_mu_)
 

@@ -73,6 +73,12 @@ int main(int argc, char** argv) {
   app.add_option("--max-open-requests-per-user", open_requests_per_user,
                  "With mutual TLS: replication requests a user may have queued or running at once; 0 = no quota")
       ->capture_default_str();
+  std::size_t long_polls_per_identity = 64;
+  app.add_option("--max-long-polls-per-identity", long_polls_per_identity,
+                 "Event-log long polls (and Watch streams) one identity, or one address without "
+                 "mutual TLS, may hold at once; they hold no thread")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1000000}))
+      ->capture_default_str();
   std::string token_key;
   app.add_option("--token-key", token_key,
                  "With mutual TLS: the key user tokens are signed with (gfca init writes token.key; "
@@ -236,6 +242,7 @@ int main(int argc, char** argv) {
   server_options.tls_reload_interval = std::chrono::seconds(tls_reload_s);
   server_options.max_message_bytes = max_message_mib << 20;
   server_options.max_open_requests_per_user = open_requests_per_user;
+  server_options.max_long_polls_per_identity = long_polls_per_identity;
   // Other front ends revoke tokens too: their revocations are read within a second.
   if (shared) server_options.revocation_refresh = std::chrono::seconds(1);
   server_options.handshake_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(handshake_timeout_s * 1000));

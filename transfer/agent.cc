@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "transfer/internal/engine.h"
+#include "transfer/internal/log_safe.h"
 #include "transfer/internal/read_service.h"
 #include "transfer/internal/path.h"
 #include "transfer/internal/probe_service.h"
@@ -239,7 +240,8 @@ struct AgentServer::Impl {
                          log->critical("bug: exception escaped the connection from {}", peer);
                          return;
                        }
-                       if (!s.ok()) log->warn("peer={} {}", peer, s.ToString());
+                       // The status may quote what the peer sent.
+                       if (!s.ok()) log->warn("peer={} {}", peer, internal::LogSafe(s.ToString()));
                      });
     }
   }

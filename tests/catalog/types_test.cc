@@ -22,6 +22,20 @@ TEST(ValidateNameTest, RejectsEachForbiddenForm) {
   }
 }
 
+// Issue 37: a name with a newline was stored and then written raw into logs (forged lines).
+TEST(ValidateNameTest, RefusesControlCharactersWithoutEchoingThem) {
+  for (std::string bad : {std::string("a\nb"), std::string("x\r"), std::string("\x1b[31m"),
+                          std::string("tab\there"), std::string("del\x7f")}) {
+    absl::Status s = ValidateName(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "name of size " << bad.size();
+    EXPECT_NE(std::string(s.message()).find("control character 0x"), std::string::npos) << s;
+    for (char c : std::string(s.message())) {
+      EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20) << "the message echoes a control byte";
+    }
+  }
+  EXPECT_TRUE(ValidateName("caf\xc3\xa9 ~!").ok());
+}
+
 TEST(ValidateNameTest, RequiresUtf8AsProtobufDoes) {
   EXPECT_TRUE(ValidateName("caf\xc3\xa9").ok());                  // é
   EXPECT_TRUE(ValidateName("\xf0\x9f\x93\x81").ok());             // U+1F4C1

@@ -73,6 +73,48 @@ TEST_F(CatalogAuthTest, AReplicationRunsEndToEndWithMutualTls) {
 // Certificate rotation of an agent's catalog connection without a restart: gfsited reads
 // --catalog-ca/--tls-cert/--tls-key again on SIGHUP. A broken pair is refused and the one in
 // force stays. (Until 2026-11-24 only the transfer channel's files were read again.)
+// Issue 37: a route can ask for encrypted data (gfroute set --data-tls on): its copies'
+// data connections are TLS, which the source's log shows ("sent path=... tls=...").
+TEST_F(CatalogAuthTest, ARouteThatAsksForDataTlsEncryptsItsCopies) {
+  RunResult set = Tool({"gfroute", "set", "kek", "sdsc", "--data-tls", "on"});
+  ASSERT_EQ(set.exit_code, 0) << set.out << set.err;
+  RunResult list = Tool({"gfroute", "list", "--json"});
+  EXPECT_NE(list.out.find("\"data_tls\":true"), std::string::npos) << list.out;
+  const std::string bytes = Store("/exp/enc", 1 << 20, 9, "kek1");
+  RunResult r = Tool({"gfrep", "-N", "2", "/exp/enc"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(Replica("sdsc1", "/exp/enc"), bytes);
+  const std::string log = agents_["kek1"].Stderr();
+  const std::size_t sent = log.find("sent path=.gfrep-data/");
+  ASSERT_NE(sent, std::string::npos) << log;
+  EXPECT_NE(log.substr(sent, log.find('\n', sent) - sent).find(" tls="), std::string::npos) << log;
+}
+
+// Issue 37: an agent started with --require-tls could not be a replication source: every
+// pull from it failed "this agent requires TLS on the data connections too", and nothing
+// could make a pull encrypt its data. Its node record now says so, and pullers encrypt.
+class RequireTlsTest : public testing::FederationTest {
+ protected:
+  RequireTlsTest() : FederationTest("require-tls") {}
+  void SetUp() override {
+    testing::FederationOptions o;
+    o.mutual_tls = true;
+    o.agent_flags.push_back("--require-tls");
+    StartFederation({{"kek1", "kek"}, {"sdsc1", "sdsc"}}, o);
+  }
+};
+
+TEST_F(RequireTlsTest, AnAgentThatRequiresTlsIsAReplicationSource) {
+  RunResult nodes = Tool({"gfnode", "list", "--json"});
+  EXPECT_NE(nodes.out.find("\"requires_data_tls\":true"), std::string::npos) << nodes.out;
+  const std::string bytes = Store("/exp/f", 2 << 20, 11, "kek1");
+  RunResult r = Tool({"gfrep", "-N", "2", "/exp/f"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(Replica("sdsc1", "/exp/f"), bytes);
+  EXPECT_EQ(agents_["kek1"].Stderr().find("requires TLS on the data connections"), std::string::npos)
+      << agents_["kek1"].Stderr();
+}
+
 TEST_F(CatalogAuthTest, SighupRotatesTheAgentsCatalogCertificate) {
   IssueCert("node", "rotated", {"--host", "127.0.0.1"});
   ASSERT_FALSE(HasFatalFailure());

@@ -683,6 +683,55 @@ TEST_F(PlannerTest, ARestartedPlannerGivesNodesATimeoutToReportBeforeAbandoningT
   EXPECT_EQ(t->state, TaskState::kLeased) << "the node reported: its copy goes on";
 }
 
+// Issue 37: after the whole machine was frozen longer than the heartbeat timeout, the
+// planner's next step found every node silent: it failed the request's files for good ("not
+// enough live destination nodes") and would have abandoned every copy in flight. A catalog
+// that was itself stalled now waits a heartbeat round before judging nodes, and files with
+// no live destination now wait for one instead of failing.
+TEST_F(PlannerTest, AFrozenCatalogNeitherFailsFilesNorAbandonsCopiesWhenItWakes) {
+  Commit("/d/f1", 100, "a1");
+  Commit("/d/sub/f2", 100, "a1");
+  auto planner = MakePlanner();
+  catalog::RequestSpec busy;
+  busy.paths = {"/d/f1"};
+  busy.dst_sites = {"B"};
+  std::uint64_t in_flight = Request(busy);
+  ASSERT_TRUE(planner->Step().ok());
+  std::vector<Task> tasks = Tasks(in_flight);
+  ASSERT_EQ(tasks.size(), 1u);
+  const std::string dst = tasks[0].spec.dst_node;
+  auto leased = cat_->ClaimTask(dst, "agent-of-" + dst, std::chrono::seconds(600));
+  ASSERT_TRUE(leased.ok()) << leased.status();
+  for (int i = 0; i < 40; ++i) {  // steps every second for longer than the heartbeat timeout
+    now_ += kSecond;
+    Heartbeat({"a1", "a2", "b1", "b2", "c1"});
+    ASSERT_TRUE(planner->Step().ok());
+  }
+  catalog::RequestSpec fresh;
+  fresh.paths = {"/d/sub/f2"};
+  fresh.copies = 3;
+  std::uint64_t waiting = Request(fresh);
+
+  now_ += 120 * kSecond;  // frozen: no step, no heartbeat
+  ASSERT_TRUE(planner->Step().ok());
+  auto t = cat_->GetTask(leased->id);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->state, TaskState::kLeased) << t->last_error;
+  catalog::Request r = Get(waiting);
+  EXPECT_EQ(r.files_failed, 0u) << r.error;
+  EXPECT_NE(r.state, RequestState::kFailed) << r.error;
+  EXPECT_TRUE(Tasks(waiting).empty()) << "no live destination yet";
+
+  // The nodes report again: the waiting file is planned, the copy in flight goes on.
+  now_ += kSecond;
+  Heartbeat({"a1", "a2", "b1", "b2", "c1"});
+  ASSERT_TRUE(planner->Step().ok());
+  EXPECT_EQ(Tasks(waiting).size(), 2u);
+  t = cat_->GetTask(leased->id);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->state, TaskState::kLeased);
+}
+
 // Leases run out in the planner's step even when the node never claims again (the
 // catalog used to expire them only in that node's own ClaimTask).
 TEST_F(PlannerTest, EveryStepExpiresRunOutLeases) {

@@ -839,6 +839,25 @@ TEST_F(AgentTest, ProgressCountsTheBytesOfEachStream) {
   }
 }
 
+// Issue 37: on a route whose rate is shared by many copies, a whole block could wait its turn
+// in the route's token bucket longer than the no-progress watchdog allows, and copies failed
+// "no progress for 30000 ms". Such a block now goes as pieces, so bytes keep moving. Here one
+// 512 KiB block at 512 kbit/s would wait 4 s (beyond the burst) for its tokens, over the
+// 3 s watchdog of both ends.
+TEST_F(AgentTest, AThrottledBlockGoesInPiecesWithinTheNoProgressTimeout) {
+  const std::filesystem::path src = dir_.path() / "throttled.src";
+  testing::WriteRandomFile(src, 512 << 10, 31);
+  TransferOptions slow = options_;
+  slow.route.streams = 1;
+  slow.route.stripe_unit = 512 << 10;
+  slow.route.route_name = "throttled-pieces";
+  slow.route.route_rate_bps = 512'000;
+  absl::StatusOr<TransferStats> r = Push(src, endpoint_, "throttled.dat", slow);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(SameBytes(testing::ReadFile(dir_.path() / "spool" / "throttled.dat"),
+                        testing::ReadFile(src)));
+}
+
 // Two sessions writing the same destination at once: the second is refused at once, and
 // whichever succeeds put exactly its own bytes in place.
 TEST_F(AgentTest, ConcurrentPutsToOnePathNeverMixTheirBytes) {

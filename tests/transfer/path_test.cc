@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "tests/support/temp_dir.h"
+#include "transfer/internal/log_safe.h"
 
 namespace gfrep::transfer::internal {
 namespace {
@@ -33,6 +34,12 @@ TEST_F(PathTest, RefusesEscapesAndOddComponents) {
     EXPECT_TRUE(absl::IsInvalidArgument(p.status())) << "'" << bad << "': " << p.status();
   }
   EXPECT_FALSE(ResolveSpoolPath(spool_, std::string("a\0b", 3)).ok());
+  // Issue 37: a newline in a path was accepted and logged raw (forged log lines).
+  for (const char* bad : {"a\nb", "dir/x\r", "\x1b[2J", "a\x7f"}) {
+    absl::StatusOr<std::filesystem::path> p = ResolveSpoolPath(spool_, bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(p.status())) << p.status();
+    EXPECT_EQ(std::string(p.status().message()).find('\n'), std::string::npos);
+  }
   EXPECT_FALSE(ResolveSpoolPath(spool_, std::string(5000, 'a')).ok());
 }
 
@@ -64,6 +71,12 @@ TEST_F(PathTest, RefusesSymlinkLeavingTheSpool) {
 TEST_F(PathTest, AllowsSymlinkStayingInside) {
   std::filesystem::create_directory_symlink(spool_ / "sub", spool_ / "alias");
   EXPECT_TRUE(ResolveSpoolPath(spool_, "alias/f").ok());
+}
+
+TEST(LogSafeTest, EscapesControlCharactersOnly) {
+  EXPECT_EQ(LogSafe("plain caf\xc3\xa9 / ok"), "plain caf\xc3\xa9 / ok");
+  EXPECT_EQ(LogSafe("a\nforged line"), "a\\x0aforged line");
+  EXPECT_EQ(LogSafe(std::string("\0\x1b\x7f", 3)), "\\x00\\x1b\\x7f");
 }
 
 }  // namespace

@@ -72,5 +72,29 @@ TEST(TokenBucketTest, RouteBucketIsSharedPerName) {
   EXPECT_NE(a.get(), c.get());
 }
 
+// Issue 37: with --route-rate 8M, a route carrying many small copies moved 38 Mbit/s: a
+// route's bucket died with its last copy and the next copy found a fresh one, full burst and
+// no debt. The bucket (and its debt) now outlives the copies that used it.
+TEST(TokenBucketTest, ARouteBucketKeepsItsDebtBetweenCopies) {
+  std::chrono::nanoseconds first_wait;
+  {
+    std::shared_ptr<TokenBucket> copy1 = RouteBucket("gfrep-test-debt", 1000);
+    (void)copy1->Reserve(300 * 1024);  // the burst (256 KiB) and more: debt
+    first_wait = copy1->WouldWait(1);
+  }  // the first copy ends; nobody holds the bucket
+  std::shared_ptr<TokenBucket> copy2 = RouteBucket("gfrep-test-debt", 1000);
+  EXPECT_GT(copy2->WouldWait(1), std::chrono::seconds(10)) << "the debt was forgotten";
+  EXPECT_LE(copy2->WouldWait(1), first_wait + std::chrono::seconds(1));
+}
+
+TEST(TokenBucketTest, WouldWaitTakesNothing) {
+  FakeClock clock;
+  TokenBucket b(1000, 500, &clock);
+  EXPECT_EQ(b.WouldWait(400), nanoseconds(0));
+  EXPECT_EQ(b.WouldWait(1500), std::chrono::seconds(1));
+  EXPECT_EQ(b.Reserve(500), nanoseconds(0));  // the whole burst was still there
+  EXPECT_EQ(b.WouldWait(1000), std::chrono::seconds(1));
+}
+
 }  // namespace
 }  // namespace gfrep::transfer::internal

@@ -11,8 +11,13 @@ absl::StatusOr<std::filesystem::path> ResolveSpoolPath(const std::filesystem::pa
                                                        std::string_view relative) {
   if (relative.empty()) return absl::InvalidArgumentError("empty path");
   if (relative.size() > 4096) return absl::InvalidArgumentError("path longer than 4096 bytes");
-  if (relative.find('\0') != std::string_view::npos) {
-    return absl::InvalidArgumentError("path contains a NUL byte");
+  for (char c : relative) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      // Never echoed: a newline here would forge a line of the agent's log.
+      return absl::InvalidArgumentError(fmt::format(
+          "path contains the control character 0x{:02x}", static_cast<unsigned>(u)));
+    }
   }
   if (relative.front() == '/') {
     return absl::InvalidArgumentError(

@@ -16,10 +16,10 @@ inline constexpr std::string_view kTmpDirName = ".gfrep-tmp";
 inline constexpr std::string_view kReservedPrefix = ".gfrep-";
 
 // Resolves `relative` (a PATH of gf://HOST:PORT/PATH) inside `spool` (canonical).
-// kInvalidArgument for empty, absolute, over-long paths, NUL bytes, "." or ".."
-// components, empty components and a reserved first component (".gfrep-*"), except a
-// replica name that IsReplicaRelativePath accepts; kPermissionDenied when a symlink makes
-// the path leave the spool. Returns the absolute path.
+// kInvalidArgument for empty, absolute, over-long paths, control characters (NUL
+// included), "." or ".." components, empty components and a reserved first component
+// (".gfrep-*"), except a replica name that IsReplicaRelativePath accepts; kPermissionDenied
+// when a symlink makes the path leave the spool. Returns the absolute path.
 absl::StatusOr<std::filesystem::path> ResolveSpoolPath(const std::filesystem::path& spool,
                                                        std::string_view relative);
 

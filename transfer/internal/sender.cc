@@ -221,6 +221,9 @@ asio::awaitable<void> WaitForBacklogBelow(Conn& c, std::uint64_t low_water, cons
   }
 }
 
+// The frame size of a block sent in pieces on a throttled route (SendStream).
+constexpr std::uint64_t kThrottledPiece = 64 * 1024;
+
 asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, const SourceFile& src,
                                          const TransferOptions& o, BlockChecksumAlgorithm alg,
                                          TokenBucket* bucket, ProgressReporter& progress,
@@ -247,6 +250,15 @@ asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, const SourceF
     if (st.failed || st.queue.empty()) break;
     ByteRange b = st.queue.front();
     st.queue.pop_front();
+    if (bucket != nullptr && b.size() > kThrottledPiece &&
+        bucket->WouldWait(b.size()) > o.io_timeout / 8) {
+      // The route's rate is shared by many copies (a low --route-rate, many small files): a
+      // whole block would wait its turn longer than a no-progress watchdog allows (the
+      // receiver's, and ours, fire after io_timeout without a byte). Send it as pieces, each
+      // a frame of its own, so that every stream moves bytes at its share of the rate.
+      st.queue.push_front(ByteRange{b.begin + kThrottledPiece, b.end});
+      b.end = b.begin + kThrottledPiece;
+    }
     auto len = static_cast<std::uint32_t>(b.size());
     if (bucket != nullptr) {
       auto wait = bucket->Reserve(len);

@@ -20,6 +20,18 @@ Clock* SteadyClock() {
 TokenBucket::TokenBucket(double rate, double burst, Clock* clock)
     : rate_(rate), burst_(burst), tokens_(burst), last_(clock->Now()), clock_(clock) {}
 
+double TokenBucket::TokensAt(std::chrono::steady_clock::time_point now) const {
+  const double elapsed = std::chrono::duration<double>(now - last_).count();
+  return elapsed > 0 ? std::min(burst_, tokens_ + elapsed * rate_) : tokens_;
+}
+
+std::chrono::nanoseconds TokenBucket::WouldWait(std::uint64_t bytes) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double after = TokensAt(clock_->Now()) - static_cast<double>(bytes);
+  if (after >= 0) return std::chrono::nanoseconds(0);
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(-after / rate_ * 1e9));
+}
+
 std::chrono::nanoseconds TokenBucket::Reserve(std::uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   auto now = clock_->Now();
@@ -45,9 +57,12 @@ double TokenBucket::rate() const {
 
 std::shared_ptr<TokenBucket> RouteBucket(const std::string& name, double rate_bytes) {
   static std::mutex mu;
-  static std::map<std::string, std::weak_ptr<TokenBucket>> buckets;
+  // Kept for the process's life (a few per route): a bucket that died with its last copy
+  // forgot its debt and came back with a full burst, so many short copies one after another
+  // went faster than the route's rate.
+  static std::map<std::string, std::shared_ptr<TokenBucket>> buckets;
   std::lock_guard<std::mutex> lock(mu);
-  std::shared_ptr<TokenBucket> b = buckets[name].lock();
+  std::shared_ptr<TokenBucket> b = buckets[name];
   if (b) {
     if (b->rate() != rate_bytes) b->SetRate(rate_bytes);
     return b;

@@ -32,10 +32,15 @@ class TokenBucket {
   // Takes `bytes` tokens and returns how long the caller must wait before sending them
   // (zero when tokens were available).
   std::chrono::nanoseconds Reserve(std::uint64_t bytes);
+  // How long a Reserve(bytes) made now would wait; takes nothing.
+  std::chrono::nanoseconds WouldWait(std::uint64_t bytes) const;
   void SetRate(double rate);
   double rate() const;
 
  private:
+  // Tokens now (negative: debt), from the stored count and the time since `last_`.
+  double TokensAt(std::chrono::steady_clock::time_point now) const;
+
   mutable std::mutex mu_;
   double rate_;   // guarded by mu_
   double burst_;  // guarded by mu_
@@ -45,7 +50,9 @@ class TokenBucket {
 };
 
 // The process-wide bucket of route `name` at `rate_bytes` bytes/s (created on first use;
-// a later call with another rate updates it). Buckets live while some transfer holds them.
+// a later call with another rate updates it). A bucket lives as long as the process, with
+// its tokens and debt: a route's copies that come one after another (many small files)
+// share one allowance instead of each starting with a fresh burst.
 std::shared_ptr<TokenBucket> RouteBucket(const std::string& name, double rate_bytes);
 
 }  // namespace gfrep::transfer::internal
