@@ -10,6 +10,7 @@
 // show a missing fsync: the page cache survives it.
 //
 // Needs root and /dev/fuse (skipped with a message otherwise); ctest -L powerloss.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -24,8 +25,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "catalog/client.h"
 #include "tests/support/federation.h"
@@ -86,7 +85,8 @@ class PowerLossTest : public testing::FederationTest {
     catalog::ClientOptions co;
     co.address = catalog_;
     co.timeout = 10s;
-    absl::StatusOr<std::unique_ptr<catalog::CatalogClient>> client = catalog::CatalogClient::Create(co);
+    absl::StatusOr<std::unique_ptr<catalog::CatalogClient>> client =
+        catalog::CatalogClient::Create(co);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = std::move(*client);
     StartAgent("a1");
@@ -95,7 +95,8 @@ class PowerLossTest : public testing::FederationTest {
   // a1's replica of `path`: complete in the catalog, and these bytes on its disk.
   void ExpectReplicaAtA1(const std::string& path, const std::string& bytes) {
     EXPECT_EQ(States(path)["a1"], "complete") << path;
-    EXPECT_TRUE(Replica("a1", path) == bytes) << path << ": a1's replica file is not the bytes stored";
+    EXPECT_TRUE(Replica("a1", path) == bytes)
+        << path << ": a1's replica file is not the bytes stored";
   }
 
   // Nothing partial under a final name: every file under a1's .gfrep-data/<inode>/<gen>
@@ -104,8 +105,8 @@ class PowerLossTest : public testing::FederationTest {
   void ExpectOnlyWholeReplicaFiles(const std::map<std::string, std::string>& sources) {
     std::error_code ec;
     int files = 0;
-    for (fs::recursive_directory_iterator it(Spool("a1") / ".gfrep-data", ec), end; !ec && it != end;
-         it.increment(ec)) {
+    for (fs::recursive_directory_iterator it(Spool("a1") / ".gfrep-data", ec), end;
+         !ec && it != end; it.increment(ec)) {
       if (!it->is_regular_file()) continue;
       ++files;
       const fs::path file = it->path();
@@ -290,7 +291,8 @@ TEST_F(PowerLossTest, AcknowledgedWorkSurvivesACutInTheMiddleOfAStream) {
   // Cut once each kind of work has been acknowledged a few times, with copies still to do.
   {
     std::unique_lock<std::mutex> lock(mu);
-    ASSERT_TRUE(acked_cv.wait_for(lock, 120s, [&] { return created.size() >= 200 && uploaded.size() >= 2; }))
+    ASSERT_TRUE(acked_cv.wait_for(lock, 120s,
+                                  [&] { return created.size() >= 200 && uploaded.size() >= 2; }))
         << created.size() << " creates and " << uploaded.size() << " uploads acknowledged";
   }
   std::set<std::string> copied = CompleteAtA1(rep_paths);

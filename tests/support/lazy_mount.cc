@@ -45,7 +45,8 @@ std::string LazyMount::Unavailable() {
 absl::StatusOr<LazyMount> LazyMount::Start(const fs::path& backing, const fs::path& mountpoint) {
   std::error_code ec;
   fs::create_directories(mountpoint, ec);
-  if (ec) return absl::InternalError(absl::StrCat("mkdir ", mountpoint.string(), ": ", ec.message()));
+  if (ec)
+    return absl::InternalError(absl::StrCat("mkdir ", mountpoint.string(), ": ", ec.message()));
   LazyMount m;
   m.mountpoint_ = fs::canonical(mountpoint, ec);
   absl::StatusOr<Subprocess> p =
@@ -54,7 +55,8 @@ absl::StatusOr<LazyMount> LazyMount::Start(const fs::path& backing, const fs::pa
   m.process_ = std::move(*p);
   m.up_ = true;
   // The line comes once fuse_mount has returned: the mount is in place.
-  absl::StatusOr<std::string> line = m.process_.WaitForOutput("lazyfs: mounted", std::chrono::seconds(30));
+  absl::StatusOr<std::string> line =
+      m.process_.WaitForOutput("lazyfs: mounted", std::chrono::seconds(30));
   if (!line.ok()) return line.status();
   if (!IsMounted(m.mountpoint_)) {
     return absl::InternalError(absl::StrCat(m.mountpoint_.string(), " is not a mount point"));
@@ -85,8 +87,8 @@ absl::StatusOr<std::string> LazyMount::Cut() {
   RunResult r = process_.Wait(std::chrono::seconds(60));
   if (r.exit_code != 0) {
     ForceDown();
-    return absl::InternalError(absl::StrCat("lazyfs cut: exit ", r.exit_code, " signal ",
-                                            r.signal, ": ", r.err));
+    return absl::InternalError(
+        absl::StrCat("lazyfs cut: exit ", r.exit_code, " signal ", r.signal, ": ", r.err));
   }
   if (IsMounted(mountpoint_)) {
     ForceDown();

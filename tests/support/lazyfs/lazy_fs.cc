@@ -19,7 +19,8 @@ namespace fs = std::filesystem;
 namespace {
 
 absl::Status Errno(int err, std::string_view what, const fs::path& path) {
-  return absl::InternalError(absl::StrCat(std::string(what), " ", path.string(), ": ", std::strerror(err)));
+  return absl::InternalError(
+      absl::StrCat(std::string(what), " ", path.string(), ": ", std::strerror(err)));
 }
 
 // Closes a descriptor at the end of a scope.
@@ -38,7 +39,8 @@ int CopyRange(int from, int to, std::uint64_t begin, std::uint64_t end) {
   if (end <= begin) return 0;
   std::vector<char> buf(static_cast<std::size_t>(std::min<std::uint64_t>(1 << 20, end - begin)));
   while (begin < end) {
-    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), end - begin));
+    const std::size_t want =
+        static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), end - begin));
     const ssize_t n = ::pread(from, buf.data(), want, static_cast<off_t>(begin));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return -errno;
@@ -104,7 +106,9 @@ absl::Status LazyFs::Scan(const fs::path& dir, ObjectId id,
       } else if (S_ISLNK(st.st_mode)) {
         child = NewObject(Kind::kSymlink);
         objects_[child].target = fs::read_symlink(e.path(), ec).string();
-        if (ec) return absl::InternalError(absl::StrCat("readlink ", e.path().string(), ": ", ec.message()));
+        if (ec)
+          return absl::InternalError(
+              absl::StrCat("readlink ", e.path().string(), ": ", ec.message()));
       } else {
         return absl::FailedPreconditionError(
             absl::StrCat(e.path().string(), ": special files are not supported"));
@@ -216,9 +220,7 @@ int LazyFs::Readlink(const char* path, char* buf, std::size_t size) {
   return 0;
 }
 
-int LazyFs::StatFs(struct statvfs* st) {
-  return ::statvfs(backing_.c_str(), st) == 0 ? 0 : -errno;
-}
+int LazyFs::StatFs(struct statvfs* st) { return ::statvfs(backing_.c_str(), st) == 0 ? 0 : -errno; }
 
 int LazyFs::OpenLocked(std::string_view path, ObjectId id, int flags, Handle** out) {
   Object& o = objects_[id];
@@ -317,7 +319,8 @@ int LazyFs::Truncate(const char* path, const Handle* h, off_t size) {
   if (int r = PrepareChange(id, fd, PathOrEmpty(path)); r != 0) return r;
   struct stat st {};
   if ((fd >= 0 ? ::fstat(fd, &st) : ::lstat(Backing(path).c_str(), &st)) != 0) return -errno;
-  if ((fd >= 0 ? ::ftruncate(fd, size) : ::truncate(Backing(path).c_str(), size)) != 0) return -errno;
+  if ((fd >= 0 ? ::ftruncate(fd, size) : ::truncate(Backing(path).c_str(), size)) != 0)
+    return -errno;
   const auto old_size = static_cast<std::uint64_t>(st.st_size);
   const auto new_size = static_cast<std::uint64_t>(size);
   MarkDirty(objects_[id], std::min(old_size, new_size), std::max(old_size, new_size));
@@ -357,7 +360,8 @@ int LazyFs::Chown(const char* path, const Handle* h, uid_t uid, gid_t gid) {
   absl::MutexLock lock(&mu_);
   if (cut_) return -EIO;
   const int fd = h != nullptr ? h->fd : -1;
-  const int r = fd >= 0 ? ::fchown(fd, uid, gid) : ::lchown(Backing(PathOrEmpty(path)).c_str(), uid, gid);
+  const int r =
+      fd >= 0 ? ::fchown(fd, uid, gid) : ::lchown(Backing(PathOrEmpty(path)).c_str(), uid, gid);
   return r == 0 ? 0 : -errno;
 }
 
@@ -495,8 +499,8 @@ int LazyFs::Fsync(const Handle& h) {
   const auto size = static_cast<std::uint64_t>(st.st_size);
   // A first sync copies the whole file; later ones what changed since the last.
   const bool whole = o.data == Data::kEmpty;
-  Fd shadow(::open(ShadowOf(h.id).c_str(),
-                   O_WRONLY | O_CLOEXEC | (whole ? O_CREAT | O_TRUNC : 0), 0600));
+  Fd shadow(
+      ::open(ShadowOf(h.id).c_str(), O_WRONLY | O_CLOEXEC | (whole ? O_CREAT | O_TRUNC : 0), 0600));
   if (shadow.fd < 0) return -errno;
   if (::ftruncate(shadow.fd, st.st_size) != 0) return -errno;
   const std::uint64_t begin = whole ? 0 : o.dirty_begin;
@@ -540,7 +544,8 @@ absl::Status LazyFs::Materialize(ObjectId id, const fs::path& out,
         }
         continue;
       case Kind::kSymlink:
-        if (::symlink(o.target.c_str(), target.c_str()) != 0) return Errno(errno, "symlink", target);
+        if (::symlink(o.target.c_str(), target.c_str()) != 0)
+          return Errno(errno, "symlink", target);
         continue;
       case Kind::kFile:
         break;
@@ -608,7 +613,8 @@ absl::StatusOr<std::string> LazyFs::Cut() {
     if (ec) return absl::InternalError(absl::StrCat("remove ", p.string(), ": ", ec.message()));
   }
   std::vector<fs::path> rebuilt;
-  for (const fs::directory_entry& e : fs::directory_iterator(fresh, ec)) rebuilt.push_back(e.path());
+  for (const fs::directory_entry& e : fs::directory_iterator(fresh, ec))
+    rebuilt.push_back(e.path());
   if (ec) return absl::InternalError(absl::StrCat("list ", fresh.string(), ": ", ec.message()));
   for (const fs::path& p : rebuilt) {
     fs::rename(p, backing_ / p.filename(), ec);
@@ -616,7 +622,8 @@ absl::StatusOr<std::string> LazyFs::Cut() {
   }
   fs::remove(fresh, ec);
   (void)ec;  // ignored: an empty leftover directory beside the backing one
-  return absl::StrCat("cut: rebuilt ", files, " files and ", dirs, " directories from the durable state");
+  return absl::StrCat("cut: rebuilt ", files, " files and ", dirs,
+                      " directories from the durable state");
 }
 
 }  // namespace gfrep::testing::lazyfs

@@ -28,7 +28,7 @@
 //     directory (with all below it) until its parent is synced. Two durable names of one
 //     file become hard links. A directory durably named twice (renamed, both parents synced
 //     at different times) is made at the first name met only; a cycle is cut the same way.
-//     After a cut every operation fails with EIO.
+//     After a cut every operation that changes anything fails with EIO.
 // Not modelled: extended attributes, owners and directory modes (kept as they are), special
 // files (FIFOs, devices, sockets: not supported), fallocate modes other than 0 and
 // KEEP_SIZE (EOPNOTSUPP), partial durability (a sync is all of a file or nothing; a real
@@ -165,8 +165,8 @@ class LazyFs {
   // Rebuilds the durable entries of directory `id` under `out` (see Cut).
   absl::Status Materialize(ObjectId id, const std::filesystem::path& out,
                            const std::unordered_map<ObjectId, std::string>& live_path,
-                           std::unordered_map<ObjectId, std::filesystem::path>& made,
-                           int& files, int& dirs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                           std::unordered_map<ObjectId, std::filesystem::path>& made, int& files,
+                           int& dirs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction
   const std::filesystem::path backing_;

@@ -87,7 +87,7 @@ TEST_F(LazyFsMountTest, UnsyncedWriteIsGoneAfterACut) {
   Mount();
   Put(M("f"), "new bytes, never synced", Sync::kNone);
   Put(M("g"), "new file", Sync::kNone);
-  SyncDir(mount_.path());  // g's name is durable, its bytes are not
+  SyncDir(mount_.path());                                  // g's name is durable, its bytes are not
   EXPECT_EQ(ReadFile(M("f")), "new bytes, never synced");  // the live state before the cut
   Cut();
   EXPECT_EQ(ReadFile(B("f")), "old bytes");
@@ -262,7 +262,8 @@ TEST_F(LazyFsMountTest, DoesWhatRocksDbAndTheSpoolNeed) {
   EXPECT_EQ(ReadFile(B("LOCK")), std::string(9, '\0') + "x");
   EXPECT_FALSE(fs::exists(B("a")));
   EXPECT_FALSE(fs::exists(B("c")));
-  struct stat b {}, b2 {};
+  struct stat b {
+  }, b2{};
   ASSERT_EQ(::stat(B("b").c_str(), &b), 0);
   ASSERT_EQ(::stat(B("b2").c_str(), &b2), 0);
   EXPECT_EQ(b.st_ino, b2.st_ino);
