@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "transfer/internal/commit.h"
 #include "transfer/internal/engine.h"
 #include "transfer/internal/log_safe.h"
 #include "transfer/internal/read_service.h"
@@ -770,8 +771,19 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Create(AgentOptions op
   options.defaults.shared_key = options.shared_key;
   auto impl = std::make_unique<Impl>(std::move(options));
   std::error_code ec;
-  std::filesystem::create_directories(impl->options.spool, ec);
-  if (ec) return absl::InternalError(fmt::format("create spool {}: {}", impl->options.spool.string(), ec.message()));
+  // Uploads and copies sync the directories below the spool, never the one holding it: a
+  // spool made at a first start vanished whole at a power cut with every replica in it
+  // (tests/integration/powerloss_test.cc). Sync its name (and those of parents made for it).
+  std::filesystem::path spool_path = std::filesystem::absolute(impl->options.spool, ec).lexically_normal();
+  if (ec) return absl::InternalError(fmt::format("spool {}: {}", impl->options.spool.string(), ec.message()));
+  if (!spool_path.has_filename()) spool_path = spool_path.parent_path();  // "/a/spool/" -> "/a/spool"
+  absl::StatusOr<std::vector<std::filesystem::path>> made = internal::CreateParents(spool_path);
+  if (!made.ok()) return made.status();
+  std::vector<std::filesystem::path> holders = {spool_path.parent_path()};
+  for (const std::filesystem::path& d : *made) {
+    if (d.parent_path() != spool_path.parent_path()) holders.push_back(d.parent_path());
+  }
+  if (absl::Status s = internal::SyncDirectories(holders); !s.ok()) return s;
   impl->spool = std::filesystem::canonical(impl->options.spool, ec);
   if (ec) return absl::InternalError(fmt::format("spool {}: {}", impl->options.spool.string(), ec.message()));
   if (!impl->options.tls.cert.empty()) {

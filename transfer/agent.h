@@ -38,7 +38,9 @@ inline constexpr int kDefaultMaxConnectionsPerPeer = 2048;
 struct AgentOptions {
   // Address to bind, e.g. "127.0.0.1:0".
   std::string listen = "127.0.0.1:0";
-  // Directory served and written; created if missing.
+  // Directory served and written; created if missing. Its name (and that of any parent made
+  // for it) is synced in the directory holding it before Create returns, so that what is
+  // later made durable inside it cannot vanish with it at a power cut.
   std::filesystem::path spool;
   // Shared key (raw bytes; see auth.h). Required.
   std::string shared_key;

@@ -15,7 +15,8 @@
 namespace gfrep::catalog::internal {
 
 // Opens (creating if missing) the RocksDB database at options.path, with
-// options.block_cache_bytes of block cache.
+// options.block_cache_bytes of block cache. The directory (and any parent made for it) is
+// made durable in the directory holding it before the database opens.
 absl::StatusOr<std::unique_ptr<KvStore>> OpenRocksStore(const CatalogOptions& options);
 
 }  // namespace gfrep::catalog::internal

@@ -38,6 +38,8 @@ struct FederationOptions {
   std::vector<std::string> catalogd_flags;
   // gfcatalogd's --db (empty: a RocksDB directory in the test's directory).
   std::string db;
+  // Spool directories by node (a node not listed: <dir>/spool-<node>).
+  std::map<std::string, std::filesystem::path> spools;
   // gfcatalogd processes on `db`. More than one: each runs with --shared (db must be a
   // PostgreSQL database) and catalog_ lists them all ("IP:PORT,IP:PORT").
   int front_ends = 1;
@@ -71,6 +73,7 @@ class FederationTest : public ::testing::Test {
   void WaitForNodes(std::size_t n);
 
   std::filesystem::path Spool(const std::string& node) const {
+    if (auto it = options_.spools.find(node); it != options_.spools.end()) return it->second;
     return dir_.path() / ("spool-" + node);
   }
 
