@@ -87,6 +87,18 @@ absl::Status PolicyEngine::SaveState() {
   if (!ok || ::rename(tmp.c_str(), options_.state_file.c_str()) != 0) {
     return absl::InternalError(fmt::format("write {}: {}", options_.state_file.string(), std::strerror(errno)));
   }
+  // The new name is durable only with its directory: a power cut would bring the old state
+  // back (scheduled rules run again).
+  const std::filesystem::path dir = options_.state_file.has_parent_path()
+                                        ? options_.state_file.parent_path()
+                                        : std::filesystem::path(".");
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0 || ::fsync(dfd) != 0) {
+    const int err = errno;
+    if (dfd >= 0) ::close(dfd);
+    return absl::InternalError(fmt::format("fsync {}: {}", dir.string(), std::strerror(err)));
+  }
+  ::close(dfd);
   return absl::OkStatus();
 }
 
