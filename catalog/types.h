@@ -155,6 +155,9 @@ struct Node {
   // Set only by PutNodeDisk; RegisterNode keeps the stored one (a re-registering agent does
   // not know it).
   DiskProfile disk;
+  // Its agent refuses data connections in clear (gfsited --require-tls): whoever pulls from
+  // or stores at it encrypts the data (set by the agent when it registers).
+  bool requires_data_tls = false;
 };
 
 // What a node reports periodically.
@@ -209,6 +212,7 @@ struct Route {
   std::uint64_t stream_rate_bps = 0;       // per-stream pacing cap, 0: none
   std::uint64_t route_rate_bps = 0;        // shared by all streams on the route, 0: none
   std::string congestion_control;          // "cubic", "bbr", ...; empty: kernel default
+  bool data_tls = false;                   // copies on the route encrypt their data connections
   std::uint32_t max_concurrent_tasks = 0;  // planner limit, 0: no limit
   // The route's stream budget: data streams of all open tasks on the route together, over
   // all nodes of both sites (the planner hands each task its share); 0: no budget.

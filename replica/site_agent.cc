@@ -250,6 +250,7 @@ absl::Status SiteAgent::Register() {
   node.load = hb.load;
   node.active_transfers = hb.active_transfers;
   node.workers = static_cast<std::uint32_t>(options_.workers);
+  node.requires_data_tls = options_.requires_data_tls;
   if (absl::Status r = cat.RegisterNode(node); !r.ok()) return r;
   LoadDiskProfile();
   return absl::OkStatus();
@@ -1009,6 +1010,8 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
 
   transfer::TransferOptions topts = options_.transfer;
   topts.route = ToRouteOptions(*route, topts.route);
+  // Data in TLS when the route asks for it or the source refuses clear data.
+  if (route->data_tls || src->requires_data_tls) topts.tls = true;
   // How this node's spool likes to be written (its disk profile, when measured).
   if (std::uint64_t w = disk_write_io_size_.load(); w >= 4096 && w <= (1ull << 30)) {
     topts.write_io_size = w;

@@ -121,6 +121,9 @@ struct SiteAgentOptions {
   std::string address;
   // The transfer agent's spool directory.
   std::filesystem::path spool;
+  // This node's agent refuses data connections in clear (gfsited --require-tls): said in its
+  // catalog record, so that whoever pulls from it encrypts.
+  bool requires_data_tls = false;
   // Create the site in the catalog if it does not exist yet.
   bool create_site = true;
   // Copies at once, at most (threads; also registered as Node::workers, which sizes the

@@ -75,9 +75,19 @@ absl::StatusOr<StoreResult> Store(catalog::Catalog& catalog, const std::filesyst
   const catalog::InodeId inode = reserved->attributes.inode;
   const std::uint64_t generation = reserved->generation;
 
+  transfer::TransferOptions upload = options.transfer;
+  if (node->requires_data_tls) {
+    // The agent refuses clear data: the whole session in TLS, with our certificate.
+    if (upload.tls_options.ca.empty()) {
+      return absl::FailedPreconditionError(fmt::format(
+          "node {} accepts only TLS sessions (gfsited --require-tls): give a certificate of "
+          "its CA (gfreg --tls-ca/--cert/--key, or GFREP_CATALOG_CA, GFREP_CERT, GFREP_KEY)",
+          node->name));
+    }
+    upload.tls = true;
+  }
   absl::StatusOr<transfer::TransferStats> stats =
-      transfer::Push(local, *endpoint, transfer::ReplicaRelativePath(inode, generation),
-                     options.transfer);
+      transfer::Push(local, *endpoint, transfer::ReplicaRelativePath(inode, generation), upload);
   if (!stats.ok()) {
     return absl::Status(stats.status().code(),
                         fmt::format("upload to {} ({}): {}", node->name, node->address,

@@ -38,7 +38,9 @@ struct StoreOptions {
   // any site.
   std::string node;
   std::string site;
-  // Engine settings for the upload (shared key, TLS, streams, ...).
+  // Engine settings for the upload (shared key, TLS, streams, ...). A node whose agent
+  // requires TLS (Node::requires_data_tls) is written to in TLS with transfer.tls_options,
+  // whatever transfer.tls says (kFailedPrecondition without a CA there).
   transfer::TransferOptions transfer;
   // Recorded as the file's owner and mode.
   std::string owner;

@@ -132,6 +132,8 @@ int main(int argc, char** argv) {
   options.transfer.shared_key = *key;
   options.transfer.route.streams = streams;
   options.transfer.logger = log;
+  // Used only for a node whose agent requires TLS (replica/writer.h).
+  options.transfer.tls_options = tools::AgentTlsOptions(cat);
   if (const char* user = std::getenv("USER"); user != nullptr) options.owner = user;
   if (recursive) {
     if (!std::filesystem::is_directory(local)) {

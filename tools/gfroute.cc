@@ -13,10 +13,10 @@ namespace {
 void PrintRoute(const gfrep::catalog::Route& r) {
   std::cout << fmt::format(
       "{} -> {}: streams={} sockbuf={} stripe={} stream_rate={} route_rate={} cc={} "
-      "max_tasks={} total_streams={} rtt_ms={:.1f} bw={}\n",
+      "max_tasks={} total_streams={} rtt_ms={:.1f} bw={} data_tls={}\n",
       r.src_site, r.dst_site, r.streams, r.socket_buffer_bytes, r.stripe_unit_bytes,
       r.stream_rate_bps, r.route_rate_bps, r.congestion_control.empty() ? "-" : r.congestion_control,
-      r.max_concurrent_tasks, r.total_streams, r.rtt_ms, r.bandwidth_bps);
+      r.max_concurrent_tasks, r.total_streams, r.rtt_ms, r.bandwidth_bps, r.data_tls ? "on" : "off");
   const gfrep::catalog::RouteObserved& o = r.observed;
   if (o.at_ns != 0) {
     // What the copies themselves showed (site agents' heartbeats).
@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   std::uint32_t streams = 0, max_tasks = 0, total_streams = 0;
   std::string sockbuf = "0", stripe = "0", stream_rate = "0", route_rate = "0", bandwidth = "0";
   std::string cc;
+  std::string data_tls = "off";
   double rtt_ms = 0;
   CLI::App* set = app.add_subcommand("set", "Create or replace the route SRC -> DST");
   set->add_option("SITES", ends, "SRC DST")->required()->expected(2);
@@ -62,6 +63,11 @@ int main(int argc, char** argv) {
   set->add_option("--max-tasks", max_tasks, "Concurrent file copies on this route (0: no limit)");
   set->add_option("--rtt-ms", rtt_ms, "Measured round-trip time");
   set->add_option("--bandwidth", bandwidth, "Measured bandwidth, e.g. 950M (bit/s)");
+  set->add_option("--data-tls", data_tls,
+                  "Encrypt the copies' data connections on this route (TLS), not only their "
+                  "control connections")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   CLI::App* get = app.add_subcommand("get", "Show one route");
   get->add_option("SITES", ends, "SRC DST")->required()->expected(2);
   get->add_flag("--json", json, "JSON object");
@@ -81,6 +87,7 @@ int main(int argc, char** argv) {
     r.max_concurrent_tasks = max_tasks;
     r.total_streams = total_streams;
     r.congestion_control = cc;
+    r.data_tls = data_tls == "on";
     r.rtt_ms = rtt_ms;
     for (auto [text, out, rate] :
          {std::tuple<std::string*, std::uint64_t*, bool>{&sockbuf, &r.socket_buffer_bytes, false},

@@ -298,6 +298,7 @@ int main(int argc, char** argv) {
     so.node = node;
     so.address = advertise.empty() ? bound->ToString() : advertise;
     so.spool = spool;
+    so.requires_data_tls = require_tls;
     so.workers = workers;
     so.adapt_in_flight = adapt_in_flight;
     so.initial_in_flight = initial_in_flight;

@@ -341,6 +341,7 @@ std::string EncodeNode(const Node& x) {
   w.F64(x.disk.write_mbps);
   w.F64(x.disk.read_mbps);
   w.I64(x.disk.measured_ns);
+  w.U64(x.requires_data_tls ? 1 : 0);
   return w.Take();
 }
 
@@ -366,6 +367,7 @@ absl::StatusOr<Node> DecodeNode(std::string_view in) {
     x.disk.read_mbps = r.F64();
     x.disk.measured_ns = r.I64();
   }
+  if (!r.AtEnd()) x.requires_data_tls = r.U64() != 0;  // older records end here
   if (absl::Status s = r.Finish("node"); !s.ok()) return s;
   return x;
 }
@@ -393,6 +395,7 @@ std::string EncodeRoute(const Route& x) {
   w.U64(x.observed.bytes);
   w.I64(x.observed.at_ns);
   w.Str(x.observed.congestion);
+  w.U64(x.data_tls ? 1 : 0);
   return w.Take();
 }
 
@@ -422,6 +425,7 @@ absl::StatusOr<Route> DecodeRoute(std::string_view in) {
     x.observed.at_ns = r.I64();
   }
   if (!r.AtEnd()) x.observed.congestion = r.Str();  // added 2026-11-26: older records end here
+  if (!r.AtEnd()) x.data_tls = r.U64() != 0;        // older records end here
   if (absl::Status s = r.Finish("route"); !s.ok()) return s;
   return x;
 }

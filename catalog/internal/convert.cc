@@ -110,6 +110,7 @@ void ToProto(const Node& in, v1::Node* out) {
   out->set_last_heartbeat_ns(in.last_heartbeat_ns);
   out->set_workers(in.workers);
   ToProto(in.disk, out->mutable_disk());
+  out->set_requires_data_tls(in.requires_data_tls);
 }
 
 void ToProto(const DiskProfile& in, v1::DiskProfile* out) {
@@ -147,6 +148,7 @@ Node FromProto(const v1::Node& in) {
   n.last_heartbeat_ns = in.last_heartbeat_ns();
   n.workers = in.workers();
   n.disk = FromProto(in.disk());
+  n.requires_data_tls = in.requires_data_tls();
   return n;
 }
 
@@ -172,6 +174,7 @@ void ToProto(const Route& in, v1::Route* out) {
   out->set_observed_bytes(in.observed.bytes);
   out->set_observed_ns(in.observed.at_ns);
   out->set_observed_congestion(in.observed.congestion);
+  out->set_data_tls(in.data_tls);
 }
 
 Route FromProto(const v1::Route& in) {
@@ -197,6 +200,7 @@ Route FromProto(const v1::Route& in) {
   r.observed.bytes = in.observed_bytes();
   r.observed.at_ns = in.observed_ns();
   r.observed.congestion = in.observed_congestion();
+  r.data_tls = in.data_tls();
   return r;
 }
 

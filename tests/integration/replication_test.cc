@@ -74,6 +74,33 @@ TEST_F(ReplicationTest, TwentyMixedFilesGetThreeCompleteReplicasWithMatchingByte
   }
 }
 
+// Issue 37: with --route-rate 8M, a route carrying ~45 small copies at once moved 38 Mbit/s:
+// the source's token bucket of the route died with each wave of copies and the next came back
+// with a full burst and no debt. The cap must hold for many small concurrent copies. (An upper
+// bound on a rate: a loaded machine can only make the copies slower, never this test flaky.)
+TEST_F(ReplicationTest, ARouteRateCapHoldsForManySmallCopiesAtOnce) {
+  const fs::path local = dir_.Sub("small");
+  constexpr int kFiles = 45;
+  constexpr std::uint64_t kSize = 64 << 10;
+  fs::create_directories(local);
+  for (int i = 0; i < kFiles; ++i) {
+    testing::WriteRandomFile(local / ("f" + std::to_string(i)), kSize, 500 + i);
+  }
+  RunResult stored = Tool({"gfreg", "-r", "-j", "8", "--node", "a1", local.string(), "/cap/"});
+  ASSERT_EQ(stored.exit_code, 0) << stored.out << stored.err;
+  RunResult set = Tool({"gfroute", "set", "A", "B", "--route-rate", "8M"});
+  ASSERT_EQ(set.exit_code, 0) << set.out << set.err;
+  const auto start = std::chrono::steady_clock::now();
+  RunResult r = Tool({"gfrep", "-D", "B", "-r", "/cap"}, std::chrono::seconds(150));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // One burst of the bucket (256 KiB) may go at once; the rest at 8 Mbit/s, 10 % slack.
+  const double paced_bits = static_cast<double>(kFiles * kSize - (256 << 10)) * 8;
+  EXPECT_GE(seconds, paced_bits / 8e6 / 1.1)
+      << "the route carried " << static_cast<double>(kFiles * kSize) * 8 / seconds / 1e6
+      << " Mbit/s against its cap of 8";
+}
+
 TEST_F(ReplicationTest, GfregStoresADirectoryTreeAndReportsEachFailure) {
   // gfreg -r stores every regular file under a local directory at its relative path, several
   // at once; a file it can not store is named on stderr and in the exit status, and the

@@ -65,6 +65,19 @@ absl::StatusOr<std::unique_ptr<catalog::CatalogClient>> ConnectCatalog(const Cat
   return catalog::CatalogClient::Create(options);
 }
 
+transfer::TlsOptions AgentTlsOptions(const CatalogFlags& flags) {
+  auto flag_or_env = [](const std::string& flag, const char* env) -> std::string {
+    if (!flag.empty()) return flag;
+    const char* v = std::getenv(env);
+    return v == nullptr ? "" : v;
+  };
+  transfer::TlsOptions o;
+  o.ca = flag_or_env(flags.tls_ca, "GFREP_CATALOG_CA");
+  o.cert = flag_or_env(flags.cert, "GFREP_CERT");
+  o.key = flag_or_env(flags.key, "GFREP_KEY");
+  return o;
+}
+
 absl::StatusOr<std::string> ReadPemFile(const std::string& path, std::string_view what) {
   std::ifstream in(path);
   if (!in) return absl::InvalidArgumentError(fmt::format("cannot read {} file {}", what, path));
@@ -138,7 +151,8 @@ nlohmann::json ToJson(const catalog::Node& n) {
           {"active_transfers", n.active_transfers},
           {"workers", n.workers},
           {"last_heartbeat", FormatTime(n.last_heartbeat_ns)},
-          {"disk", ToJson(n.disk)}};
+          {"disk", ToJson(n.disk)},
+          {"requires_data_tls", n.requires_data_tls}};
 }
 
 nlohmann::json ToJson(const catalog::DiskProfile& d) {
@@ -161,6 +175,7 @@ nlohmann::json ToJson(const catalog::Route& r) {
           {"stream_rate_bps", r.stream_rate_bps},
           {"route_rate_bps", r.route_rate_bps},
           {"congestion_control", r.congestion_control},
+          {"data_tls", r.data_tls},
           {"max_concurrent_tasks", r.max_concurrent_tasks},
           {"total_streams", r.total_streams},
           {"rtt_ms", r.rtt_ms},

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "catalog/client.h"
+#include "transfer/options.h"
 
 namespace gfrep::tools {
 
@@ -29,6 +30,10 @@ void AddCatalogFlags(CLI::App& app, CatalogFlags& flags);
 
 // kInvalidArgument when no address is given (flag or environment) or a PEM file is unreadable.
 absl::StatusOr<std::unique_ptr<catalog::CatalogClient>> ConnectCatalog(const CatalogFlags& flags);
+
+// The same certificate set for sessions with site agents (gfreg to an agent that requires
+// TLS): the flags, else GFREP_CATALOG_CA, GFREP_CERT, GFREP_KEY (file paths; empty when unset).
+transfer::TlsOptions AgentTlsOptions(const CatalogFlags& flags);
 
 // "message (NOT_FOUND)": what the tools print after "<program>: ".
 std::string ErrorText(const absl::Status& status);
