@@ -7,6 +7,18 @@
 #include "absl/status/status.h"
 
 namespace gfrep::transfer {
+namespace {
+
+bool ValidHost(std::string_view host) {
+  if (host.empty() || host.size() > kMaxHostBytes) return false;
+  for (char c : host) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u >= 0x7f || c == '[' || c == ']' || c == '/') return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 std::string Endpoint::ToString() const {
   if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
@@ -31,6 +43,12 @@ absl::StatusOr<Endpoint> ParseEndpoint(std::string_view text) {
     e.host = std::string(text.substr(0, colon));
     port = text.substr(colon + 1);
   }
+  if (!ValidHost(e.host)) {
+    return absl::InvalidArgumentError(
+        fmt::format("bad host in '{}': expected 1 to {} printable ASCII bytes other than space, "
+                    "'[', ']' and '/'",
+                    text, kMaxHostBytes));
+  }
   unsigned value = 0;
   auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
   if (ec != std::errc() || p != port.data() + port.size() || value > 65535 || port.empty()) {
@@ -43,7 +61,9 @@ absl::StatusOr<Endpoint> ParseEndpoint(std::string_view text) {
 bool IsGfUrl(std::string_view text) { return text.starts_with("gf://"); }
 
 absl::StatusOr<GfUrl> ParseGfUrl(std::string_view text) {
-  if (!IsGfUrl(text)) return absl::InvalidArgumentError(fmt::format("'{}' is not a gf:// URL", text));
+  if (!IsGfUrl(text)) {
+    return absl::InvalidArgumentError(fmt::format("'{}' is not a gf:// URL", text));
+  }
   std::string_view rest = text.substr(5);
   std::size_t slash = rest.find('/');
   if (slash == std::string_view::npos || slash + 1 >= rest.size()) {

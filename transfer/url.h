@@ -6,6 +6,7 @@
 //
 // Thread safety: pure functions.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -14,6 +15,9 @@
 
 namespace gfrep::transfer {
 
+// The longest host ParseEndpoint accepts (a DNS name has at most 253 bytes).
+inline constexpr std::size_t kMaxHostBytes = 255;
+
 struct Endpoint {
   std::string host;
   std::uint16_t port = 0;
@@ -21,7 +25,10 @@ struct Endpoint {
   std::string ToString() const;
 };
 
-// "HOST:PORT" or "[V6]:PORT". kInvalidArgument for anything else.
+// "HOST:PORT" (split at the last ':') or "[HOST]:PORT" (for IPv6). HOST is 1 to
+// kMaxHostBytes of printable ASCII other than space, '[', ']' and '/' (DNS names, IP
+// literals, an IPv6 %zone): what ToString() and a gf:// URL carry back unchanged. PORT is
+// decimal, at most 65535. kInvalidArgument for anything else.
 absl::StatusOr<Endpoint> ParseEndpoint(std::string_view text);
 
 // "gf://HOST:PORT/PATH" (PATH relative to that agent's spool).
