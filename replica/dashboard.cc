@@ -22,7 +22,10 @@ constexpr std::size_t kMaxCountedReplicas = 1'000'000;
 constexpr std::size_t kMaxOpenTasksCounted = 100'000;
 
 HttpResponse Json(int status, const json& j) {
-  return {status, "application/json", j.dump(), {{"Cache-Control", "no-store"}}};
+  // A string in the answer may not be UTF-8 (an error naming the path asked for), which
+  // dump() would throw on, turning a 400 into a 500: replace the bad bytes (U+FFFD) instead.
+  return {status, "application/json", j.dump(-1, ' ', false, json::error_handler_t::replace),
+          {{"Cache-Control", "no-store"}}};
 }
 
 HttpResponse Error(int status, const std::string& what) { return Json(status, {{"error", what}}); }

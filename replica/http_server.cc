@@ -14,6 +14,8 @@
 #include <set>
 #include <thread>
 
+#include "replica/internal/http_request.h"
+
 namespace gfrep::replica {
 namespace {
 
@@ -23,7 +25,6 @@ namespace http = beast::http;
 namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;
 constexpr auto kTuple = asio::experimental::as_tuple(asio::use_awaitable);
-constexpr std::size_t kMaxRequestBytes = 16 * 1024;
 
 class Peer final : public WebSocketPeer, public std::enable_shared_from_this<Peer> {
  public:
@@ -53,7 +54,6 @@ class Peer final : public WebSocketPeer, public std::enable_shared_from_this<Pee
 
   // Reads what the browser sends (keeping the last text frame), to see pings and the close.
   void StartReading() {
-    ws_.read_message_max(kMaxWebSocketMessage);
     ws_.async_read(in_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec) {
         self->open_ = false;
@@ -109,64 +109,7 @@ class Peer final : public WebSocketPeer, public std::enable_shared_from_this<Pee
   std::string received_;  // guarded by received_mu_
 };
 
-HttpRequest ToRequest(const http::request<http::string_body>& req) {
-  HttpRequest r;
-  r.method = std::string(req.method_string());
-  r.target = std::string(req.target());
-  const std::size_t q = r.target.find('?');
-  r.path = r.target.substr(0, q);
-  if (q != std::string::npos) {
-    std::string_view rest = std::string_view(r.target).substr(q + 1);
-    while (!rest.empty()) {
-      const std::size_t amp = rest.find('&');
-      std::string_view item = rest.substr(0, amp);
-      rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
-      const std::size_t eq = item.find('=');
-      absl::StatusOr<std::string> key = PercentDecode(item.substr(0, eq));
-      absl::StatusOr<std::string> value =
-          PercentDecode(eq == std::string_view::npos ? std::string_view() : item.substr(eq + 1));
-      if (key.ok() && value.ok()) r.query[*key] = *value;
-    }
-  }
-  return r;
-}
-
 }  // namespace
-
-absl::StatusOr<std::string> PercentDecode(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '+') {
-      out.push_back(' ');
-    } else if (c == '%') {
-      auto hex = [](char h) -> int {
-        if (h >= '0' && h <= '9') return h - '0';
-        if (h >= 'a' && h <= 'f') return h - 'a' + 10;
-        if (h >= 'A' && h <= 'F') return h - 'A' + 10;
-        return -1;
-      };
-      const int hi = i + 1 < text.size() ? hex(text[i + 1]) : -1;
-      const int lo = i + 2 < text.size() ? hex(text[i + 2]) : -1;
-      if (hi < 0 || lo < 0) return absl::InvalidArgumentError("bad % escape");
-      out.push_back(static_cast<char>(hi * 16 + lo));
-      i += 2;
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
-
-void AddHealthRoutes(HttpRoutes& routes, std::function<absl::Status()> ready) {
-  routes.pages["/healthz"] = [](const HttpRequest&) { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n", {}}; };
-  routes.pages["/readyz"] = [ready = std::move(ready)](const HttpRequest&) {
-    absl::Status s = ready ? ready() : absl::OkStatus();
-    if (s.ok()) return HttpResponse{200, "text/plain; charset=utf-8", "ready\n", {}};
-    return HttpResponse{503, "text/plain; charset=utf-8", fmt::format("not ready: {}\n", s.ToString()), {}};
-  };
-}
 
 absl::Status CheckHttpListen(const std::string& listen, bool allow_public) {
   const std::size_t colon = listen.rfind(':');
@@ -216,20 +159,6 @@ struct HttpServer::Impl {
     }
   }
 
-  HttpResponse Dispatch(const http::request<http::string_body>& req) {
-    if (req.method() != http::verb::get && req.method() != http::verb::head) {
-      return {405, "text/plain; charset=utf-8", "only GET and HEAD\n", {{"Allow", "GET, HEAD"}}};
-    }
-    const HttpRequest r = ToRequest(req);
-    auto it = routes.pages.find(r.path);
-    if (it == routes.pages.end()) return {404, "text/plain; charset=utf-8", fmt::format("{}: not found\n", r.path), {}};
-    try {
-      return it->second(r);
-    } catch (const std::exception& e) {
-      return {500, "text/plain; charset=utf-8", fmt::format("internal error: {}\n", e.what()), {}};
-    }
-  }
-
   asio::awaitable<void> Session(tcp::socket socket) {
     beast::tcp_stream stream(std::move(socket));
     sessions.insert(&stream);
@@ -241,48 +170,30 @@ struct HttpServer::Impl {
     beast::flat_buffer buffer;
     for (;;) {
       stream.expires_after(std::chrono::seconds(60));
-      http::request_parser<http::string_body> parser;
-      parser.header_limit(kMaxRequestBytes);
-      parser.body_limit(kMaxRequestBytes);
+      internal::RequestParser parser;
+      internal::LimitRequest(parser);
       auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTuple);
       if (ec) {
-        if (ec == http::error::header_limit || ec == http::error::body_limit) {
-          http::response<http::string_body> res{http::status::payload_too_large, 11};
-          res.set(http::field::content_type, "text/plain; charset=utf-8");
-          res.body() = "request too large\n";
-          res.keep_alive(false);
-          res.prepare_payload();
-          co_await http::async_write(stream, res, kTuple);
+        if (std::optional<internal::BeastResponse> refusal = internal::RefusalOf(ec)) {
+          co_await http::async_write(stream, *refusal, kTuple);
         }
         break;
       }
-      http::request<http::string_body> req = parser.release();
-      if (websocket::is_upgrade(req)) {
-        const HttpRequest r = ToRequest(req);
-        auto it = routes.websockets.find(r.path);
-        if (it != routes.websockets.end()) {
-          stream.expires_never();
-          sessions.erase(&stream);  // moved into the peer, which Stop closes as a peer
-          auto peer = std::make_shared<Peer>(std::move(stream), options.max_queued_frames);
-          std::erase_if(peers, [](const std::weak_ptr<Peer>& w) { return w.expired(); });
-          peers.push_back(peer);
-          peer->ws().set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
-          auto [aec] = co_await peer->ws().async_accept(req, kTuple);
-          if (aec) co_return;
-          peer->StartReading();
-          it->second(peer);
-          co_return;
-        }
+      internal::BeastRequest req = parser.release();
+      if (const internal::WebSocketHandler* handler = internal::WebSocketRoute(routes, req)) {
+        stream.expires_never();
+        sessions.erase(&stream);  // moved into the peer, which Stop closes as a peer
+        auto peer = std::make_shared<Peer>(std::move(stream), options.max_queued_frames);
+        std::erase_if(peers, [](const std::weak_ptr<Peer>& w) { return w.expired(); });
+        peers.push_back(peer);
+        internal::LimitWebSocket(peer->ws());
+        auto [aec] = co_await peer->ws().async_accept(req, kTuple);
+        if (aec) co_return;
+        peer->StartReading();
+        (*handler)(peer);
+        co_return;
       }
-      HttpResponse r = Dispatch(req);
-      http::response<http::string_body> res{static_cast<http::status>(r.status), req.version()};
-      res.set(http::field::server, "gfrep");
-      res.set(http::field::content_type, r.content_type);
-      for (const auto& [k, v] : r.headers) res.set(k, v);
-      res.keep_alive(req.keep_alive());
-      res.body() = std::move(r.body);
-      res.prepare_payload();
-      if (req.method() == http::verb::head) res.body().clear();  // Content-Length stays
+      internal::BeastResponse res = internal::Respond(routes, req);
       auto [wec, wn] = co_await http::async_write(stream, res, kTuple);
       if (wec || !req.keep_alive()) break;
     }

@@ -32,25 +32,9 @@
 #include "absl/status/statusor.h"
 #include "transfer/options.h"
 #include "transfer/tcp_figures.h"
+#include "transfer/url.h"  // Endpoint, ParseEndpoint, GfUrl, ParseGfUrl, IsGfUrl
 
 namespace gfrep::transfer {
-
-struct Endpoint {
-  std::string host;
-  std::uint16_t port = 0;
-  std::string ToString() const;
-};
-
-// "HOST:PORT" or "[V6]:PORT".
-absl::StatusOr<Endpoint> ParseEndpoint(std::string_view text);
-
-// "gf://HOST:PORT/PATH" (PATH relative to that agent's spool).
-struct GfUrl {
-  Endpoint endpoint;
-  std::string path;
-};
-absl::StatusOr<GfUrl> ParseGfUrl(std::string_view text);
-bool IsGfUrl(std::string_view text);
 
 struct TransferStats {
   std::uint64_t bytes = 0;              // file size

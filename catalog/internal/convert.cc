@@ -412,6 +412,7 @@ void ToProto(const FileContent& in, v1::FileContent* out) {
   out->set_mode(in.mode);
   out->set_owner(in.owner);
   out->set_generation(in.generation);
+  out->set_inode(in.inode);
 }
 
 FileContent FromProto(const v1::FileContent& in) {

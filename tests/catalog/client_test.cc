@@ -437,6 +437,32 @@ TEST_F(CatalogClientTest, BeginWriteAndCommitOfTheReservedGeneration) {
             absl::StatusCode::kAborted);
 }
 
+// Found by tests/fuzz/convert_fuzz.cc: ToProto(FileContent) did not send `inode`, so a
+// remote CommitFile could not tell that the file it began writing was replaced meanwhile.
+TEST_F(CatalogClientTest, AWriteWhoseFileWasReplacedMeanwhileCannotCommitOntoTheNewFile) {
+  Topology();
+  absl::StatusOr<WriteReservation> old_write = client_->BeginWrite("/f", {});
+  ASSERT_TRUE(old_write.ok()) << old_write.status();
+  ASSERT_TRUE(client_->Remove("/f", false).ok());
+  // Re-created and written often enough that the old reserved number exists for the new
+  // inode too.
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<WriteReservation> w = client_->BeginWrite("/f", {});
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_NE(w->attributes.inode, old_write->attributes.inode);
+  }
+  FileContent c;
+  c.size = 2;
+  c.checksum = "old";
+  c.generation = old_write->generation;
+  c.inode = old_write->attributes.inode;
+  absl::StatusOr<Attributes> late = client_->CommitFile("/f", c, "a1", std::nullopt);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kAborted) << late.status();
+  absl::StatusOr<Attributes> now = client_->Stat("/f");
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(now->checksum, "");
+}
+
 TEST_F(CatalogClientTest, ExpireLeasesAndAbandonTask) {
   Topology();
   TaskSpec ts;

@@ -150,12 +150,8 @@ void CheckTcp(const Json& j) {
 
 namespace gfrep::transfer {
 
-// engine.cc's socket code (ConnectTo) formats endpoints with this function of client.cc,
-// and client.cc needs the whole transfer library. The fuzzer never connects: this
-// definition only satisfies the linker.
-std::string Endpoint::ToString() const { std::abort(); }
-// Likewise TuneSocket's provider of congestion controls (congestion.cc, which loads BPF with
-// libbpf): the fuzzer never tunes a socket.
+// TuneSocket's provider of congestion controls (congestion.cc, which loads BPF with libbpf):
+// the fuzzer never tunes a socket; this definition only satisfies the linker.
 absl::StatusOr<CongestionControl> EnsureCongestionControl(std::string_view, const EnsureOptions&) { std::abort(); }
 
 }  // namespace gfrep::transfer

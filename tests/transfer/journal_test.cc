@@ -95,6 +95,31 @@ TEST(JournalTest, CorruptRecordStopsLoading) {
   EXPECT_EQ(j->ranges().Ranges(), (std::vector<ByteRange>{{0, 100}}));
 }
 
+// Found by tests/fuzz/journal_fuzz.cc: Open cut only a partial record off the end, so new
+// records went after a damaged one, and the next load, which stops there, lost them.
+TEST(JournalTest, RecordsAppendedAfterADamagedOneAreLoaded) {
+  testing::TempDir dir("journal");
+  std::filesystem::path p = dir.path() / "j";
+  {
+    absl::StatusOr<Journal> j = Journal::Open(p, kHeader);
+    ASSERT_TRUE(j.ok());
+    ASSERT_TRUE(j->Append({{0, 100}, {200, 300}, {400, 500}}).ok());
+  }
+  // Damage the middle record's end offset: only the first one loads.
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(-(2 * 24 - 9), std::ios::end);
+  f.put('\x7f');
+  f.close();
+  absl::StatusOr<Journal> j = Journal::Open(p, kHeader);
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->ranges().Ranges(), (std::vector<ByteRange>{{0, 100}}));
+  ASSERT_TRUE(j->Append({{100, 150}}).ok());
+  j->Close();
+  absl::StatusOr<Journal> k = Journal::Open(p, kHeader);
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(k->ranges().Ranges(), (std::vector<ByteRange>{{0, 150}}));
+}
+
 TEST(JournalTest, GarbageFileIsReplaced) {
   testing::TempDir dir("journal");
   std::filesystem::path p = dir.path() / "j";

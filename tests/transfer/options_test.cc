@@ -2,8 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include "transfer/client.h"
-
 namespace gfrep::transfer {
 namespace {
 
@@ -38,20 +36,6 @@ TEST(OptionsTest, RejectsOutOfRangeValues) {
   EXPECT_TRUE(absl::IsInvalidArgument(Validate(o)));
   o.write_io_size = 1 << 20;
   EXPECT_TRUE(Validate(o).ok());
-}
-
-TEST(OptionsTest, ParsesGfUrls) {
-  absl::StatusOr<GfUrl> u = ParseGfUrl("gf://127.0.0.1:7000/run/a.dat");
-  ASSERT_TRUE(u.ok());
-  EXPECT_EQ(u->endpoint.host, "127.0.0.1");
-  EXPECT_EQ(u->endpoint.port, 7000);
-  EXPECT_EQ(u->path, "run/a.dat");
-  absl::StatusOr<GfUrl> v6 = ParseGfUrl("gf://[::1]:9/x");
-  ASSERT_TRUE(v6.ok());
-  EXPECT_EQ(v6->endpoint.host, "::1");
-  for (const char* bad : {"gf://host/x", "gf://host:99999/x", "gf://host:1", "gf://host:1/", "http://h:1/x"}) {
-    EXPECT_FALSE(ParseGfUrl(bad).ok()) << bad;
-  }
 }
 
 }  // namespace

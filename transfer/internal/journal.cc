@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -50,26 +51,30 @@ std::string HeaderJson(const JournalHeader& h) {
   return j.dump();
 }
 
-// Returns true and fills `ranges` if the file at fd holds a journal with header `expected`.
-bool Load(int fd, const JournalHeader& expected, RangeSet& ranges) {
+// If the file at fd holds a journal with header `expected`, fills `ranges` from its records
+// up to the first bad one and returns where that one begins (the end of the valid records).
+std::optional<std::uint64_t> Load(int fd, const JournalHeader& expected, RangeSet& ranges) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || st.st_size < 8 || st.st_size > (1ll << 30)) return false;
+  if (::fstat(fd, &st) != 0 || st.st_size < 8 || st.st_size > (1ll << 30)) return std::nullopt;
   std::string data(static_cast<std::size_t>(st.st_size), '\0');
-  if (::pread(fd, data.data(), data.size(), 0) != static_cast<ssize_t>(data.size())) return false;
+  if (::pread(fd, data.data(), data.size(), 0) != static_cast<ssize_t>(data.size())) {
+    return std::nullopt;
+  }
   const auto* p = reinterpret_cast<const unsigned char*>(data.data());
   std::uint32_t magic, n;
   std::memcpy(&magic, p, 4);
   std::memcpy(&n, p + 4, 4);
-  if (magic != kJournalMagic || n > kMaxHeader || data.size() < 8 + n + 8) return false;
-  if (XXH3_64bits(p + 8, n) != Get64(p + 8 + n)) return false;
-  if (std::string_view(data.data() + 8, n) != HeaderJson(expected)) return false;
-  for (std::size_t off = 16 + n; off + 24 <= data.size(); off += 24) {
+  if (magic != kJournalMagic || n > kMaxHeader || data.size() < 8 + n + 8) return std::nullopt;
+  if (XXH3_64bits(p + 8, n) != Get64(p + 8 + n)) return std::nullopt;
+  if (std::string_view(data.data() + 8, n) != HeaderJson(expected)) return std::nullopt;
+  std::size_t off = 16 + n;
+  for (; off + 24 <= data.size(); off += 24) {
     std::uint64_t b = Get64(p + off), e = Get64(p + off + 8);
-    if (XXH3_64bits(p + off, 16) != Get64(p + off + 16)) break;  // torn tail
+    if (XXH3_64bits(p + off, 16) != Get64(p + off + 16)) break;  // torn or damaged
     if (b > e || e > expected.size) break;
     ranges.Add(b, e);
   }
-  return true;
+  return off;
 }
 
 }  // namespace
@@ -99,18 +104,13 @@ absl::StatusOr<Journal> Journal::Open(const std::filesystem::path& path,
   Journal j;
   j.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (j.fd_ < 0) return Errno("open journal", path);
-  if (Load(j.fd_, header, j.ranges_)) {
+  if (std::optional<std::uint64_t> valid_end = Load(j.fd_, header, j.ranges_)) {
     j.resumed_ = true;
-    // Drop a torn tail so new records follow valid ones.
-    std::uint64_t valid_end = 0;
-    {
-      struct stat st {};
-      ::fstat(j.fd_, &st);
-      std::uint64_t hdr = 16 + HeaderJson(header).size();
-      std::uint64_t records = (static_cast<std::uint64_t>(st.st_size) - hdr) / 24;
-      valid_end = hdr + records * 24;
+    // Drop the tail from the first bad record on (torn or damaged) so new records follow
+    // valid ones: the next Load stops at the first bad record and would never see them.
+    if (::ftruncate(j.fd_, static_cast<off_t>(*valid_end)) != 0) {
+      return Errno("truncate journal", path);
     }
-    if (::ftruncate(j.fd_, static_cast<off_t>(valid_end)) != 0) return Errno("truncate journal", path);
     if (::lseek(j.fd_, 0, SEEK_END) < 0) return Errno("seek journal", path);
     return j;
   }

@@ -5,7 +5,8 @@
 // Layout: u32 magic "GFRJ", u32 n, n bytes of JSON header {"size", "source_id",
 // "checksum"}, u64 xxh3-64 of those n bytes; then 24-byte records {u64 begin, u64 end,
 // u64 xxh3-64(begin,end)}, each meaning "bytes [begin,end) of the partial file are durable".
-// A torn or damaged tail record (crash while appending) is ignored on load. The receiver
+// Loading stops at the first torn or damaged record (crash while appending, bad disk); Open
+// drops it and everything after it, so that new records follow the valid ones. The receiver
 // fdatasyncs the partial file before appending records for it, so a record never
 // claims bytes that could be lost.
 //
