@@ -7,15 +7,16 @@
 // The first input byte picks the function; the rest is the name or path. The properties are
 // checked against small independent oracles written here from the headers' contracts:
 //  - ValidateName accepts exactly the non-empty names of at most 255 bytes that are not "."
-//    or "..", contain no '/' or NUL and are well-formed UTF-8 (Unicode Table 3-7);
+//    or "..", contain no '/' and no control character (0x00-0x1f, 0x7f) and are well-formed
+//    UTF-8 (Unicode Table 3-7);
 //  - IsValidUtf8 agrees with the table; TruncateUtf8 returns a prefix of at most the bound
 //    that is still well-formed when the input was, cutting only the last character;
 //  - SplitPath accepts exactly absolute paths of at most 4096 bytes whose components
 //    ValidateName accepts, returns those components, and JoinPath gives a path that splits
 //    to the same components;
-//  - ResolveSpoolPath never accepts a path that is absolute, has a NUL, an empty, "." or ".."
-//    component, a reserved first component other than a replica name, or that leaves the
-//    spool through a symlink (the spool here has "up" -> ".." and "root" -> "/");
+//  - ResolveSpoolPath never accepts a path that is absolute, has a control character, an
+//    empty, "." or ".." component, a reserved first component other than a replica name, or
+//    that leaves the spool through a symlink (the spool here has "up" -> ".." and "root" -> "/");
 //  - IsReplicaRelativePath accepts exactly what ReplicaRelativePath writes.
 
 #include <fuzzer/FuzzedDataProvider.h>
@@ -79,10 +80,17 @@ bool WellFormedUtf8(std::string_view s) {
   return true;
 }
 
+bool HasControl(std::string_view text) {
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) return true;
+  }
+  return false;
+}
+
 bool NameOk(std::string_view name) {
   return !name.empty() && name != "." && name != ".." && name.size() <= catalog::kMaxNameBytes &&
-         name.find('/') == std::string_view::npos && name.find('\0') == std::string_view::npos &&
-         WellFormedUtf8(name);
+         name.find('/') == std::string_view::npos && !HasControl(name) && WellFormedUtf8(name);
 }
 
 std::vector<std::string_view> NonEmptyPieces(std::string_view path) {
@@ -158,8 +166,7 @@ const fs::path& Spool() {
 
 // What ResolveSpoolPath checks before touching the file system, written from its header.
 bool LexicallyOk(std::string_view rel) {
-  if (rel.empty() || rel.size() > 4096 || rel.find('\0') != std::string_view::npos ||
-      rel.front() == '/') {
+  if (rel.empty() || rel.size() > 4096 || HasControl(rel) || rel.front() == '/') {
     return false;
   }
   std::size_t i = 0;
