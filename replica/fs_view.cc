@@ -52,12 +52,7 @@ absl::StatusOr<std::size_t> OpenFile::ReadAt(std::uint64_t offset, void* buffer,
   std::lock_guard<std::mutex> lock(mu_);
   while (done < n) {
     absl::StatusOr<std::size_t> got = reader_->ReadAt(offset + done, out + done, n - done);
-    if (!got.ok()) {
-      // E.g. a streamed file that failed its whole-file check at the end: what it read before
-      // may be in the kernel's page cache, so the next open must not keep it.
-      if (view_ != nullptr) view_->ForgetGeneration(inode_);
-      return got.status();
-    }
+    if (!got.ok()) return got.status();
     if (*got == 0) break;
     done += *got;
   }
@@ -199,23 +194,22 @@ absl::StatusOr<std::vector<catalog::DirEntry>> FsView::ReadDir(std::string_view 
   return children;
 }
 
-absl::StatusOr<std::unique_ptr<OpenFile>> FsView::Open(std::string_view raw_path) {
+absl::StatusOr<std::unique_ptr<OpenFile>> FsView::Open(std::string_view raw_path,
+                                                       std::optional<FileVersion> expected) {
   absl::StatusOr<std::string> path = Normalize(raw_path);
   if (!path.ok()) return path.status();
-  std::uint64_t epoch = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++counters_.open_calls;
-    epoch = epoch_;
   }
   std::unique_ptr<OpenFile> file(new OpenFile());
   absl::StatusOr<std::unique_ptr<FileReader>> reader =
       replica::Open(catalog_, *path, options_.reader);
+  catalog::Attributes found;  // what the open found at the path
   if (reader.ok()) {
-    file->size_ = (*reader)->size();
-    file->generation_ = (*reader)->generation();
-    if ((*reader)->local()) file->local_fd_ = (*reader)->fd();
-    file->reader_ = std::move(*reader);
+    found.inode = (*reader)->inode();
+    found.generation = (*reader)->generation();
+    found.size = (*reader)->size();
   } else {
     // Tell "no such file" and "a file without content" (readable: empty) from "no readable
     // replica" and "a directory" with the entry itself.
@@ -229,94 +223,49 @@ absl::StatusOr<std::unique_ptr<OpenFile>> FsView::Open(std::string_view raw_path
     if (a->type == catalog::FileType::kDirectory) {
       return absl::FailedPreconditionError(fmt::format("{}: is a directory", *path));
     }
-    if (a->generation != 0) {
-      if (absl::IsNotFound(reader.status())) {
-        return absl::UnavailableError(fmt::format("{}: no readable replica of generation {}: {}",
-                                                  *path, a->generation,
-                                                  std::string(reader.status().message())));
+    found = *a;
+    if (!expected || (expected->inode == a->inode && expected->generation == a->generation)) {
+      if (a->generation != 0) {
+        if (absl::IsNotFound(reader.status())) {
+          return absl::UnavailableError(fmt::format("{}: no readable replica of generation {}: {}",
+                                                    *path, a->generation,
+                                                    std::string(reader.status().message())));
+        }
+        return reader.status();
       }
-      return reader.status();
+      found.size = 0;  // a file without content reads as empty
     }
-    file->size_ = 0;
-    file->generation_ = 0;
-  }
-  catalog::InodeId inode = 0;
-  bool candidate = false;  // the last open of this inode served this generation
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    bool missing = false;
-    // The inode comes from the cache (a file is looked up before it is opened); without it,
-    // keep-cache is simply not offered.
-    if (const catalog::Attributes* a = CachedLocked(*path, false, &missing)) {
-      inode = a->inode;
-      if (a->generation != file->generation_ || a->size != file->size_) {
-        file->attributes_changed_ = true;
-        // Asked again on the next GetAttr, which then reports the size just opened.
-        DropLocked(*path);
-      }
-      auto it = last_open_generation_.find(inode);
-      candidate = it != last_open_generation_.end() && it->second == file->generation_;
-    }
-  }
-  if (inode == 0) {
-    // Nothing tracked for an inode the view does not know: never share the kernel's pages.
-    file->bypass_page_cache_ = file->generation_ != 0;
-    return file;
-  }
-  if (candidate) {
-    // The cached inode may be an older file under the same name (removed and made again, with
-    // the same generation number): keep the kernel's pages only when the catalog confirms
-    // that the path is still that inode at that generation.
-    absl::StatusOr<catalog::Attributes> now = catalog_.Stat(*path);
-    file->same_generation_ =
-        now.ok() && now->inode == inode && now->generation == file->generation_;
-    std::lock_guard<std::mutex> lock(mu_);
-    ++counters_.stat_calls;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  // Another generation still open here reads into the inode's page cache, which every handle
-  // shares: this handle reads around it (and keeps nothing) until the last such one closed.
-  std::map<std::uint64_t, int>& open = open_generations_[inode];
-  for (const auto& [generation, handles] : open) {
-    if (generation != file->generation_ && handles > 0) file->bypass_page_cache_ = true;
+  if (expected && (expected->inode != found.inode || expected->generation != found.generation)) {
+    // The caller showed an older version (or another file under the name): the cache may
+    // still hold it, and the caller's next look-up must get what the catalog has now (nor
+    // may a stat already on its way with the older answer be kept).
+    DropLocked(*path);
+    ++epoch_;
+    return absl::AbortedError(
+        fmt::format("{}: is inode {} generation {} now, not inode {} generation {}", *path,
+                    found.inode, found.generation, expected->inode, expected->generation));
   }
-  if (file->bypass_page_cache_) file->same_generation_ = false;
-  ++open[file->generation_];
-  file->view_ = this;
-  file->inode_ = inode;
-  if (epoch_ != epoch) {
-    // An event came while this open ran (a replica found bad, say): what it erased must stay
-    // erased, and this open keeps no pages either.
-    file->same_generation_ = false;
-    last_open_generation_.erase(inode);
-  } else {
-    last_open_generation_[inode] = file->generation_;
+  bool missing = false;
+  if (const catalog::Attributes* a = CachedLocked(*path, false, &missing)) {
+    if (a->inode != found.inode || a->generation != found.generation || a->size != found.size) {
+      // Asked again on the next GetAttr, which then reports what was just opened.
+      DropLocked(*path);
+      ++epoch_;
+    }
+  }
+  file->inode_ = found.inode;
+  file->generation_ = found.generation;
+  file->size_ = found.size;
+  if (reader.ok()) {
+    if ((*reader)->local()) file->local_fd_ = (*reader)->fd();
+    file->reader_ = std::move(*reader);
   }
   return file;
 }
 
-OpenFile::~OpenFile() {
-  if (view_ != nullptr) view_->Closed(inode_, generation_);
-}
-
-void FsView::Closed(catalog::InodeId inode, std::uint64_t generation) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = open_generations_.find(inode);
-  if (it == open_generations_.end()) return;
-  auto g = it->second.find(generation);
-  if (g != it->second.end() && --g->second <= 0) {
-    it->second.erase(g);
-    auto last = last_open_generation_.find(inode);
-    if (last != last_open_generation_.end() && last->second != generation) {
-      // The last handle of an older generation closed: the page cache may hold its bytes,
-      // so the next open must not keep it (without keep_cache the kernel drops it).
-      last_open_generation_.erase(last);
-    }
-  }
-  if (it->second.empty()) open_generations_.erase(it);
-}
-
-absl::StatusOr<std::vector<std::string>> FsView::PollEvents(std::chrono::milliseconds wait) {
+absl::StatusOr<std::vector<catalog::InodeId>> FsView::PollEvents(std::chrono::milliseconds wait) {
   std::lock_guard<std::mutex> poll(poll_mu_);
   std::uint64_t after;
   {
@@ -334,39 +283,33 @@ absl::StatusOr<std::vector<std::string>> FsView::PollEvents(std::chrono::millise
     if (seq.ok()) event_seq_ = *seq;
     return events.status();
   }
-  std::vector<std::string> dropped;
+  std::vector<catalog::InodeId> changed;
   std::lock_guard<std::mutex> lock(mu_);
   for (const catalog::Event& e : *events) {
     event_seq_ = std::max(event_seq_, e.seq);
     if (e.kind != catalog::EventKind::kReplica) continue;
-    ++epoch_;  // answers fetched before this event are not kept (GetAttr, ReadDir, Open)
-    // Pages a kernel kept from the last open may come from a replica now found bad (or a
-    // generation now replaced): the next open does not keep them.
-    last_open_generation_.erase(e.id);
+    ++epoch_;  // answers fetched before this event are not kept (GetAttr, ReadDir)
+    if (std::find(changed.begin(), changed.end(), e.id) == changed.end()) {
+      changed.push_back(e.id);
+    }
     auto it = path_of_.find(e.id);
     if (it == path_of_.end()) continue;  // never shown: nothing cached to drop
     DropLocked(it->second);
     ++counters_.invalidated;
-    if (std::find(dropped.begin(), dropped.end(), it->second) == dropped.end()) {
-      dropped.push_back(it->second);
-    }
   }
-  return dropped;
+  return changed;
 }
 
-void FsView::StartFollowing(std::function<void(const std::string& path)> on_invalidate) {
-  follower_ = std::thread([this, on_invalidate = std::move(on_invalidate)] {
+void FsView::StartFollowing(EventsCallback on_events) {
+  follower_ = std::thread([this, on_events = std::move(on_events)] {
     while (!stop_) {
-      absl::StatusOr<std::vector<std::string>> dropped = PollEvents(options_.event_wait);
-      if (!dropped.ok()) {
+      absl::StatusOr<std::vector<catalog::InodeId>> changed = PollEvents(options_.event_wait);
+      if (on_events && (!changed.ok() || !changed->empty())) on_events(changed);
+      if (!changed.ok()) {
         // The whole cache was dropped; wait a little before asking again (catalog down?).
         for (int i = 0; i < 10 && !stop_; ++i) {
           std::this_thread::sleep_for(options_.event_wait / 10);
         }
-        continue;
-      }
-      if (on_invalidate) {
-        for (const std::string& p : *dropped) on_invalidate(p);
       }
     }
   });
@@ -376,18 +319,186 @@ void FsView::InvalidateAll() {
   std::lock_guard<std::mutex> lock(mu_);
   entries_.clear();
   listings_.clear();
-  last_open_generation_.clear();  // events may have been missed: keep no kernel pages
   ++epoch_;
-}
-
-void FsView::ForgetGeneration(catalog::InodeId inode) {
-  std::lock_guard<std::mutex> lock(mu_);
-  last_open_generation_.erase(inode);
 }
 
 FsView::Counters FsView::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
   return counters_;
+}
+
+FsNodes::FsNodes(FsView& view) : view_(view) {
+  Record root;
+  root.lookups = 1;  // the kernel holds the root while mounted
+  root.path = std::string(1, '/');
+  root.attributes.type = catalog::FileType::kDirectory;  // its inode: from its first GetAttr
+  nodes_.emplace(kRootId, std::move(root));
+}
+
+FsNodes::Version FsNodes::VersionOf(const catalog::Attributes& a) {
+  return {a.inode, a.type == catalog::FileType::kDirectory ? 0 : a.generation};
+}
+
+absl::StatusOr<std::string> FsNodes::ChildPathLocked(NodeId parent, std::string_view name) const {
+  auto it = nodes_.find(parent);
+  if (it == nodes_.end()) return absl::NotFoundError(fmt::format("node {} is not held", parent));
+  if (it->second.attributes.type != catalog::FileType::kDirectory) {
+    return absl::FailedPreconditionError(fmt::format("{}: not a directory", it->second.path));
+  }
+  return ChildPath(it->second.path, std::string(name));
+}
+
+FsNodes::Node FsNodes::RefLocked(NodeId parent, std::string_view name, std::string path,
+                                 const catalog::Attributes& a) {
+  auto [it, inserted] = by_version_.try_emplace(VersionOf(a), next_id_);
+  if (inserted) ++next_id_;
+  Record& r = nodes_[it->second];
+  ++r.lookups;
+  // Where it was found last: a renamed directory keeps its node, and its children's paths
+  // follow. A file node's attributes are those of its generation (the same size every time).
+  r.parent = parent;
+  r.name = std::string(name);
+  r.path = std::move(path);
+  r.attributes = a;
+  return Node{it->second, a};
+}
+
+absl::StatusOr<FsNodes::Node> FsNodes::Lookup(NodeId parent, std::string_view name) {
+  absl::StatusOr<std::string> path;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    path = ChildPathLocked(parent, name);
+  }
+  if (!path.ok()) return path.status();
+  absl::StatusOr<catalog::Attributes> a = view_.GetAttr(*path);
+  if (!a.ok()) return a.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  return RefLocked(parent, name, std::move(*path), *a);
+}
+
+absl::StatusOr<FsNodes::Node> FsNodes::LookupEntry(NodeId parent, const catalog::DirEntry& entry) {
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::StatusOr<std::string> path = ChildPathLocked(parent, entry.name);
+  if (!path.ok()) return path.status();
+  return RefLocked(parent, entry.name, std::move(*path), entry.attributes);
+}
+
+void FsNodes::Forget(NodeId id, std::uint64_t n) {
+  if (id == kRootId) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(id);
+  if (it == nodes_.end()) return;
+  if (it->second.lookups > n) {
+    it->second.lookups -= n;
+    return;
+  }
+  auto v = by_version_.find(VersionOf(it->second.attributes));
+  if (v != by_version_.end() && v->second == id) by_version_.erase(v);
+  nodes_.erase(it);
+}
+
+absl::StatusOr<catalog::Attributes> FsNodes::GetAttr(NodeId id) {
+  std::string path;
+  catalog::Attributes known;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(id);
+    if (it == nodes_.end()) return absl::NotFoundError(fmt::format("node {} is not held", id));
+    path = it->second.path;
+    known = it->second.attributes;
+  }
+  absl::StatusOr<catalog::Attributes> now = view_.GetAttr(path);
+  const bool directory = known.type == catalog::FileType::kDirectory;
+  // The root's inode is learnt from its first answer.
+  const bool same = now.ok() && (id == kRootId && known.inode == 0
+                                     ? now->type == catalog::FileType::kDirectory
+                                     : now->inode == known.inode &&
+                                           (directory || now->generation == known.generation));
+  if (!same) {
+    if (id == kRootId && known.inode == 0) {
+      return now.ok() ? absl::InternalError("the root is not a directory") : now.status();
+    }
+    return known;  // the path holds another version now: this node's stays as it was
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = nodes_.find(id); it != nodes_.end()) it->second.attributes = *now;
+  return *now;
+}
+
+absl::StatusOr<std::vector<catalog::DirEntry>> FsNodes::ReadDir(NodeId id) {
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(id);
+    if (it == nodes_.end()) return absl::NotFoundError(fmt::format("node {} is not held", id));
+    if (it->second.attributes.type != catalog::FileType::kDirectory) {
+      return absl::FailedPreconditionError(fmt::format("{}: not a directory", it->second.path));
+    }
+    path = it->second.path;
+  }
+  return view_.ReadDir(path);
+}
+
+absl::StatusOr<FsNodes::Opened> FsNodes::Open(NodeId id) {
+  Opened opened;
+  FileVersion version;
+  std::uint64_t distrust = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(id);
+    if (it == nodes_.end()) return absl::NotFoundError(fmt::format("node {} is not held", id));
+    const Record& r = it->second;
+    if (r.attributes.type == catalog::FileType::kDirectory) {
+      return absl::FailedPreconditionError(fmt::format("{}: is a directory", r.path));
+    }
+    opened.path = r.path;
+    version = {r.attributes.inode, r.attributes.generation};
+    distrust = r.distrust;
+    opened.keep_cache = r.distrust == r.distrust_dropped;
+  }
+  absl::StatusOr<std::unique_ptr<OpenFile>> file = view_.Open(opened.path, version);
+  if (!file.ok()) return file.status();  // no pages dropped: the next open still must
+  opened.file = std::move(*file);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = nodes_.find(id); it != nodes_.end()) {
+    Record& r = it->second;
+    // An event during the open (a replica found bad after this open chose its reader, say):
+    // this open drops the pages too, and so does the next one (this handle's reads may put
+    // them back).
+    if (r.distrust != distrust) opened.keep_cache = false;
+    if (!opened.keep_cache) r.distrust_dropped = std::max(r.distrust_dropped, distrust);
+  }
+  return opened;
+}
+
+void FsNodes::ReadFailed(NodeId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = nodes_.find(id); it != nodes_.end()) ++it->second.distrust;
+}
+
+std::vector<FsNodes::KernelName> FsNodes::Changed(catalog::InodeId inode) {
+  std::vector<KernelName> names;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto v = by_version_.lower_bound({inode, 0});
+       v != by_version_.end() && v->first.first == inode; ++v) {
+    Record& r = nodes_.at(v->second);
+    ++r.distrust;
+    KernelName name{r.parent, r.name};
+    if (r.parent != 0 && std::find(names.begin(), names.end(), name) == names.end()) {
+      names.push_back(std::move(name));
+    }
+  }
+  return names;
+}
+
+void FsNodes::ChangedAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, r] : nodes_) ++r.distrust;
+}
+
+std::size_t FsNodes::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return nodes_.size();
 }
 
 }  // namespace gfrep::replica

@@ -188,6 +188,7 @@ absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std:
   }
   std::unique_ptr<FileReader> reader(new FileReader());
   reader->size_ = loc->attributes.size;
+  reader->inode_ = loc->attributes.inode;
   reader->generation_ = loc->attributes.generation;
   const std::string rel =
       transfer::ReplicaRelativePath(loc->attributes.inode, loc->attributes.generation);

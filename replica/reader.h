@@ -104,6 +104,8 @@ class FileReader {
   // remote replica is streamed.
   int fd() const { return fd_; }
   std::uint64_t size() const { return size_; }
+  // The catalog inode and generation read (the path's current ones at Open).
+  catalog::InodeId inode() const { return inode_; }
   std::uint64_t generation() const { return generation_; }
   // True when reading this node's own replica.
   bool local() const { return local_; }
@@ -140,6 +142,7 @@ class FileReader {
   std::string expected_checksum_;
   ReaderOptions options_;
   std::uint64_t size_ = 0;
+  catalog::InodeId inode_ = 0;
   std::uint64_t generation_ = 0;
   bool local_ = false;
   std::string source_node_;

@@ -1,19 +1,26 @@
 // gfmount CATALOG MOUNTPOINT --site S --node N: the catalog's namespace as a read-only file
 // tree (FUSE 3), so that unchanged programs (ls, stat, cat, md5sum, dd, python) read the
-// federation. The logic is replica::FsView (replica/fs_view.h: namespace cache, invalidation by
-// TTL and by the catalog's event log, open through replica::Open); this file is only the FUSE
-// glue (the high-level, path-based libfuse API, multi-threaded loop).
+// federation. The logic is replica::FsView and replica::FsNodes (replica/fs_view.h: namespace
+// cache, invalidation by TTL and by the catalog's event log, open through replica::Open, the
+// kernel's node ids); this file is only the FUSE glue (the low-level libfuse API,
+// multi-threaded loop).
 //
-// Reads: this node's complete replica of the current generation through its descriptor
-// (pread; libfuse 3.14 in Debian 12 has no passthrough API, see replica/README.md), else the
-// best remote replica. A stale, pending, corrupt or lost replica is never read. The kernel
-// keeps a file's pages between opens only while its generation is unchanged (keep_cache).
+// Node ids: one per directory, one per (inode, generation) of a file, so that the kernel's size
+// and page cache of a node are one generation's. A lookup answers the node of the generation
+// current now; an open of an older generation's node answers ESTALE (the kernel looks the name
+// up again and retries the open once), and handles already open read their own generation to
+// its end. The kernel keeps a node's pages across opens (keep_cache) unless a replica event of
+// its inode or a failed read says not to. A new generation seen in the catalog's event log
+// drops the kernel's name of the file (inval_entry), so the next lookup finds the new node.
+//
+// Reads: this node's complete replica of the node's generation through its descriptor (spliced
+// into /dev/fuse; libfuse 3.14 in Debian 12 has no passthrough API, see replica/README.md), else
+// the best remote replica. A stale, pending, corrupt or lost replica is never read.
 // Runs in the foreground until SIGINT/SIGTERM/SIGHUP (or `fusermount3 -u MOUNTPOINT`), then
 // unmounts.
 #define FUSE_USE_VERSION 312
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <fuse.h>
 #include <fuse_lowlevel.h>
 #include <pthread.h>
 #include <sys/stat.h>
@@ -28,8 +35,10 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "catalog/client.h"
 #include "replica/fs_view.h"
@@ -41,36 +50,41 @@ namespace {
 
 using gfrep::catalog::Attributes;
 using gfrep::catalog::FileType;
+using gfrep::replica::FsNodes;
 using gfrep::replica::FsView;
 using gfrep::replica::OpenFile;
 
 struct Mount {
   std::unique_ptr<FsView> view;
+  std::unique_ptr<FsNodes> nodes;
   std::shared_ptr<spdlog::logger> log;
   double timeout_s = 1;
   uid_t uid = 0;
   gid_t gid = 0;
-  struct fuse* fuse = nullptr;
+  struct fuse_session* se = nullptr;
   // Serialises kernel notifications with the unmount: once unmounted, the session's
   // descriptor is closed (and its number may be reused), so nothing may be sent on it.
   std::mutex notify_mu;
   bool unmounted = false;  // guarded by notify_mu
 };
 
-// Tells the kernel to forget the attributes and pages it holds for `path`.
-void Invalidate(Mount& m, const char* path) {
+// Tells the kernel to drop its name `name` in directory node `parent` (and that directory's
+// attributes). Never called from a request handler (the kernel may wait for one to finish).
+void InvalidateEntry(Mount& m, const FsNodes::KernelName& entry) {
   std::lock_guard<std::mutex> lock(m.notify_mu);
-  if (!m.unmounted) (void)fuse_invalidate_path(m.fuse, path);  // ignored: best effort
+  if (m.unmounted) return;
+  // ignored: best effort (ENOENT: the kernel no longer holds the name or its directory)
+  (void)fuse_lowlevel_notify_inval_entry(m.se, entry.parent, entry.name.c_str(), entry.name.size());
 }
 
 void Unmount(Mount& m) {
   std::lock_guard<std::mutex> lock(m.notify_mu);
   if (m.unmounted) return;
   m.unmounted = true;
-  fuse_unmount(m.fuse);
+  fuse_session_unmount(m.se);
 }
 
-Mount& Self() { return *static_cast<Mount*>(fuse_get_context()->private_data); }
+Mount& Self(fuse_req_t req) { return *static_cast<Mount*>(fuse_req_userdata(req)); }
 
 std::string EnvOr(const std::string& value, const char* name) {
   if (!value.empty()) return value;
@@ -78,191 +92,337 @@ std::string EnvOr(const std::string& value, const char* name) {
   return env == nullptr ? "" : env;
 }
 
-// A status as the negative errno FUSE wants.
+// A status as the errno FUSE replies with.
 int Errno(const absl::Status& s) {
   switch (s.code()) {
     case absl::StatusCode::kOk:
       return 0;
     case absl::StatusCode::kNotFound:
-      return -ENOENT;
+      return ENOENT;
     case absl::StatusCode::kPermissionDenied:
     case absl::StatusCode::kUnauthenticated:
-      return -EACCES;
+      return EACCES;
     case absl::StatusCode::kInvalidArgument:
-      return -EINVAL;
+      return EINVAL;
     case absl::StatusCode::kFailedPrecondition:
-      return -ENOTDIR;
+      return ENOTDIR;
     case absl::StatusCode::kDeadlineExceeded:
-      return -ETIMEDOUT;
+      return ETIMEDOUT;
     case absl::StatusCode::kResourceExhausted:
-      return -EAGAIN;
+      return EAGAIN;
     default:
-      return -EIO;
+      return EIO;
   }
 }
 
 // The catalog's attributes as stat: its permission bits (not enforced locally: the mount
-// reads with the catalog identity of whoever ran gfmount), owned by the mounting user.
-void Fill(const Attributes& a, struct stat* st, const Mount& m) {
-  std::memset(st, 0, sizeof(*st));
-  st->st_ino = a.inode;
+// reads with the catalog identity of whoever ran gfmount), owned by the mounting user, and
+// the catalog's inode numbers (never reused; a file's generations share one).
+struct stat Stat(const Attributes& a, const Mount& m) {
+  struct stat st;
+  std::memset(&st, 0, sizeof(st));
+  st.st_ino = a.inode;
   const mode_t perm = a.mode & 07777;
   if (a.type == FileType::kDirectory) {
-    st->st_mode = S_IFDIR | (perm != 0 ? perm : 0555);
-    st->st_nlink = 2;
+    st.st_mode = S_IFDIR | (perm != 0 ? perm : 0555);
+    st.st_nlink = 2;
   } else {
-    st->st_mode = S_IFREG | (perm != 0 ? perm : 0444);
-    st->st_nlink = 1;
+    st.st_mode = S_IFREG | (perm != 0 ? perm : 0444);
+    st.st_nlink = 1;
   }
-  st->st_size = static_cast<off_t>(a.size);
-  st->st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
-  st->st_blksize = 1 << 20;  // programs that size their reads by it (cat, cp) read 1 MiB
-  st->st_uid = m.uid;
-  st->st_gid = m.gid;
-  st->st_mtim.tv_sec = static_cast<time_t>(a.mtime_ns / 1'000'000'000);
-  st->st_mtim.tv_nsec = static_cast<long>(a.mtime_ns % 1'000'000'000);
-  st->st_ctim = st->st_mtim;
-  st->st_atim = st->st_mtim;
+  st.st_size = static_cast<off_t>(a.size);
+  st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+  st.st_blksize = 1 << 20;  // programs that size their reads by it (cat, cp) read 1 MiB
+  st.st_uid = m.uid;
+  st.st_gid = m.gid;
+  st.st_mtim.tv_sec = static_cast<time_t>(a.mtime_ns / 1'000'000'000);
+  st.st_mtim.tv_nsec = static_cast<long>(a.mtime_ns % 1'000'000'000);
+  st.st_ctim = st.st_mtim;
+  st.st_atim = st.st_mtim;
+  return st;
 }
 
-void* Init(struct fuse_conn_info* conn, struct fuse_config* cfg) {
-  Mount& m = Self();
-  cfg->use_ino = 1;  // catalog inode numbers (never reused)
-  cfg->attr_timeout = m.timeout_s;
-  cfg->entry_timeout = m.timeout_s;
-  cfg->negative_timeout = m.timeout_s;
-  cfg->kernel_cache = 0;  // keep_cache is decided per open, by generation
-  cfg->auto_cache = 0;
-  cfg->direct_io = 0;
-  cfg->nullpath_ok = 0;  // readdir takes the path (read and release use fi->fh)
+struct fuse_entry_param EntryOf(const FsNodes::Node& node, const Mount& m) {
+  struct fuse_entry_param e;
+  std::memset(&e, 0, sizeof(e));
+  e.ino = node.id;
+  e.attr = Stat(node.attributes, m);
+  e.attr_timeout = m.timeout_s;
+  e.entry_timeout = m.timeout_s;
+  return e;
+}
+
+void Init(void* userdata, struct fuse_conn_info* conn) {
+  (void)userdata;
   conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
+  // A node's bytes never change: its pages are dropped by node (keep_cache), never because an
+  // mtime moved.
+  conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
   // Replies to reads are spliced from the replica's descriptor, pages moved where possible.
   if ((conn->capable & FUSE_CAP_SPLICE_WRITE) != 0) conn->want |= FUSE_CAP_SPLICE_WRITE;
   if ((conn->capable & FUSE_CAP_SPLICE_MOVE) != 0) conn->want |= FUSE_CAP_SPLICE_MOVE;
   conn->max_readahead = 1u << 20;  // the kernel caps it at the device's own read-ahead
-  return &m;
 }
 
-int GetAttr(const char* path, struct stat* st, struct fuse_file_info* fi) {
-  Mount& m = Self();
-  if (path == nullptr && fi != nullptr) {
-    auto* file = reinterpret_cast<OpenFile*>(fi->fh);
-    Attributes a;
-    a.size = file->size();
-    a.mode = 0444;
-    Fill(a, st, m);
-    return 0;
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Mount& m = Self(req);
+  absl::StatusOr<FsNodes::Node> node = m.nodes->Lookup(parent, name);
+  if (absl::IsNotFound(node.status())) {
+    // A negative entry: the kernel remembers the missing name for the TTL too.
+    struct fuse_entry_param e;
+    std::memset(&e, 0, sizeof(e));
+    e.entry_timeout = m.timeout_s;
+    fuse_reply_entry(req, &e);
+    return;
   }
-  absl::StatusOr<Attributes> a = m.view->GetAttr(path);
-  if (!a.ok()) return Errno(a.status());
-  Fill(*a, st, m);
-  return 0;
+  if (!node.ok()) {
+    fuse_reply_err(req, Errno(node.status()));
+    return;
+  }
+  struct fuse_entry_param e = EntryOf(*node, m);
+  // Not delivered (the request was aborted): the kernel did not count the lookup.
+  if (fuse_reply_entry(req, &e) != 0) m.nodes->Forget(node->id, 1);
 }
 
-int ReadDir(const char* path, void* buf, fuse_fill_dir_t filler, off_t, struct fuse_file_info*,
-            enum fuse_readdir_flags) {
-  Mount& m = Self();
-  absl::StatusOr<std::vector<gfrep::catalog::DirEntry>> list = m.view->ReadDir(path);
-  if (!list.ok()) return Errno(list.status());
-  filler(buf, ".", nullptr, 0, static_cast<fuse_fill_dir_flags>(0));
-  filler(buf, "..", nullptr, 0, static_cast<fuse_fill_dir_flags>(0));
-  struct stat st;
-  for (const gfrep::catalog::DirEntry& e : *list) {
-    Fill(e.attributes, &st, m);
-    if (filler(buf, e.name.c_str(), &st, 0, FUSE_FILL_DIR_PLUS) != 0) break;
-  }
-  return 0;
+void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  Self(req).nodes->Forget(ino, nlookup);
+  fuse_reply_none(req);
 }
 
-int Open(const char* path, struct fuse_file_info* fi) {
-  Mount& m = Self();
-  if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC) != 0) return -EROFS;
-  absl::StatusOr<std::unique_ptr<OpenFile>> file = m.view->Open(path);
-  if (!file.ok()) {
-    m.log->warn("open {}: {}", path, file.status().ToString());
-    if (absl::IsFailedPrecondition(file.status())) return -EISDIR;
-    return Errno(file.status());
+void ForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forgets) {
+  Mount& m = Self(req);
+  for (size_t i = 0; i < count; ++i) m.nodes->Forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
+  Mount& m = Self(req);
+  absl::StatusOr<Attributes> a = m.nodes->GetAttr(ino);
+  if (!a.ok()) {
+    fuse_reply_err(req, Errno(a.status()));
+    return;
   }
-  m.log->debug("open {} generation={} size={} from={} local={} keep_cache={}", path,
-               (*file)->generation(), (*file)->size(), (*file)->source_node(), (*file)->local(),
-               (*file)->same_generation_as_last_open());
-  // While another generation of the inode is open, its reads may fill the inode's page
-  // cache (shared by every handle): this handle then reads around the cache.
-  fi->keep_cache = (*file)->same_generation_as_last_open() && !(*file)->bypass_page_cache() ? 1 : 0;
-  fi->direct_io = (*file)->bypass_page_cache() ? 1 : 0;
-  if ((*file)->attributes_changed()) {
-    // The kernel may still hold the old size for the attribute timeout: a read past it
-    // would stop at the old end. Make it ask again (the view already dropped its entry).
-    Invalidate(m, path);
+  struct stat st = Stat(*a, m);
+  fuse_reply_attr(req, &st, m.timeout_s);
+}
+
+// An open directory: its listing, read by its first readdir and again at offset 0 (a rewind).
+struct DirHandle {
+  std::mutex mu;
+  bool listed = false;                             // guarded by mu
+  std::vector<gfrep::catalog::DirEntry> children;  // guarded by mu
+  Attributes self;                                 // guarded by mu
+};
+
+void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  Mount& m = Self(req);
+  absl::StatusOr<Attributes> a = m.nodes->GetAttr(ino);
+  if (!a.ok()) {
+    fuse_reply_err(req, Errno(a.status()));
+    return;
   }
-  fi->fh = reinterpret_cast<std::uint64_t>(file->release());
-  return 0;
+  if (a->type != FileType::kDirectory) {
+    fuse_reply_err(req, ENOTDIR);
+    return;
+  }
+  auto* dir = new DirHandle();
+  dir->self = *a;
+  fi->fh = reinterpret_cast<std::uint64_t>(dir);
+  if (fuse_reply_open(req, fi) != 0) delete dir;  // not delivered: no releasedir follows
+}
+
+// A readdir reply: the entries from an offset on, or an errno.
+struct DirReply {
+  int error = 0;
+  std::vector<char> buf;                 // as many bytes as the entries added take
+  std::vector<FsNodes::NodeId> counted;  // readdirplus: the nodes whose lookups it carries
+};
+
+// readdir and readdirplus of an open directory, under its lock. Entry i (".", "..", then the
+// children) has offset i + 1. With `plus` every child entry added counts one lookup of its
+// node ("." and ".." none).
+DirReply FillDir(fuse_req_t req, Mount& m, fuse_ino_t ino, DirHandle& dir, size_t size,
+                 off_t offset, bool plus) {
+  DirReply reply;
+  std::lock_guard<std::mutex> lock(dir.mu);
+  if (offset == 0 || !dir.listed) {
+    absl::StatusOr<std::vector<gfrep::catalog::DirEntry>> list = m.nodes->ReadDir(ino);
+    if (!list.ok()) {
+      reply.error = Errno(list.status());
+      return reply;
+    }
+    dir.children = std::move(*list);
+    dir.listed = true;
+  }
+  reply.buf.resize(size);
+  std::size_t used = 0;
+  const std::size_t total = dir.children.size() + 2;
+  for (std::size_t i = static_cast<std::size_t>(std::max<off_t>(offset, 0)); i < total; ++i) {
+    const bool dots = i < 2;
+    Attributes dot;
+    dot.type = FileType::kDirectory;
+    dot.inode = i == 0 ? dir.self.inode : dir.self.parent;
+    const std::string name = dots ? (i == 0 ? "." : "..") : dir.children[i - 2].name;
+    char* at = reply.buf.data() + used;
+    std::size_t need = 0;
+    if (!plus) {
+      struct stat st = Stat(dots ? dot : dir.children[i - 2].attributes, m);
+      need = fuse_add_direntry(req, at, size - used, name.c_str(), &st, static_cast<off_t>(i + 1));
+    } else {
+      struct fuse_entry_param e;
+      std::memset(&e, 0, sizeof(e));
+      FsNodes::NodeId id = 0;
+      if (dots) {
+        e.attr = Stat(dot, m);  // node id 0: the kernel neither links nor counts them
+      } else {
+        absl::StatusOr<FsNodes::Node> node = m.nodes->LookupEntry(ino, dir.children[i - 2]);
+        if (!node.ok()) continue;
+        e = EntryOf(*node, m);
+        id = node->id;
+      }
+      need =
+          fuse_add_direntry_plus(req, at, size - used, name.c_str(), &e, static_cast<off_t>(i + 1));
+      if (id != 0) {
+        if (need <= size - used) {
+          reply.counted.push_back(id);
+        } else {
+          m.nodes->Forget(id, 1);  // not sent: not counted
+        }
+      }
+    }
+    if (need > size - used) break;
+    used += need;
+  }
+  reply.buf.resize(used);
+  return reply;
+}
+
+void ReadDirReply(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
+                  struct fuse_file_info* fi, bool plus) {
+  Mount& m = Self(req);
+  // The handle is not touched after the reply: once it is sent, a releasedir may free it.
+  DirReply reply = FillDir(req, m, ino, *reinterpret_cast<DirHandle*>(fi->fh), size, offset, plus);
+  if (reply.error != 0) {
+    fuse_reply_err(req, reply.error);
+    return;
+  }
+  if (fuse_reply_buf(req, reply.buf.data(), reply.buf.size()) != 0) {
+    for (FsNodes::NodeId id : reply.counted) m.nodes->Forget(id, 1);
+  }
+}
+
+void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info* fi) {
+  ReadDirReply(req, ino, size, offset, fi, false);
+}
+
+void ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
+                 struct fuse_file_info* fi) {
+  ReadDirReply(req, ino, size, offset, fi, true);
+}
+
+void ReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+  delete reinterpret_cast<DirHandle*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  Mount& m = Self(req);
+  if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC) != 0) {
+    fuse_reply_err(req, EROFS);
+    return;
+  }
+  absl::StatusOr<FsNodes::Opened> opened = m.nodes->Open(ino);
+  if (!opened.ok()) {
+    if (absl::IsAborted(opened.status())) {
+      // An older generation's node: the kernel looks the name up again and retries.
+      m.log->debug("open node={}: {}", ino, opened.status().ToString());
+      fuse_reply_err(req, ESTALE);
+      return;
+    }
+    m.log->warn("open node={}: {}", ino, opened.status().ToString());
+    fuse_reply_err(req,
+                   absl::IsFailedPrecondition(opened.status()) ? EISDIR : Errno(opened.status()));
+    return;
+  }
+  const OpenFile& file = *opened->file;
+  m.log->debug("open {} generation={} size={} from={} local={} keep_cache={}", opened->path,
+               file.generation(), file.size(), file.source_node(), file.local(),
+               opened->keep_cache);
+  fi->keep_cache = opened->keep_cache ? 1 : 0;
+  fi->fh = reinterpret_cast<std::uint64_t>(opened->file.release());
+  // Not delivered (the open was interrupted): no release follows.
+  if (fuse_reply_open(req, fi) != 0) delete reinterpret_cast<OpenFile*>(fi->fh);
 }
 
 // A local replica is handed to libfuse as its descriptor and offset: libfuse splices the
 // bytes from the file into /dev/fuse (no copy through this process's memory; the nearest
 // thing to passthrough that libfuse 3.14 offers). A remote one is read into a buffer.
-int ReadBuf(const char*, struct fuse_bufvec** bufp, size_t size, off_t offset,
-            struct fuse_file_info* fi) {
+void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info* fi) {
   auto* file = reinterpret_cast<OpenFile*>(fi->fh);
   const std::uint64_t off = static_cast<std::uint64_t>(offset);
-  if (off >= file->size()) size = 0;
   size = static_cast<size_t>(
       std::min<std::uint64_t>(size, file->size() - std::min(off, file->size())));
-  auto* vec = static_cast<struct fuse_bufvec*>(std::malloc(sizeof(struct fuse_bufvec)));
-  if (vec == nullptr) return -ENOMEM;
-  *vec = FUSE_BUFVEC_INIT(size);
   if (file->local() && size > 0) {
-    vec->buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-    vec->buf[0].fd = file->local_fd();
-    vec->buf[0].pos = offset;
-    *bufp = vec;
-    return 0;
+    struct fuse_bufvec vec = FUSE_BUFVEC_INIT(size);
+    vec.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+    vec.buf[0].fd = file->local_fd();
+    vec.buf[0].pos = offset;
+    fuse_reply_data(req, &vec, FUSE_BUF_SPLICE_MOVE);
+    return;
   }
-  void* mem = size > 0 ? std::malloc(size) : nullptr;
-  if (size > 0 && mem == nullptr) {
-    std::free(vec);
-    return -ENOMEM;
+  std::unique_ptr<char[]> mem(new (std::nothrow) char[std::max<size_t>(size, 1)]);
+  if (mem == nullptr) {
+    fuse_reply_err(req, ENOMEM);
+    return;
   }
-  absl::StatusOr<std::size_t> n = file->ReadAt(off, mem, size);
+  absl::StatusOr<std::size_t> n = file->ReadAt(off, mem.get(), size);
   if (!n.ok()) {
-    std::free(mem);
-    std::free(vec);
-    Self().log->warn("read: {}", n.status().ToString());
-    return Errno(n.status());
+    Mount& m = Self(req);
+    // E.g. a streamed file that failed its whole-file check at its end: what was read before
+    // may be in the kernel's pages of the node, so its next open drops them.
+    m.nodes->ReadFailed(ino);
+    m.log->warn("read: {}", n.status().ToString());
+    fuse_reply_err(req, Errno(n.status()));
+    return;
   }
-  vec->buf[0].mem = mem;  // freed by libfuse with the vector
-  vec->buf[0].size = *n;
-  *bufp = vec;
-  return 0;
+  fuse_reply_buf(req, mem.get(), *n);
 }
 
-int Release(const char*, struct fuse_file_info* fi) {
+void Release(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
   delete reinterpret_cast<OpenFile*>(fi->fh);
-  return 0;
+  fuse_reply_err(req, 0);
 }
 
-int StatFs(const char*, struct statvfs* st) {
-  std::memset(st, 0, sizeof(*st));
-  st->f_bsize = 1 << 20;
-  st->f_frsize = 1 << 20;
-  st->f_namemax = gfrep::catalog::kMaxNameBytes;
-  st->f_flag = ST_RDONLY;
-  return 0;
+void StatFs(fuse_req_t req, fuse_ino_t) {
+  struct statvfs st;
+  std::memset(&st, 0, sizeof(st));
+  st.f_bsize = 1 << 20;
+  st.f_frsize = 1 << 20;
+  st.f_namemax = gfrep::catalog::kMaxNameBytes;
+  st.f_flag = ST_RDONLY;
+  fuse_reply_statfs(req, &st);
 }
 
 // The mount is read-only ("ro": the kernel answers EROFS itself); these are the backstop.
-int ReadOnly() { return -EROFS; }
-int Mknod(const char*, mode_t, dev_t) { return ReadOnly(); }
-int Mkdir(const char*, mode_t) { return ReadOnly(); }
-int Unlink(const char*) { return ReadOnly(); }
-int Rmdir(const char*) { return ReadOnly(); }
-int Rename(const char*, const char*, unsigned int) { return ReadOnly(); }
-int Chmod(const char*, mode_t, struct fuse_file_info*) { return ReadOnly(); }
-int Chown(const char*, uid_t, gid_t, struct fuse_file_info*) { return ReadOnly(); }
-int Truncate(const char*, off_t, struct fuse_file_info*) { return ReadOnly(); }
-int Write(const char*, const char*, size_t, off_t, struct fuse_file_info*) { return ReadOnly(); }
-int Create(const char*, mode_t, struct fuse_file_info*) { return ReadOnly(); }
+void ReadOnly(fuse_req_t req) { fuse_reply_err(req, EROFS); }
+void SetAttr(fuse_req_t req, fuse_ino_t, struct stat*, int, struct fuse_file_info*) {
+  ReadOnly(req);
+}
+void Mknod(fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) { ReadOnly(req); }
+void Mkdir(fuse_req_t req, fuse_ino_t, const char*, mode_t) { ReadOnly(req); }
+void Unlink(fuse_req_t req, fuse_ino_t, const char*) { ReadOnly(req); }
+void Rmdir(fuse_req_t req, fuse_ino_t, const char*) { ReadOnly(req); }
+void Symlink(fuse_req_t req, const char*, fuse_ino_t, const char*) { ReadOnly(req); }
+void Rename(fuse_req_t req, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned int) {
+  ReadOnly(req);
+}
+void Link(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { ReadOnly(req); }
+void Write(fuse_req_t req, fuse_ino_t, const char*, size_t, off_t, struct fuse_file_info*) {
+  ReadOnly(req);
+}
+void Create(fuse_req_t req, fuse_ino_t, const char*, mode_t, struct fuse_file_info*) {
+  ReadOnly(req);
+}
 
 }  // namespace
 
@@ -346,22 +506,30 @@ int main(int argc, char** argv) {
   if (!view.ok()) return tools::Fail(kProgram, tools::ErrorText(view.status()));
   m.view = std::move(*view);
 
-  struct fuse_operations ops {};
+  m.nodes = std::make_unique<FsNodes>(*m.view);
+
+  struct fuse_lowlevel_ops ops {};
   ops.init = Init;
+  ops.lookup = Lookup;
+  ops.forget = Forget;
+  ops.forget_multi = ForgetMulti;
   ops.getattr = GetAttr;
+  ops.opendir = OpenDir;
   ops.readdir = ReadDir;
+  ops.readdirplus = ReadDirPlus;
+  ops.releasedir = ReleaseDir;
   ops.open = Open;
-  ops.read_buf = ReadBuf;
+  ops.read = Read;
   ops.release = Release;
   ops.statfs = StatFs;
+  ops.setattr = SetAttr;
   ops.mknod = Mknod;
   ops.mkdir = Mkdir;
   ops.unlink = Unlink;
   ops.rmdir = Rmdir;
+  ops.symlink = Symlink;
   ops.rename = Rename;
-  ops.chmod = Chmod;
-  ops.chown = Chown;
-  ops.truncate = Truncate;
+  ops.link = Link;
   ops.write = Write;
   ops.create = Create;
 
@@ -380,17 +548,18 @@ int main(int argc, char** argv) {
       fuse_opt_add_arg(&args, fuse_opts.c_str()) != 0) {
     return tools::Fail(kProgram, "out of memory");
   }
-  struct fuse* f = fuse_new(&args, &ops, sizeof(ops), &m);
+  struct fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), &m);
   fuse_opt_free_args(&args);
-  if (f == nullptr) return tools::Fail(kProgram, "fuse_new failed (see the message above)");
-  if (fuse_mount(f, mountpoint.c_str()) != 0) {
-    fuse_destroy(f);
+  if (se == nullptr) {
+    return tools::Fail(kProgram, "fuse_session_new failed (see the message above)");
+  }
+  if (fuse_session_mount(se, mountpoint.c_str()) != 0) {
+    fuse_session_destroy(se);
     return tools::Fail(kProgram, fmt::format("cannot mount on {} (is /dev/fuse there, and "
                                              "fusermount3 installed?)",
                                              mountpoint));
   }
-  m.fuse = f;
-  struct fuse_session* se = fuse_get_session(f);
+  m.se = se;
   // A stop signal ends the session and unmounts: the workers' reads then end (ENODEV).
   std::atomic<bool> loop_done{false};
   std::thread stopper([&] {
@@ -408,14 +577,25 @@ int main(int argc, char** argv) {
     }
   });
   // Replica events (a new generation, a replica found bad...) drop the view's entries at
-  // once; the kernel is told to forget the same paths' attributes and pages.
-  m.view->StartFollowing([&m](const std::string& path) { Invalidate(m, path.c_str()); });
+  // once; the kernel is told to drop its names of the inode's nodes (the next lookup finds
+  // the current generation), and the nodes' next opens drop their pages.
+  m.view->StartFollowing([&m](const absl::StatusOr<std::vector<gfrep::catalog::InodeId>>& changed) {
+    if (!changed.ok()) {
+      m.nodes->ChangedAll();  // events may have been missed
+      return;
+    }
+    for (gfrep::catalog::InodeId inode : *changed) {
+      for (const FsNodes::KernelName& name : m.nodes->Changed(inode)) {
+        InvalidateEntry(m, name);
+      }
+    }
+  });
   log->info("mounted catalog={} on {} node={} ttl={}s", cat.catalog, mountpoint,
             options.reader.identity.node, ttl_s);
 
   struct fuse_loop_config* loop = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(loop, threads);
-  const int rc = fuse_loop_mt(f, loop);
+  const int rc = fuse_session_loop_mt(se, loop);
   fuse_loop_cfg_destroy(loop);
 
   // Ended by a signal or by an unmount from outside (fusermount3 -u): wake the stopper if it
@@ -425,9 +605,11 @@ int main(int argc, char** argv) {
   stopper.join();
   Unmount(m);  // from here on the follower's notifications are no-ops
   FsView::Counters c = m.view->counters();
-  fuse_destroy(f);
-  log->info("unmounted {}: stat_calls={} list_calls={} opens={} cache_hits={} invalidated={}",
-            mountpoint, c.stat_calls, c.list_calls, c.open_calls, c.cache_hits, c.invalidated);
+  const std::size_t nodes = m.nodes->size();
+  fuse_session_destroy(se);
+  log->info(
+      "unmounted {}: stat_calls={} list_calls={} opens={} cache_hits={} invalidated={} nodes={}",
+      mountpoint, c.stat_calls, c.list_calls, c.open_calls, c.cache_hits, c.invalidated, nodes);
   log->flush();
   // The event follower may be inside a catalog long poll (queued behind other pollers on a
   // busy catalog, up to the call timeout): neither wait for it nor tear the catalog client
