@@ -145,7 +145,8 @@ class Soak:
         for n, (_, addr) in NODES.items():
             run("gfca", "issue", "node", n, "--dir", ca, "--host", addr)
         with open(os.path.join(self.work, "policies.yaml"), "w") as f:
-            f.write('rules:\n  - name: pol-two\n    paths: ["/soak/pol/**"]\n    copies: 2\n')
+            f.write('rules:\n  - name: pol-two\n    paths: ["/soak/pol/**"]\n    copies: 2\n'
+                    '    sites: "*"\n')
         self.catalog_argv = [
             os.path.join(self.bin, "gfcatalogd"), "--db", os.path.join(self.work, "db"),
             "--listen", "127.0.0.1:0", "--policies", os.path.join(self.work, "policies.yaml"),
