@@ -2,9 +2,11 @@
 """gfcp vs iperf3 vs GridFTP on lfn-1g (200 ms RTT, 1 Gbit/s), by wall clock, same run.
 
   sudo GFREP_BIN=build/bin tests/bench/gfcp_lfn_vs_gridftp.py [--size 2G] [--streams 1,4,16,32]
+                                                               [--iperf-seconds 8]
 
 Per stream count N, tuned buffers (namespace limits 128 MiB, 32 MiB per stream), cubic:
-  iperf3 -P N -w 32M, 8 s timed, first 2 s omitted (its best: no setup, no slow start);
+  iperf3 -P N -w 32M, 8 s timed (--iperf-seconds), first 2 s omitted (its best: no setup, no
+      slow start);
   gfcp -p N --buffer 32M of a SIZE random file from /dev/shm to a gfsited spool in /dev/shm,
       rate = file bytes / wall time of the gfcp process (setup, slow start, checksums);
   globus-url-copy -p N -tcp-bs 32M of the same file to a GridFTP server in the far namespace
@@ -42,6 +44,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--size", default="2G")
     p.add_argument("--streams", default="1,4,16,32")
+    p.add_argument("--iperf-seconds", type=int, default=8, help="iperf3's timed part")
     args = p.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
     print(tb.machine_notes(), flush=True)
@@ -79,8 +82,8 @@ def main():
                     time.sleep(2)
                     for n in streams:
                         with tb.servers(tb.iperf_server("b-n1")):
-                            ip = tb.iperf("a-n1", b, streams=n, seconds=8, window="32M",
-                                          cc="cubic")
+                            ip = tb.iperf("a-n1", b, streams=n, seconds=args.iperf_seconds,
+                                          window="32M", cc="cubic")
                         secs = timed([os.path.join(tb.BIN, "gfcp"), "-p", str(n), "--buffer",
                                       "32M", "--cc", "cubic", "--key-file", key, src,
                                       f"gf://{b}:{GFSITED_PORT}/f{n}"], "a-n1")
