@@ -17,6 +17,7 @@ Prints one markdown row per N with the ratios gfcp/iperf3 and gfcp/GridFTP.
 import argparse
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -76,8 +77,10 @@ def main():
             with open(os.path.join(HOSTS_DIR, "hosts"), "w") as h:
                 h.write(f"127.0.0.1 localhost\n{b} b-n1 {socket.gethostname()}\n")
             with tb.servers((("b-n1", gfsited, "listening on"))):
+                # Its own process group: the server forks a process per session, which
+                # outlived the server (one left running after every run).
                 gsrv = subprocess.Popen(tb.in_ns("b-n1", gridftp), stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
                 try:
                     time.sleep(2)
                     for n in streams:
@@ -104,7 +107,7 @@ def main():
                         print(f"  P{n}: iperf3 {ip:.0f} gfcp-wall {gf:.0f} gridftp-wall {gt:.0f} "
                               f"(load {tb.loadavg()})", flush=True)
                 finally:
-                    gsrv.terminate()
+                    os.killpg(gsrv.pid, signal.SIGTERM)
                     gsrv.wait(timeout=10)
     finally:
         for path in (src, key):
