@@ -8,7 +8,8 @@
 // and of ExpireLeases (the planner's, every tick) after each,
 // (2) the latency of ClaimTasks for another node "quiet" with one task, and of Stat, while a
 // thread claims for "flooded" without pause: what the others wait.
-// A durable catalog (WAL synced) in a temporary directory. Not a ctest: see RESULTS.md.
+// A durable catalog (WAL synced) in a temporary directory. See RESULTS.md (ctest runs it
+// small: bench_smoke.catalog_claim_bench).
 #include <algorithm>
 #include <atomic>
 #include <chrono>

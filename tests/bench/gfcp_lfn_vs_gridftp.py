@@ -2,13 +2,14 @@
 """gfcp vs iperf3 vs GridFTP on lfn-1g (200 ms RTT, 1 Gbit/s), by wall clock, same run.
 
   sudo GFREP_BIN=build/bin tests/bench/gfcp_lfn_vs_gridftp.py [--size 2G] [--streams 1,4,16,32]
-      [--repeat 3] [--cc cubic]
+      [--repeat 3] [--cc cubic] [--iperf-seconds 8]
 
 Per stream count N, tuned buffers (namespace limits 128 MiB, 32 MiB per stream), and one
 congestion control for every tool (--cc, default cubic: set as both namespaces' default, which
 globus-url-copy and its server use, and asked for by iperf3 -C and gfcp --cc), --repeat rounds
 (each round runs the three tools once per N, in turn); per tool the min/median/max over rounds:
-  iperf3 -P N -w 32M, 8 s timed, first 2 s omitted (its best: no setup, no slow start);
+  iperf3 -P N -w 32M, 8 s timed (--iperf-seconds), first 2 s omitted (its best: no setup, no
+      slow start);
   gfcp -p N --buffer 32M of a SIZE random file from /dev/shm to a gfsited spool in /dev/shm,
       rate = file bytes / wall time of the gfcp process (setup, slow start, checksums);
   globus-url-copy -p N -tcp-bs 32M of the same file to a GridFTP server in the far namespace
@@ -19,8 +20,9 @@ medians gfcp/iperf3 and gfcp/GridFTP).
 
 import argparse
 import os
-import statistics
 import shutil
+import signal
+import statistics
 import socket
 import subprocess
 import sys
@@ -47,7 +49,7 @@ def timed(argv, node):
 def one_round(n, rnd, args, size, src, key, spool, gdst, b):
     """iperf3, gfcp and GridFTP once each at N streams; Mbit/s of each."""
     with tb.servers(tb.iperf_server("b-n1")):
-        ip = tb.iperf("a-n1", b, streams=n, seconds=8, window="32M", cc=args.cc)
+        ip = tb.iperf("a-n1", b, streams=n, seconds=args.iperf_seconds, window="32M", cc=args.cc)
     secs = timed([os.path.join(tb.BIN, "gfcp"), "-p", str(n), "--buffer", "32M", "--cc", args.cc,
                   "--key-file", key, src, f"gf://{b}:{GFSITED_PORT}/f{n}"], "a-n1")
     gf = size * 8 / secs / 1e6
@@ -77,6 +79,7 @@ def main():
     p.add_argument("--streams", default="1,4,16,32")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--cc", default="cubic")
+    p.add_argument("--iperf-seconds", type=int, default=8, help="iperf3's timed part")
     args = p.parse_args()
     if args.repeat < 1:
         p.error("--repeat must be at least 1")
@@ -112,15 +115,17 @@ def main():
             with open(os.path.join(HOSTS_DIR, "hosts"), "w") as h:
                 h.write(f"127.0.0.1 localhost\n{b} b-n1 {socket.gethostname()}\n")
             with tb.servers((("b-n1", gfsited, "listening on"))):
+                # Its own process group: the server forks a process per session, which
+                # outlived the server (one left running after every run).
                 gsrv = subprocess.Popen(tb.in_ns("b-n1", gridftp), stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
                 try:
                     time.sleep(2)
                     for rnd in range(args.repeat):
                         for n in streams:
                             rows.append(one_round(n, rnd, args, size, src, key, spool, gdst, b))
                 finally:
-                    gsrv.terminate()
+                    os.killpg(gsrv.pid, signal.SIGTERM)
                     gsrv.wait(timeout=10)
     finally:
         for path in (src, key):

@@ -1,6 +1,7 @@
 #!/bin/bash
-# gfmount read benchmark (not a ctest; results in tests/bench/RESULTS.md): a catalog and one
-# node (n1 of site S) on loopback, a SIZE_MB file stored at n1, the namespace mounted as n1.
+# gfmount read benchmark (results in tests/bench/RESULTS.md; a small run is ctest
+# bench_smoke.gfmount_read): a catalog and one node (n1 of site S) on loopback, a SIZE_MB
+# file stored at n1, the namespace mounted as n1.
 #   1. local read: dd bs=1M of the replica file in n1's spool (plain) against dd bs=1M of the
 #      same file through the mount (FUSE, pread of the replica's descriptor), and a re-read
 #      through the mount (same generation: the kernel kept its pages), best of REPEAT; with

@@ -2,12 +2,14 @@
 # Wall clock of a user command against a plaintext and a mutual-TLS catalog: gfreg -r -j 8 of
 # 300 x 64 KiB files to one gfsited on loopback (catalog, agent and CA made here, removed at exit).
 #   tests/bench/gfreg_mtls.sh   (after tools/build; results: tests/bench/RESULTS.md)
+# Environment: BIN (default build/bin), FILES (300; fewer for a smoke run).
 set -euo pipefail
 BIN=${BIN:-$(cd "$(dirname "$0")/../.." && pwd)/build/bin}
+FILES=${FILES:-300}
 W=$(mktemp -d /tmp/gfrep-mtls-wall.XXXX)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$W"' EXIT
-mkdir -p "$W/small"; for i in $(seq 300); do head -c 65536 /dev/urandom > "$W/small/f$i"; done
+mkdir -p "$W/small"; for i in $(seq "$FILES"); do head -c 65536 /dev/urandom > "$W/small/f$i"; done
 "$BIN/gfca" init --dir "$W/ca" >/dev/null
 "$BIN/gfca" issue catalog cat --dir "$W/ca" --host 127.0.0.1 >/dev/null
 "$BIN/gfca" issue admin ops --dir "$W/ca" >/dev/null
@@ -33,5 +35,5 @@ for mode in plain mtls; do
   s=$(date +%s.%N)
   "$BIN/gfreg" -r -j 8 "$W/small" /small --node n1 --key-file "$W/key"
   e=$(date +%s.%N)
-  echo "$mode: gfreg -r -j 8 of 300 x 64 KiB: $(awk -v a="$s" -v b="$e" 'BEGIN{printf "%.2f s", b-a}')"
+  echo "$mode: gfreg -r -j 8 of $FILES x 64 KiB: $(awk -v a="$s" -v b="$e" 'BEGIN{printf "%.2f s", b-a}')"
 done

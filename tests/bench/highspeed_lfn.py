@@ -3,6 +3,7 @@
 
   sudo GFREP_BIN=build/bin tests/bench/highspeed_lfn.py [--seconds 15] [--repeat 3]
                                                        [--topos lfn-1g-loss,lfn-1g-loss4]
+                                                       [--streams 1,8] [--gfcp-mib 1024]
 
 On lfn-1g-loss (200 ms, 1 Gbit/s, loss 1e-5 each way) and lfn-1g-loss4 (1e-4), one stream
 and eight, for each congestion control: iperf3 -C CC (timed, slow start left out) and gfcp
@@ -31,7 +32,6 @@ import lfn_testbed as tb  # noqa: E402
 
 BOTTLENECK = 1000.0  # Mbit/s
 CCS = ["reno", "cubic", "bbr", "highspeed"]
-STREAMS = [1, 8]
 PORT = 7000
 BUFFER = "32M"
 SYSCTLS = ("4096 131072 134217728", "4096 16384 134217728")
@@ -70,7 +70,8 @@ def run_topology(topo, args, key, rows):
                                    "--spool", spool, "--key-file", key, "--buffer", BUFFER,
                                    "--insecure"], "listening on")
         try:
-            for rnd, n, cc in [(r, n, cc) for n in STREAMS for r in range(args.repeat) for cc in CCS]:
+            cells = [(r, n, cc) for n in args.streams for r in range(args.repeat) for cc in CCS]
+            for rnd, n, cc in cells:
                 with tb.servers(tb.iperf_server("b-n1")):
                     try:
                         mbps = tb.iperf("a-n1", b, streams=n, seconds=args.seconds,
@@ -100,12 +101,12 @@ def run_topology(topo, args, key, rows):
             subprocess.run(["rm", "-rf", spool, src])
 
 
-def table(rows, topo):
+def table(rows, topo, streams):
     print(f"\n{topo}: Mbit/s (share of the {BOTTLENECK:.0f} Mbit/s bottleneck) [range over runs]\n")
     print("| tool | streams | " + " | ".join(CCS) + " |")
     print("|---|---|" + "---|" * len(CCS))
     for tool in ("iperf3", "gfcp"):
-        for n in STREAMS:
+        for n in streams:
             cells = []
             for cc in CCS:
                 v = [r for r in rows if r[0] == topo and r[1] == tool and r[2] == cc and r[3] == n
@@ -129,7 +130,9 @@ def main():
     p.add_argument("--topos", default="lfn-1g-loss,lfn-1g-loss4")
     p.add_argument("--no-gfcp", action="store_true")
     p.add_argument("--repeat", type=int, default=1, help="runs per cell (median and range shown)")
+    p.add_argument("--streams", default="1,8", help="stream counts, comma-separated")
     args = p.parse_args()
+    args.streams = [int(s) for s in args.streams.split(",")]
     print(tb.machine_notes(), flush=True)
     key = "/dev/shm/gfrep-bench-hs-key"
     rows = []
@@ -140,7 +143,7 @@ def main():
     finally:
         subprocess.run(["rm", "-f", key])
         for topo in topos:
-            table(rows, topo)
+            table(rows, topo, args.streams)
 
 
 if __name__ == "__main__":

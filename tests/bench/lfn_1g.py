@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark 1 of issue 3: gfcp vs iperf3 on the lfn-1g route (200 ms RTT, 1 Gbit/s).
 
-  sudo GFREP_BIN=build/bin tests/bench/lfn_1g.py [--quick]
+  sudo GFREP_BIN=build/bin tests/bench/lfn_1g.py [--quick] [--size 2G] [--seconds 8]
+                                                [--streams 1,4,8,16,32] [--ccs cubic,bbr]
 
 Matrix: streams x buffers (default = Linux default tcp_rmem/wmem limits and autotuning;
 gfcp is reported twice: "gfcp" = its own --json mbit_per_s, "gfcp-wall" = file bytes / wall
@@ -10,6 +11,8 @@ tuned = 32 MiB socket buffer per stream, namespace limits 128 MiB) x cc (cubic, 
 iperf3 (timed runs, first 2 s omitted) and gfcp (a 2 GiB file from /dev/shm to a gfsited
 spool in /dev/shm, rate = bytes / wall time of the whole gfcp run); then the same on
 lfn-1g-loss (loss 1e-5 each way). Prints markdown tables and gfcp/iperf3-best ratios.
+--streams and --ccs keep only those cells of the matrix (e.g. one cell of each part for a
+smoke run); --seconds is iperf3's timed part.
 """
 
 import argparse
@@ -63,7 +66,8 @@ class Gfsited:
         self.server.stop()
 
 
-def run_topology(topo, streams_list, ccs, modes, src, key, gfcp_ok, gfcp_streams, rows):
+def run_topology(topo, streams_list, ccs, modes, src, key, gfcp_ok, gfcp_streams, rows,
+                 seconds):
     with tb.topology(topo):
         b = tb.addr(topo, "b-n1")
         spool = f"/dev/shm/gfrep-bench-spool-{topo}"
@@ -78,7 +82,7 @@ def run_topology(topo, streams_list, ccs, modes, src, key, gfcp_ok, gfcp_streams
                         # iperf3 -s stuck in its test, failing every later cell.
                         with tb.servers(tb.iperf_server("b-n1")):
                             try:
-                                mbps = tb.iperf("a-n1", b, streams=n, seconds=8, window=w,
+                                mbps = tb.iperf("a-n1", b, streams=n, seconds=seconds, window=w,
                                                 cc=cc)
                             except (RuntimeError, subprocess.TimeoutExpired) as e:
                                 print(f"  {topo} iperf3 {mode} {cc} P{n}: FAILED {e}")
@@ -138,7 +142,15 @@ def main():
     p.add_argument("--quick", action="store_true", help="fewer cells (see the script)")
     p.add_argument("--no-gfcp", action="store_true")
     p.add_argument("--size", default="2G", help="gfcp file size (head -c syntax)")
+    p.add_argument("--seconds", type=int, default=8, help="iperf3's timed part per cell")
+    p.add_argument("--streams", default="1,4,8,16,32", help="only these stream counts")
+    p.add_argument("--ccs", default="cubic,bbr", help="only these congestion controls")
     args = p.parse_args()
+    chosen = {int(s) for s in args.streams.split(",")}
+    ccs = args.ccs.split(",")
+
+    def only(ns):
+        return [n for n in ns if n in chosen]
     print(tb.machine_notes(), flush=True)
     gfcp_ok = not args.no_gfcp and os.path.exists(os.path.join(tb.BIN, "gfcp"))
     src = "/dev/shm/gfrep-bench-src"
@@ -147,14 +159,14 @@ def main():
     try:
         if gfcp_ok:
             subprocess.run(f"head -c {args.size} /dev/urandom > {src}", shell=True, check=True)
-        streams = [1, 4, 8, 16, 32]
-        gfcp_streams = {"tuned": streams, "default": [1, 8, 32]}
+        streams = only([1, 4, 8, 16, 32])
+        gfcp_streams = {"tuned": streams, "default": only([1, 8, 32])}
         if args.quick:
-            gfcp_streams = {"tuned": [1, 8, 32], "default": [8]}
-        run_topology("lfn-1g", streams, ["cubic", "bbr"], ["default", "tuned"], src, key,
-                     gfcp_ok, gfcp_streams, rows)
-        run_topology("lfn-1g-loss", [1, 8, 32], ["cubic", "bbr"], ["tuned"], src, key, gfcp_ok,
-                     {"tuned": [8, 32]}, rows)
+            gfcp_streams = {"tuned": only([1, 8, 32]), "default": only([8])}
+        run_topology("lfn-1g", streams, ccs, ["default", "tuned"], src, key,
+                     gfcp_ok, gfcp_streams, rows, args.seconds)
+        run_topology("lfn-1g-loss", only([1, 8, 32]), ccs, ["tuned"], src, key, gfcp_ok,
+                     {"tuned": only([8, 32])}, rows, args.seconds)
     finally:
         subprocess.run(["rm", "-f", src, key])
         table(rows, "lfn-1g")

@@ -11,11 +11,13 @@
 # The route is set to 8 streams, 32 MiB socket buffers, cubic (TUNING=hand of
 # replication_lfn.sh); gfsited --buffer 32M.
 #   sudo GFREP_BIN=build/bin SIZE_MIB=1024 tests/bench/remote_read_lfn.sh
+# Environment: SIZE_MIB (1024), RUNS (2), IPERF_SECONDS (10; a smoke run uses 1), TOPO.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${GFREP_BIN:-build/bin}
 SIZE_MIB=${SIZE_MIB:-1024}
 RUNS=${RUNS:-2}
+IPERF_SECONDS=${IPERF_SECONDS:-10}
 TOPO=${TOPO:-tools/topologies/lfn-1g.topo}
 [[ $(id -u) == 0 ]] || { echo "remote_read_lfn: needs root (network namespaces)" >&2; exit 2; }
 
@@ -50,7 +52,7 @@ rm -f "$WORK/src"
 ns b-n1 iperf3 -s -1 -B "$B" >/dev/null 2>&1 &
 PIDS+=($!)
 sleep 0.5
-ns a-n1 iperf3 -c "$B" -P 8 -w 32M -C cubic -t 10 -O 2 -J >"$WORK/iperf.json"
+ns a-n1 iperf3 -c "$B" -P 8 -w 32M -C cubic -t "$IPERF_SECONDS" -O 2 -J >"$WORK/iperf.json"
 IPERF=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]/1e6))' "$WORK/iperf.json")
 echo "iperf3 a-n1 -> b-n1 (8 x 32M, cubic): $IPERF Mbit/s; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 

@@ -16,7 +16,7 @@
 # Other topologies: SRC_SITE/DST_SITE (default a/b), PAIRS=K runs agents on the first K nodes
 # of each site only, IPERF_PAIRS="jp-n1:us-n1 jp-n4:us-n4" measures iperf3 on several node
 # pairs at once and sums them (the reference for a topology of several routes). A workload
-# with N=0 files is skipped.
+# with N=0 files is skipped. IPERF_SECONDS (10) is iperf3's timed part (a smoke run uses 1).
 #   sudo GFREP_BIN=build/bin TOPO=tools/topologies/transpac.topo SRC_SITE=jp DST_SITE=us \
 #     PAIRS=4 IPERF_PAIRS="jp-n1:us-n1 jp-n4:us-n4" LARGE_N=4 SMALL_N=0 tests/bench/replication_lfn.sh
 #   sudo GFREP_BIN=build/bin LARGE_N=4 LARGE_MIB=1024 SMALL_N=1000 tests/bench/replication_lfn.sh
@@ -29,6 +29,7 @@ SMALL_N=${SMALL_N:-1000}
 SMALL_MIB=${SMALL_MIB:-4}
 TOPO=${TOPO:-tests/bench/replication_lfn.topo}
 TUNING=${TUNING:-self}
+IPERF_SECONDS=${IPERF_SECONDS:-10}
 SRC_SITE=${SRC_SITE:-a}
 DST_SITE=${DST_SITE:-b}
 # Node names from the topology: "site a nodes=2" -> a-n1 a-n2 (the first PAIRS of each site).
@@ -82,7 +83,7 @@ for pair in $IPERF_PAIRS; do
   ns "$sv" iperf3 -s -1 -B "$sv_addr" >/dev/null 2>&1 &
   PIDS+=($!)
   sleep 0.5
-  ns "$c" iperf3 -c "$sv_addr" -P 8 -w 32M -C cubic -t 10 -O 2 -J >"$WORK/iperf-$i.json" &
+  ns "$c" iperf3 -c "$sv_addr" -P 8 -w 32M -C cubic -t "$IPERF_SECONDS" -O 2 -J >"$WORK/iperf-$i.json" &
   IPIDS+=($!)
   i=$((i + 1))
 done

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One-hour soak of a whole federation (not in CI; results: tests/bench/RESULTS.md "Soak"):
+# One-hour soak of a whole federation (the hour is not in CI, a 20-s run is: ctest -L bench_smoke;
+# results: tests/bench/RESULTS.md "Soak"):
 # three sites on loopback with mutual TLS, a client loop storing, replicating, reading,
 # rewriting and deleting files continuously, the catalog restarted every 10 minutes (SIGTERM
 # and SIGKILL in turn), every daemon's RSS sampled each minute. Pass: flat memory (under 5 %

@@ -9,7 +9,8 @@
 // JSON object; see tests/bench/RESULTS.md "Dashboard telemetry".
 //
 //   build/bin/telemetry_bench [--agents 100] [--copies 16] [--streams 4] [--seconds 30]
-//                             [--interval-ms 250]
+//                             [--interval-ms 250] [--idle-seconds 10]
+// --idle-seconds is how long the idle CPU is measured (a small value only for a smoke run).
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -41,7 +42,7 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 int main(int argc, char** argv) {
-  int agents = 100, copies = 16, streams = 4, seconds = 30, interval_ms = 250;
+  int agents = 100, copies = 16, streams = 4, seconds = 30, interval_ms = 250, idle_seconds = 10;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const int v = std::atoi(argv[i + 1]);
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
     if (a == "--streams") streams = v;
     if (a == "--seconds") seconds = v;
     if (a == "--interval-ms") interval_ms = v;
+    if (a == "--idle-seconds") idle_seconds = std::max(1, v);
   }
   testing::TempDir dir("telemetry-bench");
   const std::string http = fmt::format("127.0.0.1:{}", testing::FreeLoopbackPort());
@@ -101,8 +103,8 @@ int main(int argc, char** argv) {
   auto settle = [&](int s) { std::this_thread::sleep_for(std::chrono::seconds(s)); };
   settle(2);
   double cpu0 = testing::ProcessCpuSeconds(cat->pid());
-  settle(10);
-  const double idle_cpu = (testing::ProcessCpuSeconds(cat->pid()) - cpu0) / 10.0;
+  settle(idle_seconds);
+  const double idle_cpu = (testing::ProcessCpuSeconds(cat->pid()) - cpu0) / idle_seconds;
 
   // The agents.
   std::atomic<std::uint64_t> sent{0}, failed{0}, batch_bytes{0};

@@ -15,9 +15,13 @@
 #   tests/bench/transfer_loopback.sh            (GFREP_BIN=dir to skip tools/build)
 #   TLS_ONLY=1 TLS_REPEAT=3 tests/bench/transfer_loopback.sh   (only the TLS rows, each N times,
 #   with each agent's CPU and who encrypted the records: gfcp --json "tls")
+# Environment: SIZE_GIB (4), SIZE_MIB (wins over SIZE_GIB if set: a smaller file, e.g. for a
+# smoke run), STREAMS_LIST ("1 4 8 16"), IPERF_SECONDS (4), TLS_ONLY, TLS_REPEAT, GFREP_BIN.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SIZE_GIB=${SIZE_GIB:-4}
+SIZE_MIB=${SIZE_MIB:-$((SIZE_GIB * 1024))}
+IPERF_SECONDS=${IPERF_SECONDS:-4}
 TLS_ONLY=${TLS_ONLY:-0}
 TLS_REPEAT=${TLS_REPEAT:-1}
 STREAMS_LIST=${STREAMS_LIST:-"1 4 8 16"}
@@ -34,10 +38,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-echo "# generating ${SIZE_GIB} GiB source and caching it" >&2
+echo "# generating ${SIZE_MIB} MiB source and caching it" >&2
 mkdir -p "$WORK/a" "$SHM/b" "$SHM/g"
 chmod 755 "$WORK/a"
-head -c "$((SIZE_GIB * 1024 * 1024 * 1024))" /dev/urandom >"$WORK/a/big.dat"
+head -c "$((SIZE_MIB * 1024 * 1024))" /dev/urandom >"$WORK/a/big.dat"
 chmod 644 "$WORK/a/big.dat"
 cat "$WORK/a/big.dat" >/dev/null
 
@@ -71,12 +75,13 @@ globus-gridftp-server -aa -anonymous-user nobody -p "$GFTP_PORT" -control-interf
 PIDS+=($!)
 sleep 1
 
-python3 - "$BIN" "$WORK" "$SHM" "$IPERF_PORT" "$GFTP_PORT" "$STREAMS_LIST" "$TLS_ONLY" "$TLS_REPEAT" <<'PY'
+python3 - "$BIN" "$WORK" "$SHM" "$IPERF_PORT" "$GFTP_PORT" "$STREAMS_LIST" "$TLS_ONLY" "$TLS_REPEAT" "$IPERF_SECONDS" <<'PY'
 import json, os, re, subprocess, sys, time
-bin_dir, work, shm, iperf_port, gftp_port, streams_list, tls_only, tls_repeat = sys.argv[1:9]
+bin_dir, work, shm, iperf_port, gftp_port, streams_list, tls_only, tls_repeat, iperf_seconds = sys.argv[1:10]
 streams = [int(s) for s in streams_list.split()]
 tck = os.sysconf("SC_CLK_TCK")
 size = os.path.getsize(f"{work}/a/big.dat")
+size_text = f"{size/2**30:.0f} GiB" if size % 2**30 == 0 else f"{size/2**20:.0f} MiB"
 a = open(f"{work}/a.out").read().split()[-1]
 b = open(f"{work}/b.out").read().split()[-1]
 c_addr = open(f"{work}/c.out").read().split()[-1]
@@ -128,7 +133,7 @@ def put(n):
     return size / t / 1e6, c / (size / 1e9), receiver / (size / 1e9)
 
 def iperf(n):
-    t, c, out = timed(["iperf3", "-c", "127.0.0.1", "-p", iperf_port, "-P", str(n), "-t", "4", "-J"])
+    t, c, out = timed(["iperf3", "-c", "127.0.0.1", "-p", iperf_port, "-P", str(n), "-t", iperf_seconds, "-J"])
     s = json.loads(out)["end"]["sum_received"]
     return s["bytes"] / s["seconds"] / 1e6, c / (s["bytes"] / 1e9)
 
@@ -154,7 +159,7 @@ gfcp(4)
 
 if tls_only == "1":
     aes = aes_speed()
-    print(f"TLS only (TLS 1.3, AES-256-GCM), {size/2**30:.0f} GiB A -> B on /dev/shm, wall clock of gfcp; openssl speed -evp aes-256-gcm (16 KiB, one core) = {aes:.0f} MB/s")
+    print(f"TLS only (TLS 1.3, AES-256-GCM), {size_text} A -> B on /dev/shm, wall clock of gfcp; openssl speed -evp aes-256-gcm (16 KiB, one core) = {aes:.0f} MB/s")
     print("| streams | gfcp --tls MB/s | x AES-GCM | CPU s/GB machine | sender (A) | receiver (B) | records by |")
     print("|---:|---:|---:|---:|---:|---:|---|")
     for _ in range(int(tls_repeat)):
@@ -179,7 +184,7 @@ aes = aes_speed()
 tls = [(n, gfcp(n, tls=True)) for n in (4, 8)]
 control = [(n, gfcp(n, tls_control=True), gfcp(n)) for n in (4, 8)]
 
-print(f"File: {size/2**30:.0f} GiB, page-cached source on disk, destinations on /dev/shm.")
+print(f"File: {size_text}, page-cached source on disk, destinations on /dev/shm.")
 print()
 print("| streams | gfcp MB/s | iperf3 MB/s | GridFTP MB/s | gfcp/iperf3 | gfcp/GridFTP | gfcp/dd to /dev/shm | CPU s/GB gfcp | CPU s/GB iperf3 | CPU s/GB GridFTP | sender (A) CPU s/GB | receiver (B) CPU s/GB |")
 print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
