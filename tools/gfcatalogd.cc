@@ -103,6 +103,10 @@ int main(int argc, char** argv) {
                  "restart it (systemd: Restart=on-failure); 0 = no watchdog")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
+  const replica::HttpServerOptions http_defaults;
+  tools::HttpLimitFlags http_limits{http_defaults.max_connections, http_defaults.max_connections_per_client,
+                                    http_defaults.descriptor_reserve};
+  tools::AddHttpLimitFlags(app, http_limits);
   bool test_no_accept_guard = false;
   app.add_flag("--test-no-accept-guard", test_no_accept_guard, "")->group("");
   int tls_reload_s = 60;
@@ -485,6 +489,10 @@ int main(int argc, char** argv) {
     };
     replica::HttpServerOptions hopt;
     hopt.listen = http;
+    hopt.max_connections = http_limits.max_connections;
+    hopt.max_connections_per_client = http_limits.max_connections_per_client;
+    hopt.descriptor_reserve = http_limits.fd_reserve;
+    hopt.logger = log;
     absl::StatusOr<std::unique_ptr<replica::HttpServer>> started = replica::HttpServer::Start(hopt, std::move(routes));
     if (!started.ok()) return tools::Fail(kProgram, started.status().ToString());
     web = std::move(*started);

@@ -108,6 +108,9 @@ void CloseAll(std::vector<int>& fds) {
   fds.clear();
 }
 
+// A request's head cut short: the server waits for the rest.
+const std::string kHalfRequest = "GET /healthz HTTP/1.1\r\nHost: flood\r\n";
+
 class DescriptorLimitsTest : public ::testing::Test {
  protected:
   ~DescriptorLimitsTest() override { CloseAll(flood_); }
@@ -181,6 +184,50 @@ TEST_F(DescriptorLimitsTest, CatalogAcceptsAgainAfterAFloodOfIdleConnections) {
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_GT(testing::MetricValue(metrics->body, "gfrep_catalog_connections_shed_total"), 0) << metrics->body;
   EXPECT_TRUE(daemon_.running());
+}
+
+TEST_F(DescriptorLimitsTest, CatalogServesWhileItsHttpPortIsFloodedAndAfter) {
+  ASSERT_NO_FATAL_FAILURE(StartCatalog());
+  const int baseline = OpenDescriptors(daemon_.pid());
+  flood_ = Flood(PortOf(http_), kFlood, kHalfRequest);
+  AwaitFloodHandled(PortOf(http_));
+  std::chrono::duration<double> took{};
+  RunResult during = Gfls(&took);
+  EXPECT_EQ(during.exit_code, 0) << during.err << "\n" << daemon_.Stderr();
+  EXPECT_LT(took.count(), 5.0);
+  CloseAll(flood_);
+  AwaitDescriptorsBelow(baseline + 8);
+  RunResult after = Gfls(&took);
+  EXPECT_EQ(after.exit_code, 0) << after.err << "\n" << daemon_.Stderr();
+  EXPECT_LT(took.count(), 5.0);
+  absl::StatusOr<testing::HttpReply> health = testing::HttpGet(http_, "/healthz");
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(health->status, 200);
+  EXPECT_NE(daemon_.Stderr().find("http: refused connection"), std::string::npos) << daemon_.Stderr();
+}
+
+TEST_F(DescriptorLimitsTest, AgentCopiesWhileItsHttpPortIsFlooded) {
+  const std::string key = dir_.Sub("shared_key");
+  absl::StatusOr<Subprocess> d = Subprocess::Start(
+      {kPrlimit, "--nofile=" + std::to_string(kLimit) + ":" + std::to_string(kLimit), BinPath("gfsited"),
+       "--listen", "127.0.0.1:0", "--spool", dir_.Sub("spool"), "--key-file", key, "--http", "127.0.0.1:0",
+       "--log-level", "info"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  daemon_ = std::move(*d);
+  absl::StatusOr<std::string> agent = daemon_.WaitForListen(30s);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  absl::StatusOr<std::string> line = daemon_.WaitForOutput("metrics on http://", 30s);
+  ASSERT_TRUE(line.ok()) << line.status();
+  const std::string http = line->substr(line->find("http://") + 7, line->rfind("/metrics") - line->find("http://") - 7);
+  testing::WriteRandomFile(dir_.path() / "src.dat", 4 << 20, 7);
+  flood_ = Flood(PortOf(http), kFlood, kHalfRequest);
+  AwaitFloodHandled(PortOf(http));
+  RunResult copy = RunCommand({BinPath("gfcp"), "--key-file", key, "--timeout", "10", "-p", "4",
+                               dir_.Sub("src.dat"), "gf://" + *agent + "/in/src.dat"},
+                              {}, 60s);
+  EXPECT_EQ(copy.exit_code, 0) << copy.err << "\n" << daemon_.Stderr();
+  EXPECT_TRUE(testing::ReadFile(dir_.path() / "spool" / "in" / "src.dat") == testing::ReadFile(dir_.path() / "src.dat"))
+      << "the copy differs from its source";
 }
 
 // The watchdog behind the guard: with the guard off (a test switch), the flood kills gRPC's
