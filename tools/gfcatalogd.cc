@@ -103,6 +103,17 @@ int main(int argc, char** argv) {
                  "restart it (systemd: Restart=on-failure); 0 = no watchdog")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
+  int max_streams = catalog::ServerOptions{}.max_concurrent_streams;
+  app.add_option("--max-streams-per-connection", max_streams,
+                 "Calls one client connection may have open at once (HTTP/2 streams, long polls and "
+                 "Watch streams included); further ones wait in the client")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  std::string grpc_memory = "2G";
+  app.add_option("--grpc-memory", grpc_memory,
+                 "Memory gRPC may give its connections (e.g. 2G; 0 = no bound): near it, new "
+                 "connections are dropped and idle ones give back their buffers")
+      ->capture_default_str();
   const replica::HttpServerOptions http_defaults;
   tools::HttpLimitFlags http_limits{http_defaults.max_connections, http_defaults.max_connections_per_client,
                                     http_defaults.descriptor_reserve};
@@ -198,6 +209,10 @@ int main(int argc, char** argv) {
       return tools::Fail(kProgram, std::string(s.message()), 2);
     }
   }
+  absl::StatusOr<std::uint64_t> grpc_memory_bytes = tools::ParseSize(grpc_memory);
+  if (!grpc_memory_bytes.ok() || *grpc_memory_bytes > static_cast<std::uint64_t>(INT64_MAX)) {
+    return tools::Fail(kProgram, fmt::format("--grpc-memory {}: not a size (e.g. 2G, or 0)", grpc_memory), 2);
+  }
   absl::StatusOr<std::shared_ptr<spdlog::logger>> made_log = tools::MakeLoggerOrError(kProgram, common);
   if (!made_log.ok()) return tools::Fail(kProgram, std::string(made_log.status().message()), 2);
   std::shared_ptr<spdlog::logger> log = *made_log;
@@ -276,6 +291,8 @@ int main(int argc, char** argv) {
                  "out of descriptors may stop the gRPC listener until a restart");
     }
   }
+  server_options.max_concurrent_streams = max_streams;
+  server_options.memory_quota_bytes = static_cast<std::int64_t>(*grpc_memory_bytes);
   if (!tls_cert.empty() || !tls_key.empty()) {
     absl::StatusOr<std::string> cert = ReadPem(tls_cert);
     absl::StatusOr<std::string> key = ReadPem(tls_key);
