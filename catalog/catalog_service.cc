@@ -1271,9 +1271,11 @@ std::map<std::string, RpcLatency> CatalogServer::RpcLatencies() const { return i
 absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& catalog,
                                                                     const ServerOptions& options) {
   if (options.worker_threads < 1 || options.worker_threads > 1024 ||
-      options.max_long_polls_per_identity < 1) {
+      options.max_long_polls_per_identity < 1 || options.max_concurrent_streams < 1 ||
+      options.memory_quota_bytes < 0) {
     return absl::InvalidArgumentError(
-        "worker_threads must be 1..1024, max_long_polls_per_identity at least 1");
+        "worker_threads must be 1..1024, max_long_polls_per_identity and max_concurrent_streams "
+        "at least 1, memory_quota_bytes not negative");
   }
   if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and a key");
@@ -1331,12 +1333,21 @@ absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& cat
     creds = grpc::SslServerCredentials(ssl);
   }
   grpc::ServerBuilder builder;
+  // One listening socket, ours alone: no other process may bind the port beside us
+  // (SO_REUSEPORT), and gfcatalogd's listener watchdog has one accept queue to look at.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options.listen, creds, &impl->port);
   builder.RegisterService(impl->service.get());
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
                              static_cast<int>(std::clamp<std::int64_t>(options.handshake_timeout.count(), 1, INT32_MAX)));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
                              static_cast<int>(std::clamp<std::int64_t>(options.max_connection_idle.count(), 1, INT32_MAX)));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_concurrent_streams);
+  if (options.memory_quota_bytes > 0) {
+    grpc::ResourceQuota quota("gfrep-catalog");
+    quota.Resize(static_cast<std::size_t>(options.memory_quota_bytes));
+    builder.SetResourceQuota(quota);
+  }
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;

@@ -72,6 +72,13 @@ struct ServerOptions {
   std::chrono::milliseconds handshake_timeout{10000};
   // A connection with no call for this long is closed (clients reconnect when they next call).
   std::chrono::milliseconds max_connection_idle{600000};
+  // Calls (HTTP/2 streams) one connection may have open at once; a client's further calls
+  // wait in its channel until one ends. Long polls and Watch streams count.
+  int max_concurrent_streams = 1000;
+  // Memory gRPC may give its connections (its ResourceQuota): near it, new connections are
+  // dropped as they are accepted and idle connections give back their buffers. 0: gRPC's
+  // default, no bound.
+  std::int64_t memory_quota_bytes = 0;
   // Largest request or response message, bytes.
   int max_message_bytes = 64 << 20;
   // Longest long-poll a ReadEvents caller may ask for.

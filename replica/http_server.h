@@ -5,6 +5,15 @@
 // I/O thread (handlers run on it: keep them short, they are what a scrape or a page waits
 // for); keep-alive; requests larger than 16 KiB are refused (413).
 //
+// Bounded, so that slow or idle clients cannot take the daemon's descriptors (its real work,
+// gRPC or transfers, shares the table): at most `max_connections` connections, and
+// `max_connections_per_client` from one address; none while fewer than
+// `descriptor_reserve` descriptors are free; one more is closed at once. A request's head
+// must arrive within `header_timeout` (also the keep-alive idle limit), the rest and each
+// response within `body_timeout`; a WebSocket silent for `websocket_idle_timeout` (it is
+// pinged, and browsers answer pings by themselves) or slower than `max_queued_frames` is
+// closed. accept failing (out of descriptors) backs off, 10 ms doubling to 1 s.
+//
 // WebSocket routes hand each connection to `on_open` as a WebSocketPeer that sends text
 // frames (queued, in order, from any thread). A peer whose queue grows past
 // `max_queued_frames` (a browser that cannot keep up) is closed rather than left to fall
@@ -12,6 +21,9 @@
 //
 // Thread safety: routes are fixed at Start; Stop() from any thread except the I/O thread.
 
+#include <spdlog/logger.h>
+
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -58,18 +70,50 @@ struct HttpRoutes {
 
 struct HttpServerOptions {
   std::string listen = "127.0.0.1:0";  // host:port; port 0 picks a free one
+  // Frames queued for one WebSocket; a peer further behind is closed (it reconnects).
   std::size_t max_queued_frames = 100;
+  // Connections served at once (requests and WebSockets); one more is closed at once.
+  std::size_t max_connections = 128;
+  // Connections served at once from one client address (a browser opens about six, plus the
+  // dashboard's WebSocket; clients behind one proxy or NAT share it).
+  std::size_t max_connections_per_client = 16;
+  // A new connection whose descriptor leaves fewer than this many free below the soft
+  // RLIMIT_NOFILE is closed at once, so that no flood of clients takes the daemon's last
+  // descriptors. 0: none kept.
+  int descriptor_reserve = 128;
+  // Time a client has to send a request's head (request line and headers), counted from the
+  // connection or from the previous response: also how long an idle keep-alive connection
+  // stays open.
+  std::chrono::milliseconds header_timeout{10000};
+  // Time for the rest of a request (its body) and for sending each response.
+  std::chrono::milliseconds body_timeout{30000};
+  // A WebSocket is closed when nothing came from the browser for this long; it is pinged
+  // after half of it (browsers answer pings by themselves). Also the limit on its handshake.
+  std::chrono::milliseconds websocket_idle_timeout{60000};
+  // Where refused connections and accept failures are logged (at most once a second each).
+  // Null: spdlog's default logger.
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+// What an HttpServer has done, for /metrics.
+struct HttpServerStats {
+  std::uint64_t connections_accepted = 0;
+  std::uint64_t connections_refused = 0;  // over a cap or the descriptor reserve: closed at once
+  std::uint64_t open_connections = 0;     // now, WebSockets included
 };
 
 class HttpServer {
  public:
-  // Binds and serves. kInvalidArgument for a bad address, kUnavailable if it cannot bind.
+  // Binds and serves. kInvalidArgument for a bad address or limits (a cap of 0, a timeout not
+  // positive), kUnavailable if it cannot bind.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
                                                            HttpRoutes routes);
   ~HttpServer();  // Stop()
 
   int port() const;
   std::string address() const;  // host:port with the real port
+  // Thread-safe.
+  HttpServerStats stats() const;
   // Closes the listener and every connection, joins the I/O thread.
   void Stop();
 

@@ -3,6 +3,7 @@
 // Prints "listening on HOST:PORT" once bound; stops cleanly on SIGINT/SIGTERM.
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -21,7 +22,9 @@
 #include "replica/policy_engine.h"
 #include "replica/telemetry.h"
 #include "replica/repairer.h"
+#include "tools/internal/accept_guard.h"
 #include "tools/internal/cli.h"
+#include "tools/internal/listener_watchdog.h"
 
 namespace {
 
@@ -92,6 +95,37 @@ int main(int argc, char** argv) {
                  "Seconds a new connection may take to finish its TLS and HTTP/2 handshake before it is closed")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
+  int fd_reserve = 64;
+  app.add_option("--fd-reserve", fd_reserve,
+                 "File descriptors kept free for the catalog's own work: a gRPC connection accepted "
+                 "with fewer left is closed at once (its client retries), so that the listener never "
+                 "runs out of them (gRPC 1.51 stops accepting for good when it does)")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  double listener_watchdog_s = 10;
+  app.add_option("--listener-watchdog", listener_watchdog_s,
+                 "Seconds connections may wait in the gRPC listener's accept queue with nothing "
+                 "accepting them before gfcatalogd exits with status 75 for its supervisor to "
+                 "restart it (systemd: Restart=on-failure); 0 = no watchdog")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  int max_streams = catalog::ServerOptions{}.max_concurrent_streams;
+  app.add_option("--max-streams-per-connection", max_streams,
+                 "Calls one client connection may have open at once (HTTP/2 streams, long polls and "
+                 "Watch streams included); further ones wait in the client")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  std::string grpc_memory = "2G";
+  app.add_option("--grpc-memory", grpc_memory,
+                 "Memory gRPC may give its connections (e.g. 2G; 0 = no bound): near it, new "
+                 "connections are dropped and idle ones give back their buffers")
+      ->capture_default_str();
+  const replica::HttpServerOptions http_defaults;
+  tools::HttpLimitFlags http_limits{http_defaults.max_connections, http_defaults.max_connections_per_client,
+                                    http_defaults.descriptor_reserve};
+  tools::AddHttpLimitFlags(app, http_limits);
+  bool test_no_accept_guard = false;
+  app.add_flag("--test-no-accept-guard", test_no_accept_guard, "")->group("");
   int tls_reload_s = 60;
   app.add_option("--tls-reload-interval", tls_reload_s,
                  "Seconds between looks at the --tls-cert/--tls-key/--tls-client-ca files: rotated "
@@ -181,6 +215,10 @@ int main(int argc, char** argv) {
       return tools::Fail(kProgram, std::string(s.message()), 2);
     }
   }
+  absl::StatusOr<std::uint64_t> grpc_memory_bytes = tools::ParseSize(grpc_memory);
+  if (!grpc_memory_bytes.ok() || *grpc_memory_bytes > static_cast<std::uint64_t>(INT64_MAX)) {
+    return tools::Fail(kProgram, fmt::format("--grpc-memory {}: not a size (e.g. 2G, or 0)", grpc_memory), 2);
+  }
   absl::StatusOr<std::shared_ptr<spdlog::logger>> made_log = tools::MakeLoggerOrError(kProgram, common);
   if (!made_log.ok()) return tools::Fail(kProgram, std::string(made_log.status().message()), 2);
   std::shared_ptr<spdlog::logger> log = *made_log;
@@ -251,6 +289,17 @@ int main(int argc, char** argv) {
   if (absl::Status s = tools::RaiseOpenFileLimit(1u << 20, *log); !s.ok() && absl::IsInternal(s)) {
     log->warn("{}", s.ToString());
   }
+  // Before gRPC accepts its first connection: connections that would leave fewer than
+  // --fd-reserve descriptors are closed at accept (tools/internal/accept_guard.h).
+  if (!test_no_accept_guard) {
+    tools::InstallAcceptGuard(fd_reserve);
+    if (!tools::AcceptGuardInterposed()) {
+      log->error("the accept guard is not in effect (accept4 not exported by this binary): running "
+                 "out of descriptors may stop the gRPC listener until a restart");
+    }
+  }
+  server_options.max_concurrent_streams = max_streams;
+  server_options.memory_quota_bytes = static_cast<std::int64_t>(*grpc_memory_bytes);
   if (!tls_cert.empty() || !tls_key.empty()) {
     absl::StatusOr<std::string> cert = ReadPem(tls_cert);
     absl::StatusOr<std::string> key = ReadPem(tls_key);
@@ -291,6 +340,37 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   log->info("serving db={} listen={} tls={} sync={}", where, (*server)->address(),
             !tls_cert.empty(), !no_sync);
+
+  // The net under the accept guard: a listener that stopped accepting anyway ends the
+  // process, for its supervisor to start it again (tools/internal/listener_watchdog.h). Its
+  // tick also reports what the guard shed, at most every 10 s.
+  tools::ListenerWatchdogOptions wopt;
+  wopt.port = (*server)->port();
+  wopt.stall = std::chrono::milliseconds(static_cast<std::int64_t>(listener_watchdog_s * 1000));
+  wopt.accept_calls = [](int fd) { return tools::AcceptCallsOn(fd); };
+  wopt.on_dead = [log](const std::string& what) {
+    log->critical("the gRPC listener stopped accepting: {}; exiting with status {} to be restarted",
+                  what, tools::kListenerDeadExitStatus);
+    log->flush();
+    // Nothing to shut down gracefully: gRPC's shutdown would wait for the dead listener, and
+    // every acknowledged write is already durable (README "What is guaranteed").
+    std::_Exit(tools::kListenerDeadExitStatus);
+  };
+  wopt.on_tick = [log, fd_reserve, reported = tools::AcceptGuardCounters{},
+                  at = std::chrono::steady_clock::time_point{}]() mutable {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - at < std::chrono::seconds(10)) return;
+    const tools::AcceptGuardCounters c = tools::GetAcceptGuardCounters();
+    if (c.shed != reported.shed || c.dropped != reported.dropped) {
+      log->warn("gRPC connections closed at accept to keep {} descriptors free: {} (+{} since the "
+                "last report); {} that failed while queued skipped",
+                fd_reserve, c.shed, c.shed - reported.shed, c.dropped);
+      reported = c;
+      at = now;
+    }
+  };
+  absl::StatusOr<std::unique_ptr<tools::ListenerWatchdog>> watchdog = tools::ListenerWatchdog::Start(wopt);
+  if (!watchdog.ok()) log->error("no listener watchdog: {}", watchdog.status().ToString());
 
   if (!policies.empty()) {
     absl::StatusOr<catalog::PolicyDocument> put =
@@ -412,6 +492,9 @@ int main(int argc, char** argv) {
       }
       m.Counter("gfrep_catalog_denied_calls_total", "Catalog calls refused by authorization (PERMISSION_DENIED)",
                 static_cast<double>(srv->denied_calls()));
+      m.Counter("gfrep_catalog_connections_shed_total",
+                "gRPC connections closed at accept to keep --fd-reserve file descriptors free",
+                static_cast<double>(tools::GetAcceptGuardCounters().shed));
       m.Counter("gfrep_catalog_rate_limited_calls_total",
                 "Catalog calls refused for being over their identity's rate (RESOURCE_EXHAUSTED)",
                 static_cast<double>(srv->rate_limited_calls()));
@@ -430,6 +513,10 @@ int main(int argc, char** argv) {
     };
     replica::HttpServerOptions hopt;
     hopt.listen = http;
+    hopt.max_connections = http_limits.max_connections;
+    hopt.max_connections_per_client = http_limits.max_connections_per_client;
+    hopt.descriptor_reserve = http_limits.fd_reserve;
+    hopt.logger = log;
     absl::StatusOr<std::unique_ptr<replica::HttpServer>> started = replica::HttpServer::Start(hopt, std::move(routes));
     if (!started.ok()) return tools::Fail(kProgram, started.status().ToString());
     web = std::move(*started);
@@ -475,6 +562,7 @@ int main(int argc, char** argv) {
     log->info("SIGHUP: policies reloaded from {} (version {})", policies, put->version);
   }
   log->info("signal {}: shutting down", sig);
+  if (watchdog.ok()) watchdog->reset();
   if (dashboard) dashboard->Stop();  // first: it holds the pages' connections
   if (web) web->Stop();
   background.Stop();

@@ -154,6 +154,10 @@ int main(int argc, char** argv) {
                  "unless --http-public)");
   bool http_public = false;
   app.add_flag("--http-public", http_public, "Allow --http on a non-loopback address (no authentication yet)");
+  const gfrep::replica::HttpServerOptions http_defaults;
+  gfrep::tools::HttpLimitFlags http_limits{http_defaults.max_connections, http_defaults.max_connections_per_client,
+                                           http_defaults.descriptor_reserve};
+  gfrep::tools::AddHttpLimitFlags(app, http_limits);
   double telemetry_s = 0.25;
   app.add_option("--telemetry-interval", telemetry_s,
                  "Seconds between the live telemetry batches sent to the catalog's dashboard "
@@ -396,6 +400,10 @@ int main(int argc, char** argv) {
     };
     gfrep::replica::HttpServerOptions hopt;
     hopt.listen = http;
+    hopt.max_connections = http_limits.max_connections;
+    hopt.max_connections_per_client = http_limits.max_connections_per_client;
+    hopt.descriptor_reserve = http_limits.fd_reserve;
+    hopt.logger = log;
     auto started = gfrep::replica::HttpServer::Start(hopt, std::move(routes));
     if (!started.ok()) {
       ::kill(::getpid(), SIGTERM);

@@ -597,7 +597,7 @@ TEST(CatalogAuthStartTest, AUsersOpenRequestsAreBoundedByItsQuota) {
 TEST(CatalogAuthStartTest, UsersCannotOutrankTheRepairer) {
   testing::TempDir dir("auth-priority");
   const std::string ca = dir.Sub("ca");
-  auto p = StartTlsCatalog(dir, ca, {{"user", "alice"}, {"admin", "root"}});
+  auto p = StartTlsCatalog(dir, ca, {{"user", "alice"}, {"admin", "root"}}, {});
   ASSERT_TRUE(p.ok()) << p.status();
   absl::StatusOr<std::string> address = p->WaitForListen(std::chrono::seconds(30));
   ASSERT_TRUE(address.ok()) << address.status();

@@ -6,6 +6,11 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <functional>
 #include <thread>
 
 #include "replica/metrics.h"
@@ -174,6 +179,126 @@ TEST_F(HttpServerTest, StopClosesTheListenerAndEveryConnection) {
   tcp::socket late(io);
   late.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
   EXPECT_EQ(ec, asio::error::connection_refused) << "nothing listens any more";
+}
+
+// Polls `done` every 10 ms until it holds or 10 s pass (the server's state is on its own
+// thread; stats() is what there is to look at).
+bool Eventually(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+// A raw client connection with a 10 s read timeout (a test waiting for the server to close it
+// stays bounded).
+tcp::socket Connect(asio::io_context& io, int port) {
+  tcp::socket s(io);
+  s.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
+  timeval tv{10, 0};
+  ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return s;
+}
+
+// True if the server closed `s` (EOF or reset), as opposed to the read timing out.
+bool ClosedByServer(tcp::socket& s) {
+  char byte;
+  boost::system::error_code ec;
+  s.read_some(asio::buffer(&byte, 1), ec);
+  return ec == asio::error::eof || ec == asio::error::connection_reset;
+}
+
+TEST_F(HttpServerTest, ConnectionsOverThePerClientCapAreClosedAtOnce) {
+  HttpServerOptions o;
+  o.max_connections_per_client = 2;
+  Start(o);
+  asio::io_context io;
+  tcp::socket a = Connect(io, server_->port());
+  tcp::socket b = Connect(io, server_->port());
+  ASSERT_TRUE(Eventually([&] { return server_->stats().open_connections == 2; }));
+  tcp::socket c = Connect(io, server_->port());
+  EXPECT_TRUE(ClosedByServer(c));
+  EXPECT_EQ(server_->stats().connections_refused, 1u);
+  a.close();
+  ASSERT_TRUE(Eventually([&] { return server_->stats().open_connections == 1; }));
+  EXPECT_EQ(Get(server_->port(), "GET", "/healthz").status, 200) << "a place is free again";
+}
+
+TEST_F(HttpServerTest, ConnectionsOverTheGlobalCapOrTheDescriptorReserveAreClosedAtOnce) {
+  HttpServerOptions o;
+  o.max_connections = 1;
+  Start(o);
+  asio::io_context io;
+  tcp::socket a = Connect(io, server_->port());
+  ASSERT_TRUE(Eventually([&] { return server_->stats().open_connections == 1; }));
+  tcp::socket b = Connect(io, server_->port());
+  EXPECT_TRUE(ClosedByServer(b));
+  server_->Stop();
+  // A reserve as large as the descriptor table: no connection may take one.
+  rlimit rl{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &rl), 0);
+  o = HttpServerOptions{};
+  o.descriptor_reserve = static_cast<int>(std::min<rlim_t>(rl.rlim_cur, 1 << 30));
+  Start(o);
+  tcp::socket c = Connect(io, server_->port());
+  EXPECT_TRUE(ClosedByServer(c));
+  EXPECT_EQ(server_->stats().connections_refused, 1u);
+  EXPECT_EQ(server_->stats().connections_accepted, 0u);
+}
+
+TEST_F(HttpServerTest, ARequestHeadNotSentInTimeIsCutOff) {
+  HttpServerOptions o;
+  o.header_timeout = std::chrono::milliseconds(300);
+  Start(o);
+  asio::io_context io;
+  tcp::socket s = Connect(io, server_->port());
+  const std::string half = "GET /healthz HTTP/1.1\r\nHost: slow\r\n";
+  asio::write(s, asio::buffer(half));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(ClosedByServer(s));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250));
+  EXPECT_TRUE(Eventually([&] { return server_->stats().open_connections == 0; }));
+  // An idle kept-alive connection goes the same way, and a prompt request is served.
+  tcp::socket idle = Connect(io, server_->port());
+  EXPECT_TRUE(ClosedByServer(idle));
+  EXPECT_EQ(Get(server_->port(), "GET", "/healthz").status, 200);
+}
+
+TEST_F(HttpServerTest, AWebSocketThatNeverAnswersIsClosedAndFreesItsPlace) {
+  HttpServerOptions o;
+  o.websocket_idle_timeout = std::chrono::milliseconds(400);
+  o.max_connections_per_client = 1;
+  Start(o);
+  asio::io_context io;
+  websocket::stream<tcp::socket> ws(io);
+  ws.next_layer().connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(server_->port())});
+  ws.handshake("127.0.0.1", "/ws");
+  // The client reads nothing, so it never answers the server's ping.
+  std::shared_ptr<WebSocketPeer> peer;
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!peers_.empty()) peer = peers_.front();
+    return peer != nullptr;
+  }));
+  EXPECT_TRUE(Eventually([&] { return !peer->open(); }));
+  // Its place under the per-client cap is free although the page (here, peers_) still holds it.
+  EXPECT_TRUE(Eventually([&] { return server_->stats().open_connections == 0; }));
+  EXPECT_EQ(Get(server_->port(), "GET", "/healthz").status, 200);
+}
+
+TEST(HttpLimitsTest, BadLimitsAreRefused) {
+  for (auto change : std::vector<std::function<void(HttpServerOptions&)>>{
+           [](HttpServerOptions& o) { o.max_connections = 0; },
+           [](HttpServerOptions& o) { o.max_connections_per_client = 0; },
+           [](HttpServerOptions& o) { o.descriptor_reserve = -1; },
+           [](HttpServerOptions& o) { o.header_timeout = std::chrono::milliseconds(0); },
+           [](HttpServerOptions& o) { o.websocket_idle_timeout = std::chrono::milliseconds(-1); }}) {
+    HttpServerOptions o;
+    change(o);
+    EXPECT_TRUE(absl::IsInvalidArgument(HttpServer::Start(o, {}).status()));
+  }
 }
 
 TEST(HttpListenTest, LoopbackOnlyUnlessAllowed) {

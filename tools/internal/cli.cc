@@ -274,6 +274,22 @@ void AddLogFileFlags(CLI::App& app, CommonFlags& flags) {
       ->capture_default_str();
 }
 
+void AddHttpLimitFlags(CLI::App& app, HttpLimitFlags& flags) {
+  app.add_option("--http-max-connections", flags.max_connections,
+                 "--http: connections served at once (pages, /metrics, WebSockets); more are closed at once")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--http-max-connections-per-client", flags.max_connections_per_client,
+                 "--http: connections served at once from one client address")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--http-fd-reserve", flags.fd_reserve,
+                 "--http: new connections are closed at once while fewer than this many file "
+                 "descriptors are free (the daemon's own work keeps them)")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+}
+
 std::shared_ptr<spdlog::logger> MakeLogger(const std::string& name, const CommonFlags& flags) {
   std::shared_ptr<spdlog::logger> logger;
   if (flags.log_file.empty()) {

@@ -64,6 +64,17 @@ absl::StatusOr<std::uint64_t> ParseRate(std::string_view text);
 // Prints "<program>: <message>" on stderr. Returns `code` so mains can `return Fail(...)`.
 int Fail(std::string_view program, std::string_view message, int code = 1);
 
+// The daemons' --http server limits (replica::HttpServerOptions; the caller sets the
+// defaults from it).
+struct HttpLimitFlags {
+  std::size_t max_connections = 0;
+  std::size_t max_connections_per_client = 0;
+  int fd_reserve = 0;
+};
+
+// Adds --http-max-connections, --http-max-connections-per-client and --http-fd-reserve.
+void AddHttpLimitFlags(CLI::App& app, HttpLimitFlags& flags);
+
 // Raises the soft RLIMIT_NOFILE to `want` (at most the hard limit) and logs the change.
 // kResourceExhausted naming both numbers if the hard limit is lower.
 absl::Status RaiseOpenFileLimit(std::uint64_t want, spdlog::logger& log);
