@@ -90,7 +90,16 @@ def main():
     spool = "/dev/shm/gfrep-bench-spool"
     gdst = "/dev/shm/gfrep-bench-gridftp"
     rows = []
+    # A namespace may only make a congestion control its default if the host allows it
+    # (net.ipv4.tcp_allowed_congestion_control, a host-wide list; with bbr the host's
+    # default, cubic is not on it). Added for the run, the list restored at the end.
+    allowed_path = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+    with open(allowed_path) as f:
+        allowed = f.read().split()
     try:
+        if args.cc not in allowed:
+            with open(allowed_path, "w") as f:
+                f.write(" ".join(allowed + [args.cc]))
         subprocess.run(f"head -c {args.size} /dev/urandom > {src}", shell=True, check=True)
         size = os.path.getsize(src)
         for d in (spool, gdst):
@@ -128,6 +137,8 @@ def main():
                     os.killpg(gsrv.pid, signal.SIGTERM)
                     gsrv.wait(timeout=10)
     finally:
+        with open(allowed_path, "w") as f:
+            f.write(" ".join(allowed))
         for path in (src, key):
             if os.path.exists(path):
                 os.remove(path)

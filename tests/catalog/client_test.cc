@@ -611,6 +611,7 @@ TEST_F(CatalogClientTest, LongPollsHoldNoThreadAndEachCallerHoldsOnlySoMany) {
   }
   ASSERT_EQ(server_->long_polls_waiting(), static_cast<std::size_t>(kHeld));
 
+  ASSERT_TRUE(client_->PutSite({"a", {}}).ok());
   absl::StatusOr<std::uint64_t> last = client_->LastEventSeq();
   ASSERT_TRUE(last.ok()) << last.status();
   absl::StatusOr<std::vector<Event>> woken;
@@ -618,7 +619,11 @@ TEST_F(CatalogClientTest, LongPollsHoldNoThreadAndEachCallerHoldsOnlySoMany) {
   for (int i = 0; i < 1000 && server_->long_polls_waiting() < kHeld + 1; ++i) {
     std::this_thread::sleep_for(10ms);
   }
-  ASSERT_TRUE(client_->PutSite({"a", {}}).ok());  // an event
+  Node n;
+  n.name = "a1";
+  n.site = "a";
+  n.address = "127.0.0.1:7001";
+  ASSERT_TRUE(client_->RegisterNode(n).ok());  // an event
   waiter.join();
   ASSERT_TRUE(woken.ok()) << woken.status();
   EXPECT_FALSE(woken->empty());

@@ -66,6 +66,7 @@ TEST(PostgresServerTest, RequiredPostgresTurnsTheSkipIntoAFailure) {
 TEST(PostgresServerTest, AnInstalledServerThatFailsToStartIsAFailureWithItsOutput) {
   // Programs that exist but fail, as a broken installation's would.
   TempDir dir("pgbin");
+  ::chmod(dir.path().c_str(), 0755);  // as root the programs run as the postgres user
   WriteScript(dir.path() / "initdb", "echo 'initdb: could not create directory' >&2; exit 1");
   WriteScript(dir.path() / "pg_ctl", "exit 1");
   WriteScript(dir.path() / "psql", "exit 1");

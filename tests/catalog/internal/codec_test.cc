@@ -126,6 +126,7 @@ TEST(CodecTest, NodeRecordsKeepTheDiskProfileAndOlderOnesStillDecode) {
   n.disk.write_mbps = 500.5;
   n.disk.read_mbps = 900.25;
   n.disk.measured_ns = 42;
+  n.requires_data_tls = true;
   absl::StatusOr<Node> back = DecodeNode(EncodeNode(n));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->disk.dir, "/spool");
@@ -135,12 +136,14 @@ TEST(CodecTest, NodeRecordsKeepTheDiskProfileAndOlderOnesStillDecode) {
   EXPECT_DOUBLE_EQ(back->disk.write_mbps, 500.5);
   EXPECT_DOUBLE_EQ(back->disk.read_mbps, 900.25);
   EXPECT_EQ(back->disk.measured_ns, 42);
-  // Cut the disk fields off: the record of 2026-11-23.
-  old.resize(old.size() - (1 + 0 + 1 + 1 + 1 + 8 + 8 + 1));
+  EXPECT_TRUE(back->requires_data_tls);
+  // Cut the disk fields (and the data-TLS flag after them) off: the record of 2026-11-23.
+  old.resize(old.size() - (1 + 0 + 1 + 1 + 1 + 8 + 8 + 1) - 1);
   absl::StatusOr<Node> from_old = DecodeNode(old);
   ASSERT_TRUE(from_old.ok()) << from_old.status();
   EXPECT_EQ(from_old->workers, 3u);
   EXPECT_EQ(from_old->disk.write_io_size_bytes, 0u);
+  EXPECT_FALSE(from_old->requires_data_tls);
 }
 
 TEST(CodecTest, ReplicaRecordsKeepTheirStampAndNoteAndOlderOnesStillDecode) {
@@ -196,7 +199,7 @@ TEST(CodecTest, RouteRecordsRoundTripWhatCopiesTaughtAndOlderOnesStillDecode) {
   Route mid = r;
   mid.observed.congestion.clear();
   std::string mid_text = EncodeRoute(mid);
-  mid_text.resize(mid_text.size() - 1);
+  mid_text.resize(mid_text.size() - 1 - 1);  // and the data-TLS flag
   absl::StatusOr<Route> from_mid = DecodeRoute(mid_text);
   ASSERT_TRUE(from_mid.ok()) << from_mid.status();
   EXPECT_EQ(from_mid->observed.at_ns, 88);
@@ -205,7 +208,7 @@ TEST(CodecTest, RouteRecordsRoundTripWhatCopiesTaughtAndOlderOnesStillDecode) {
   // and five zero varints (one byte each, the empty congestion's length among them) shorter.
   r.observed = {};
   std::string old = EncodeRoute(r);
-  old.resize(old.size() - 29);
+  old.resize(old.size() - 29 - 1);  // and the data-TLS flag of 2026-11-27
   absl::StatusOr<Route> from_old = DecodeRoute(old);
   ASSERT_TRUE(from_old.ok()) << from_old.status();
   EXPECT_EQ(from_old->total_streams, 96u);
