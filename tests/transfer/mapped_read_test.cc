@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -108,6 +110,36 @@ TEST_F(MappedReadTest, AFileThatCannotBeMappedIsUnavailable) {
   EXPECT_EQ(c.pieces, 0);
 }
 
+// While it lives, the sanitizers' options in the environment (which a re-executed death-test
+// child reads) have no log_path.
+class SanitizerReportsToStderr {
+ public:
+  SanitizerReportsToStderr() {
+    for (const char* name : {"ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS"}) {
+      const char* v = std::getenv(name);
+      if (v == nullptr) continue;
+      saved_.emplace_back(name, v);
+      std::string kept;
+      std::string opts = v;
+      std::size_t start = 0;
+      while (start <= opts.size()) {
+        std::size_t end = opts.find(':', start);
+        if (end == std::string::npos) end = opts.size();
+        const std::string opt = opts.substr(start, end - start);
+        if (!opt.empty() && opt.rfind("log_path=", 0) != 0) kept += (kept.empty() ? "" : ":") + opt;
+        start = end + 1;
+      }
+      ::setenv(name, kept.c_str(), 1);
+    }
+  }
+  ~SanitizerReportsToStderr() {
+    for (const auto& [name, value] : saved_) ::setenv(name.c_str(), value.c_str(), 1);
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> saved_;
+};
+
 TEST(MappedReadDeathTest, ASigbusOutsideAVisitStillKillsTheProcess) {
   // The handler only takes faults inside a visit's window; any other SIGBUS goes to the
   // action that was there before: the default (the process dies of SIGBUS), or a sanitizer's
@@ -116,6 +148,10 @@ TEST(MappedReadDeathTest, ASigbusOutsideAVisitStillKillsTheProcess) {
   // The file is made inside the child and unlinked at once: a child that dies leaves nothing
   // behind (a fixture's temporary directory, made again in each re-executed child, did).
   ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  // A sanitizer's report of the child's SIGBUS is expected here: it goes to the child's
+  // stderr (which the death test reads), not to the report files by which
+  // tools/run-sanitized fails a program.
+  SanitizerReportsToStderr child_reports;
   EXPECT_EXIT(
       {
         char name[] = "/tmp/gfrep-sigbus-XXXXXX";

@@ -72,9 +72,24 @@ void IgnoreEnd() {
   AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
 }
 
+// How many of these wrappers this thread is inside. The library calls its own exported
+// functions through the PLT (AwaitWithTimeout calls AwaitWithDeadline), which reach the
+// wrappers again: only the outermost one annotates (a nested one released the mutex twice
+// on TSan's books: "unlock of an unlocked mutex").
+thread_local int depth = 0;
+struct Outer {
+  Outer() : outer(depth++ == 0) {}
+  ~Outer() { --depth; }
+  Outer(const Outer&) = delete;
+  Outer& operator=(const Outer&) = delete;
+  const bool outer;
+};
+
 // A lock operation with a Condition: the library evaluates it (our code) before returning.
 template <typename Call>
 auto LockWith(void* mu, unsigned flags, Call call) {
+  Outer o;
+  if (!o.outer) return call();
   __tsan_mutex_pre_lock(mu, flags);
   IgnoreBegin();
   auto r = call();
@@ -86,6 +101,8 @@ auto LockWith(void* mu, unsigned flags, Call call) {
 // A wait that releases and re-takes `mu` (held exclusively) inside the library.
 template <typename Call>
 auto WaitOn(void* mu, Call call) {
+  Outer o;
+  if (!o.outer) return call();
   Releasing(mu, 0);
   IgnoreBegin();
   auto r = call();
@@ -101,6 +118,8 @@ ABSL_NAMESPACE_BEGIN
 
 void Mutex::Lock() {
   GFREP_REAL(void (*)(Mutex*), "_ZN4absl7debian35Mutex4LockEv");
+  Outer o;
+  if (!o.outer) return real(this);
   __tsan_mutex_pre_lock(this, 0);
   real(this);
   __tsan_mutex_post_lock(this, 0, 0);
@@ -108,6 +127,8 @@ void Mutex::Lock() {
 
 void Mutex::Unlock() {
   GFREP_REAL(void (*)(Mutex*), "_ZN4absl7debian35Mutex6UnlockEv");
+  Outer o;
+  if (!o.outer) return real(this);
   __tsan_mutex_pre_unlock(this, 0);
   // Unlock may evaluate waiters' Conditions (our code) on this thread.
   IgnoreBegin();
@@ -118,6 +139,8 @@ void Mutex::Unlock() {
 
 bool Mutex::TryLock() {
   GFREP_REAL(bool (*)(Mutex*), "_ZN4absl7debian35Mutex7TryLockEv");
+  Outer o;
+  if (!o.outer) return real(this);
   __tsan_mutex_pre_lock(this, kTry);
   const bool ok = real(this);
   __tsan_mutex_post_lock(this, kTry | (ok ? 0 : kTryFailed), 0);
@@ -126,6 +149,8 @@ bool Mutex::TryLock() {
 
 void Mutex::ReaderLock() {
   GFREP_REAL(void (*)(Mutex*), "_ZN4absl7debian35Mutex10ReaderLockEv");
+  Outer o;
+  if (!o.outer) return real(this);
   __tsan_mutex_pre_lock(this, kRead);
   real(this);
   __tsan_mutex_post_lock(this, kRead, 0);
@@ -133,6 +158,8 @@ void Mutex::ReaderLock() {
 
 void Mutex::ReaderUnlock() {
   GFREP_REAL(void (*)(Mutex*), "_ZN4absl7debian35Mutex12ReaderUnlockEv");
+  Outer o;
+  if (!o.outer) return real(this);
   __tsan_mutex_pre_unlock(this, kRead);
   IgnoreBegin();
   real(this);
@@ -142,6 +169,8 @@ void Mutex::ReaderUnlock() {
 
 bool Mutex::ReaderTryLock() {
   GFREP_REAL(bool (*)(Mutex*), "_ZN4absl7debian35Mutex13ReaderTryLockEv");
+  Outer o;
+  if (!o.outer) return real(this);
   __tsan_mutex_pre_lock(this, kRead | kTry);
   const bool ok = real(this);
   __tsan_mutex_post_lock(this, kRead | kTry | (ok ? 0 : kTryFailed), 0);
