@@ -46,3 +46,19 @@ start() {
   cat "$WORK/$name.log" >&2
   return 1
 }
+# serve_iperf NODE ADDR: starts a one-shot iperf3 server in NODE's namespace on ADDR and waits
+# until it listens (ss, so that no probe uses up its one test); a fixed sleep raced with the
+# client under load.
+serve_iperf() {
+  local node=$1 addr=$2 pid
+  ns "$node" iperf3 -s -1 -B "$addr" >/dev/null 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  for _ in $(seq 300); do
+    if ns "$node" ss -Hltnp "sport = :5201" | grep -q "pid=$pid,"; then return 0; fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "error: iperf3 -s did not listen on $addr:5201 in $node" >&2
+  return 1
+}

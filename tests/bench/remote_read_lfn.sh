@@ -49,9 +49,7 @@ ns a-n1 "$BIN/gfreg" "$WORK/src" /bench/f --node a-n1 --site a --key-file "$KEY"
 rm -f "$WORK/src"
 
 # iperf3 a -> b: the data flows as it does for the read (source a, reader b).
-ns b-n1 iperf3 -s -1 -B "$B" >/dev/null 2>&1 &
-PIDS+=($!)
-sleep 0.5
+serve_iperf b-n1 "$B"
 ns a-n1 iperf3 -c "$B" -P 8 -w 32M -C cubic -t "$IPERF_SECONDS" -O 2 -J >"$WORK/iperf.json"
 IPERF=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"]/1e6))' "$WORK/iperf.json")
 echo "iperf3 a-n1 -> b-n1 (8 x 32M, cubic): $IPERF Mbit/s; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2

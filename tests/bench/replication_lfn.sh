@@ -80,9 +80,7 @@ i=0
 for pair in $IPERF_PAIRS; do
   c=${pair%%:*} sv=${pair##*:}
   sv_addr=$("$BIN/gftopo" addr "$TOPO" "$sv")
-  ns "$sv" iperf3 -s -1 -B "$sv_addr" >/dev/null 2>&1 &
-  PIDS+=($!)
-  sleep 0.5
+  serve_iperf "$sv" "$sv_addr"
   ns "$c" iperf3 -c "$sv_addr" -P 8 -w 32M -C cubic -t "$IPERF_SECONDS" -O 2 -J >"$WORK/iperf-$i.json" &
   IPIDS+=($!)
   i=$((i + 1))

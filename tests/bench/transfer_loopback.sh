@@ -66,14 +66,37 @@ start a "$BIN/gfsited" --listen 127.0.0.1:0 --spool "$WORK/a" --key-file "$WORK/
 start b "$BIN/gfsited" --listen 127.0.0.1:0 --spool "$SHM/b" --key-file "$WORK/key" "${TLS_ARGS[@]}"
 mkdir -p "$WORK/c" "$WORK/d"
 start c "$BIN/gfsited" --listen 127.0.0.1:0 --spool "$WORK/c" --key-file "$WORK/key" "${TLS_ARGS[@]}"
-IPERF_PORT=$((20000 + RANDOM % 20000))
-iperf3 -s -p "$IPERF_PORT" >"$WORK/iperf.log" 2>&1 &
-PIDS+=($!)
-GFTP_PORT=$((40000 + RANDOM % 20000))
-globus-gridftp-server -aa -anonymous-user nobody -p "$GFTP_PORT" -control-interface 127.0.0.1 \
-  -data-interface 127.0.0.1 >"$WORK/gridftp.log" 2>&1 &
-PIDS+=($!)
-sleep 1
+# serve NAME BASE CMD... : starts CMD (in which @PORT@ stands for the port) on a random port
+# above BASE and waits until that process listens on it (ss, so that no probe connection
+# reaches the server); a server that exits (the port was taken) is started again on another
+# port. Sets PORT. A fixed sleep was not enough under load
+# (CI: GridFTP's "connection refused" after a second).
+serve() {
+  local name=$1 base=$2; shift 2
+  local try pid arg args
+  for try in 1 2 3 4 5; do
+    PORT=$((base + RANDOM % 20000))
+    args=(); for arg in "$@"; do args+=("${arg//@PORT@/$PORT}"); done
+    "${args[@]}" >"$WORK/$name.log" 2>&1 &
+    pid=$!
+    PIDS+=("$pid")
+    for _ in $(seq 1 300); do
+      if ss -Hltnp "sport = :$PORT" | grep -q "pid=$pid,"; then return 0; fi
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  echo "error: $name did not listen on 127.0.0.1 (try $try, port $PORT); its log:" >&2
+  cat "$WORK/$name.log" >&2
+  exit 1
+}
+serve iperf 20000 iperf3 -s -p @PORT@
+IPERF_PORT=$PORT
+serve gridftp 40000 globus-gridftp-server -aa -anonymous-user nobody -p @PORT@ \
+  -control-interface 127.0.0.1 -data-interface 127.0.0.1
+GFTP_PORT=$PORT
 
 python3 - "$BIN" "$WORK" "$SHM" "$IPERF_PORT" "$GFTP_PORT" "$STREAMS_LIST" "$TLS_ONLY" "$TLS_REPEAT" "$IPERF_SECONDS" <<'PY'
 import json, os, re, subprocess, sys, time
