@@ -18,7 +18,7 @@ std::string_view RoleName(Role r) {
   return "?";
 }
 
-bool ValidName(std::string_view name) {
+bool ValidIdentityName(std::string_view name) {
   return !name.empty() && name.size() <= 64 && name.find_first_of("/\\ \t\r\n") == std::string_view::npos;
 }
 
@@ -37,7 +37,7 @@ std::optional<Identity> IdentityFromUri(std::string_view uri) {
   if (slash == std::string_view::npos) return std::nullopt;
   const std::string_view role = uri.substr(0, slash);
   const std::string_view name = uri.substr(slash + 1);
-  if (!ValidName(name)) return std::nullopt;
+  if (!ValidIdentityName(name)) return std::nullopt;
   Identity id;
   id.name = std::string(name);
   if (role == "node") {
@@ -61,7 +61,7 @@ std::optional<Identity> IdentityFromUris(const std::vector<std::string>& uris) {
     constexpr std::string_view kGroup = "gfrep://group/";
     if (uri.starts_with(kGroup)) {
       const std::string_view g = std::string_view(uri).substr(kGroup.size());
-      if (ValidName(g)) groups.emplace_back(g);
+      if (ValidIdentityName(g)) groups.emplace_back(g);
     } else if (!out) {
       out = IdentityFromUri(uri);
     }

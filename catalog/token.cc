@@ -21,7 +21,7 @@ namespace {
 constexpr std::string_view kPrefix = "gfrep1.";
 constexpr std::size_t kMaxTokenBytes = 4096;
 
-bool ValidName(std::string_view s) {
+bool ValidTokenName(std::string_view s) {
   if (s.empty() || s.size() > 64) return false;
   return std::all_of(s.begin(), s.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
@@ -94,9 +94,9 @@ absl::StatusOr<std::vector<std::string>> ParseScopes(std::string_view list) {
 }
 
 absl::StatusOr<std::string> MintToken(TokenClaims c, std::string_view key) {
-  if (!ValidName(c.user)) return absl::InvalidArgumentError(fmt::format("user '{}': 1-64 letters, digits, . - _", c.user));
+  if (!ValidTokenName(c.user)) return absl::InvalidArgumentError(fmt::format("user '{}': 1-64 letters, digits, . - _", c.user));
   for (const std::string& g : c.groups) {
-    if (!ValidName(g)) return absl::InvalidArgumentError(fmt::format("group '{}': 1-64 letters, digits, . - _", g));
+    if (!ValidTokenName(g)) return absl::InvalidArgumentError(fmt::format("group '{}': 1-64 letters, digits, . - _", g));
   }
   std::string scopes;
   for (const std::string& s : c.scopes) scopes += (scopes.empty() ? "" : ",") + s;
@@ -142,7 +142,7 @@ absl::StatusOr<TokenClaims> VerifyToken(std::string_view token, std::string_view
   } catch (const nlohmann::json::exception& e) {
     return Bad(fmt::format("payload: {}", e.what()));
   }
-  if (!ValidName(c.user)) return Bad("bad user name");
+  if (!ValidTokenName(c.user)) return Bad("bad user name");
   if (now_unix >= c.expires_unix) return Bad(fmt::format("token {} of user {} expired {} s ago", c.id, c.user, now_unix - c.expires_unix));
   if (now_unix + 300 < c.issued_unix) return Bad(fmt::format("token {} is not valid yet (issued in the future)", c.id));
   return c;

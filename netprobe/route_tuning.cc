@@ -10,12 +10,12 @@ namespace gfrep::netprobe {
 
 namespace {
 
-constexpr std::uint64_t kMiB = 1024 * 1024;
+constexpr std::uint64_t kRouteMiB = 1024 * 1024;
 // Below this BDP the kernel's default autotuning (up to 4-6 MiB per socket) fills the route.
-constexpr double kAutotuneBdp = 2.0 * kMiB;
+constexpr double kAutotuneBdp = 2.0 * kRouteMiB;
 
 std::string Mbit(double bps) { return fmt::format("{:.0f} Mbit/s", bps / 1e6); }
-std::string MiB(double bytes) { return fmt::format("{:.1f} MiB", bytes / kMiB); }
+std::string MiB(double bytes) { return fmt::format("{:.1f} MiB", bytes / kRouteMiB); }
 
 // Rates within this share of each other are a tie (one run's noise on a shared machine).
 constexpr double kCongestionTie = 0.02;
@@ -78,7 +78,7 @@ RouteAdvice Advise(const RouteMeasurement& m) {
     streams = static_cast<int>(std::ceil(1.25 * rate / m.one.bits_per_second));
   }
   streams = std::clamp(streams, 2, 16);
-  std::uint64_t buffer = std::max<std::uint64_t>(kMiB, static_cast<std::uint64_t>(2 * bdp / streams));
+  std::uint64_t buffer = std::max<std::uint64_t>(kRouteMiB, static_cast<std::uint64_t>(2 * bdp / streams));
   std::string buffer_note;
   if (bdp < kAutotuneBdp) {
     buffer = 0;
@@ -113,7 +113,7 @@ RouteAdvice Advise(const RouteMeasurement& m) {
   a.reasons.push_back(fmt::format("route rate {}: {:.0f} % of the measured rate, shared by all source nodes",
                                   Mbit(static_cast<double>(r.route_rate_bps)), kPaceFraction * 100));
   std::uint64_t stripe = std::bit_floor(std::max<std::uint64_t>(1, static_cast<std::uint64_t>(bdp / streams / 4)));
-  stripe = std::clamp<std::uint64_t>(stripe, kMiB, 16 * kMiB);
+  stripe = std::clamp<std::uint64_t>(stripe, kRouteMiB, 16 * kRouteMiB);
   r.stripe_unit_bytes = stripe;
   a.reasons.push_back(fmt::format("stripe unit {}: about a quarter of a stream's share of the BDP", MiB(static_cast<double>(stripe))));
   r.congestion_control = m.many.congestion;

@@ -16,7 +16,7 @@ namespace {
 using catalog::ReplicaState;
 
 constexpr std::size_t kEventBatch = 10000;
-constexpr std::size_t kPage = 1000;
+constexpr std::size_t kRepairPage = 1000;
 
 bool Terminal(catalog::RequestState s) {
   return s == catalog::RequestState::kDone || s == catalog::RequestState::kFailed ||
@@ -65,13 +65,13 @@ absl::Status Repairer::Scan(std::set<catalog::InodeId>& out) {
   for (const catalog::Node& n : *nodes) {
     catalog::InodeId after = 0;
     while (!stop_) {
-      absl::StatusOr<std::vector<catalog::Replica>> page = cat.ListNodeReplicas(n.name, after, kPage);
+      absl::StatusOr<std::vector<catalog::Replica>> page = cat.ListNodeReplicas(n.name, after, kRepairPage);
       if (!page.ok()) return page.status();
       for (const catalog::Replica& r : *page) {
         after = r.inode;
         if (catalog::IsBad(r.state)) out.insert(r.inode);
       }
-      if (page->size() < kPage) break;
+      if (page->size() < kRepairPage) break;
     }
   }
   return absl::OkStatus();

@@ -22,7 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::size_t kPage = 1000;
+constexpr std::size_t kKeeperPage = 1000;
 constexpr std::string_view kLayoutFile = ".gfrep-layout";
 constexpr std::string_view kLegacyIndexDir = ".gfrep-index";
 
@@ -89,7 +89,7 @@ absl::StatusOr<std::uint64_t> SpoolKeeper::SweepDeleting() {
   catalog::InodeId after = 0;
   while (!Stopping()) {
     absl::StatusOr<std::vector<catalog::Replica>> page =
-        cat.ListNodeReplicas(options_.node, after, kPage);
+        cat.ListNodeReplicas(options_.node, after, kKeeperPage);
     if (!page.ok()) return page.status();
     for (const catalog::Replica& r : *page) {
       if (Stopping()) return deleted;
@@ -113,7 +113,7 @@ absl::StatusOr<std::uint64_t> SpoolKeeper::SweepDeleting() {
       options_.logger->info("inode={} generation={} replica deleted", r.inode, r.generation);
       ++deleted;
     }
-    if (page->size() < kPage) break;
+    if (page->size() < kKeeperPage) break;
   }
   return deleted;
 }
@@ -162,11 +162,11 @@ absl::Status SpoolKeeper::ScanGarbage(const std::function<void(const DarkFile&)>
     catalog::InodeId inode = inodes[next++];
     while (more && (pos == page.size() || page.back().inode < inode)) {
       absl::StatusOr<std::vector<catalog::Replica>> p =
-          cat.ListNodeReplicas(options_.node, after, kPage);
+          cat.ListNodeReplicas(options_.node, after, kKeeperPage);
       if (!p.ok()) return p.status();
       page = std::move(*p);
       pos = 0;
-      more = page.size() == kPage;
+      more = page.size() == kKeeperPage;
       if (!page.empty()) after = page.back().inode;
       if (page.empty()) break;
     }
@@ -218,7 +218,7 @@ absl::Status SpoolKeeper::MigrateLegacyLayout() {
     while (true) {
       if (Stopping()) return absl::CancelledError("stopped during the spool migration");
       absl::StatusOr<std::vector<catalog::Replica>> page =
-          cat.ListNodeReplicas(options_.node, after, kPage);
+          cat.ListNodeReplicas(options_.node, after, kKeeperPage);
       if (!page.ok()) return page.status();
       for (const catalog::Replica& r : *page) {
         after = r.inode;
@@ -265,7 +265,7 @@ absl::Status SpoolKeeper::MigrateLegacyLayout() {
         if (absl::Status s = SyncDirectoryChain(spool, target.parent_path()); !s.ok()) return s;
         ++moved;
       }
-      if (page->size() < kPage) break;
+      if (page->size() < kKeeperPage) break;
     }
     std::uint64_t left = 0;
     for (auto it = fs::recursive_directory_iterator(spool, ec);

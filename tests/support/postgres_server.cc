@@ -1,15 +1,20 @@
 #include "tests/support/postgres_server.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <system_error>
 
@@ -97,6 +102,58 @@ std::string PostgresServer::ServerLog() const {
   return log;
 }
 
+absl::Status PostgresServer::InitDb(const std::string& data_dir) const {
+  std::vector<std::string> initdb =
+      AsServerUser({bin_dir_ + "/initdb", "-D", data_dir, "--auth=trust", "-U", "gfrep", "-E",
+                    "UTF8", "--locale=C",
+                    // Only initdb skips fsync (a test cluster); the server fsyncs.
+                    "--no-sync"});
+  RunResult r = RunCommand(initdb);
+  if (r.exit_code != 0) return absl::InternalError(Describe(initdb, r));
+  return absl::OkStatus();
+}
+
+absl::Status PostgresServer::CopyTemplate(const std::string& tmpl) const {
+  // One template per set of binaries (a test may point GFREP_PG_BIN elsewhere), made under
+  // an exclusive lock by the first server that needs it; never changed afterwards.
+  const std::string dir =
+      absl::StrCat(tmpl, "/", absl::Hex(std::hash<std::string>{}(bin_dir_), absl::kZeroPad16));
+  std::error_code ec;
+  std::filesystem::create_directories(tmpl, ec);
+  if (ec) return absl::InternalError(absl::StrCat("mkdir ", tmpl, ": ", ec.message()));
+  const std::string lock_path = absl::StrCat(tmpl, ".lock");
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat("open ", lock_path, ": ", std::strerror(errno)));
+  struct Unlock {
+    int fd;
+    ~Unlock() { ::close(fd); }  // closing drops the lock
+  } unlock{fd};
+  while (::flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) return absl::InternalError(absl::StrCat("flock ", lock_path, ": ", std::strerror(errno)));
+  }
+  const std::string data = dir + "/data";
+  const std::string done = dir + "/complete";
+  if (!std::filesystem::exists(done)) {
+    std::filesystem::remove_all(dir, ec);
+    std::filesystem::create_directory(dir, ec);
+    if (ec) return absl::InternalError(absl::StrCat("mkdir ", dir, ": ", ec.message()));
+    if (::geteuid() == 0) {
+      const struct passwd* pw = ::getpwnam(kServerUser);
+      if (pw == nullptr || ::chown(tmpl.c_str(), pw->pw_uid, pw->pw_gid) != 0 ||
+          ::chown(dir.c_str(), pw->pw_uid, pw->pw_gid) != 0) {
+        return absl::InternalError(absl::StrCat("chown ", dir, " to ", kServerUser));
+      }
+    }
+    if (absl::Status s = InitDb(data); !s.ok()) return s;
+    std::ofstream(done) << bin_dir_ << "\n";
+  }
+  // cp -a keeps the owner (the postgres user when we are root) and the cluster's 0700.
+  std::vector<std::string> cp = {"/bin/cp", "-a", data, data_dir_};
+  RunResult r = RunCommand(cp);
+  if (r.exit_code != 0) return absl::InternalError(Describe(cp, r));
+  return absl::OkStatus();
+}
+
 absl::Status PostgresServer::Start() {
   if (running_) return absl::OkStatus();
   if (bin_dir_.empty()) {
@@ -131,13 +188,9 @@ absl::Status PostgresServer::Start() {
         }
       }
     }
-    std::vector<std::string> initdb =
-        AsServerUser({bin_dir_ + "/initdb", "-D", data_dir_, "--auth=trust", "-U", "gfrep", "-E",
-                      "UTF8", "--locale=C",
-                      // Only initdb skips fsync (a test cluster); the server fsyncs.
-                      "--no-sync"});
-    RunResult r = RunCommand(initdb);
-    if (r.exit_code != 0) return absl::InternalError(Describe(initdb, r));
+    const char* tmpl = std::getenv("GFREP_PG_TEMPLATE");
+    absl::Status made = tmpl != nullptr && *tmpl != '\0' ? CopyTemplate(tmpl) : InitDb(data_dir_);
+    if (!made.ok()) return made;
     initialized_ = true;
   }
   std::vector<std::string> start = AsServerUser(

@@ -17,7 +17,9 @@
 // lines. GFREP_SKIP_OR_FAIL_WITHOUT_POSTGRES(status) says so in one line of a SetUp.
 //
 // SharedPostgres() is one server for a whole test binary (initdb costs about a second): each
-// test takes a fresh database of it with CreateDatabase().
+// test takes a fresh database of it with CreateDatabase(). CTest runs each test in its own
+// process, so it also sets $GFREP_PG_TEMPLATE (tests/CMakeLists.txt): a directory where the
+// first server's initdb leaves a cluster (under a lock file beside it) that later servers copy.
 //
 // Thread safety: none; used by the test's main thread.
 
@@ -69,6 +71,10 @@ class PostgresServer {
   // argv run as the postgres user when we are root.
   std::vector<std::string> AsServerUser(std::vector<std::string> argv) const;
   std::string ServerLog() const;
+  // initdb of a new cluster in `data_dir`.
+  absl::Status InitDb(const std::string& data_dir) const;
+  // data_dir_ as a copy of the template cluster under `tmpl`, made first if missing.
+  absl::Status CopyTemplate(const std::string& tmpl) const;
 
   int databases_ = 0;
 

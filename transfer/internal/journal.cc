@@ -20,8 +20,8 @@ namespace {
 constexpr std::uint32_t kJournalMagic = 0x4a524647;  // "GFRJ"
 constexpr std::uint32_t kMaxHeader = 64 * 1024;
 
-void Put64(unsigned char* p, std::uint64_t v) { std::memcpy(p, &v, 8); }
-std::uint64_t Get64(const unsigned char* p) {
+void StoreNative64(unsigned char* p, std::uint64_t v) { std::memcpy(p, &v, 8); }
+std::uint64_t LoadNative64(const unsigned char* p) {
   std::uint64_t v;
   std::memcpy(&v, p, 8);
   return v;
@@ -65,12 +65,12 @@ std::optional<std::uint64_t> Load(int fd, const JournalHeader& expected, RangeSe
   std::memcpy(&magic, p, 4);
   std::memcpy(&n, p + 4, 4);
   if (magic != kJournalMagic || n > kMaxHeader || data.size() < 8 + n + 8) return std::nullopt;
-  if (XXH3_64bits(p + 8, n) != Get64(p + 8 + n)) return std::nullopt;
+  if (XXH3_64bits(p + 8, n) != LoadNative64(p + 8 + n)) return std::nullopt;
   if (std::string_view(data.data() + 8, n) != HeaderJson(expected)) return std::nullopt;
   std::size_t off = 16 + n;
   for (; off + 24 <= data.size(); off += 24) {
-    std::uint64_t b = Get64(p + off), e = Get64(p + off + 8);
-    if (XXH3_64bits(p + off, 16) != Get64(p + off + 16)) break;  // torn or damaged
+    std::uint64_t b = LoadNative64(p + off), e = LoadNative64(p + off + 8);
+    if (XXH3_64bits(p + off, 16) != LoadNative64(p + off + 16)) break;  // torn or damaged
     if (b > e || e > expected.size) break;
     ranges.Add(b, e);
   }
@@ -123,7 +123,7 @@ absl::StatusOr<Journal> Journal::Open(const std::filesystem::path& path,
   std::memcpy(p, &magic, 4);
   std::memcpy(p + 4, &n, 4);
   std::memcpy(p + 8, json.data(), n);
-  Put64(p + 8 + n, XXH3_64bits(json.data(), n));
+  StoreNative64(p + 8 + n, XXH3_64bits(json.data(), n));
   if (::lseek(j.fd_, 0, SEEK_SET) < 0 || !WriteAll(j.fd_, buf.data(), buf.size())) {
     return Errno("write journal", path);
   }
@@ -136,9 +136,9 @@ absl::Status Journal::Append(const std::vector<ByteRange>& ranges) {
   std::string buf(ranges.size() * 24, '\0');
   auto* p = reinterpret_cast<unsigned char*>(buf.data());
   for (const ByteRange& r : ranges) {
-    Put64(p, r.begin);
-    Put64(p + 8, r.end);
-    Put64(p + 16, XXH3_64bits(p, 16));
+    StoreNative64(p, r.begin);
+    StoreNative64(p + 8, r.end);
+    StoreNative64(p + 16, XXH3_64bits(p, 16));
     p += 24;
   }
   if (!WriteAll(fd_, buf.data(), buf.size())) return Errno("append journal", "");
