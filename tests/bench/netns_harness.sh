@@ -51,11 +51,13 @@ start() {
 # client under load.
 serve_iperf() {
   local node=$1 addr=$2 pid
-  ns "$node" iperf3 -s -1 -B "$addr" >/dev/null 2>&1 &
+  # ip netns exec execs iperf3: $! is iperf3's pid (through the ns function it was a subshell's).
+  ip netns exec "gfrep-$node" iperf3 -s -1 -B "$addr" >/dev/null 2>&1 &
   pid=$!
   PIDS+=("$pid")
   for _ in $(seq 300); do
-    if ns "$node" ss -Hltnp "sport = :5201" | grep -q "pid=$pid,"; then return 0; fi
+    # The namespace is this run's own: a listener on the address is the iperf3 just started.
+    if ns "$node" ss -Hltn "src $addr:5201" | grep -q .; then return 0; fi
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
