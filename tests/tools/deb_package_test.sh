@@ -27,6 +27,9 @@ deb=${debs[0]}
 echo "built $(basename "$deb") ($(du -h "$deb" | cut -f1)) in $(($(date +%s) - start)) s"
 [ "$(basename "$deb")" = "gfrep_${version}_$(dpkg --print-architecture).deb" ] || fail "file name $(basename "$deb")"
 
+# zstd members (tools/packaging/cpack.cmake), which dpkg -x below must read.
+ar t "$deb" | grep -qx 'data.tar.zst' || fail "data member is not zstd: $(ar t "$deb" | tr '\n' ' ')"
+
 # 2. Control data.
 info=$(dpkg-deb -I "$deb")
 echo "$info" | grep -q "^ Package: gfrep$" || fail "Package: $info"
