@@ -577,13 +577,17 @@ void Built(FuzzedDataProvider& in) {
   std::string wire;
   const Served served = Serve(request + in.ConsumeRemainingBytesAsString(), &wire);
   CheckWire(wire, served);
-  // Beast counts a header's bytes from the first line it has not consumed yet: the complete
-  // lines of the connection's first read (512 bytes) do not count, so a header may pass the
-  // limit by up to that much.
+  // Beast (1.81, basic_parser::put) counts a header's bytes from the first line it has not
+  // consumed yet: the start line and the complete fields of earlier reads do not count. Here
+  // every field before X-Fill is short, so the header may pass the limit by the start line and
+  // those fields (a 510-byte start line and the upgrade fields passed it by 615 bytes, found by
+  // this target in a CI run on 2026-11-28; regression_long_start_line_upgrade in the corpus).
   const std::size_t header = start_line.size() + fields.size();
+  const std::size_t before_fill = start_line.size() + fields.find("X-Fill: ");
   const bool may_refuse = header > internal::kMaxRequestBytes || body > internal::kMaxRequestBytes;
-  const bool must_refuse =
-      header > internal::kMaxRequestBytes + 512 || body > internal::kMaxRequestBytes;
+  const bool must_refuse = start_line.size() > internal::kMaxRequestBytes ||
+                           header > internal::kMaxRequestBytes + before_fill ||
+                           body > internal::kMaxRequestBytes;
   if (!served.statuses.empty() && served.statuses[0] == 413) {
     FUZZ_CHECK(may_refuse, "a request within the limits was refused (413)");
     FUZZ_CHECK(served.statuses.size() == 1, "the connection went on after a 413");
