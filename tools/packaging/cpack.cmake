@@ -33,8 +33,8 @@ set(CPACK_STRIP_FILES ON)
 set(CPACK_GENERATOR DEB)
 set(CPACK_DEB_COMPONENT_INSTALL OFF)  # one package with every component (bin, lib, dev)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
-# zstd (dpkg reads it since 1.21.18; Debian 12 has 1.21.22): cpack 37 s instead of gzip's 53 s
-# on the 2-core machine, for a package of the same size (108 MB against 111 MB).
+# zstd (dpkg reads it since 1.21.18; Debian 12 has 1.21.22): cpack takes 0.71 of gzip's time
+# for a package of about the same size (tests/bench/RESULTS.md, "CI's CPU budget").
 set(CPACK_DEBIAN_COMPRESSION_TYPE zstd)
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
