@@ -112,12 +112,26 @@ struct RemoteFile::Impl {
 
   // The session is broken: every read from now on fails with `s` (the first failure).
   void Fail(absl::Status s) {
+    bool first;
     {
       std::lock_guard lk(mu);
-      if (closing || !failed.ok()) return;
-      failed = std::move(s);
-      log->debug("read session failed: {}", failed.ToString());
+      first = FailLocked(std::move(s));
     }
+    if (first) Closed();
+  }
+
+  // Records the session's failure; true if it is the first (then call Closed() after
+  // unlocking). REQUIRES: mu held. Used where the failure must be visible together with
+  // the state that caused it: no reader may see the last piece without its mismatch.
+  bool FailLocked(absl::Status s) {
+    if (closing || !failed.ok()) return false;
+    failed = std::move(s);
+    log->debug("read session failed: {}", failed.ToString());
+    return true;
+  }
+
+  // Wakes the readers and closes the connections after a failure.
+  void Closed() {
     cv.notify_all();
     asio::post(io, [this] { CloseAll(); });
   }
@@ -211,7 +225,7 @@ struct RemoteFile::Impl {
     it->second.bytes = std::move(bytes);
     stats.bytes_fetched += h.length;
     ++stats.pieces_fetched;
-    absl::Status bad;
+    bool mismatch = false;
     while (hasher && hashed < layout.Count()) {
       auto next = pieces.find(hashed);
       if (next == pieces.end() || !next->second.ready) break;
@@ -223,13 +237,14 @@ struct RemoteFile::Impl {
           stats.whole_file_verified = true;
         } else {
           stats.whole_file_mismatch = true;
-          bad = absl::DataLossError(fmt::format("the file read has checksum {}, expected {}", sum,
-                                                o.expected_checksum));
+          // Under the lock that made the last piece ready: a reader sees both or neither.
+          mismatch = FailLocked(absl::DataLossError(fmt::format(
+              "the file read has checksum {}, expected {}", sum, o.expected_checksum)));
         }
       }
     }
     lk.unlock();
-    if (!bad.ok()) Fail(bad);
+    if (mismatch) Closed();
     cv.notify_all();
   }
 
@@ -445,7 +460,16 @@ absl::StatusOr<std::unique_ptr<RemoteFile>> RemoteFile::Open(const Endpoint& age
 absl::StatusOr<std::size_t> RemoteFile::ReadAt(std::uint64_t offset, void* buffer, std::size_t n) {
   Impl& m = *impl_;
   const Layout& layout = m.layout;
-  if (offset >= layout.size || n == 0) return 0;
+  if (offset >= layout.size || n == 0) {
+    // The end of the file: still an error after a whole-file mismatch (a caller reading
+    // to the end must not take a short read for success).
+    std::lock_guard lk(m.mu);
+    if (m.stats.whole_file_mismatch) {
+      return m.failed.ok() ? absl::DataLossError("the file read does not match its expected checksum")
+                           : m.failed;
+    }
+    return 0;
+  }
   n = static_cast<std::size_t>(std::min<std::uint64_t>(n, layout.size - offset));
   const std::uint64_t first = layout.IndexOf(offset);
   const std::uint64_t last = layout.IndexOf(offset + n - 1);
