@@ -65,7 +65,7 @@ enum class ReplicaState : std::uint8_t {
   kLost = 6,      // its bytes are gone from the node (found missing); never served
 };
 // True for the states that say a replica's bytes are damaged or gone (corrupt, lost): the
-// copy it was must be made again elsewhere or on the same node (replica/repairer.h).
+// copy it was must be made again elsewhere or on the same node (replica/plan/repairer.h).
 bool IsBad(ReplicaState state);
 std::string_view ToString(ReplicaState state);
 absl::StatusOr<ReplicaState> ParseReplicaState(std::string_view text);
@@ -243,7 +243,7 @@ absl::StatusOr<RequestState> ParseRequestState(std::string_view text);
 
 // The highest priority a user's request may ask for (CreateRequest refuses more with
 // kPermissionDenied): repairs of damaged replicas run at 1000, and of a file's last copy at
-// 2000 (replica/repairer.h), ahead of every user. Admins, nodes and policies may go higher.
+// 2000 (replica/plan/repairer.h), ahead of every user. Admins, nodes and policies may go higher.
 inline constexpr std::int32_t kMaxUserRequestPriority = 999;
 
 // What gfrep (or a policy) asks for.
@@ -377,7 +377,7 @@ struct Event {
   std::string detail;    // e.g. a path or an error
 };
 
-// Live telemetry for the dashboard (replica/telemetry.h): what one site agent's running copies
+// Live telemetry for the dashboard (replica/web/telemetry.h): what one site agent's running copies
 // had received, sampled every 100 ms and sent in batches (Catalog::PublishTelemetry). Not
 // stored: the catalog's process keeps the last minutes in memory.
 struct TelemetryCopy {
@@ -411,7 +411,7 @@ inline constexpr std::uint32_t kMaxTelemetryStreams = 64;  // per copy (transfer
 // has one count per copy and the points' times are increasing.
 absl::Status Validate(const TelemetryBatch& batch);
 
-// The federation's replication policies: one YAML document (its format: replica/policy.h),
+// The federation's replication policies: one YAML document (its format: replica/plan/policy.h),
 // stored by the catalog as text, versioned (each put adds one), and enforced by
 // gfcatalogd's policy engine. The catalog does not parse it; writers check it first.
 struct PolicyDocument {

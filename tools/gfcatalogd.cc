@@ -15,13 +15,13 @@
 #include "catalog/internal/kv_catalog.h"
 #include "catalog/internal/kv_store.h"
 #include "catalog/token.h"
-#include "replica/planner.h"
-#include "replica/dashboard.h"
-#include "replica/http_server.h"
-#include "replica/metrics.h"
-#include "replica/policy_engine.h"
-#include "replica/telemetry.h"
-#include "replica/repairer.h"
+#include "replica/core/metrics.h"
+#include "replica/plan/planner.h"
+#include "replica/plan/policy_engine.h"
+#include "replica/plan/repairer.h"
+#include "replica/web/dashboard.h"
+#include "replica/web/http_server.h"
+#include "replica/web/telemetry.h"
 #include "tools/internal/accept_guard.h"
 #include "tools/internal/cli.h"
 #include "tools/internal/listener_watchdog.h"
@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   std::string policies, policy_state;
   app.add_option("--policies", policies,
-                 "Replication policy file (YAML, replica/policy.h), stored in the catalog at start "
+                 "Replication policy file (YAML, replica/plan/policy.h), stored in the catalog at start "
                  "and on SIGHUP (a file with mistakes is refused and the rules in force stay); "
                  "gfpolicy changes the stored rules too");
   bool no_policies = false;
@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
   if (!store.ok()) return tools::Fail(kProgram, store.status().ToString());
   const std::string where = catalog::internal::StoreOf(**store)->Describe();
 
-  // Live telemetry from the agents, for the dashboard and /metrics (replica/telemetry.h).
+  // Live telemetry from the agents, for the dashboard and /metrics (replica/web/telemetry.h).
   // Kept unless --no-telemetry (it also gives gfrep the bytes its running copies received).
   std::unique_ptr<replica::TelemetryHub> hub;
   catalog::ServerOptions server_options;
@@ -379,9 +379,9 @@ int main(int argc, char** argv) {
   }
 
   // The federation's background work: the replica planner turns replication requests into
-  // transfer tasks (replica/planner.h); the repairer makes the copies of lost and corrupt
-  // replicas again, through requests the planner runs (replica/repairer.h); policies become
-  // requests (replica/policy_engine.h). One process runs them: this one alone, or, with
+  // transfer tasks (replica/plan/planner.h); the repairer makes the copies of lost and corrupt
+  // replicas again, through requests the planner runs (replica/plan/repairer.h); policies become
+  // requests (replica/plan/policy_engine.h). One process runs them: this one alone, or, with
   // --shared, the front end that holds the database's leadership (taken over within about
   // a second when the leader dies; catalog/internal/kv_store.h HoldLeadership).
   struct Background {
@@ -455,7 +455,7 @@ int main(int argc, char** argv) {
   if (absl::Status s = lead(); !s.ok()) return tools::Fail(kProgram, s.ToString());
   if (shared && !leading) log->info("follower: another front end runs the planner");
 
-  // The dashboard, /metrics and health checks (replica/dashboard.h, replica/http_server.h).
+  // The dashboard, /metrics and health checks (replica/web/dashboard.h, replica/web/http_server.h).
   std::unique_ptr<replica::Dashboard> dashboard;
   std::unique_ptr<replica::HttpServer> web;
   if (!http.empty()) {

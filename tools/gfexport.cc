@@ -1,5 +1,5 @@
 // gfexport PATH: writes a file of the federation to stdout through the local read path
-// (replica/reader.h): this node's complete replica through a plain descriptor when it has
+// (replica/client/reader.h): this node's complete replica through a plain descriptor when it has
 // one, else the best remote replica, streamed (pieces fetched as they are read, read-ahead
 // from the route; --no-stream fetches the whole file and verifies it first). The reader is named by
 // --site/--node or $GFREP_SITE/$GFREP_NODE; with neither it reads as a client outside
@@ -20,7 +20,7 @@
 #include <chrono>
 
 #include "catalog/client.h"
-#include "replica/reader.h"
+#include "replica/client/reader.h"
 #include "tools/internal/catalog_flags.h"
 #include "tools/internal/cli.h"
 #include "transfer/auth.h"

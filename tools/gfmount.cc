@@ -1,6 +1,6 @@
 // gfmount CATALOG MOUNTPOINT --site S --node N: the catalog's namespace as a read-only file
 // tree (FUSE 3), so that unchanged programs (ls, stat, cat, md5sum, dd, python) read the
-// federation. The logic is replica::FsView and replica::FsNodes (replica/fs_view.h: namespace
+// federation. The logic is replica::FsView and replica::FsNodes (replica/client/fs_view.h: namespace
 // cache, invalidation by TTL and by the catalog's event log, open through replica::Open, the
 // kernel's node ids); this file is only the FUSE glue (the low-level libfuse API,
 // multi-threaded loop).
@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "catalog/client.h"
-#include "replica/fs_view.h"
+#include "replica/client/fs_view.h"
 #include "tools/internal/catalog_flags.h"
 #include "tools/internal/cli.h"
 #include "transfer/auth.h"

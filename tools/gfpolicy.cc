@@ -1,4 +1,4 @@
-// gfpolicy: the federation's replication policies (replica/policy.h), stored in the catalog
+// gfpolicy: the federation's replication policies (replica/plan/policy.h), stored in the catalog
 // and enforced by gfcatalogd's policy engine.
 //
 //   gfpolicy apply FILE          replace every rule with FILE's (checked first)
@@ -22,8 +22,8 @@
 #include <fmt/format.h>
 
 #include "catalog/client.h"
-#include "replica/policy.h"
-#include "replica/policy_explain.h"
+#include "replica/plan/policy.h"
+#include "replica/plan/policy_explain.h"
 #include "tools/internal/catalog_flags.h"
 #include "tools/internal/cli.h"
 

@@ -1,7 +1,7 @@
 // gfreg LOCALFILE GFPATH [--site S] [--node N]: stores a local file into the federation
 // (gfreg -r LOCALDIR GFDIR stores every regular file under LOCALDIR at the same relative path
 // under GFDIR, -j at once, and reports each failure without stopping the others)
-// with replica::Store (replica/writer.h): reserves a new generation, uploads the bytes to
+// with replica::Store (replica/client/writer.h): reserves a new generation, uploads the bytes to
 // the agent of a node (the named one, else the least busy live node of the site, else of
 // any site) under that generation's own name, then commits the generation with that node
 // as the writer, which makes every other replica of the path stale. A failure at any step
@@ -19,7 +19,7 @@
 #include <fmt/format.h>
 
 #include "catalog/client.h"
-#include "replica/writer.h"
+#include "replica/client/writer.h"
 #include "tools/internal/catalog_flags.h"
 #include "tools/internal/cli.h"
 #include "transfer/auth.h"
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
   options.transfer.shared_key = *key;
   options.transfer.route.streams = streams;
   options.transfer.logger = log;
-  // Used only for a node whose agent requires TLS (replica/writer.h).
+  // Used only for a node whose agent requires TLS (replica/client/writer.h).
   options.transfer.tls_options = tools::AgentTlsOptions(cat);
   if (const char* user = std::getenv("USER"); user != nullptr) options.owner = user;
   if (recursive) {

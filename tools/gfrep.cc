@@ -31,8 +31,8 @@
 
 #include "absl/strings/numbers.h"
 #include "catalog/client.h"
-#include "replica/planner.h"
-#include "replica/policy_explain.h"
+#include "replica/plan/planner.h"
+#include "replica/plan/policy_explain.h"
 #include "tools/internal/catalog_flags.h"
 #include "tools/internal/cli.h"
 

@@ -1,4 +1,4 @@
-// gfsck: checks this node's replicas against the catalog (Gfarm's name; replica/fsck.h).
+// gfsck: checks this node's replicas against the catalog (Gfarm's name; replica/agent/fsck.h).
 //
 //   gfsck [--node N] [--spool DIR] [-c] [--rate 100M] [--repair] [-r] [--json] [PATH...]
 //
@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include "catalog/client.h"
-#include "replica/fsck.h"
+#include "replica/agent/fsck.h"
 #include "tools/internal/catalog_flags.h"
 #include "tools/internal/cli.h"
 

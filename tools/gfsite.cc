@@ -1,6 +1,6 @@
 // gfsite add NAME [--label K=V]... | label NAME K=V... [--unset K]... |
 //        list [--select EXPR] [--json] | rm NAME: sites of the federation and their labels
-// (which policies' site expressions select by, replica/site_expr.h).
+// (which policies' site expressions select by, replica/core/site_expr.h).
 #include <algorithm>
 #include <iostream>
 #include <set>
@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "catalog/client.h"
-#include "replica/site_expr.h"
+#include "replica/core/site_expr.h"
 #include "tools/internal/catalog_flags.h"
 #include "tools/internal/cli.h"
 

@@ -15,10 +15,10 @@
 
 #include "catalog/client.h"
 #include "catalog/identity.h"
+#include "replica/agent/site_agent.h"
+#include "replica/core/metrics.h"
+#include "replica/web/http_server.h"
 #include "tools/internal/catalog_flags.h"
-#include "replica/http_server.h"
-#include "replica/metrics.h"
-#include "replica/site_agent.h"
 #include "tools/internal/cli.h"
 #include "transfer/agent.h"
 #include "transfer/auth.h"
@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
                  "'none' refuses probes)");
   app.add_option("--test-corrupt-offset", corrupt_offset, "")->group("");
   app.add_option("--test-corrupt-times", corrupt_times, "")->group("");
-  // Catalog role (replica/site_agent.h): join a federation and execute its transfer tasks.
+  // Catalog role (replica/agent/site_agent.h): join a federation and execute its transfer tasks.
   std::string site, node, catalog_address, advertise;
   int lease_s = 15;
   const gfrep::replica::SiteAgentOptions agent_defaults;

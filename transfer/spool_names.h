@@ -3,7 +3,7 @@
 // Names inside an agent's spool that the agents themselves manage. Every top-level name
 // starting with ".gfrep-" is reserved: the transfer agent refuses it over the network,
 // except the replica area below, whose names are exactly "<kReplicaDirName>/<inode>/
-// <generation>" (catalog replicas by identity, see replica/spool.h).
+// <generation>" (catalog replicas by identity, see replica/core/spool.h).
 //
 // Thread safety: pure functions.
 
@@ -13,7 +13,7 @@
 
 namespace gfrep::transfer {
 
-// Top-level spool directory holding catalog replicas by identity (replica/spool.h).
+// Top-level spool directory holding catalog replicas by identity (replica/core/spool.h).
 inline constexpr std::string_view kReplicaDirName = ".gfrep-data";
 
 // ".gfrep-data/<inode>/<generation>" (decimal, no leading zeros): the spool-relative name

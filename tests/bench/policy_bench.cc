@@ -1,4 +1,4 @@
-// Cost of enforcing replication policies (replica/policy_engine.h) on a large namespace:
+// Cost of enforcing replication policies (replica/plan/policy_engine.h) on a large namespace:
 // 100 continuous rules over N catalog entries. Measures (1) applying every rule to the files
 // that exist (what a reload does: a namespace walk per rule and one request per 100,000
 // files), and (2) keeping up with new files: K commits, then one engine step that matches
@@ -16,7 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "catalog/catalog.h"
-#include "replica/policy_engine.h"
+#include "replica/plan/policy_engine.h"
 #include "tests/support/temp_dir.h"
 
 namespace {

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "catalog/catalog.h"
-#include "replica/reader.h"
+#include "replica/client/reader.h"
 #include "tests/support/temp_dir.h"
 #include "transfer/checksum.h"
 #include "transfer/spool_names.h"

@@ -1,4 +1,4 @@
-// Cost of the consistency checks (replica/replica_check.h) on a node holding many replicas:
+// Cost of the consistency checks (replica/agent/replica_check.h) on a node holding many replicas:
 // a stat pass over every replica, and the checksum scrub at full speed and at a set rate,
 // against `cat` of the same files into /dev/null (the disk's and page cache's reference) in
 // the same run. CPU is this process's (getrusage), wall by the clock; the page cache is
@@ -24,8 +24,8 @@
 #include <spdlog/spdlog.h>
 
 #include "catalog/catalog.h"
-#include "replica/replica_check.h"
-#include "replica/spool.h"
+#include "replica/agent/replica_check.h"
+#include "replica/core/spool.h"
 #include "tests/support/temp_dir.h"
 #include "transfer/checksum.h"
 

@@ -1,4 +1,4 @@
-// Fuzzes the cron schedules of scheduled policies (replica/cron.h): the `schedule:` of a
+// Fuzzes the cron schedules of scheduled policies (replica/core/cron.h): the `schedule:` of a
 // policy file, parsed and then asked for run times by the policy engine.
 //
 // Input: a byte choosing the time zone (among zones with daylight saving, half-hour shifts
@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "replica/cron.h"
+#include "replica/core/cron.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace gfrep::replica {

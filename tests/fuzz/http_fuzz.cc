@@ -1,8 +1,8 @@
 // Fuzzes the dashboard's HTTP and WebSocket input (gfcatalogd --http): the bytes a browser,
 // or anyone who reaches the port, sends. Requests are read as HttpServer's sessions read
-// them (replica/internal/http_request.h: Beast's parser with the server's limits, the same
+// them (replica/web/internal/http_request.h: Beast's parser with the server's limits, the same
 // routing and responses) over a Beast test stream, and answered by the real routes of the
-// dashboard (replica/dashboard.h), AddHealthRoutes and a /metrics page, over a small fake
+// dashboard (replica/web/dashboard.h), AddHealthRoutes and a /metrics page, over a small fake
 // catalog written here (a federation of two sites and one file, /exp/a.dat, and request 7).
 //
 // The first input byte picks the mode:
@@ -52,12 +52,12 @@
 #include "absl/status/status.h"
 #include "catalog/catalog.h"
 #include "catalog/types.h"
-#include "replica/dashboard.h"
-#include "replica/http_server.h"
-#include "replica/internal/dashboard_assets.h"
-#include "replica/internal/http_request.h"
-#include "replica/metrics.h"
-#include "replica/telemetry.h"
+#include "replica/core/metrics.h"
+#include "replica/web/dashboard.h"
+#include "replica/web/http_server.h"
+#include "replica/web/internal/dashboard_assets.h"
+#include "replica/web/internal/http_request.h"
+#include "replica/web/telemetry.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace gfrep::replica {

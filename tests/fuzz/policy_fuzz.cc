@@ -1,4 +1,4 @@
-// Fuzzes the replication policy file parser (replica/policy.h): YAML that gfcatalogd
+// Fuzzes the replication policy file parser (replica/plan/policy.h): YAML that gfcatalogd
 // --policies and gfpolicy apply/add read, and that any catalog client can store. The
 // parser runs yaml-cpp and, inside it, the site expression and cron parsers (fuzzed alone
 // by site_expr_fuzz and cron_fuzz).
@@ -31,7 +31,7 @@
 
 #include "absl/status/status.h"
 #include "catalog/types.h"
-#include "replica/policy.h"
+#include "replica/plan/policy.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace gfrep::replica {

@@ -1,4 +1,4 @@
-// Fuzzes the site expression parser and evaluator (replica/site_expr.h): the `sites:` and
+// Fuzzes the site expression parser and evaluator (replica/core/site_expr.h): the `sites:` and
 // `source_sites:` of policies and `gfsite list --select`.
 //
 // The input is the expression. It is evaluated over a few fixed sites and over sites named
@@ -21,7 +21,7 @@
 
 #include "absl/status/status.h"
 #include "catalog/types.h"
-#include "replica/site_expr.h"
+#include "replica/core/site_expr.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace gfrep::replica {

@@ -1,7 +1,7 @@
 // Fuzzes the parsers of sizes, rates and durations given on command lines and in files:
 // tools' ParseSize / ParseRate (tools/internal/cli.h: --scrub-rate 32M, --chunk 4MiB, ...),
 // the topology values ParseDuration / ParseBitRate / ParseByteSize (netprobe/topology.h) and
-// a policy's lifetime, replica::ParseDuration (replica/policy.h).
+// a policy's lifetime, replica::ParseDuration (replica/plan/policy.h).
 //
 // The first input byte picks the parser; the rest is the argument. Beside "never crashes",
 // each parser is compared with an oracle for the plain forms its header documents
@@ -26,7 +26,7 @@
 
 #include "absl/status/status.h"
 #include "netprobe/topology.h"
-#include "replica/policy.h"
+#include "replica/plan/policy.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tools/internal/cli.h"
 

@@ -1,7 +1,7 @@
 // The dashboard, metrics and health checks with real processes on loopback: gfcatalogd
 // --http (the page, /ws, /metrics, /healthz, /readyz), gfsited --http (/metrics, /healthz,
 // /readyz), and a real browser (headless Chromium driven by Selenium,
-// tests/replica/dashboard_browser.py) watching a replication: the route appears, its 0.1-s
+// tests/replica/web/dashboard_browser.py) watching a replication: the route appears, its 0.1-s
 // graph receives points while bytes move, the page's totals agree with the agents' own
 // counters, the queue empties when the request ends, and a page that loses the catalog says
 // "disconnected" and recovers by itself. Screenshots are kept under
@@ -69,7 +69,7 @@ class DashboardTest : public testing::FederationTest {
   // Runs dashboard_browser.py for `phases`; returns its result (stdout: one JSON line).
   testing::Subprocess Browser(const std::string& phases, int timeout_s = 60) {
     auto p = testing::Subprocess::Start(
-        {"/usr/bin/python3", std::string(GFREP_SOURCE_DIR) + "/tests/replica/dashboard_browser.py", "--url",
+        {"/usr/bin/python3", std::string(GFREP_SOURCE_DIR) + "/tests/replica/web/dashboard_browser.py", "--url",
          "http://" + http_ + "/", "--out", artifacts_.string(), "--phase", phases, "--route", "kek->sdsc",
          "--timeout", std::to_string(timeout_s)});
     EXPECT_TRUE(p.ok()) << p.status();

@@ -29,9 +29,9 @@ plant() {
     fail "planted '$line' in $file: the report does not name it with '$want': $got"
   echo "found: $(echo "$got" | grep -F "$file:" | head -n 1)"
 }
-plant transfer/copy.cc '#include "replica/reader.h"' "dependencies point one way"
+plant transfer/copy.cc '#include "replica/client/reader.h"' "dependencies point one way"
 plant catalog/catalog.h '#include "netprobe/topology.h"' "dependencies point one way"
-plant replica/reader.cc '#include "tools/internal/cli.h"' "nothing includes tools/"
+plant replica/client/reader.cc '#include "tools/internal/cli.h"' "nothing includes tools/"
 plant tools/gfls.cc '#include "catalog/internal/codec.h"' "catalog/internal/ is private to catalog/"
 plant replica/core/planted.h '#include "replica/agent/site_agent.h"' "replica/core/ never includes replica/agent/"
 plant replica/client/planted.cc '#include "replica/web/dashboard.h"' "replica/client/ never includes replica/web/"

@@ -54,7 +54,7 @@ pkg-config --exists gfrep || fail "pkg-config does not accept gfrep.pc"
 
 step "public headers only, and self-sufficient"
 [[ -f $prefix/include/gfrep/transfer/copy.h ]] || fail "transfer/copy.h not installed"
-[[ -f $prefix/include/gfrep/replica/replicate.h ]] || fail "replica/replicate.h not installed"
+[[ -f $prefix/include/gfrep/replica/client/replicate.h ]] || fail "replica/client/replicate.h not installed"
 if find "$prefix/include" -path '*internal*' | grep -q .; then
   fail "internal headers installed: $(find "$prefix/include" -path '*internal*' | head -n 3)"
 fi
@@ -81,7 +81,7 @@ cat >"$tmp/pc_copy.cc" <<'EOF'
 #include <cstdio>
 
 #include "catalog/client.h"
-#include "replica/replicate.h"
+#include "replica/client/replicate.h"
 #include "transfer/auth.h"
 #include "transfer/copy.h"
 

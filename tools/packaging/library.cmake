@@ -1,9 +1,11 @@
 # The installed library (issue 14): headers, static libraries, the CMake package
-# (find_package(gfrep) -> gfrep::transfer, gfrep::catalog, gfrep::netprobe, gfrep::replica)
+# (find_package(gfrep) -> gfrep::transfer, gfrep::catalog, gfrep::netprobe, gfrep::replica_ROOM
+# for each room of replica/, and gfrep::replica for all of them)
 # and pkg-config's gfrep.pc. Included from the top-level CMakeLists.txt after the libraries.
 #
 # Layout under the prefix (GNUInstallDirs):
-#   include/gfrep/{transfer,catalog,netprobe,replica}/*.h   public headers only (never internal/);
+#   include/gfrep/{transfer,catalog,netprobe}/*.h,
+#   include/gfrep/replica/{core,plan,agent,client,web}/*.h  public headers only (never internal/);
 #                                                           includes stay rooted as in the tree:
 #                                                           #include "transfer/copy.h"
 #   lib/<multiarch>/libgfrep_*.a                           static libraries (see README,
@@ -17,7 +19,8 @@ include(CMakePackageConfigHelpers)
 
 set(GFREP_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/gfrep)
 set(GFREP_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/gfrep)
-set(_gfrep_libraries gfrep_transfer gfrep_catalog gfrep_catalog_proto gfrep_netprobe gfrep_replica)
+set(_gfrep_libraries gfrep_transfer gfrep_catalog gfrep_catalog_proto gfrep_netprobe gfrep_replica_core
+  gfrep_replica_plan gfrep_replica_agent gfrep_replica_client gfrep_replica_web gfrep_replica)
 
 foreach(_lib ${_gfrep_libraries})
   string(REPLACE "gfrep_" "" _name ${_lib})
@@ -33,7 +36,7 @@ install(TARGETS ${_gfrep_libraries}
 # behind. A glob, unlike for sources (STYLE rule 25): a public header is public by where it
 # lies, and CONFIGURE_DEPENDS picks up a new one at the next build. No public header includes a
 # generated one (catalog.pb.h is private to the catalog).
-foreach(_dir transfer catalog netprobe replica)
+foreach(_dir transfer catalog netprobe replica/core replica/plan replica/agent replica/client replica/web)
   file(GLOB _headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${_dir}/*.h)
   install(FILES ${_headers} DESTINATION ${GFREP_INSTALL_INCLUDEDIR}/${_dir} COMPONENT dev)
 endforeach()

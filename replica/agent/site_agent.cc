@@ -1,0 +1,1187 @@
+#include "replica/agent/site_agent.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <cstdlib>
+#include <future>
+#include <optional>
+#include <random>
+#include <set>
+
+#include "replica/agent/in_flight.h"
+#include "replica/agent/internal/spool_keeper.h"
+#include "replica/core/spool.h"
+#include "transfer/agent.h"
+#include "transfer/checksum.h"
+#include "transfer/client.h"
+#include "transfer/spool_names.h"
+
+namespace gfrep::replica {
+namespace {
+
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+
+constexpr std::string_view kStagingDir = ".gfrep-staging";
+constexpr std::string_view kTmpDir = ".gfrep-tmp";
+
+bool Transient(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsInternal(s);
+}
+
+// "task-<id>" -> id, or nullopt.
+std::optional<std::uint64_t> TaskIdOf(const std::string& name) {
+  if (name.rfind("task-", 0) != 0) return std::nullopt;
+  std::uint64_t id = 0;
+  std::string digits = name.substr(5);
+  if (digits.empty() || digits.size() > 19) return std::nullopt;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    id = id * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return id;
+}
+
+}  // namespace
+
+int StreamsWithinPeerLimit(int workers) {
+  return std::max(1, transfer::kDefaultMaxConnectionsPerPeer / std::max(1, workers) - 1);
+}
+
+// A copy without a route-budget share gets no more streams than its file has of these (the
+// engine's smallest block, internal/sender.h BlockSize).
+constexpr std::uint64_t kMinStreamBytes = 256 * 1024;
+
+std::size_t ClaimAhead(int workers) {
+  const std::size_t w = static_cast<std::size_t>(std::max(1, workers));
+  return w + std::min<std::size_t>(w, 128);
+}
+
+namespace {
+// Completer threads: each commits a batch while the other gathers the next (a commit is a
+// catalog round trip, across the WAN for a remote catalog).
+constexpr int kCompleters = 2;
+}  // namespace
+
+absl::Status Validate(const SiteAgentOptions& o) {
+  if (o.catalog == nullptr) return absl::InvalidArgumentError("site agent needs a catalog");
+  if (absl::Status s = catalog::ValidateName(o.site); !s.ok()) {
+    return absl::InvalidArgumentError(fmt::format("site: {}", std::string(s.message())));
+  }
+  if (absl::Status s = catalog::ValidateName(o.node); !s.ok()) {
+    return absl::InvalidArgumentError(fmt::format("node: {}", std::string(s.message())));
+  }
+  if (absl::StatusOr<transfer::Endpoint> e = transfer::ParseEndpoint(o.address); !e.ok()) {
+    return absl::InvalidArgumentError(fmt::format("address: {}", std::string(e.status().message())));
+  }
+  if (o.spool.empty()) return absl::InvalidArgumentError("site agent needs a spool directory");
+  if (o.workers < 1 || o.workers > 256) return absl::InvalidArgumentError("workers must be 1..256");
+  if (o.initial_in_flight < 1) return absl::InvalidArgumentError("initial copies in flight must be >= 1");
+  if (o.tune_period.count() < 10) return absl::InvalidArgumentError("tune period must be >= 10 ms");
+  if (o.io_threads < 1 || o.io_threads > 64) return absl::InvalidArgumentError("io threads must be 1..64");
+  if (o.lease.count() < 300) return absl::InvalidArgumentError("lease must be >= 300 ms");
+  if (o.heartbeat_interval.count() <= 0 || o.poll_interval.count() <= 0 ||
+      o.sweep_interval.count() <= 0 || o.gc_interval.count() <= 0 ||
+      o.orphan_grace.count() < 0 || o.check_interval.count() < 0 ||
+      o.scrub_period.count() < 0) {
+    return absl::InvalidArgumentError("intervals must be positive");
+  }
+  if (absl::Status s = Validate(o.retry); !s.ok()) return s;
+  return transfer::Validate(o.transfer);
+}
+
+absl::StatusOr<std::unique_ptr<SiteAgent>> SiteAgent::Create(SiteAgentOptions options) {
+  if (absl::Status s = Validate(options); !s.ok()) return s;
+  return std::unique_ptr<SiteAgent>(new SiteAgent(std::move(options)));
+}
+
+SiteAgent::SiteAgent(SiteAgentOptions options)
+    : options_(std::move(options)),
+      log_(options_.logger ? options_.logger : spdlog::default_logger()) {
+  std::random_device rd;
+  owner_ = fmt::format("{}/{}-{:08x}", options_.node, ::getpid(), rd());
+  internal::SpoolKeeperOptions k;
+  k.catalog = options_.catalog;
+  k.node = options_.node;
+  k.spool = options_.spool;
+  k.orphan_grace = options_.orphan_grace;
+  k.stopping = [this] { return stop_.load(); };
+  k.logger = log_;
+  keeper_ = std::make_unique<internal::SpoolKeeper>(std::move(k));
+  in_flight_limit_ = options_.adapt_in_flight
+                         ? std::clamp(options_.initial_in_flight, 1, options_.workers)
+                         : options_.workers;
+  if (options_.adapt_in_flight) {
+    InFlightOptions o;
+    o.min = 1;
+    o.max = options_.workers;
+    o.start = options_.initial_in_flight;
+    tuner_.emplace(o);
+  }
+}
+
+int SiteAgent::LimitLocked() const { return in_flight_limit_; }
+
+int SiteAgent::BurstStartLocked(const std::vector<catalog::Task>& tasks) const {
+  if (tasks.empty() || options_.start_in_flight_bytes == 0) return options_.initial_in_flight;
+  // Bytes to keep in flight: the route's bandwidth-delay product when its RTT and bandwidth
+  // (measured, else learnt from copies) are known here without asking the catalog.
+  double target = static_cast<double>(options_.start_in_flight_bytes);
+  if (auto n = node_cache_.find(tasks.front().spec.src_node); n != node_cache_.end()) {
+    if (auto r = route_cache_.find(n->second.first.site); r != route_cache_.end()) {
+      const catalog::Route& route = r->second.first;
+      const double rtt_ms = route.rtt_ms > 0 ? route.rtt_ms : route.observed.rtt_ms;
+      const double bps = static_cast<double>(route.bandwidth_bps > 0 ? route.bandwidth_bps
+                                                                     : route.observed.peak_bps);
+      if (rtt_ms > 0 && bps > 0) target = std::clamp(rtt_ms / 1000 * bps / 8, 1e6, 1e9);
+    }
+  }
+  double bytes = 0;
+  for (const catalog::Task& t : tasks) bytes += static_cast<double>(t.size);
+  const double mean = std::max(1.0, bytes / static_cast<double>(tasks.size()));
+  const double copies = std::ceil(target / mean);
+  return static_cast<int>(std::clamp(copies, static_cast<double>(options_.initial_in_flight),
+                                     static_cast<double>(options_.workers)));
+}
+
+// An I/O thread of the copies: its io_context runs the pulls dealt to it, and its
+// SessionCache (used only on that thread) keeps their warm sessions, as many as there are
+// workers. Declared in this order so that the cache goes before the io_context.
+struct SiteAgent::CopyIo {
+  explicit CopyIo(std::size_t max_idle) : sessions(std::chrono::seconds(20), max_idle) {}
+  asio::io_context io;
+  transfer::SessionCache sessions;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work{io.get_executor()};
+  std::thread thread;
+};
+
+// One claimed attempt of a task, owned by the worker thread that runs it; its pull runs on
+// `io`. The signal is this attempt's own, so a cancellation posted just as the attempt ended
+// reaches nothing.
+struct SiteAgent::Running {
+  Running(std::uint64_t id, CopyIo& io) : task_id(id), io(io) {}
+  std::uint64_t task_id;
+  CopyIo& io;
+  std::shared_ptr<asio::cancellation_signal> cancel =
+      std::make_shared<asio::cancellation_signal>();  // used only on io's thread
+  bool cancelled = false;   // guarded by mu_
+  bool lease_lost = false;  // guarded by mu_
+};
+
+void SiteAgent::CancelLocked(Running& run) {
+  // Emitted on the copy's own thread: cancellation signals are not thread-safe. The copy
+  // ends at its next operation; the io_context keeps running until it has, so nothing the
+  // engine still does on its blocking pool outlives it. `cancelled` covers a request that
+  // comes before the copy has started (Copy checks it once the coroutine runs).
+  run.cancelled = true;
+  asio::post(run.io.io, [signal = std::weak_ptr<asio::cancellation_signal>(run.cancel)] {
+    if (auto s = signal.lock()) s->emit(asio::cancellation_type::terminal);
+  });
+}
+
+SiteAgent::~SiteAgent() { Stop(); }
+
+SiteAgentStats SiteAgent::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  SiteAgentStats s = stats_;
+  s.in_flight_limit = in_flight_limit_;
+  s.disk_write_io_size = disk_write_io_size_.load();
+  s.disk_flush_interval = disk_flush_interval_.load();
+  return s;
+}
+
+catalog::Heartbeat SiteAgent::MakeHeartbeat() const {
+  catalog::Heartbeat hb;
+  hb.node = options_.node;
+  struct statvfs vfs {};
+  if (::statvfs(options_.spool.c_str(), &vfs) == 0) {
+    hb.free_bytes = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  }
+  double load[1] = {0};
+  if (::getloadavg(load, 1) == 1) hb.load = load[0];
+  hb.active_transfers = static_cast<std::uint32_t>(active_.load());
+  return hb;
+}
+
+absl::Status SiteAgent::Register() {
+  catalog::Catalog& cat = *options_.catalog;
+  if (options_.create_site) {
+    absl::StatusOr<std::vector<catalog::Site>> sites = cat.ListSites();
+    if (!sites.ok()) return sites.status();
+    bool found = false;
+    for (const catalog::Site& s : *sites) found = found || s.name == options_.site;
+    if (!found) {
+      catalog::Site site;
+      site.name = options_.site;
+      if (absl::Status s = cat.PutSite(site); !s.ok()) {
+        if (!absl::IsPermissionDenied(s)) return s;
+        return absl::FailedPreconditionError(fmt::format(
+            "site '{}' is not in the catalog, and this node may not add it ({}): an admin adds it "
+            "with gfsite add {}",
+            options_.site, std::string(s.message()), options_.site));
+      }
+    }
+  }
+  catalog::Heartbeat hb = MakeHeartbeat();
+  catalog::Node node;
+  node.name = options_.node;
+  node.site = options_.site;
+  node.address = options_.address;
+  node.spool = fs::absolute(options_.spool).string();
+  struct statvfs vfs {};
+  if (::statvfs(options_.spool.c_str(), &vfs) == 0) {
+    node.capacity_bytes = static_cast<std::uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+  }
+  node.free_bytes = hb.free_bytes;
+  node.load = hb.load;
+  node.active_transfers = hb.active_transfers;
+  node.workers = static_cast<std::uint32_t>(options_.workers);
+  node.requires_data_tls = options_.requires_data_tls;
+  if (absl::Status r = cat.RegisterNode(node); !r.ok()) return r;
+  LoadDiskProfile();
+  return absl::OkStatus();
+}
+
+void SiteAgent::LoadDiskProfile() {
+  absl::StatusOr<catalog::Node> self = options_.catalog->GetNode(options_.node);
+  if (!self.ok()) {
+    log_->warn("disk profile not read: {}", self.status().ToString());
+    return;
+  }
+  const catalog::DiskProfile& d = self->disk;
+  if (d.write_io_size_bytes != disk_write_io_size_.load() ||
+      d.flush_interval_bytes != disk_flush_interval_.load()) {
+    if (d.write_io_size_bytes > 0) {
+      log_->info("disk profile of {} ({}): writes of {} bytes, journal flush every {} bytes{}",
+                 options_.node, d.dir, d.write_io_size_bytes, d.flush_interval_bytes,
+                 d.direct ? " (O_DIRECT recommended; the engine writes buffered)" : "");
+    }
+    disk_write_io_size_ = d.write_io_size_bytes;
+    disk_flush_interval_ = d.flush_interval_bytes;
+  }
+}
+
+void SiteAgent::CleanTemporaryFiles() {
+  catalog::TaskFilter f;
+  f.dst_node = options_.node;
+  f.limit = catalog::kMaxBatchPaths * 4;
+  absl::StatusOr<std::vector<catalog::Task>> tasks = options_.catalog->ListTasks(f);
+  if (!tasks.ok()) {
+    log_->warn("cleanup skipped: cannot list tasks: {}", tasks.status().ToString());
+    return;
+  }
+  std::set<std::uint64_t> open;
+  for (const catalog::Task& t : *tasks) {
+    if (t.state == catalog::TaskState::kQueued || t.state == catalog::TaskState::kLeased) {
+      open.insert(t.id);
+    }
+  }
+  int removed = 0;
+  for (std::string_view dir : {kStagingDir, kTmpDir}) {
+    std::error_code ec;
+    fs::path base = options_.spool / dir;
+    if (!fs::is_directory(base, ec)) continue;
+    for (const fs::directory_entry& e : fs::directory_iterator(base, ec)) {
+      std::optional<std::uint64_t> id = TaskIdOf(e.path().filename().string());
+      if (!id || open.count(*id)) continue;  // not ours, or still resumable
+      std::error_code rm;
+      fs::remove_all(e.path(), rm);
+      if (!rm) ++removed;
+    }
+  }
+  if (removed > 0) log_->info("removed {} abandoned temporary files", removed);
+}
+
+absl::Status SiteAgent::Start() {
+  std::error_code ec;
+  fs::create_directories(options_.spool, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        fmt::format("spool {}: {}", options_.spool.string(), ec.message()));
+  }
+  while (true) {
+    absl::Status s = Register();
+    if (s.ok()) break;
+    if (!Transient(s)) return s;
+    if (stop_) return absl::CancelledError("stopped before registration");
+    log_->warn("register node {}: {} (retrying)", options_.node, s.ToString());
+    SleepFor(std::chrono::milliseconds(500));
+    if (stop_) return absl::CancelledError("stopped before registration");
+  }
+  last_heartbeat_ok_ns_ = catalog::SystemNowNs();
+  log_->info("registered node={} site={} address={} owner={}", options_.node, options_.site,
+             options_.address, owner_);
+  while (true) {
+    absl::Status s = keeper_->MigrateLegacyLayout();
+    if (s.ok()) break;
+    if (!Transient(s)) return s;
+    if (stop_) return absl::CancelledError("stopped during the spool migration");
+    log_->warn("spool migration: {} (retrying)", s.ToString());
+    SleepFor(std::chrono::milliseconds(500));
+  }
+  CleanTemporaryFiles();
+  // Under mu_ so that a concurrent Stop() either sees every thread or none.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_) return absl::CancelledError("stopped before the agent started");
+  for (int i = 0; i < options_.io_threads; ++i) {
+    auto c = std::make_unique<CopyIo>(static_cast<std::size_t>(options_.workers));
+    c->thread = std::thread([io = &c->io] { io->run(); });
+    copy_io_.push_back(std::move(c));
+  }
+  threads_.emplace_back([this] { HeartbeatLoop(); });
+  threads_.emplace_back([this] { RenewLoop(); });
+  threads_.emplace_back([this] { WatchLoop(); });
+  threads_.emplace_back([this] { SweepLoop(); });
+  if (options_.check_interval.count() > 0 || options_.scrub_rate_bytes > 0) {
+    threads_.emplace_back([this] { CheckLoop(); });
+  }
+  threads_.emplace_back([this] { ClaimLoop(); });
+  for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this, i] { WorkerLoop(i); });
+  for (int i = 0; i < kCompleters; ++i) threads_.emplace_back([this] { CompleteLoop(); });
+  if (options_.adapt_in_flight) threads_.emplace_back([this] { TuneLoop(); });
+  if (options_.telemetry_interval.count() > 0) threads_.emplace_back([this] { TelemetryLoop(); });
+  return absl::OkStatus();
+}
+
+void SiteAgent::Stop() {
+  // Concurrent callers (a signal thread and main) wait for the first one to finish.
+  std::lock_guard<std::mutex> stopping(stop_mu_);
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    for (auto& [owner, run] : running_) CancelLocked(*run);
+    threads.swap(threads_);
+  }
+  wake_.notify_all();
+  claim_wake_.notify_all();
+  work_wake_.notify_all();
+  idle_wake_.notify_all();
+  complete_wake_.notify_all();
+  check_wake_.notify_all();
+  for (std::thread& t : threads) {
+    if (t.joinable()) t.join();
+  }
+  // No copy runs any more: close the warm sessions on their own threads and let them end.
+  std::vector<std::unique_ptr<CopyIo>> copy_io;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    copy_io.swap(copy_io_);
+  }
+  for (std::unique_ptr<CopyIo>& c : copy_io) {
+    asio::post(c->io, [sessions = &c->sessions] { sessions->Clear(); });
+    c->work.reset();
+    if (c->thread.joinable()) c->thread.join();
+  }
+  std::deque<Claimed> unstarted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unstarted.swap(ready_);
+  }
+  GiveBack(std::move(unstarted));
+}
+
+void SiteAgent::GiveBack(std::deque<Claimed> tasks) {
+  for (const Claimed& c : tasks) {
+    absl::StatusOr<catalog::Task> failed = options_.catalog->FailTask(
+        c.task.id, c.owner, "the agent stopped before the copy began", true,
+        std::chrono::milliseconds(0));
+    if (!failed.ok()) log_->warn("task={} give back: {}", c.task.id, failed.status().ToString());
+  }
+}
+
+void SiteAgent::SleepFor(std::chrono::milliseconds d) {
+  std::unique_lock<std::mutex> lock(mu_);
+  wake_.wait_for(lock, d, [&] { return stop_.load(); });
+}
+
+void SiteAgent::TelemetryLoop() {
+  constexpr auto kSample = std::chrono::milliseconds(100);
+  auto next_send = std::chrono::steady_clock::now() + options_.telemetry_interval;
+  auto next_sample = std::chrono::steady_clock::now() + kSample;
+  while (!stop_) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait_until(lock, next_sample, [&] { return stop_.load(); });
+    }
+    next_sample += kSample;
+    const auto now = std::chrono::steady_clock::now();
+    if (next_sample < now) next_sample = now + kSample;  // fell behind: do not catch up in a burst
+    meter_.Sample(catalog::SystemNowNs());
+    if (now < next_send) continue;
+    next_send = now + options_.telemetry_interval;
+    std::optional<catalog::TelemetryBatch> batch = meter_.Take(options_.node, options_.site, catalog::SystemNowNs());
+    if (!batch) continue;
+    absl::Status s = options_.catalog->PublishTelemetry(*batch);
+    if (absl::IsUnimplemented(s)) {
+      log_->info("telemetry: the catalog serves no dashboard; not sending any ({})", s.ToString());
+      return;
+    }
+    if (!s.ok()) log_->debug("telemetry: {}", s.ToString());  // best effort: the next batch follows
+  }
+}
+
+absl::Status SiteAgent::Health() const {
+  const std::int64_t last = last_heartbeat_ok_ns_.load();
+  if (last == 0) return absl::UnavailableError("not registered with the catalog yet");
+  const std::int64_t age = catalog::SystemNowNs() - last;
+  if (age > 3 * std::chrono::nanoseconds(options_.heartbeat_interval).count()) {
+    return absl::UnavailableError(fmt::format("no heartbeat reached the catalog for {:.1f} s", static_cast<double>(age) / 1e9));
+  }
+  return absl::OkStatus();
+}
+
+void AppendMetrics(MetricsText& m, const SiteAgentStats& s) {
+  m.Counter("gfrep_agent_tasks_done_total", "Copies this node's agent committed", static_cast<double>(s.tasks_done));
+  m.Counter("gfrep_agent_task_failures_total", "Copy attempts that failed (retried or not)",
+            static_cast<double>(s.tasks_failed));
+  m.Counter("gfrep_agent_received_bytes_total", "Bytes received by this node's copies",
+            static_cast<double>(s.bytes_received));
+  m.Counter("gfrep_agent_leases_lost_total", "Copy attempts cancelled because their lease was lost",
+            static_cast<double>(s.leases_lost));
+  m.Counter("gfrep_agent_replicas_deleted_total", "Replicas unlinked and removed from the catalog",
+            static_cast<double>(s.replicas_deleted));
+  m.Counter("gfrep_agent_replicas_checked_total", "Replicas checked (stat checks and scrubs)",
+            static_cast<double>(s.replicas_checked));
+  m.Counter("gfrep_agent_replicas_lost_total", "Replicas found missing", static_cast<double>(s.replicas_lost));
+  m.Counter("gfrep_agent_replicas_corrupt_total", "Replicas found damaged", static_cast<double>(s.replicas_corrupt));
+  m.Counter("gfrep_agent_scrub_read_bytes_total", "Bytes read by the checksum scrub", static_cast<double>(s.scrub_bytes));
+  m.Counter("gfrep_agent_garbage_files_total", "Unrecorded files removed from the spool",
+            static_cast<double>(s.garbage_files));
+  m.Gauge("gfrep_agent_copies_allowed", "Copies the agent allows at once now", s.in_flight_limit);
+  m.Gauge("gfrep_agent_copies_peak", "Most copies that ran at once", s.peak_in_flight);
+  m.Gauge("gfrep_agent_disk_write_io_bytes",
+          "Write size of received copies, from the node's disk profile (0: none)",
+          static_cast<double>(s.disk_write_io_size));
+}
+
+void SiteAgent::HeartbeatLoop() {
+  disk_checked_ns_ = catalog::SystemNowNs();  // Register() has just read the disk profile
+  while (!stop_) {
+    catalog::Heartbeat hb = MakeHeartbeat();
+    // What the copies taught of their routes since the last heartbeat (lost with it if it
+    // fails: the next one reports what came after).
+    hb.routes = learner_.Report();
+    absl::Status s = options_.catalog->SendHeartbeat(hb);
+    if (absl::IsNotFound(s)) {
+      // The catalog forgot us (restored or rebuilt): register again.
+      s = Register();
+    }
+    if (!s.ok()) {
+      log_->warn("heartbeat: {}", s.ToString());
+    } else {
+      last_heartbeat_ok_ns_ = catalog::SystemNowNs();
+      if (last_heartbeat_ok_ns_ - disk_checked_ns_ >= 60'000'000'000) {
+        disk_checked_ns_ = last_heartbeat_ok_ns_;
+        LoadDiskProfile();
+      }
+    }
+    SleepFor(options_.heartbeat_interval);
+  }
+}
+
+void SiteAgent::RenewLoop() {
+  while (!stop_) {
+    SleepFor(options_.lease / 3);
+    std::vector<std::pair<std::string, std::uint64_t>> claims;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [owner, run] : running_) claims.emplace_back(owner, run->task_id);
+      for (const Completion& c : completions_) claims.emplace_back(c.owner, c.task.id);
+      for (const auto& [owner, id] : completing_) claims.emplace_back(owner, id);
+      for (const Claimed& c : ready_) claims.emplace_back(c.owner, c.task.id);
+    }
+    // Every renewal is a catalog round trip (across the WAN for a remote catalog): made
+    // concurrently, 128 at a time, so that a round over many claims stays well inside the
+    // lease (one after another, 40 claims at 200 ms took 8 s of a 15 s lease; 256 copies at
+    // once hold about 900 claims with those ahead and those committing).
+    constexpr std::size_t kWave = 128;
+    for (std::size_t begin = 0; begin < claims.size(); begin += kWave) {
+      std::vector<std::future<absl::StatusOr<catalog::Task>>> renewals;
+      std::size_t end = std::min(claims.size(), begin + kWave);
+      for (std::size_t i = begin; i < end; ++i) {
+        renewals.push_back(std::async(std::launch::async, [this, claim = claims[i]] {
+          return options_.catalog->RenewLease(claim.second, claim.first, options_.lease);
+        }));
+      }
+      for (std::size_t i = begin; i < end; ++i) {
+        absl::StatusOr<catalog::Task> t = renewals[i - begin].get();
+        const auto& [owner, id] = claims[i];
+        if (t.ok()) continue;
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = running_.find(owner);
+        bool pending = std::any_of(completions_.begin(), completions_.end(),
+                                   [&](const Completion& c) { return c.owner == owner; }) ||
+                       completing_.count(owner) > 0 ||
+                       std::any_of(ready_.begin(), ready_.end(),
+                                   [&](const Claimed& c) { return c.owner == owner; });
+        if (it == running_.end() && !pending) continue;  // it ended meanwhile (done, say)
+        if (absl::IsFailedPrecondition(t.status()) || absl::IsNotFound(t.status())) {
+          log_->warn("task={} owner={} lease lost: {}", id, owner, t.status().ToString());
+          if (it != running_.end() && !it->second->lease_lost) {
+            it->second->lease_lost = true;
+            stats_.leases_lost += 1;
+            CancelLocked(*it->second);
+          }
+        } else {
+          log_->warn("task={} renew lease: {}", id, t.status().ToString());
+        }
+      }
+    }
+  }
+}
+
+void SiteAgent::WatchLoop() {
+  std::optional<std::uint64_t> seq;
+  while (!stop_) {
+    if (!seq) {
+      absl::StatusOr<std::uint64_t> last = options_.catalog->LastEventSeq();
+      if (!last.ok()) {
+        SleepFor(std::chrono::milliseconds(500));
+        continue;
+      }
+      seq = *last;
+    }
+    absl::StatusOr<std::vector<catalog::Event>> events =
+        options_.catalog->ReadEvents(*seq, 1000, std::chrono::milliseconds(1000));
+    if (!events.ok()) {
+      seq.reset();
+      SleepFor(std::chrono::milliseconds(500));
+      continue;
+    }
+    bool ours = false;
+    bool deleting = false;
+    for (const catalog::Event& e : *events) {
+      ours = ours || (e.kind == catalog::EventKind::kTask && e.node == options_.node &&
+                      e.state == catalog::ToString(catalog::TaskState::kQueued));
+      deleting = deleting || (e.kind == catalog::EventKind::kReplica && e.node == options_.node &&
+                              e.state == catalog::ToString(catalog::ReplicaState::kDeleting));
+    }
+    if (!events->empty()) seq = events->back().seq;
+    if (deleting) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        sweep_wanted_ = true;
+      }
+      wake_.notify_all();
+    }
+    if (ours) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++wake_generation_;
+      }
+      claim_wake_.notify_one();
+    }
+  }
+}
+
+void SiteAgent::ClaimLoop() {
+  // Claims are made when the ready tasks fall to half of ClaimAhead (so a claim leases many
+  // tasks at once, not one per finished copy), up to ClaimAhead of them; again at once while
+  // the catalog had as many as asked for, else when a task for this node is queued (event),
+  // or after poll_interval (a task whose backoff ended makes no event).
+  std::uint64_t seen = 0;
+  bool more = true;  // the last claim got all it asked for: the catalog may have more
+  auto last_claim = std::chrono::steady_clock::now() - options_.poll_interval;
+  while (true) {
+    std::size_t want = 0;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Follows the copies allowed at once, which TuneLoop changes.
+      auto high = [&] { return ClaimAhead(LimitLocked()); };
+      auto due = [&] {
+        return more || wake_generation_ != seen ||
+               std::chrono::steady_clock::now() - last_claim >= options_.poll_interval;
+      };
+      auto room = [&] {
+        // A copy waiting for its catalog commit holds a lease: do not run far ahead of them.
+        return ready_.size() <= high() / 2 &&
+               completions_.size() < static_cast<std::size_t>(4 * options_.workers);
+      };
+      while (!stop_ && !(room() && due())) {
+        if (room()) {
+          claim_wake_.wait_until(lock, last_claim + options_.poll_interval);
+        } else {
+          claim_wake_.wait(lock);
+        }
+      }
+      if (stop_) return;
+      seen = wake_generation_;
+      want = std::min(high() - ready_.size(), catalog::kMaxBatchPaths);
+    }
+    std::vector<std::string> owners;
+    owners.reserve(want);
+    for (std::size_t i = 0; i < want; ++i) owners.push_back(fmt::format("{}#{}", owner_, ++claims_));
+    last_claim = std::chrono::steady_clock::now();
+    absl::StatusOr<std::vector<catalog::Task>> claimed =
+        options_.catalog->ClaimTasks(options_.node, owners, options_.lease);
+    if (!claimed.ok()) {
+      log_->warn("claim: {}", claimed.status().ToString());
+      more = false;
+      continue;
+    }
+    more = claimed->size() == want;
+    if (claimed->empty()) continue;
+    log_->info("claimed {} task(s) in one call", claimed->size());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.claim_calls += 1;
+      // Work for an idle agent: a burst whose files may want another level than the last.
+      if (tuner_ && ready_.empty() && copying_ == 0) {
+        const int start = BurstStartLocked(*claimed);
+        tuner_->Restart(start);
+        if (start != in_flight_limit_) {
+          log_->info("copies at once {} -> {}: new work ({} tasks claimed)", in_flight_limit_,
+                     tuner_->limit(), claimed->size());
+          in_flight_limit_ = tuner_->limit();
+          idle_wake_.notify_all();
+        }
+      }
+      for (std::size_t i = 0; i < claimed->size(); ++i) {
+        ready_.push_back(Claimed{std::move((*claimed)[i]), owners[i]});
+      }
+      if (copying_ >= LimitLocked()) limit_binding_ = true;  // for TuneLoop
+    }
+    // All of them: only workers below the limit wait here (WorkerLoop), and one that can
+    // not take a task (no room for its commit) must not swallow the wake-up.
+    work_wake_.notify_all();
+  }
+}
+
+void SiteAgent::WorkerLoop(int index) {
+  // This worker's pulls run on one of the I/O threads, with the warm sessions kept there.
+  CopyIo* io;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    io = copy_io_[static_cast<std::size_t>(index) % copy_io_.size()].get();
+  }
+  while (true) {
+    Claimed next;
+    bool claim_more;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Worker i copies only while i is below the limit, so the same workers, and with
+      // them the same warm sessions, carry the copies (128 workers taking turns at 32
+      // copies opened a session each). The others sleep apart, so that a claim wakes only
+      // workers that may take its tasks.
+      if (index >= LimitLocked()) {
+        idle_wake_.wait(lock, [&] { return stop_.load() || index < LimitLocked(); });
+        if (stop_) break;
+        continue;
+      }
+      work_wake_.wait(lock, [&] {
+        return stop_.load() || index >= LimitLocked() ||
+               (!ready_.empty() && copying_ < LimitLocked() &&
+                completions_.size() < static_cast<std::size_t>(4 * options_.workers));
+      });
+      if (stop_) break;
+      if (index >= LimitLocked()) continue;
+      next = std::move(ready_.front());
+      ready_.pop_front();
+      claim_more = ready_.size() <= ClaimAhead(LimitLocked()) / 2;
+      ++copying_;
+      stats_.peak_in_flight = std::max(stats_.peak_in_flight, copying_);
+      // TuneLoop: tasks still wait and every copy allowed runs, so more could have run.
+      if (!ready_.empty() && copying_ >= LimitLocked()) limit_binding_ = true;
+    }
+    if (claim_more) claim_wake_.notify_one();
+    Execute(next.task, next.owner, *io);
+    bool freed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --copying_;
+      freed = index >= LimitLocked();  // the limit fell meanwhile: a slot for a worker below it
+    }
+    if (freed) work_wake_.notify_all();
+  }
+}
+
+void SiteAgent::CompleteLoop() {
+  catalog::Catalog& cat = *options_.catalog;
+  for (;;) {
+    std::vector<Completion> batch;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      complete_wake_.wait(lock, [&] { return stop_.load() || !completions_.empty(); });
+      if (completions_.empty()) return;  // stopping, nothing left
+      while (!completions_.empty() && batch.size() < catalog::kMaxBatchPaths) {
+        completing_[completions_.front().owner] = completions_.front().task.id;
+        batch.push_back(std::move(completions_.front()));
+        completions_.pop_front();
+      }
+    }
+    work_wake_.notify_all();  // workers may wait for room in the queue
+    claim_wake_.notify_one();  // and the claim loop too
+    std::vector<catalog::TaskCompletion> items;
+    items.reserve(batch.size());
+    for (const Completion& c : batch) items.push_back({c.task.id, c.owner, c.mtime_ns});
+    // The bytes are in place and verified; make them durable in the catalog. Retry transport
+    // errors until the lease would have run out (once only when stopping: the next claim
+    // of the task finds the file in place).
+    auto deadline = std::chrono::steady_clock::now() + options_.lease;
+    std::vector<absl::StatusOr<catalog::Task>> results;
+    while (true) {
+      absl::StatusOr<std::vector<absl::StatusOr<catalog::Task>>> done = cat.CompleteTasks(items);
+      if (done.ok() && done->size() != items.size()) {
+        done = absl::InternalError("the catalog answered a commit batch with another count");
+      }
+      if (done.ok()) {
+        results = std::move(*done);
+        break;
+      }
+      if (Transient(done.status()) && std::chrono::steady_clock::now() < deadline && !stop_) {
+        SleepFor(std::chrono::milliseconds(200));
+        continue;
+      }
+      results.assign(items.size(), done.status());
+      break;
+    }
+    std::size_t committed = 0;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const Completion& c = batch[i];
+      if (results[i].ok()) {
+        ++committed;
+        log_->info("task={} done path={} bytes={}", c.task.id, c.task.spec.path, c.task.size);
+      } else {
+        log_->warn("task={} complete: {}", c.task.id, results[i].status().ToString());
+      }
+    }
+    log_->info("committed {} of {} copies in one call", committed, batch.size());
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.complete_calls += 1;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (results[i].ok()) {
+        stats_.tasks_done += 1;
+        stats_.bytes_received += batch[i].bytes;
+      }
+      completing_.erase(batch[i].owner);
+    }
+  }
+}
+
+void SiteAgent::SweepLoop() {
+  std::optional<std::chrono::steady_clock::time_point> last_gc;  // none yet: collect at once
+  while (!stop_) {
+    absl::StatusOr<std::uint64_t> deleted = keeper_->SweepDeleting();
+    if (!deleted.ok()) {
+      log_->warn("sweep: {}", deleted.status().ToString());
+    } else if (*deleted > 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.replicas_deleted += *deleted;
+    }
+    if (!last_gc || std::chrono::steady_clock::now() - *last_gc >= options_.gc_interval) {
+      absl::StatusOr<std::uint64_t> removed = keeper_->CollectGarbage();
+      if (!removed.ok()) {
+        log_->warn("garbage collection: {}", removed.status().ToString());
+      } else {
+        last_gc = std::chrono::steady_clock::now();
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.garbage_files += *removed;
+      }
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    wake_.wait_for(lock, options_.sweep_interval,
+                   [&] { return stop_.load() || sweep_wanted_; });
+    sweep_wanted_ = false;
+  }
+}
+
+void SiteAgent::TuneLoop() {
+  std::uint64_t last_bytes = live_bytes_.load();
+  auto last = std::chrono::steady_clock::now();
+  while (!stop_) {
+    SleepFor(options_.tune_period);
+    if (stop_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const std::uint64_t bytes = live_bytes_.load();
+    const std::uint64_t received = bytes - last_bytes;
+    const double seconds = std::chrono::duration<double>(now - last).count();
+    const double goodput = seconds > 0 ? static_cast<double>(received) / seconds : 0;
+    last = now;
+    last_bytes = bytes;
+    InFlightSample sample;
+    sample.goodput = goodput;
+    // The senders' TCP figures of the copies that ended in the period: congestion signals.
+    const TcpTally tcp = learner_.TakeRecent();
+    sample.loss = tcp.loss();
+    sample.rtt_inflation = tcp.rtt_inflation();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Held back now, or a ready task waited for a slot during the period.
+      sample.limited = limit_binding_ || (!ready_.empty() && copying_ >= in_flight_limit_);
+      limit_binding_ = false;
+      // No bytes at all (sessions still being set up, or nothing to do): nothing learnt.
+      if (received == 0) continue;
+      const int was = in_flight_limit_;
+      const int next = tuner_->Update(sample);
+      if (next == was) continue;
+      log_->info("copies at once {} -> {}: {}", was, next, tuner_->reason());
+      in_flight_limit_ = next;
+    }
+    work_wake_.notify_all();
+    idle_wake_.notify_all();
+    claim_wake_.notify_one();
+  }
+}
+
+void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owner, CopyIo& io) {
+  log_->info("task={} claimed path={} from={} attempt={}/{} owner={}", task.id, task.spec.path,
+             task.spec.src_node, task.attempts, task.spec.max_attempts, claim_owner);
+  ++active_;
+  Running run(task.id, io);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_[claim_owner] = &run;
+    if (stop_) CancelLocked(run);
+  }
+  std::uint64_t bytes = 0;
+  std::int64_t mtime_ns = 0;
+  absl::Status result = Copy(task, run, bytes, mtime_ns);
+  bool lost;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_.erase(claim_owner);
+    lost = run.lease_lost;
+    if (!lost && result.ok()) {
+      // Committed to the catalog by a completer thread, so this worker goes on with the next
+      // file at once; the lease is renewed meanwhile.
+      completions_.push_back(Completion{task, claim_owner, bytes, mtime_ns});
+    }
+  }
+  --active_;
+  if (lost) {
+    // Someone else holds the task now (or it was cancelled): any word from this attempt
+    // would be refused by the catalog anyway.
+    log_->warn("task={} attempt abandoned: lease lost ({})", task.id, result.ToString());
+    return;
+  }
+  catalog::Catalog& cat = *options_.catalog;
+  if (result.ok()) {
+    complete_wake_.notify_one();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.tasks_failed += 1;
+  }
+  if (absl::IsUnavailable(result) || absl::IsDeadlineExceeded(result)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    node_cache_.erase(task.spec.src_node);  // it may have restarted at another address
+  }
+  bool retryable = IsRetryable(result);
+  std::chrono::milliseconds delay = BackoffDelay(options_.retry, task.attempts);
+  std::string reason = fmt::format("{} (from {})", result.ToString(), task.spec.src_node);
+  log_->warn("task={} attempt {} failed path={}: {}{}", task.id, task.attempts, task.spec.path,
+             reason, retryable ? fmt::format(" (retry in {} ms)", delay.count()) : "");
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<catalog::Task> failed =
+        cat.FailTask(task.id, claim_owner, reason, retryable, delay);
+    if (failed.ok() || !Transient(failed.status())) break;
+    SleepFor(std::chrono::milliseconds(200));
+  }
+}
+
+namespace {
+constexpr std::chrono::seconds kLookupTtl(10);
+}  // namespace
+
+absl::StatusOr<catalog::Node> SiteAgent::LookupNode(const std::string& name) {
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = node_cache_.find(name); it != node_cache_.end() && now - it->second.second < kLookupTtl) {
+      return it->second.first;
+    }
+  }
+  absl::StatusOr<catalog::Node> n = options_.catalog->GetNode(name);
+  if (!n.ok()) return n.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  node_cache_[name] = {*n, now};
+  return n;
+}
+
+absl::StatusOr<catalog::Route> SiteAgent::LookupRoute(const std::string& src_site) {
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = route_cache_.find(src_site);
+        it != route_cache_.end() && now - it->second.second < kLookupTtl) {
+      return it->second.first;
+    }
+  }
+  catalog::Route route;
+  if (absl::StatusOr<catalog::Route> r = options_.catalog->GetRoute(src_site, options_.site);
+      r.ok()) {
+    route = *r;
+  } else if (absl::IsNotFound(r.status())) {
+    route.src_site = src_site;
+    route.dst_site = options_.site;
+  } else {
+    return r.status();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  route_cache_[src_site] = {route, now};
+  return route;
+}
+
+absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
+                             std::uint64_t& bytes_received, std::int64_t& mtime_ns) {
+  // The stamp the catalog records with the replica (replica_check.h): read after the rename
+  // and the directory sync, from the file that is the replica.
+  auto stamp = [&](const fs::path& file) -> absl::Status {
+    struct stat st {};
+    if (::lstat(file.c_str(), &st) != 0) {
+      return absl::InternalError(fmt::format("stat {}: {}", file.string(), std::strerror(errno)));
+    }
+    mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+    return absl::OkStatus();
+  };
+  // What the copy is checked against: the file's checksum at the task's generation, which
+  // the claim brought along (ClaimTasks); a catalog that predates that is asked here.
+  std::optional<absl::StatusOr<catalog::Attributes>> attrs_result;
+  auto attributes = [&]() -> absl::StatusOr<catalog::Attributes> {
+    if (!attrs_result && !task.checksum.empty()) {
+      catalog::Attributes a;
+      a.inode = task.inode;
+      a.generation = task.generation;
+      a.size = task.size;
+      a.checksum_algo = task.checksum_algo;
+      a.checksum = task.checksum;
+      attrs_result = a;
+    }
+    if (!attrs_result) attrs_result = options_.catalog->StatInode(task.inode);
+    const absl::StatusOr<catalog::Attributes>& attrs = *attrs_result;
+    if (!attrs.ok()) {
+      if (absl::IsNotFound(attrs.status())) {
+        return absl::FailedPreconditionError("file was removed");
+      }
+      return attrs.status();
+    }
+    if (attrs->generation != task.generation) {
+      return absl::AbortedError(fmt::format("file changed to generation {} (task is for {})",
+                                            attrs->generation, task.generation));
+    }
+    if (CatalogChecksum(*attrs).empty()) {
+      return absl::FailedPreconditionError("the catalog has no checksum for this file");
+    }
+    return attrs;
+  };
+  fs::path final_path = ReplicaFile(options_.spool, task.inode, task.generation);
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(final_path, ec))) {
+    absl::StatusOr<catalog::Attributes> attrs = attributes();
+    if (!attrs.ok()) return attrs.status();
+    // An earlier attempt got as far as the rename (then the agent died or the catalog
+    // call failed): keep the bytes if they are right, else start over.
+    absl::Status v = VerifyFile(final_path, *attrs);
+    if (v.ok()) {
+      log_->info("task={} already in place: {}", task.id, final_path.string());
+      if (absl::Status s = SyncDirectoryChain(options_.spool, final_path.parent_path()); !s.ok()) {
+        return s;
+      }
+      return stamp(final_path);
+    }
+    log_->warn("task={} {} (removed, copying again)", task.id, v.ToString());
+    fs::remove(final_path, ec);
+  }
+  absl::StatusOr<catalog::Node> src = LookupNode(task.spec.src_node);
+  if (!src.ok()) return src.status();
+  absl::StatusOr<transfer::Endpoint> endpoint = transfer::ParseEndpoint(src->address);
+  if (!endpoint.ok()) {
+    return absl::FailedPreconditionError(
+        fmt::format("source node {} has a bad address '{}'", src->name, src->address));
+  }
+  absl::StatusOr<catalog::Route> route = LookupRoute(src->site);
+  if (!route.ok()) return route.status();
+
+  transfer::TransferOptions topts = options_.transfer;
+  topts.route = ToRouteOptions(*route, topts.route);
+  // Data in TLS when the route asks for it or the source refuses clear data.
+  if (route->data_tls || src->requires_data_tls) topts.tls = true;
+  // How this node's spool likes to be written (its disk profile, when measured).
+  if (std::uint64_t w = disk_write_io_size_.load(); w >= 4096 && w <= (1ull << 30)) {
+    topts.write_io_size = w;
+  }
+  if (std::uint64_t f = disk_flush_interval_.load(); f > 0) topts.journal_interval = f;
+  // The task's share of the route's budget (route_budget.h) wins over the route's settings;
+  // the source agent paces all it sends on the route with one token bucket, by this name.
+  if (task.spec.streams > 0) {
+    topts.route.streams = static_cast<int>(task.spec.streams);
+  } else {
+    // No share from a route budget: still no stream without a block of its own (the engine
+    // cuts blocks of at least kMinStreamBytes; a 64 KiB file over 4 streams was one block and
+    // three idle connections to set up and keep).
+    topts.route.streams = static_cast<int>(std::min<std::uint64_t>(
+        static_cast<std::uint64_t>(std::max(1, topts.route.streams)),
+        std::max<std::uint64_t>(1, (task.size + kMinStreamBytes - 1) / kMinStreamBytes)));
+  }
+  if (task.spec.route_rate_bps > 0) topts.route.route_rate_bps = task.spec.route_rate_bps;
+  if (topts.route.route_rate_bps > 0) {
+    topts.route.route_name = fmt::format("{}->{}", route->src_site, route->dst_site);
+  }
+  if (!topts.logger) topts.logger = log_;
+  // Every copy allowed at once may set up a session (1 + streams connections) to the same
+  // source agent at the same moment: keep them all within a source agent's default per-peer
+  // limit, or it would close the excess connections at once and copies would fail.
+  int at_once;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    at_once = LimitLocked();
+  }
+  const int max_streams = StreamsWithinPeerLimit(at_once);
+  if (topts.route.streams > max_streams) {
+    if (!warned_stream_cap_.exchange(true)) {
+      log_->warn("route {}->{} asks for {} streams; using {} so that {} copies x (streams + 1) "
+                 "connections stay within a source agent's limit of {} per peer",
+                 route->src_site, route->dst_site, topts.route.streams, max_streams,
+                 at_once, transfer::kDefaultMaxConnectionsPerPeer);
+    }
+    topts.route.streams = max_streams;
+  }
+  // The dashboard's counters of this copy (telemetry.h), ended when the copy returns.
+  std::shared_ptr<CopyCounters> metered = meter_.Begin(
+      {task.id, task.spec.request_id, src->name, src->site, task.size,
+       static_cast<std::uint32_t>(std::max(1, topts.route.streams)), 0});
+  struct EndMeter {
+    CopyMeter& meter;
+    std::uint64_t id;
+    ~EndMeter() { meter.End(id); }
+  } end_meter{meter_, task.id};
+  // Received bytes as the engine reports them (every 100 ms and at the end), for TuneLoop's
+  // goodput, the route's learnt goodput and the dashboard (in all and per stream).
+  topts.progress = [this, site = route->src_site, metered, counted = std::uint64_t{0},
+                    counted_streams = std::vector<std::uint64_t>(metered->stream.size(), 0)](
+                       const transfer::Progress& p) mutable {
+    const std::uint64_t now = p.bytes_done > p.resumed_bytes ? p.bytes_done - p.resumed_bytes : 0;
+    if (now > counted) {
+      live_bytes_.fetch_add(now - counted);
+      learner_.AddBytes(site, now - counted, RouteLearner::Clock::now());
+      metered->received.fetch_add(now - counted, std::memory_order_relaxed);
+    }
+    counted = std::max(counted, now);
+    for (std::size_t k = 0; k < std::min(p.stream_bytes.size(), counted_streams.size()); ++k) {
+      if (p.stream_bytes[k] > counted_streams[k]) {
+        metered->stream[k].fetch_add(p.stream_bytes[k] - counted_streams[k], std::memory_order_relaxed);
+        counted_streams[k] = p.stream_bytes[k];
+      }
+    }
+  };
+  std::string task_name = fmt::format("task-{}", task.id);
+  fs::path staging = options_.spool / kStagingDir / task_name;
+  fs::path tmp = options_.spool / kTmpDir / task_name;
+  fs::create_directories(staging.parent_path(), ec);
+  if (ec) return absl::InternalError(fmt::format("create {}: {}", staging.parent_path().string(), ec.message()));
+
+  // The pull runs on the I/O thread; this worker sleeps until it has ended. The handler owns
+  // what it touches (the promise, the signal), whatever this frame does meanwhile.
+  auto done = std::make_shared<std::promise<absl::StatusOr<transfer::TransferStats>>>();
+  std::future<absl::StatusOr<transfer::TransferStats>> finished = done->get_future();
+  asio::co_spawn(
+      run.io.io,
+      transfer::AsyncPull(*endpoint, transfer::ReplicaRelativePath(task.inode, task.generation),
+                          staging, tmp, topts, options_.reuse_sessions ? &run.io.sessions : nullptr),
+      asio::bind_cancellation_slot(
+          run.cancel->slot(),
+          [done, signal = run.cancel](std::exception_ptr e,
+                                      absl::StatusOr<transfer::TransferStats> r) {
+            signal->slot().clear();
+            done->set_value(e ? absl::InternalError("bug: exception escaped AsyncPull")
+                              : std::move(r));
+          }));
+  {
+    // A cancellation asked for before the pull began reached no handler: emit it again, now
+    // that the pull's start is queued ahead of it on the same thread.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (run.cancelled) {
+      asio::post(run.io.io, [signal = std::weak_ptr<asio::cancellation_signal>(run.cancel)] {
+        if (auto s = signal.lock()) s->emit(asio::cancellation_type::terminal);
+      });
+    }
+  }
+  std::optional<absl::StatusOr<transfer::TransferStats>> result = finished.get();
+  if (!result) return absl::InternalError("bug: copy ended without a result");
+  if (!result->ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (run.cancelled) {
+      return absl::CancelledError(fmt::format("copy cancelled (agent stopping or lease lost): {}",
+                                              result->status().ToString()));
+    }
+    return result->status();
+  }
+  const transfer::TransferStats& stats = **result;
+  bytes_received = stats.bytes_transferred;
+  learner_.AddCopy(route->src_site, stats.tcp, stats.congestion);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    (stats.reused_session ? stats_.pulls_on_warm_sessions : stats_.pulls_on_new_sessions) += 1;
+  }
+  absl::StatusOr<catalog::Attributes> attrs = attributes();
+  if (!attrs.ok()) {
+    fs::remove(staging, ec);
+    return attrs.status();
+  }
+  std::string expected = CatalogChecksum(*attrs);
+
+  std::string got = stats.checksum;
+  if (got.rfind(attrs->checksum_algo + ":", 0) != 0) {
+    absl::StatusOr<transfer::ChecksumAlgorithm> algo =
+        transfer::ParseChecksumAlgorithm(attrs->checksum_algo);
+    if (!algo.ok()) {
+      fs::remove(staging, ec);
+      return absl::FailedPreconditionError(
+          fmt::format("unknown checksum algorithm '{}' in the catalog", attrs->checksum_algo));
+    }
+    absl::StatusOr<std::string> sum = transfer::ComputeFileChecksum(staging, *algo);
+    if (!sum.ok()) return sum.status();
+    got = *sum;
+  }
+  if (got != expected || stats.bytes != task.size) {
+    fs::remove(staging, ec);
+    // The engine checked end to end that these are the bytes the source read from its
+    // replica file: the source's replica is what is wrong. Report it, and fail this task for
+    // good: the planner copies the file again from a good replica.
+    std::string note = fmt::format(
+        "sent {} bytes {} to {}; the catalog says {} bytes {} (generation {})", stats.bytes,
+        got, options_.node, task.size, expected, task.generation);
+    ReportBadSource(task, note);
+    return absl::FailedPreconditionError(
+        fmt::format("source replica on {} does not match the catalog: {}", task.spec.src_node, note));
+  }
+  fs::create_directories(final_path.parent_path(), ec);
+  if (ec) return absl::InternalError(fmt::format("create {}: {}", final_path.parent_path().string(), ec.message()));
+  // Never replaces: the name belongs to this (inode, generation) alone. If another attempt
+  // put it there meanwhile, keep whichever is right.
+  if (absl::Status s = RenameNoReplace(staging, final_path); !s.ok()) {
+    if (!absl::IsAlreadyExists(s)) return s;
+    if (absl::Status v = VerifyFile(final_path, *attrs); !v.ok()) {
+      fs::rename(staging, final_path, ec);
+      if (ec) return absl::InternalError(fmt::format("replace {}: {}", final_path.string(), ec.message()));
+    } else {
+      fs::remove(staging, ec);
+    }
+  }
+  // The rename and any directories made for it must survive a crash before the catalog
+  // calls the replica complete.
+  if (absl::Status s = SyncDirectoryChain(options_.spool, final_path.parent_path()); !s.ok()) {
+    return absl::InternalError(fmt::format("make {} durable: {}", final_path.string(),
+                                           std::string(s.message())));
+  }
+  fs::remove_all(tmp, ec);  // ignored: only leftovers of a finished copy
+  return stamp(final_path);
+}
+
+}  // namespace gfrep::replica

@@ -1,0 +1,360 @@
+#pragma once
+
+// SiteAgent is the catalog role of gfsited: it registers its node, sends heartbeats (free
+// space of the spool, 1-minute load, active transfers), claims the transfer tasks planned
+// for its node with a lease (renewed while copying), pulls each file from the source
+// node's agent with transfer::AsyncPull using the route's settings from the catalog,
+// verifies the copy against the catalog's checksum of the task's generation, moves it into
+// place and only then calls CompleteTask (the catalog makes the replica complete
+// durably). Any failure is recorded with FailTask and its reason; retryable ones
+// (replica/core/retry.h) come back after an exponential backoff, up to the task's attempts.
+//
+// Files on disk (see replica/core/spool.h): replicas by identity, "<spool>/.gfrep-data/<inode>/
+// <generation>". A copy is pulled (from the source's file of the same name) into
+// "<spool>/.gfrep-staging/task-<id>" with its partial data and restart markers in
+// "<spool>/.gfrep-tmp/task-<id>/" (so a re-claimed task resumes where the previous attempt
+// stopped, also across agent restarts), checked against the catalog's checksum, renamed
+// to its identity name without replacing anything (a file already there is verified and
+// kept if it matches: an earlier attempt got that far), the directories fsynced, and only
+// then CompleteTask is called. The name is unique to (inode, generation), so a late copy
+// of an older generation can never overwrite newer bytes; the catalog's generation checks
+// in CompleteTask decide whether the copy becomes the node's replica. At Start(), staging
+// and temporary files of tasks that are no longer open for this node are removed, and a
+// spool of the old path-keyed layout is migrated (internal/spool_keeper.h).
+//
+// Leases: every claim has its own lease owner ("<agent owner>#<n>"), so when a lease runs
+// out (a catalog outage or a pause longer than the lease) and the task is claimed again,
+// even by another worker of this agent, the old attempt's renewal fails and it is
+// cancelled: one task, one live attempt. The engine's lock on the partial file makes a
+// second attempt wait its turn (it fails as retryable) rather than share the file.
+//
+// Deletion and garbage: the sweep (every `sweep_interval`, and at once when the catalog
+// marks one of the node's replicas deleting) unlinks the bytes of the node's kDeleting
+// replicas and calls RemoveReplica; every `gc_interval` it also removes files under
+// .gfrep-data that no replica record vouches for (superseded generations, uploads whose
+// commit failed, after `orphan_grace`).
+//
+// Catalog restarts: every loop treats kUnavailable as "try again shortly"; the gRPC
+// channel reconnects by itself; a heartbeat answered kNotFound re-registers the node.
+//
+// Pipelining: each worker keeps its sessions to source agents open between files
+// (transfer::SessionCache), so the next file from the same source starts with one request on
+// warm, authenticated connections instead of a new connection setup and slow start. The
+// catalog's record of the file (to check the copy) is read beside the pull, and the
+// CompleteTask call is made by a completer thread while the worker goes on with its next
+// file (the lease stays renewed until the catalog answered; at most 4 x workers copies wait).
+// A pull with nothing to resume asks for the whole file, whose bytes then follow the offer
+// at once.
+//
+// Claims and commits in batches: one claim thread keeps up to ClaimAhead(copies allowed at
+// once) tasks claimed ahead for the workers (a ClaimTasks call leases many at once, in one
+// catalog write, whenever the ready ones fall to half of that and the catalog has more), and
+// each claimed task
+// carries the file's checksum, so a copy needs no catalog call of its own. Finished copies
+// are committed by completer threads with one CompleteTasks call for all that wait. So a
+// small file costs a fraction of a catalog round trip instead of three (claim, stat,
+// complete), and no thread is started per file. Tasks still ready at Stop() are given back
+// (FailTask, retryable, no backoff).
+//
+// Routes learnt from the copies (route_learner.h): each copy's received bytes and its
+// sender's TCP figures (least and smoothed RTT, bytes re-sent) go into a RouteLearner; each
+// heartbeat carries one observation per route that moved something, which the catalog folds
+// into Route::observed (source selection ranks unmeasured routes by that RTT), and the
+// tuner of the copies at once takes the same figures as its congestion signals.
+//
+// Threading: Start() launches a heartbeat thread, a lease-renewal thread, an event
+// watcher, a sweep thread, a claim thread, `workers` copy threads, 2 completer threads,
+// `io_threads` I/O threads and (adapt_in_flight) a tuning thread. Only the workers below the
+// copies allowed at once take tasks (README "Copies at once"). A worker does a copy's file
+// system work itself and hands its network side (the pull) to an I/O thread, worker i to
+// thread i mod io_threads, whose io_context runs the pulls of many copies at once and whose
+// SessionCache keeps their warm sessions; the worker sleeps until the pull has ended. (Each
+// worker used to run its own io_context: 256 threads each waking for every socket event of
+// their copy spent most of the CPU of small files on context switches.) A copy is cancelled
+// (lease lost, Stop()) through an asio cancellation signal emitted on its I/O thread, never
+// by stopping the io_context, so the engine's work on its blocking pool always completes.
+// Stop() (any thread) cancels running copies (their tasks are failed as retryable so
+// another attempt resumes them), joins the workers and then the I/O threads.
+
+#include <spdlog/logger.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <cstdint>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "catalog/catalog.h"
+#include "replica/agent/copy_meter.h"
+#include "replica/agent/in_flight.h"
+#include "replica/agent/route_learner.h"
+#include "replica/core/metrics.h"
+#include "replica/core/retry.h"
+#include "transfer/client.h"
+#include "transfer/options.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace gfrep::replica {
+namespace internal {
+class SpoolKeeper;
+}
+
+struct SiteAgentOptions {
+  // REQUIRES: non-null, outlives the agent (usually a catalog::CatalogClient).
+  catalog::Catalog* catalog = nullptr;
+  std::string site;
+  std::string node;
+  // host:port other agents reach this node's transfer agent at.
+  std::string address;
+  // The transfer agent's spool directory.
+  std::filesystem::path spool;
+  // This node's agent refuses data connections in clear (gfsited --require-tls): said in its
+  // catalog record, so that whoever pulls from it encrypts.
+  bool requires_data_tls = false;
+  // Create the site in the catalog if it does not exist yet.
+  bool create_site = true;
+  // Copies at once, at most (threads; also registered as Node::workers, which sizes the
+  // planner's window for this node).
+  int workers = 256;
+  // Tune the copies at once from measured goodput (in_flight.h) between 1 and `workers`
+  // every `tune_period`, starting each burst of work (tasks claimed by an idle agent) from
+  // enough copies to keep a bandwidth-delay product in flight, at least
+  // `initial_in_flight`; false runs `workers` at once.
+  bool adapt_in_flight = true;
+  int initial_in_flight = 32;
+  // Bytes a burst starts with in flight where the route's bandwidth-delay product is not
+  // known (0: start every burst at initial_in_flight).
+  std::uint64_t start_in_flight_bytes = 16 << 20;
+  std::chrono::milliseconds tune_period{1000};
+  // Keep transfer sessions to source agents open between files (see Pipelining above);
+  // false opens a new session per file (for comparison).
+  bool reuse_sessions = true;
+  // Threads that run the network side of every copy (1..64); copies are dealt to them by
+  // worker, and each keeps the warm sessions of its copies.
+  int io_threads = 2;
+  // Lease per claim; renewed every lease/3 while copying.
+  std::chrono::milliseconds lease{15000};
+  std::chrono::milliseconds heartbeat_interval{2000};
+  // Claim attempts when idle and no event arrived (tasks whose backoff ended make none).
+  std::chrono::milliseconds poll_interval{1000};
+  // Deletion sweep period (also woken by "deleting" replica events).
+  std::chrono::milliseconds sweep_interval{10000};
+  // Garbage collection of unrecorded files under .gfrep-data (also once at start).
+  std::chrono::milliseconds gc_interval{600000};
+  // Unrecorded replica files younger than this are kept (uploads awaiting their commit).
+  std::chrono::milliseconds orphan_grace{3600000};
+  // Consistency checks (replica/agent/replica_check.h): a stat check of every complete replica
+  // this often (0: none), and a checksum scrub at scrub_rate_bytes per second (0: none, at
+  // idle I/O priority) that re-reads a replica once its last verification is older than
+  // scrub_period. What they find is reported to the catalog (lost, corrupt).
+  std::chrono::milliseconds check_interval{60000};
+  std::uint64_t scrub_rate_bytes = 32ull << 20;
+  std::chrono::seconds scrub_period{std::chrono::hours(24 * 7)};
+  // Live telemetry for the dashboard (replica/web/telemetry.h): the running copies' received
+  // bytes sampled every 100 ms, sent to the catalog this often (0: never). A catalog that
+  // serves no dashboard answers kUnimplemented: the agent then stops sending.
+  std::chrono::milliseconds telemetry_interval{250};
+  RetryOptions retry;
+  // Engine settings for pulls (shared key, TLS, checksum, timeouts); route fields are the
+  // defaults that the catalog's route table overrides.
+  transfer::TransferOptions transfer;
+  // Null: spdlog::default_logger().
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+absl::Status Validate(const SiteAgentOptions& options);
+
+// The most streams per copy for which `workers` sessions to one source agent (1 + streams
+// connections each) stay within transfer::kDefaultMaxConnectionsPerPeer (the agent passes
+// the copies it allows at once now, see adapt_in_flight): a route asking for
+// more is reduced to this (logged once). At least 1.
+int StreamsWithinPeerLimit(int workers);
+
+// Tasks the claim thread keeps claimed ahead for `workers` copies at once: as many again (at
+// most 128 more), claiming again when half are left. A claim is a catalog round trip (across
+// the WAN for a remote catalog); with only `workers` ahead, small files used them up before
+// the next claim answered and every other copy waited one round trip for its task.
+std::size_t ClaimAhead(int workers);
+
+struct SiteAgentStats {
+  std::uint64_t tasks_done = 0;
+  std::uint64_t tasks_failed = 0;  // attempts that failed
+  std::uint64_t bytes_received = 0;
+  std::uint64_t replicas_deleted = 0;  // unlinked (or already gone) and removed from the catalog
+  std::uint64_t leases_lost = 0;       // attempts cancelled because their lease was lost
+  std::uint64_t garbage_files = 0;     // unrecorded files removed from .gfrep-data
+  std::uint64_t pulls_on_new_sessions = 0;   // copies that opened a transfer session
+  std::uint64_t pulls_on_warm_sessions = 0;  // copies that reused an open one
+  std::uint64_t claim_calls = 0;     // ClaimTasks calls that leased at least one task
+  std::uint64_t complete_calls = 0;  // CompleteTasks calls (each commits a batch)
+  std::uint64_t replicas_checked = 0;  // by stat checks and scrubs
+  std::uint64_t replicas_lost = 0;     // found missing (reported lost)
+  std::uint64_t replicas_corrupt = 0;  // found damaged (reported corrupt), sources included
+  std::uint64_t scrub_bytes = 0;       // read by scrubs
+  int in_flight_limit = 0;           // copies allowed at once now (adapt_in_flight)
+  int peak_in_flight = 0;            // most copies that ran at once
+  // From the node's disk profile (0: none): how the copies it receives write and flush.
+  std::uint64_t disk_write_io_size = 0;
+  std::uint64_t disk_flush_interval = 0;
+};
+
+// gfsited's /metrics: the agent's counters in Prometheus text.
+void AppendMetrics(MetricsText& m, const SiteAgentStats& stats);
+
+class SiteAgent {
+ public:
+  static absl::StatusOr<std::unique_ptr<SiteAgent>> Create(SiteAgentOptions options);
+  ~SiteAgent();
+
+  // Cleans abandoned temporary files, registers the node (retrying while the catalog is
+  // unreachable, until Stop()), and starts the threads. Returns the registration error if
+  // it is not a transient one (kInvalidArgument, kNotFound site when !create_site, ...),
+  // kCancelled if Stop() was called meanwhile.
+  absl::Status Start();
+  // Thread-safe, also while another thread is in Start() (which then returns kCancelled
+  // within one catalog call); returns once every agent thread has ended.
+  void Stop();
+
+  // The lease owner prefix of this incarnation ("<node>/<pid>-<random>"); each claim's
+  // owner is "<owner>#<n>".
+  const std::string& owner() const { return owner_; }
+  int active_transfers() const { return active_.load(); }
+  SiteAgentStats stats() const;
+  // OK once registered and while heartbeats reach the catalog (gfsited's /readyz).
+  absl::Status Health() const;
+
+ private:
+  explicit SiteAgent(SiteAgentOptions options);
+  absl::Status Register();
+  void CleanTemporaryFiles();
+  void HeartbeatLoop();
+  void RenewLoop();
+  void WatchLoop();
+  // Claims tasks for the workers in batches (one ClaimTasks call for many), keeping up to
+  // ClaimAhead(copies allowed at once) of them ready; see "Claims" above.
+  void ClaimLoop();
+  // Worker `index` (0..workers-1) takes ready tasks while index < the copies allowed at once.
+  void WorkerLoop(int index);
+  // Commits finished copies in batches (one CompleteTasks call for all that wait).
+  void CompleteLoop();
+  // Gives tasks claimed but never started back to the catalog (retryable, no backoff).
+  struct Claimed;
+  void GiveBack(std::deque<Claimed> tasks);
+  void SweepLoop();
+  // Stat checks every check_interval, scrubbing in between (replica_check.h).
+  void CheckLoop();
+  // Samples the copies' counters every 100 ms and sends them every telemetry_interval.
+  void TelemetryLoop();
+  // Reports the copy's source replica corrupt (its bytes did not match the catalog).
+  void ReportBadSource(const catalog::Task& task, const std::string& note);
+  // Every tune_period: goodput and whether the limit held copies back -> InFlightLimit.
+  void TuneLoop();
+  // Copies allowed at once now (REQUIRES mu_ held).
+  int LimitLocked() const;
+  // Copies at once to start a burst of work with (REQUIRES mu_ held): enough to keep the
+  // route's bandwidth-delay product in flight with files of the claimed tasks' mean size
+  // (start_in_flight_bytes where the route's RTT and bandwidth are not in the lookup cache),
+  // between initial_in_flight and workers.
+  int BurstStartLocked(const std::vector<catalog::Task>& tasks) const;
+  // An I/O thread of the copies (io_threads of them; see Copy).
+  struct CopyIo;
+  // One claimed attempt: copy, then CompleteTask or FailTask as `claim_owner`.
+  void Execute(const catalog::Task& task, const std::string& claim_owner, CopyIo& io);
+  struct Running;
+  // On success `mtime_ns` is the replica file's mtime (recorded by the commit).
+  absl::Status Copy(const catalog::Task& task, Running& run, std::uint64_t& bytes_received,
+                    std::int64_t& mtime_ns);
+  // Asks a running copy to stop (from any thread; REQUIRES mu_ held).
+  static void CancelLocked(Running& run);
+  catalog::Heartbeat MakeHeartbeat() const;
+  // Source node and route lookups, cached for `kLookupTtl` (each is a catalog round trip,
+  // i.e. one WAN RTT per small file otherwise). A failed copy drops the node's entry.
+  absl::StatusOr<catalog::Node> LookupNode(const std::string& name);
+  absl::StatusOr<catalog::Route> LookupRoute(const std::string& src_site);
+  void SleepFor(std::chrono::milliseconds d);
+
+  // Constant after construction.
+  SiteAgentOptions options_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::string owner_;
+  std::unique_ptr<internal::SpoolKeeper> keeper_;
+  CopyMeter meter_;
+  std::atomic<std::int64_t> last_heartbeat_ok_ns_{0};
+  // From this node's disk profile in the catalog (gfprobe disk --store; 0: none): the write
+  // size and the journal flush interval of the copies this agent receives. Read at Register
+  // and again every minute by the heartbeat loop.
+  void LoadDiskProfile();
+  std::atomic<std::uint64_t> disk_write_io_size_{0};
+  std::atomic<std::uint64_t> disk_flush_interval_{0};
+  std::int64_t disk_checked_ns_ = 0;  // heartbeat thread only
+
+  std::mutex stop_mu_;  // serialises Stop()
+  std::atomic<bool> stop_{false};
+  std::atomic<int> active_{0};
+  std::vector<std::thread> threads_;
+  // Created by Start(), stopped by Stop() after every worker has ended (guarded by mu_
+  // while they change; workers use their entry without the lock).
+  std::vector<std::unique_ptr<CopyIo>> copy_io_;
+
+  mutable std::mutex mu_;
+  // Each waits with mu_: wake_ for stop, sleeps and the sweep; the others for one loop's
+  // work, so that a finished copy or a claimed task wakes one thread, not every thread.
+  std::condition_variable wake_;
+  std::condition_variable claim_wake_;     // the claim loop: tasks queued, room for more
+  std::condition_variable work_wake_;      // workers below the limit: a task is ready, room
+  std::condition_variable idle_wake_;      // workers above the limit: it rose
+  std::condition_variable complete_wake_;  // completers: a copy waits for its commit
+  std::condition_variable check_wake_;     // CheckLoop: only Stop() wakes it early
+  std::uint64_t wake_generation_ = 0;                 // guarded by mu_
+  bool sweep_wanted_ = false;                         // guarded by mu_
+  std::atomic<std::uint64_t> claims_{0};
+  std::atomic<bool> warned_stream_cap_{false};
+  // Claim owner -> its attempt, guarded by mu_ (the Running lives on the worker's stack).
+  std::map<std::string, Running*> running_;
+  // Copies in place and verified, waiting for their CompleteTask (guarded by mu_).
+  struct Completion {
+    catalog::Task task;
+    std::string owner;
+    std::uint64_t bytes = 0;
+    std::int64_t mtime_ns = 0;
+  };
+  std::deque<Completion> completions_;
+  std::map<std::string, std::uint64_t> completing_;  // owner -> task id, being committed
+  // Claimed, not started yet, oldest first (renewed meanwhile; given back at Stop()).
+  struct Claimed {
+    catalog::Task task;
+    std::string owner;
+  };
+  std::deque<Claimed> ready_;  // guarded by mu_
+  int copying_ = 0;             // workers running a copy (guarded by mu_)
+  int in_flight_limit_ = 0;     // guarded by mu_; see TuneLoop
+  bool limit_binding_ = false;  // a ready task waited for the limit (guarded by mu_)
+  // The tuner of in_flight_limit_ (adapt_in_flight): updated by TuneLoop, restarted by the
+  // claim loop when work comes to an idle agent (BurstStartLocked). Guarded by mu_.
+  std::optional<InFlightLimit> tuner_;
+  // Bytes received by running copies so far (their progress reports): the goodput TuneLoop
+  // measures, also for large files that finish seldom.
+  std::atomic<std::uint64_t> live_bytes_{0};
+  // What the copies teach of their routes: sent with heartbeats, and TuneLoop's congestion
+  // signals (thread-safe on its own).
+  RouteLearner learner_;
+  SiteAgentStats stats_;                              // guarded by mu_
+  using Stamp = std::chrono::steady_clock::time_point;
+  std::map<std::string, std::pair<catalog::Node, Stamp>> node_cache_;    // guarded by mu_
+  std::map<std::string, std::pair<catalog::Route, Stamp>> route_cache_;  // guarded by mu_
+};
+
+}  // namespace gfrep::replica

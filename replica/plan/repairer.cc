@@ -1,0 +1,374 @@
+#include "replica/plan/repairer.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <limits>
+#include <mutex>
+#include <set>
+#include <vector>
+
+namespace gfrep::replica {
+namespace {
+
+using catalog::ReplicaState;
+
+constexpr std::size_t kRepairEventBatch = 10000;
+constexpr std::size_t kRepairPage = 1000;
+
+bool Terminal(catalog::RequestState s) {
+  return s == catalog::RequestState::kDone || s == catalog::RequestState::kFailed ||
+         s == catalog::RequestState::kCancelled;
+}
+
+}  // namespace
+
+Repairer::Repairer(RepairerOptions options)
+    : options_(std::move(options)),
+      log_(options_.logger ? options_.logger : spdlog::default_logger()),
+      holds_(options_.catalog) {}
+
+Repairer::~Repairer() { Stop(); }
+
+absl::Status Repairer::Recover() {
+  catalog::Catalog& cat = *options_.catalog;
+  // Events from now on; what happened before is found by the first full scan.
+  absl::StatusOr<std::uint64_t> seq = cat.LastEventSeq();
+  if (!seq.ok()) return seq.status();
+  after_seq_ = *seq;
+  for (catalog::RequestState state : {catalog::RequestState::kQueued, catalog::RequestState::kRunning}) {
+    absl::StatusOr<std::vector<catalog::Request>> reqs =
+        cat.ListRequests(false, state, std::numeric_limits<std::size_t>::max());
+    if (!reqs.ok()) return reqs.status();
+    for (const catalog::Request& r : *reqs) {
+      if (r.spec.owner != kRepairOwner || r.spec.paths.size() != 1) continue;
+      absl::StatusOr<catalog::Location> loc = cat.Locate(r.spec.paths.front());
+      if (!loc.ok()) continue;  // gone: the request fails by itself
+      Open& open = open_[loc->attributes.inode];
+      open.request_ids.push_back(r.id);
+      open.generation = loc->attributes.generation;
+      for (const catalog::Replica& rep : loc->replicas) {
+        if (catalog::IsBad(rep.state)) open.bad_nodes.insert(rep.node);
+      }
+    }
+  }
+  recovered_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Repairer::Scan(std::set<catalog::InodeId>& out) {
+  catalog::Catalog& cat = *options_.catalog;
+  absl::StatusOr<std::vector<catalog::Node>> nodes = cat.ListNodes("");
+  if (!nodes.ok()) return nodes.status();
+  for (const catalog::Node& n : *nodes) {
+    catalog::InodeId after = 0;
+    while (!stop_) {
+      absl::StatusOr<std::vector<catalog::Replica>> page = cat.ListNodeReplicas(n.name, after, kRepairPage);
+      if (!page.ok()) return page.status();
+      for (const catalog::Replica& r : *page) {
+        after = r.inode;
+        if (catalog::IsBad(r.state)) out.insert(r.inode);
+      }
+      if (page->size() < kRepairPage) break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summary) {
+  catalog::Catalog& cat = *options_.catalog;
+  absl::StatusOr<catalog::Attributes> attrs = cat.StatInode(inode);
+  if (absl::IsNotFound(attrs.status())) return absl::OkStatus();  // removed: its records go too
+  if (!attrs.ok()) return attrs.status();
+  absl::StatusOr<std::vector<catalog::Replica>> replicas = cat.GetReplicas(inode);
+  if (!replicas.ok()) return replicas.status();
+  const std::uint64_t generation = attrs->generation;
+  std::vector<const catalog::Replica*> bad;
+  std::vector<catalog::ReplicaTransition> old;
+  int complete = 0;
+  for (const catalog::Replica& r : *replicas) {
+    if (r.state == ReplicaState::kComplete && r.generation == generation) ++complete;
+    if (!catalog::IsBad(r.state)) continue;
+    if (r.generation == generation) {
+      bad.push_back(&r);
+    } else {
+      // A damaged copy of an older generation: nothing to repair, only to drop.
+      old.push_back({r.inode, r.node, r.generation, r.state, ReplicaState::kDeleting, false, 0,
+                     "older generation than the file's"});
+    }
+  }
+  if (!old.empty()) {
+    absl::StatusOr<std::vector<absl::Status>> done = cat.TransitionReplicas(old);
+    if (!done.ok()) return done.status();
+    summary.records_dropped +=
+        static_cast<std::uint64_t>(std::count_if(done->begin(), done->end(), [](const absl::Status& s) { return s.ok(); }));
+  }
+  if (bad.empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> path = cat.PathOf(inode);
+  if (!path.ok()) return absl::IsNotFound(path.status()) ? absl::OkStatus() : path.status();
+  std::string what;
+  for (const catalog::Replica* r : bad) {
+    what += fmt::format("{}{} {} ({})", what.empty() ? "" : ", ", r->node, catalog::ToString(r->state),
+                        r->note.empty() ? "no reason recorded" : r->note);
+  }
+  if (complete == 0) {
+    summary.unrepairable += 1;
+    log_->error("repair of {}: no complete replica of generation {} is left to copy from; bad: {}",
+                *path, generation, what);
+    return absl::OkStatus();
+  }
+  // Where the bad copies were: their sites, each getting its copies back.
+  absl::StatusOr<std::vector<catalog::Node>> nodes = cat.ListNodes("");
+  if (!nodes.ok()) return nodes.status();
+  const std::int64_t now = options_.clock ? options_.clock() : catalog::SystemNowNs();
+  const std::int64_t timeout = std::chrono::nanoseconds(options_.node_timeout).count();
+  std::map<std::string, std::string> site_of;
+  std::set<std::string> live_sites;
+  for (const catalog::Node& n : *nodes) {
+    site_of[n.name] = n.site;
+    if (now - n.last_heartbeat_ns <= timeout) live_sites.insert(n.site);
+  }
+  std::set<std::string> sites;  // bad replicas' sites that can take a copy now
+  bool elsewhere = false;       // some bad replica's site cannot
+  for (const catalog::Replica* r : bad) {
+    auto it = site_of.find(r->node);
+    if (it != site_of.end() && live_sites.count(it->second) > 0) {
+      sites.insert(it->second);
+    } else {
+      elsewhere = true;
+    }
+  }
+  std::set<std::string> good;
+  for (const catalog::Replica& r : *replicas) {
+    if (r.state == ReplicaState::kComplete && r.generation == generation) good.insert(r.node);
+  }
+  const std::int32_t priority = complete <= 1 ? kLastCopyPriority : kRepairPriority;
+  Open open;
+  open.generation = generation;
+  for (const catalog::Replica* r : bad) open.bad_nodes.insert(r->node);
+  // Requests made are followed even if a later call fails (else an error after the first
+  // CreateRequest would leave it untracked and the next scan would make another).
+  struct Track {
+    std::map<catalog::InodeId, Open>& open_;
+    catalog::InodeId inode;
+    Open& open;
+    ~Track() {
+      if (!open.request_ids.empty()) open_[inode] = open;
+    }
+  } track{open_, inode, open};
+  if (!sites.empty()) {
+    catalog::RequestSpec spec;
+    spec.paths = {*path};
+    spec.owner = kRepairOwner;
+    spec.priority = priority;
+    spec.dst_sites.assign(sites.begin(), sites.end());
+    std::uint32_t in_sites = 0, bad_in_sites = 0;
+    for (const std::string& n : good) in_sites += sites.count(site_of[n]) > 0 ? 1 : 0;
+    for (const catalog::Replica* r : bad) bad_in_sites += sites.count(site_of[r->node]) > 0 ? 1 : 0;
+    spec.copies = in_sites + bad_in_sites;
+    absl::StatusOr<catalog::Request> req = cat.CreateRequest(spec);
+    if (!req.ok()) return req.status();
+    open.request_ids.push_back(req->id);
+    summary.requests_created += 1;
+    log_->warn("repair of {}: {}; request {} makes {} cop{} in {} (priority {}, {} complete left)",
+               *path, what, req->id, spec.copies, spec.copies == 1 ? "y" : "ies",
+               fmt::join(spec.dst_sites, ","), spec.priority, complete);
+  }
+  if (elsewhere) {
+    absl::StatusOr<std::vector<catalog::Site>> all_sites = cat.ListSites();
+    if (!all_sites.ok()) return all_sites.status();
+    if (absl::Status s = RestoreHolders(inode, *path, *all_sites, live_sites, good, site_of, priority, open, summary);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Repairer::RestoreHolders(catalog::InodeId inode, const std::string& path,
+                                      const std::vector<catalog::Site>& sites,
+                                      const std::set<std::string>& live_sites, const std::set<std::string>& good,
+                                      const std::map<std::string, std::string>& site_of, std::int32_t priority,
+                                      Open& open, RepairStepSummary& summary) {
+  const std::int64_t now = options_.clock ? options_.clock() : catalog::SystemNowNs();
+  absl::StatusOr<std::vector<Want>> wants =
+      WantsOf(holds_, rules_, sites, inode, path, [&](const HoldRequest& h) {
+        const std::string rule = RuleOfOwner(h.owner);
+        if (rule.empty()) return false;
+        for (const PolicyRule& r : rules_) {
+          if (r.name == rule) {
+            return r.lifetime && LifetimeEnded(h.since_ns, *r.lifetime, now);
+          }
+        }
+        return true;  // a removed rule restores nothing
+      });
+  if (!wants.ok()) return wants.status();
+  if (wants->empty()) {
+    // Nobody asked for the copies: restore the count anywhere.
+    wants->push_back({"the copies that were there", static_cast<std::uint32_t>(good.size() + open.bad_nodes.size()), {}});
+  }
+  for (Want& w : *wants) {
+    // Only sites that can take a copy now (a holder whose sites are all down waits for the
+    // next scan rather than getting a request that cannot succeed).
+    if (!w.sites.empty()) {
+      std::set<std::string> live;
+      for (const std::string& s : w.sites) {
+        if (live_sites.count(s) > 0) live.insert(s);
+      }
+      if (live.empty()) {
+        log_->warn("repair of {}: {} wants its copies in {}, where no node is live now", path, w.who,
+                   fmt::join(w.sites, ","));
+        continue;
+      }
+      w.sites = std::move(live);
+    }
+    std::uint32_t have = 0;
+    for (const std::string& n : good) {
+      auto it = site_of.find(n);
+      if (w.sites.empty() || (it != site_of.end() && w.sites.count(it->second) > 0)) ++have;
+    }
+    if (have >= w.copies) continue;
+    catalog::RequestSpec spec;
+    spec.paths = {path};
+    spec.owner = kRepairOwner;
+    spec.priority = priority;
+    spec.copies = w.copies;
+    spec.dst_sites.assign(w.sites.begin(), w.sites.end());
+    absl::StatusOr<catalog::Request> req = options_.catalog->CreateRequest(spec);
+    if (!req.ok()) return req.status();
+    open.request_ids.push_back(req->id);
+    summary.requests_created += 1;
+    log_->warn("repair of {}: a bad replica's site has no live node; request {} restores {}'s {} cop{} "
+               "in {} ({} there now)",
+               path, req->id, w.who, w.copies, w.copies == 1 ? "y" : "ies",
+               w.sites.empty() ? std::string("any site") : fmt::format("{}", fmt::join(w.sites, ",")), have);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Repairer::LoadRules() {
+  absl::StatusOr<catalog::PolicyDocument> doc = options_.catalog->GetPolicies();
+  if (absl::IsUnimplemented(doc.status())) return absl::OkStatus();
+  if (!doc.ok()) return doc.status();
+  if (doc->version == rules_version_) return absl::OkStatus();
+  rules_version_ = doc->version;
+  absl::StatusOr<std::vector<PolicyRule>> parsed = ParsePolicies(doc->text, doc->source);
+  if (parsed.ok()) rules_ = std::move(*parsed);  // a bad document: the rules before stay
+  return absl::OkStatus();
+}
+
+absl::Status Repairer::Finish(catalog::InodeId inode, Open& open, RepairStepSummary& summary) {
+  catalog::Catalog& cat = *options_.catalog;
+  absl::StatusOr<std::vector<catalog::Replica>> replicas = cat.GetReplicas(inode);
+  if (!replicas.ok()) return replicas.status();
+  std::vector<catalog::ReplicaTransition> drop;
+  for (const catalog::Replica& r : *replicas) {
+    if (catalog::IsBad(r.state) && open.bad_nodes.count(r.node) > 0) {
+      drop.push_back({r.inode, r.node, r.generation, r.state, ReplicaState::kDeleting, false, 0,
+                      fmt::format("repaired by request {}", fmt::join(open.request_ids, ","))});
+    }
+  }
+  if (drop.empty()) return absl::OkStatus();
+  absl::StatusOr<std::vector<absl::Status>> done = cat.TransitionReplicas(drop);
+  if (!done.ok()) return done.status();
+  for (const absl::Status& s : *done) {
+    if (s.ok()) summary.records_dropped += 1;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RepairStepSummary> Repairer::Step() {
+  catalog::Catalog& cat = *options_.catalog;
+  RepairStepSummary summary;
+  if (!recovered_) {
+    if (absl::Status s = Recover(); !s.ok()) return s;
+  }
+  std::set<catalog::InodeId> candidates;
+  for (;;) {
+    absl::StatusOr<std::vector<catalog::Event>> events =
+        cat.ReadEvents(after_seq_, kRepairEventBatch, std::chrono::milliseconds(0));
+    if (!events.ok()) return events.status();
+    for (const catalog::Event& e : *events) {
+      after_seq_ = std::max(after_seq_, e.seq);
+      if (e.kind == catalog::EventKind::kReplica &&
+          (e.state == catalog::ToString(ReplicaState::kCorrupt) ||
+           e.state == catalog::ToString(ReplicaState::kLost))) {
+        candidates.insert(e.id);
+      }
+    }
+    if (events->size() < kRepairEventBatch) break;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (!scanned_ || now - last_scan_ >= options_.scan_interval) {
+    if (absl::Status s = Scan(candidates); !s.ok()) return s;
+    scanned_ = true;
+    last_scan_ = now;
+  }
+  if (absl::Status st = LoadRules(); !st.ok()) return st;
+  if (absl::Status st = holds_.Update(); !st.ok()) return st;
+  // Repairs in flight: those that ended give back their bad records.
+  for (auto it = open_.begin(); it != open_.end();) {
+    bool running = false, all_done = true;
+    std::string ended;
+    for (std::uint64_t id : it->second.request_ids) {
+      absl::StatusOr<catalog::Request> r = cat.GetRequest(id);
+      if (absl::IsNotFound(r.status())) continue;
+      if (!r.ok()) return r.status();
+      if (!Terminal(r->state)) {
+        running = true;
+        break;
+      }
+      if (r->state != catalog::RequestState::kDone) {
+        all_done = false;
+        ended += fmt::format("{}request {} ended {}: {}", ended.empty() ? "" : "; ", r->id,
+                             catalog::ToString(r->state), r->error);
+      }
+    }
+    if (running) {
+      ++it;
+      continue;
+    }
+    if (all_done) {
+      if (absl::Status s = Finish(it->first, it->second, summary); !s.ok()) return s;
+      log_->info("repair request {} done", fmt::join(it->second.request_ids, ","));
+      // Copies found bad while it ran (not its own) are repaired next.
+      candidates.insert(it->first);
+    } else {
+      log_->warn("repair: {} (tried again at the next scan)", ended);
+      candidates.erase(it->first);  // not again before the next scan
+    }
+    it = open_.erase(it);
+  }
+  for (catalog::InodeId inode : candidates) {
+    if (stop_) break;
+    if (open_.count(inode) > 0) continue;
+    if (absl::Status s = Consider(inode, summary); !s.ok()) return s;
+  }
+  return summary;
+}
+
+void Repairer::Loop() {
+  std::mutex mu;
+  std::condition_variable cv;
+  while (!stop_) {
+    absl::StatusOr<RepairStepSummary> s = Step();
+    if (!s.ok()) log_->warn("repairer: {}", s.status().ToString());
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(1), [&] { return stop_.load(); });
+  }
+}
+
+void Repairer::Start() {
+  if (thread_.joinable()) return;
+  stop_ = false;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Repairer::Stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace gfrep::replica

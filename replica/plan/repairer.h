@@ -1,0 +1,130 @@
+#pragma once
+
+// Repairer: makes the copies of lost and corrupt replicas again, without anyone typing.
+//
+// Agents (replica/agent/replica_check.h), readers and destinations that received bad bytes from a
+// source mark a replica record `lost` or `corrupt` in the catalog. The repairer follows the
+// catalog's event log for those transitions (and, at start and every `scan_interval`, scans
+// every node's records, so nothing is missed while it was down) and, for each file with bad
+// replicas of its current generation, creates one replication request (owner "repair"):
+//   - destination sites: the sites of the bad replicas; copies: the complete replicas
+//     those sites hold now plus one per bad replica, so the planner (replica/plan/planner.h)
+//     makes exactly the missing copies there, from the best good source, with its usual
+//     retries, limits and explanations; the node that lost the copy is a destination like
+//     any other of its site (its record is replaced by the new copy's);
+//   - priority kRepairPriority, or kLastCopyPriority when the file is down to one complete
+//     replica (ahead of all new replication: one more failure would lose it).
+// A bad replica whose site has no live node left (none registered, or none with a heartbeat
+// within `node_timeout`) cannot get its copy back there: the file's holders (replica/plan/holds.h:
+// the `gfrep -N` requests that named it, the policy rules that cover it) get their counts
+// restored elsewhere instead, one request per holder short of copies (in the holder's sites
+// that have a live node, or anywhere for a request without sites; a holder whose sites are
+// all down waits for the next scan); a file no holder wants gets its copy anywhere.
+// When the request is done, bad records still left (the copy went to another node of the
+// site) move to `deleting`, so their nodes drop what remains; bad records of an older
+// generation move there at once. A file without any complete replica left cannot be
+// repaired: it is logged (error) and looked at again at the next scan.
+//
+// At most one repair request per file is open at a time (found again after a restart
+// from the active requests whose owner is "repair"); copies of the file found bad while it
+// runs get the next request once it is done. A failed repair request is tried again at the
+// next scan.
+//
+// Threading: Step() is synchronous; Start() runs it on an own thread, woken by the event
+// log (long poll) or every `scan_interval`; Stop() joins.
+
+#include <spdlog/logger.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "catalog/catalog.h"
+#include "replica/plan/holds.h"
+#include "replica/plan/policy.h"
+
+namespace gfrep::replica {
+
+inline constexpr std::int32_t kRepairPriority = 1000;
+inline constexpr std::int32_t kLastCopyPriority = 2000;
+static_assert(kRepairPriority > catalog::kMaxUserRequestPriority,
+              "a user's request must never outrank a repair");
+inline constexpr const char* kRepairOwner = "repair";
+
+struct RepairerOptions {
+  // REQUIRES: non-null, outlives the repairer.
+  catalog::Catalog* catalog = nullptr;
+  // Full scan of every node's replica records this often (and at start).
+  std::chrono::milliseconds scan_interval{std::chrono::minutes(10)};
+  // A node without a heartbeat for this long is down (as the planner's --node-timeout).
+  std::chrono::milliseconds node_timeout{std::chrono::seconds(30)};
+  // Unix ns; null: catalog::SystemNowNs.
+  catalog::Clock clock;
+  // Null: spdlog::default_logger().
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+// What one step did.
+struct RepairStepSummary {
+  std::uint64_t requests_created = 0;
+  std::uint64_t records_dropped = 0;  // bad records moved to deleting
+  std::uint64_t unrepairable = 0;     // files with bad replicas and no complete one
+};
+
+class Repairer {
+ public:
+  explicit Repairer(RepairerOptions options);
+  ~Repairer();
+
+  // Reads the events since the last step (a full scan on the first step and when due) and
+  // acts on every file with bad replicas.
+  absl::StatusOr<RepairStepSummary> Step();
+
+  void Start();
+  void Stop();
+
+ private:
+  struct Open {
+    std::vector<std::uint64_t> request_ids;
+    std::uint64_t generation = 0;
+    std::set<std::string> bad_nodes;
+  };
+  absl::Status Recover();
+  absl::Status Scan(std::set<catalog::InodeId>& out);
+  absl::Status Consider(catalog::InodeId inode, RepairStepSummary& summary);
+  absl::Status Finish(catalog::InodeId inode, Open& open, RepairStepSummary& summary);
+  // Requests restoring the counts of `inode`'s holders (kept in `open`).
+  absl::Status RestoreHolders(catalog::InodeId inode, const std::string& path,
+                              const std::vector<catalog::Site>& sites,
+                              const std::set<std::string>& live_sites, const std::set<std::string>& good,
+                              const std::map<std::string, std::string>& site_of, std::int32_t priority,
+                              Open& open, RepairStepSummary& summary);
+  // The policy document's rules, re-read when its version changed.
+  absl::Status LoadRules();
+  void Loop();
+
+  RepairerOptions options_;
+  std::shared_ptr<spdlog::logger> log_;
+
+  // Step() state (one caller at a time).
+  bool recovered_ = false;
+  std::uint64_t after_seq_ = 0;
+  std::chrono::steady_clock::time_point last_scan_{};
+  bool scanned_ = false;
+  std::map<catalog::InodeId, Open> open_;  // files with a repair request in flight
+  HoldIndex holds_;
+  std::vector<PolicyRule> rules_;
+  std::uint64_t rules_version_ = 0;
+
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace gfrep::replica

@@ -1,0 +1,13 @@
+#pragma once
+
+// The dashboard's own files (replica/web/dashboard/*), compiled in (replica/web/dashboard/embed.cmake):
+// file name ("index.html") -> content.
+
+#include <map>
+#include <string>
+
+namespace gfrep::replica::internal {
+
+const std::map<std::string, std::string>& DashboardAssets();
+
+}  // namespace gfrep::replica::internal

@@ -1,0 +1,222 @@
+#include "replica/agent/in_flight.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+namespace gfrep::replica {
+namespace {
+
+// A route whose goodput grows with the copies in flight up to `knee` copies (each adds
+// `per_copy` bytes/s, as latency-bound small files do) and then stays flat or falls.
+struct Route {
+  int knee;
+  double per_copy = 1e6;
+  double past_knee = 0;  // goodput change per copy beyond the knee (negative: worse)
+  double operator()(int in_flight) const {
+    const int below = std::min(in_flight, knee);
+    return below * per_copy + std::max(0, in_flight - knee) * past_knee;
+  }
+};
+
+// Runs `periods` periods with the limit held back every time (tasks always waiting).
+int RunPeriods(InFlightLimit& l, const std::function<double(int)>& route, int periods) {
+  for (int i = 0; i < periods; ++i) l.Update({route(l.limit()), true});
+  return l.limit();
+}
+
+// The first period after a start holds session setup: it is not measured.
+void Warmup(InFlightLimit& l) { l.Update({1, true}); }
+
+TEST(InFlightLimitTest, ClimbsFastThenProbesGentlyAndLessOftenNearTheKnee) {
+  InFlightOptions o;
+  o.min = 1;
+  o.max = 256;
+  o.start = 16;
+  InFlightLimit l(o);
+  EXPECT_EQ(l.limit(), 16);
+  // Warmup, then 16 -> 32 -> 64 -> 128 (each kept at once: goodput grew with it) -> 256,
+  // which gains nothing (the knee is at 85) and is undone after its judging period.
+  const Route route{85};
+  RunPeriods(l, route, 7);
+  EXPECT_EQ(l.limit(), 128);
+  EXPECT_NE(l.reason().find("back"), std::string::npos) << l.reason();
+  // From now on probes go up by a quarter, and each failed one waits twice as long.
+  std::vector<int> probes;
+  for (int i = 0; i < 150; ++i) {
+    l.Update({route(l.limit()), true});
+    EXPECT_TRUE(l.limit() == 128 || l.limit() == 160) << l.limit();
+    if (l.limit() == 160 && (probes.empty() || probes.back() != i - 1)) probes.push_back(i);
+  }
+  ASSERT_GE(probes.size(), 4u);
+  for (std::size_t k = 2; k < probes.size(); ++k) {
+    EXPECT_GE(probes[k] - probes[k - 1], probes[k - 1] - probes[k - 2]) << "probe " << k;
+  }
+  EXPECT_LE(probes.size(), 7u);  // 5, 10, 20, 40, 40 periods apart
+}
+
+TEST(InFlightLimitTest, AProbeThatLowersGoodputIsUndone) {
+  InFlightOptions o;
+  o.start = 8;
+  o.max = 64;
+  o.step = 1.5;
+  InFlightLimit l(o);
+  // Beyond 8 copies, each extra copy costs goodput (a bottleneck queue overflowing).
+  Route r{8, 1e6, -0.5e6};
+  Warmup(l);
+  l.Update({r(l.limit()), true});  // probe: 8 -> 12
+  EXPECT_EQ(l.limit(), 12);
+  l.Update({r(l.limit()), true});  // settle: no gain showed at once
+  EXPECT_EQ(l.limit(), 12);
+  l.Update({r(l.limit()), true});  // judged: worse, back to 8
+  EXPECT_EQ(l.limit(), 8);
+  EXPECT_NE(l.reason().find("back"), std::string::npos);
+  for (int i = 0; i < 30; ++i) {
+    l.Update({r(l.limit()), true});
+    EXPECT_LE(l.limit(), 10);  // a quarter more at most, now
+  }
+}
+
+TEST(InFlightLimitTest, TheFirstPeriodAfterAStartIsNotAMeasurement) {
+  // The first period's goodput is low (sessions being set up): a probe judged against it
+  // would look like a gain whatever it did. The baseline is the second period.
+  InFlightOptions o;
+  o.start = 32;
+  o.max = 256;
+  InFlightLimit l(o);
+  l.Update({1e6, true});  // setup
+  EXPECT_EQ(l.limit(), 32);
+  l.Update({100e6, true});  // measured: probe
+  EXPECT_EQ(l.limit(), 64);
+  l.Update({105e6, true});  // 5 %: not kept at once
+  EXPECT_EQ(l.limit(), 64);
+  l.Update({105e6, true});  // nor after settling
+  EXPECT_EQ(l.limit(), 32);
+  // A restart (new work) forgets it all and warms up again.
+  l.Restart(200);
+  EXPECT_EQ(l.limit(), 200);
+  l.Update({1e6, true});
+  EXPECT_EQ(l.limit(), 200);
+  l.Update({50e6, true});
+  EXPECT_EQ(l.limit(), 256);  // climbing again (x2, capped)
+}
+
+TEST(InFlightLimitTest, NothingChangesWhileTheLimitHoldsNothingBack) {
+  InFlightOptions o;
+  o.start = 4;
+  InFlightLimit l(o);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(l.Update({1e6 * (i + 1), false}), 4);
+}
+
+TEST(InFlightLimitTest, StaysWithinItsBounds) {
+  InFlightOptions o;
+  o.min = 2;
+  o.max = 10;
+  o.start = 50;
+  InFlightLimit l(o);
+  EXPECT_EQ(l.limit(), 10);  // start clamped
+  EXPECT_EQ(RunPeriods(l, Route{1000}, 30), 10);
+  o.start = 0;
+  InFlightLimit low(o);
+  EXPECT_EQ(low.limit(), 2);
+  low.Restart(-5);
+  EXPECT_EQ(low.limit(), 2);
+}
+
+TEST(InFlightLimitTest, AGoodputCollapseAtTheSameLimitStepsDown) {
+  InFlightOptions o;
+  o.start = 32;
+  o.max = 32;
+  InFlightLimit l(o);
+  Warmup(l);
+  l.Update({32e6, true});  // at max: hold and watch
+  l.Update({32e6, true});
+  EXPECT_EQ(l.limit(), 32);
+  l.Update({10e6, true});  // one bad period: files ending together, say
+  EXPECT_EQ(l.limit(), 32);
+  l.Update({32e6, true});
+  l.Update({10e6, true});
+  EXPECT_EQ(l.limit(), 32);
+  l.Update({10e6, true});  // two in a row: the route got much worse (loss), fewer copies
+  EXPECT_LT(l.limit(), 32);
+  EXPECT_NE(l.reason().find("fell"), std::string::npos);
+}
+
+TEST(InFlightLimitTest, ADemandDropDuringAProbeEndsItWithoutJudging) {
+  InFlightOptions o;
+  o.start = 8;
+  o.step = 1.5;
+  InFlightLimit l(o);
+  Warmup(l);
+  l.Update({8e6, true});   // probe 8 -> 12
+  l.Update({1e6, false});  // the work ran out: no verdict, the limit stays
+  EXPECT_EQ(l.limit(), 12);
+  l.Update({12e6, true});  // a new probe from 12
+  EXPECT_EQ(l.limit(), 18);
+}
+
+TEST(InFlightLimitTest, AGainThatShowsAtOnceIsKeptWithoutASettlingPeriod) {
+  // Warm sessions and small files: more copies give more goodput in the very next period, so
+  // the limit doubles every period (32 -> 256 in 3 periods, not 6).
+  InFlightOptions o;
+  o.start = 32;
+  o.max = 256;
+  InFlightLimit l(o);
+  const Route route{1000};
+  Warmup(l);
+  l.Update({route(l.limit()), true});
+  EXPECT_EQ(l.limit(), 64);
+  l.Update({route(l.limit()), true});
+  EXPECT_EQ(l.limit(), 128);
+  l.Update({route(l.limit()), true});
+  EXPECT_EQ(l.limit(), 256);
+}
+
+TEST(InFlightLimitTest, AProbeThatMakesACleanPathCongestedIsUndoneDespiteMoreGoodput) {
+  // Goodput keeps growing with the copies, but beyond 16 copies the senders re-send 2 % of
+  // their bytes (the bottleneck queue overflows): the probe to 32 is undone.
+  InFlightOptions o;
+  o.start = 8;
+  o.max = 256;
+  InFlightLimit l(o);
+  auto sample = [](int in_flight) {
+    return InFlightSample{in_flight * 1e6, true, in_flight > 16 ? 0.02 : 0.0001, 1.1};
+  };
+  Warmup(l);
+  l.Update(sample(l.limit()));  // 8 -> 16
+  l.Update(sample(l.limit()));  // 16 helped at once -> 32
+  EXPECT_EQ(l.limit(), 32);
+  l.Update(sample(l.limit()));  // congested at 32: back to 16
+  EXPECT_EQ(l.limit(), 16);
+  EXPECT_NE(l.reason().find("congestion"), std::string::npos) << l.reason();
+  for (int i = 0; i < 40; ++i) {
+    l.Update(sample(l.limit()));
+    EXPECT_LE(l.limit(), 20);
+  }
+  // A standing queue (smoothed RTT twice the least) vetoes the same way.
+  InFlightLimit q(o);
+  auto queued = [](int in_flight) {
+    return InFlightSample{in_flight * 1e6, true, 0, in_flight > 16 ? 2.0 : 1.05};
+  };
+  Warmup(q);
+  q.Update(queued(q.limit()));
+  q.Update(queued(q.limit()));
+  q.Update(queued(q.limit()));
+  EXPECT_EQ(q.limit(), 16);
+}
+
+TEST(InFlightLimitTest, OnAPathCongestedAlreadyAProbeIsJudgedByGoodputAlone) {
+  // Loss that does not come from us (a lossy route): it vetoes nothing, goodput decides.
+  InFlightOptions o;
+  o.start = 8;
+  o.max = 64;
+  InFlightLimit l(o);
+  Warmup(l);
+  for (int i = 0; i < 3; ++i) l.Update({l.limit() * 1e6, true, 0.03, 1.0});
+  EXPECT_EQ(l.limit(), 64);
+}
+
+}  // namespace
+}  // namespace gfrep::replica

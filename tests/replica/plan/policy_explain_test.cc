@@ -1,0 +1,165 @@
+#include "replica/plan/policy_explain.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "replica/plan/policy_engine.h"
+#include "tests/support/temp_dir.h"
+
+namespace gfrep::replica {
+namespace {
+
+using catalog::ReplicaState;
+
+// gfpolicy explain's reasons over a real catalog, with "now" injected.
+class PolicyExplainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    catalog::CatalogOptions o;
+    o.path = dir_.Sub("db");
+    o.sync = false;
+    o.clock = [this] { return now_.now_ns; };  // the catalog and explain share "now"
+    auto c = catalog::OpenRocksCatalog(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cat_ = std::move(*c);
+    for (const auto& [name, region] : std::vector<std::pair<std::string, std::string>>{
+             {"kek", "jp"}, {"tsukuba", "jp"}, {"sdsc", "us"}}) {
+      ASSERT_TRUE(cat_->PutSite({name, {{"region", region}}}).ok());
+      catalog::Node n;
+      n.name = name + "-n1";
+      n.site = name;
+      n.address = "127.0.0.1:1";
+      ASSERT_TRUE(cat_->RegisterNode(n).ok());
+    }
+    ASSERT_TRUE(cat_->Mkdir("/exp", {}).ok());
+    catalog::FileContent content;
+    content.size = 10;
+    content.checksum_algo = "xxh3-128";
+    content.checksum = "ab";
+    ASSERT_TRUE(cat_->CommitFile("/exp/f", content, "tsukuba-n1", std::nullopt).ok());
+  }
+
+  PolicyRule Rule(const std::string& sites, std::uint32_t copies = 1) {
+    auto r = ParsePolicies(fmt::format("rules:\n  - name: r\n    paths: [/exp/**]\n    copies: {}\n"
+                                       "    sites: \"{}\"\n",
+                                       copies, sites),
+                           "t.yaml");
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r->front();
+  }
+
+  std::uint64_t RuleRequest() {
+    catalog::RequestSpec spec;
+    spec.paths = {"/exp/f"};
+    spec.dst_sites = {"sdsc"};
+    spec.owner = std::string(kPolicyOwnerPrefix) + "r";
+    auto req = cat_->CreateRequest(spec);
+    EXPECT_TRUE(req.ok());
+    return req->id;
+  }
+
+  RuleFileVerdict Explain(const PolicyRule& rule) {
+    auto v = ExplainPath(*cat_, {rule}, "/exp/f", now_);
+    EXPECT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(v->size(), 1u);
+    return v->empty() ? RuleFileVerdict{} : v->front();
+  }
+
+  gfrep::testing::TempDir dir_{"policy-explain"};
+  std::unique_ptr<catalog::Catalog> cat_;
+  ExplainOptions now_{catalog::SystemNowNs()};
+};
+
+TEST_F(PolicyExplainTest, SatisfiedAndNoRuleAtAll) {
+  RuleFileVerdict v = Explain(Rule("region=jp"));
+  EXPECT_EQ(v.state, RuleFileState::kSatisfied);
+  EXPECT_EQ(v.have, 1u);
+  auto none = ExplainPath(*cat_, {Rule("*")}, "/exp/f", now_);
+  ASSERT_TRUE(none.ok());
+  auto other = ParsePolicies("rules:\n  - name: o\n    paths: [/other/**]\n    sites: kek\n", "t");
+  auto nothing = ExplainPath(*cat_, *other, "/exp/f", now_);
+  ASSERT_TRUE(nothing.ok());
+  EXPECT_TRUE(nothing->empty());
+}
+
+TEST_F(PolicyExplainTest, NoEligibleSite) {
+  RuleFileVerdict v = Explain(Rule("region=mars"));
+  EXPECT_EQ(v.state, RuleFileState::kWaiting);
+  EXPECT_NE(v.reason.find("no eligible site: 'region=mars' selects no site"), std::string::npos)
+      << v.reason;
+}
+
+TEST_F(PolicyExplainTest, LifetimeEnded) {
+  PolicyRule rule = Rule("sdsc");
+  rule.lifetime = std::chrono::hours(1);
+  const std::uint64_t id = RuleRequest();
+  EXPECT_EQ(Explain(rule).state, RuleFileState::kWaiting) << "within its lifetime";
+  now_.now_ns += std::chrono::nanoseconds(std::chrono::hours(1)).count();
+  RuleFileVerdict v = Explain(rule);
+  EXPECT_EQ(v.state, RuleFileState::kEnded);
+  EXPECT_EQ(v.request_id, id);
+  EXPECT_NE(v.reason.find("lifetime ended at"), std::string::npos) << v.reason;
+  auto s = StatusOfRule(*cat_, rule, 100, now_);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->ended, 1u);
+  EXPECT_TRUE(s->unsatisfied.empty());
+}
+
+TEST_F(PolicyExplainTest, NoRequestYet) {
+  RuleFileVerdict v = Explain(Rule("sdsc"));
+  EXPECT_EQ(v.state, RuleFileState::kWaiting);
+  EXPECT_NE(v.reason.find("no request yet"), std::string::npos) << v.reason;
+}
+
+TEST_F(PolicyExplainTest, SourceDown) {
+  const std::uint64_t id = RuleRequest();
+  now_.now_ns += 600'000'000'000;  // ten minutes without any heartbeat
+  RuleFileVerdict v = Explain(Rule("sdsc"));
+  EXPECT_EQ(v.state, RuleFileState::kWaiting);
+  EXPECT_EQ(v.request_id, id);
+  EXPECT_NE(v.reason.find("no source up: the replicas are on tsukuba-n1"), std::string::npos)
+      << v.reason;
+}
+
+TEST_F(PolicyExplainTest, BackoffAfterAnErrorAndThenFailure) {
+  const std::uint64_t id = RuleRequest();
+  catalog::TaskSpec ts;
+  ts.request_id = id;
+  ts.path = "/exp/f";
+  ts.src_node = "tsukuba-n1";
+  ts.dst_node = "sdsc-n1";
+  ts.max_attempts = 2;
+  ASSERT_TRUE(cat_->CreateTasks({ts}).ok());
+  auto t = cat_->ClaimTask("sdsc-n1", "w", std::chrono::seconds(10));
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(cat_->FailTask(t->id, "w", "UNAVAILABLE: connect tsukuba-n1: refused", true,
+                             std::chrono::minutes(5))
+                  .ok());
+  RuleFileVerdict v = Explain(Rule("sdsc"));
+  EXPECT_EQ(v.state, RuleFileState::kWaiting);
+  EXPECT_NE(v.reason.find("backing off until"), std::string::npos) << v.reason;
+  EXPECT_NE(v.reason.find("connect tsukuba-n1: refused"), std::string::npos) << v.reason;
+
+  now_.now_ns += 400'000'000'000;  // past the backoff: the agent claims it again, and fails
+  t = cat_->ClaimTask("sdsc-n1", "w", std::chrono::seconds(10));
+  ASSERT_TRUE(t.ok()) << t.status();
+  v = Explain(Rule("sdsc"));
+  EXPECT_EQ(v.state, RuleFileState::kInFlight);
+  EXPECT_NE(v.reason.find("copying now from tsukuba-n1"), std::string::npos) << v.reason;
+  ASSERT_TRUE(cat_->FailTask(t->id, "w", "DATA_LOSS: checksum", true, std::chrono::seconds(0)).ok());
+  v = Explain(Rule("sdsc"));
+  EXPECT_EQ(v.state, RuleFileState::kFailed);
+  EXPECT_NE(v.reason.find("failed after 2 attempts: DATA_LOSS: checksum"), std::string::npos)
+      << v.reason;
+
+  // gfpolicy status: the rule's files by state.
+  auto s = StatusOfRule(*cat_, Rule("sdsc"), 10, now_);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->files, 1u);
+  EXPECT_EQ(s->failed, 1u);
+  ASSERT_EQ(s->unsatisfied.size(), 1u);
+  EXPECT_EQ(s->unsatisfied[0].path, "/exp/f");
+}
+
+}  // namespace
+}  // namespace gfrep::replica

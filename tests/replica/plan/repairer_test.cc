@@ -1,0 +1,300 @@
+#include "replica/plan/repairer.h"
+
+#include <gtest/gtest.h>
+#include <spdlog/sinks/null_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "tests/support/temp_dir.h"
+
+namespace gfrep::replica {
+namespace {
+
+using catalog::ReplicaState;
+using catalog::RequestState;
+
+// The repairer over a real catalog, without agents: what it asks the planner for, and what
+// it does with the bad records once the request has ended.
+class RepairerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    catalog::CatalogOptions o;
+    o.path = dir_.Sub("db");
+    o.sync = false;
+    o.clock = [this] { return now_ns_ != 0 ? now_ns_ : catalog::SystemNowNs(); };
+    auto c = catalog::OpenRocksCatalog(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cat_ = std::move(*c);
+    for (const auto& [node, site] : std::vector<std::pair<std::string, std::string>>{
+             {"a1", "a"}, {"b1", "b"}, {"b2", "b"}, {"c1", "c"}}) {
+      ASSERT_TRUE(cat_->PutSite({site, {}}).ok());
+      catalog::Node n;
+      n.name = node;
+      n.site = site;
+      n.address = "127.0.0.1:1";
+      ASSERT_TRUE(cat_->RegisterNode(n).ok());
+    }
+  }
+
+  // /f at generation 1, complete on every node of `holders`.
+  catalog::Attributes File(const std::string& path, const std::vector<std::string>& holders) {
+    catalog::FileContent c;
+    c.size = 100;
+    c.checksum_algo = "xxh3-128";
+    c.checksum = "ab";
+    auto a = cat_->CommitFile(path, c, holders.front(), std::nullopt);
+    EXPECT_TRUE(a.ok()) << a.status();
+    for (std::size_t i = 1; i < holders.size(); ++i) {
+      catalog::Replica r;
+      r.inode = a->inode;
+      r.node = holders[i];
+      r.state = ReplicaState::kComplete;
+      r.generation = a->generation;
+      r.size = 100;
+      EXPECT_TRUE(cat_->PutReplica(r).ok());
+    }
+    return *a;
+  }
+
+  void Mark(const catalog::Attributes& a, const std::string& node, ReplicaState to) {
+    catalog::ReplicaTransition t;
+    t.inode = a.inode;
+    t.node = node;
+    t.generation = a.generation;
+    t.from = ReplicaState::kComplete;
+    t.to = to;
+    t.note = "test";
+    auto r = cat_->TransitionReplicas({t});
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE((*r)[0].ok()) << (*r)[0];
+  }
+
+  std::vector<catalog::Request> RepairRequests() {
+    auto all = cat_->ListRequests(true, RequestState::kQueued, 1000);
+    EXPECT_TRUE(all.ok());
+    std::vector<catalog::Request> out;
+    for (const catalog::Request& r : *all) {
+      if (r.spec.owner == kRepairOwner) out.push_back(r);
+    }
+    return out;
+  }
+
+  // Node `name` last heard of an hour ago (down for the planner and the repairer).
+  void Silence(const std::string& name) {
+    auto n = cat_->GetNode(name);
+    ASSERT_TRUE(n.ok());
+    now_ns_ = catalog::SystemNowNs() - std::chrono::nanoseconds(std::chrono::hours(1)).count();
+    ASSERT_TRUE(cat_->RegisterNode(*n).ok());
+    now_ns_ = 0;
+  }
+
+  std::int64_t now_ns_ = 0;  // 0: the real clock
+
+  std::unique_ptr<Repairer> Make() {
+    RepairerOptions o;
+    o.catalog = cat_.get();
+    o.scan_interval = std::chrono::hours(1);
+    o.logger = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
+    return std::make_unique<Repairer>(o);
+  }
+
+  ReplicaState StateOn(const catalog::Attributes& a, const std::string& node) {
+    auto all = cat_->GetReplicas(a.inode);
+    EXPECT_TRUE(all.ok());
+    for (const catalog::Replica& r : *all) {
+      if (r.node == node) return r.state;
+    }
+    return ReplicaState::kPending;
+  }
+
+  void EndRequest(std::uint64_t id, RequestState state) {
+    catalog::RequestUpdate u;
+    u.id = id;
+    u.set_state = true;
+    u.state = state;
+    ASSERT_TRUE(cat_->UpdateRequest(u).ok());
+  }
+
+  gfrep::testing::TempDir dir_{"repairer"};
+  std::unique_ptr<catalog::Catalog> cat_;
+};
+
+TEST_F(RepairerTest, ABadReplicaGetsOneRequestForItsSiteAndIsDroppedOnceRepaired) {
+  catalog::Attributes a = File("/f", {"a1", "b1", "c1"});
+  auto repairer = Make();
+  auto s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->requests_created, 0u) << "nothing is bad yet";
+
+  Mark(a, "b1", ReplicaState::kCorrupt);
+  s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->requests_created, 1u);
+  std::vector<catalog::Request> reqs = RepairRequests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].spec.paths, std::vector<std::string>{"/f"});
+  EXPECT_EQ(reqs[0].spec.dst_sites, std::vector<std::string>{"b"});
+  EXPECT_EQ(reqs[0].spec.copies, 1u) << "site b held one complete copy before";
+  EXPECT_EQ(reqs[0].spec.priority, kRepairPriority) << "two good copies are left";
+
+  // Nothing new while it runs, however often the repairer looks.
+  s = repairer->Step();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->requests_created, 0u);
+  EXPECT_EQ(RepairRequests().size(), 1u);
+
+  // The planner made the copy on b2 (say b1 was busy) and ended the request: b1's bad
+  // record is dropped so that b1 unlinks what is left.
+  catalog::Replica made;
+  made.inode = a.inode;
+  made.node = "b2";
+  made.state = ReplicaState::kComplete;
+  made.generation = a.generation;
+  made.size = 100;
+  ASSERT_TRUE(cat_->PutReplica(made).ok());
+  EndRequest(reqs[0].id, RequestState::kDone);
+  s = repairer->Step();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->records_dropped, 1u);
+  EXPECT_EQ(StateOn(a, "b1"), ReplicaState::kDeleting);
+}
+
+TEST_F(RepairerTest, ACopyFoundBadWhileARepairRunsGetsTheNextRequest) {
+  catalog::Attributes a = File("/f", {"a1", "b1", "c1"});
+  auto repairer = Make();
+  Mark(a, "b1", ReplicaState::kCorrupt);
+  ASSERT_TRUE(repairer->Step().ok());
+  ASSERT_EQ(RepairRequests().size(), 1u);
+  Mark(a, "c1", ReplicaState::kLost);  // while b's repair runs
+  auto s = repairer->Step();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->requests_created, 0u) << "one repair request per file at a time";
+  // b1 was copied again (a claim replaced its record), and the request ended.
+  catalog::Replica again;
+  again.inode = a.inode;
+  again.node = "b1";
+  again.state = ReplicaState::kComplete;
+  again.generation = a.generation;
+  again.size = 100;
+  ASSERT_TRUE(cat_->PutReplica(again).ok());
+  EndRequest(RepairRequests()[0].id, RequestState::kDone);
+  s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->requests_created, 1u);
+  std::vector<catalog::Request> reqs = RepairRequests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[0].spec.dst_sites, std::vector<std::string>{"c"});  // newest first
+  EXPECT_EQ(StateOn(a, "c1"), ReplicaState::kLost) << "kept until its own repair is done";
+}
+
+TEST_F(RepairerTest, AFileDownToOneCopyIsRepairedFirst) {
+  catalog::Attributes a = File("/f", {"a1", "b1", "c1"});
+  Mark(a, "b1", ReplicaState::kLost);
+  Mark(a, "c1", ReplicaState::kCorrupt);
+  auto s = Make()->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<catalog::Request> reqs = RepairRequests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].spec.priority, kLastCopyPriority);
+  EXPECT_EQ(reqs[0].spec.dst_sites, (std::vector<std::string>{"b", "c"}));
+  EXPECT_EQ(reqs[0].spec.copies, 2u);
+}
+
+TEST_F(RepairerTest, AFileWithNoGoodCopyLeftIsReportedNotRequested) {
+  catalog::Attributes a = File("/f", {"a1"});
+  Mark(a, "a1", ReplicaState::kCorrupt);
+  auto s = Make()->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->unrepairable, 1u);
+  EXPECT_TRUE(RepairRequests().empty());
+  EXPECT_EQ(StateOn(a, "a1"), ReplicaState::kCorrupt) << "the only trace of the bytes stays";
+}
+
+TEST_F(RepairerTest, ARestartedRepairerFindsItsOpenRequestAndMakesNoSecond) {
+  catalog::Attributes a = File("/f", {"a1", "b1"});
+  Mark(a, "b1", ReplicaState::kLost);
+  ASSERT_TRUE(Make()->Step().ok());
+  ASSERT_EQ(RepairRequests().size(), 1u);
+  // A new repairer (gfcatalogd restarted) scans everything at its first step.
+  auto again = Make();
+  auto s = again->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->requests_created, 0u);
+  EXPECT_EQ(RepairRequests().size(), 1u);
+  // A failed repair is tried again (at the next scan; a new repairer scans at once).
+  EndRequest(RepairRequests()[0].id, RequestState::kFailed);
+  ASSERT_TRUE(again->Step().ok());
+  EXPECT_EQ(StateOn(a, "b1"), ReplicaState::kLost) << "not repaired: kept";
+  s = Make()->Step();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->requests_created, 1u);
+}
+
+TEST_F(RepairerTest, ABadReplicaOfAnOlderGenerationIsOnlyDropped) {
+  catalog::Attributes a = File("/f", {"a1", "b1"});
+  Mark(a, "b1", ReplicaState::kCorrupt);
+  // The file is written again: the bad copy of generation 1 is not worth repairing.
+  catalog::FileContent c;
+  c.size = 5;
+  c.checksum_algo = "xxh3-128";
+  c.checksum = "cd";
+  ASSERT_TRUE(cat_->CommitFile("/f", c, "a1", std::nullopt).ok());
+  auto s = Make()->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->requests_created, 0u);
+  EXPECT_EQ(s->records_dropped, 1u);
+  EXPECT_EQ(StateOn(a, "b1"), ReplicaState::kDeleting);
+}
+
+TEST_F(RepairerTest, ALostCopyOnASiteThatIsDownIsMadeAgainWhereItsHoldersWantIt) {
+  // gfrep -N 3 /g (any site) made copies on a1, b1, c1; c's only node then lost its copy
+  // and went silent.
+  catalog::Attributes g = File("/g", {"a1", "b1", "c1"});
+  catalog::RequestSpec user;
+  user.paths = {"/g"};
+  user.copies = 3;
+  user.owner = "alice";
+  auto made = cat_->CreateRequest(user);
+  ASSERT_TRUE(made.ok());
+  Mark(g, "c1", ReplicaState::kLost);
+  Silence("c1");
+  auto repairer = Make();
+  auto s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<catalog::Request> reqs = RepairRequests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].spec.copies, 3u) << "alice's count";
+  EXPECT_TRUE(reqs[0].spec.dst_sites.empty()) << "anywhere alive: the planner picks";
+
+  // A file nobody asked for gets the copies it had back, anywhere.
+  catalog::Attributes h = File("/h", {"a1", "c1"});
+  Mark(h, "c1", ReplicaState::kCorrupt);
+  s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  reqs = RepairRequests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[0].spec.paths, std::vector<std::string>{"/h"});
+  EXPECT_EQ(reqs[0].spec.copies, 2u);
+  EXPECT_TRUE(reqs[0].spec.dst_sites.empty());
+}
+
+TEST_F(RepairerTest, ARulesCountIsRestoredInItsSitesWhenTheBadCopysSiteIsDown) {
+  ASSERT_TRUE(cat_->PutPolicies("rules:\n  - name: two-in-bc\n    paths: [/exp/**]\n    copies: 2\n"
+                                "    sites: \"b|c\"\n",
+                                "test", std::nullopt)
+                  .ok());
+  ASSERT_TRUE(cat_->Mkdir("/exp", {}).ok());
+  catalog::Attributes f = File("/exp/f", {"a1", "b1", "c1"});
+  Mark(f, "c1", ReplicaState::kLost);
+  Silence("c1");
+  auto repairer = Make();
+  auto s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<catalog::Request> reqs = RepairRequests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].spec.copies, 2u);
+  EXPECT_EQ(reqs[0].spec.dst_sites, (std::vector<std::string>{"b"}))
+      << "the rule's sites that can take a copy now (b2 is its other live node)";
+}
+
+}  // namespace
+}  // namespace gfrep::replica
