@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
                  "Memory gRPC may give its connections (e.g. 2G; 0 = no bound): near it, new "
                  "connections are dropped and idle ones give back their buffers")
       ->capture_default_str();
-  const replica::HttpServerOptions http_defaults;
+  const replica::web::HttpServerOptions http_defaults;
   tools::HttpLimitFlags http_limits{http_defaults.max_connections, http_defaults.max_connections_per_client,
                                     http_defaults.descriptor_reserve};
   tools::AddHttpLimitFlags(app, http_limits);
@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
                  "destination; its open tasks are planned elsewhere)")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
-  int open_per_node = replica::PlannerOptions{}.max_open_tasks_per_node;
+  int open_per_node = replica::plan::PlannerOptions{}.max_open_tasks_per_node;
   app.add_option("--max-open-tasks-per-node", open_per_node,
                  "Planner: queued or leased tasks per destination node at most; a node whose "
                  "gfsited reports its --workers gets at least 5 per worker (claims ahead and "
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
     return tools::Fail(kProgram, "--http needs the telemetry: drop --no-telemetry", 2);
   }
   if (!http.empty()) {
-    if (absl::Status s = replica::CheckHttpListen(http, http_public); !s.ok()) {
+    if (absl::Status s = replica::web::CheckHttpListen(http, http_public); !s.ok()) {
       return tools::Fail(kProgram, std::string(s.message()), 2);
     }
   }
@@ -229,8 +229,8 @@ int main(int argc, char** argv) {
     if (!in) return absl::NotFoundError(fmt::format("{}: cannot read", policies));
     std::stringstream text;
     text << in.rdbuf();
-    absl::StatusOr<std::vector<replica::PolicyRule>> rules =
-        replica::ParsePolicies(text.str(), policies);
+    absl::StatusOr<std::vector<replica::plan::PolicyRule>> rules =
+        replica::plan::ParsePolicies(text.str(), policies);
     if (!rules.ok()) return rules.status();
     return text.str();
   };
@@ -264,10 +264,10 @@ int main(int argc, char** argv) {
 
   // Live telemetry from the agents, for the dashboard and /metrics (replica/web/telemetry.h).
   // Kept unless --no-telemetry (it also gives gfrep the bytes its running copies received).
-  std::unique_ptr<replica::TelemetryHub> hub;
+  std::unique_ptr<replica::web::TelemetryHub> hub;
   catalog::ServerOptions server_options;
   if (!no_telemetry) {
-    hub = std::make_unique<replica::TelemetryHub>();
+    hub = std::make_unique<replica::web::TelemetryHub>();
     server_options.telemetry_sink = [hub = hub.get()](const catalog::TelemetryBatch& b) { return hub->Add(b); };
     server_options.request_in_flight = [hub = hub.get()](std::uint64_t id) { return hub->InFlightBytes(id); };
   }
@@ -321,7 +321,7 @@ int main(int argc, char** argv) {
   } else {
     if (!token_key.empty()) return tools::Fail(kProgram, "--token-key needs mutual TLS (--tls-client-ca)", 2);
     const std::string host = listen.substr(0, listen.rfind(':'));
-    if (!replica::IsLoopbackHost(host) && !insecure) {
+    if (!replica::web::IsLoopbackHost(host) && !insecure) {
       return tools::Fail(kProgram,
                          fmt::format("--listen {}: not a loopback address, and no mutual TLS: anyone who "
                                      "reaches the port could delete the namespace. Give --tls-cert, "
@@ -385,9 +385,9 @@ int main(int argc, char** argv) {
   // --shared, the front end that holds the database's leadership (taken over within about
   // a second when the leader dies; catalog/internal/kv_store.h HoldLeadership).
   struct Background {
-    std::unique_ptr<replica::Planner> planner;
-    std::unique_ptr<replica::Repairer> repairer;
-    std::unique_ptr<replica::PolicyEngine> policy_engine;
+    std::unique_ptr<replica::plan::Planner> planner;
+    std::unique_ptr<replica::plan::Repairer> repairer;
+    std::unique_ptr<replica::plan::PolicyEngine> policy_engine;
     void Stop() {
       if (policy_engine) policy_engine->Stop();
       if (repairer) repairer->Stop();
@@ -400,31 +400,31 @@ int main(int argc, char** argv) {
   Background background;
   auto start_background = [&]() -> absl::Status {
     if (!no_planner) {
-      replica::PlannerOptions planner_options;
+      replica::plan::PlannerOptions planner_options;
       planner_options.catalog = store->get();
       planner_options.logger = log;
       planner_options.heartbeat_timeout = std::chrono::seconds(node_timeout_s);
       planner_options.max_open_tasks_per_node = open_per_node;
       planner_options.finished_request_retention =
           std::chrono::seconds(static_cast<std::int64_t>(keep_finished_days * 86400));
-      absl::StatusOr<std::unique_ptr<replica::Planner>> p =
-          replica::Planner::Create(planner_options);
+      absl::StatusOr<std::unique_ptr<replica::plan::Planner>> p =
+          replica::plan::Planner::Create(planner_options);
       if (!p.ok()) return p.status();
       background.planner = std::move(*p);
       background.planner->Start();
     }
     if (!no_repair) {
-      replica::RepairerOptions repair_options;
+      replica::plan::RepairerOptions repair_options;
       repair_options.catalog = store->get();
       repair_options.logger = log;
       repair_options.scan_interval =
           std::chrono::milliseconds(static_cast<std::int64_t>(repair_scan_s * 1000));
       repair_options.node_timeout = std::chrono::seconds(node_timeout_s);
-      background.repairer = std::make_unique<replica::Repairer>(repair_options);
+      background.repairer = std::make_unique<replica::plan::Repairer>(repair_options);
       background.repairer->Start();
     }
     if (!no_policies) {
-      replica::PolicyEngineOptions po;
+      replica::plan::PolicyEngineOptions po;
       po.catalog = store->get();
       po.logger = log;
       po.state_file = policy_state.empty() ? db + "-policy-state.json" : policy_state;
@@ -432,7 +432,7 @@ int main(int argc, char** argv) {
           std::chrono::milliseconds(static_cast<std::int64_t>(removed_rule_grace_s * 1000));
       po.release_interval =
           std::chrono::milliseconds(static_cast<std::int64_t>(release_interval_s * 1000));
-      background.policy_engine = std::make_unique<replica::PolicyEngine>(po);
+      background.policy_engine = std::make_unique<replica::plan::PolicyEngine>(po);
       background.policy_engine->Start();
     }
     return absl::OkStatus();
@@ -456,22 +456,22 @@ int main(int argc, char** argv) {
   if (shared && !leading) log->info("follower: another front end runs the planner");
 
   // The dashboard, /metrics and health checks (replica/web/dashboard.h, replica/web/http_server.h).
-  std::unique_ptr<replica::Dashboard> dashboard;
-  std::unique_ptr<replica::HttpServer> web;
+  std::unique_ptr<replica::web::Dashboard> dashboard;
+  std::unique_ptr<replica::web::HttpServer> web;
   if (!http.empty()) {
-    replica::DashboardOptions dopt;
+    replica::web::DashboardOptions dopt;
     dopt.catalog = store->get();
     dopt.hub = hub.get();
     dopt.node_timeout = std::chrono::seconds(node_timeout_s);
     dopt.logger = log;
-    dashboard = std::make_unique<replica::Dashboard>(dopt);
-    replica::HttpRoutes routes;
+    dashboard = std::make_unique<replica::web::Dashboard>(dopt);
+    replica::web::HttpRoutes routes;
     dashboard->AddRoutes(routes);
-    replica::AddHealthRoutes(routes, [cat = store->get()]() -> absl::Status {
+    replica::web::AddHealthRoutes(routes, [cat = store->get()]() -> absl::Status {
       absl::StatusOr<std::uint64_t> seq = cat->LastEventSeq();  // the database answers
       return seq.ok() ? absl::OkStatus() : seq.status();
     });
-    routes.pages["/metrics"] = [d = dashboard.get(), srv = server->get(), cat = store->get()](const replica::HttpRequest&) {
+    routes.pages["/metrics"] = [d = dashboard.get(), srv = server->get(), cat = store->get()](const replica::web::HttpRequest&) {
       replica::MetricsText m;
       d->AppendMetrics(m);
       // Catalog RPC latency (server side, per method) and the storage engine's figures.
@@ -509,15 +509,15 @@ int main(int argc, char** argv) {
           m.Gauge(metric, fmt::format("RocksDB {} (all column families)", name), static_cast<double>(v));
         }
       }
-      return replica::HttpResponse{200, replica::kMetricsContentType, m.text(), {}};
+      return replica::web::HttpResponse{200, replica::kMetricsContentType, m.text(), {}};
     };
-    replica::HttpServerOptions hopt;
+    replica::web::HttpServerOptions hopt;
     hopt.listen = http;
     hopt.max_connections = http_limits.max_connections;
     hopt.max_connections_per_client = http_limits.max_connections_per_client;
     hopt.descriptor_reserve = http_limits.fd_reserve;
     hopt.logger = log;
-    absl::StatusOr<std::unique_ptr<replica::HttpServer>> started = replica::HttpServer::Start(hopt, std::move(routes));
+    absl::StatusOr<std::unique_ptr<replica::web::HttpServer>> started = replica::web::HttpServer::Start(hopt, std::move(routes));
     if (!started.ok()) return tools::Fail(kProgram, started.status().ToString());
     web = std::move(*started);
     dashboard->Start();

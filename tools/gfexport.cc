@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
 
   auto client = tools::ConnectCatalog(cat);
   if (!client.ok()) return tools::Fail(kProgram, tools::ErrorText(client.status()));
-  replica::ReaderOptions options;
+  replica::client::ReaderOptions options;
   options.identity.site = EnvOr(site, "GFREP_SITE");
   options.identity.node = EnvOr(node, "GFREP_NODE");
   options.tmp_dir = tmp_dir;
@@ -90,8 +90,8 @@ int main(int argc, char** argv) {
   if (!key.ok()) return tools::Fail(kProgram, tools::ErrorText(key.status()));
   options.transfer.shared_key = *key;
 
-  absl::StatusOr<std::unique_ptr<replica::FileReader>> reader =
-      replica::Open(**client, path, options);
+  absl::StatusOr<std::unique_ptr<replica::client::FileReader>> reader =
+      replica::client::Open(**client, path, options);
   if (!reader.ok()) return tools::Fail(kProgram, tools::ErrorText(reader.status()));
   const double open_s = since_start();
   double first_byte_s = 0;

@@ -1,7 +1,7 @@
 // gfmount CATALOG MOUNTPOINT --site S --node N: the catalog's namespace as a read-only file
 // tree (FUSE 3), so that unchanged programs (ls, stat, cat, md5sum, dd, python) read the
-// federation. The logic is replica::FsView and replica::FsNodes (replica/client/fs_view.h: namespace
-// cache, invalidation by TTL and by the catalog's event log, open through replica::Open, the
+// federation. The logic is replica::client::FsView and replica::client::FsNodes (replica/client/fs_view.h: namespace
+// cache, invalidation by TTL and by the catalog's event log, open through replica::client::Open, the
 // kernel's node ids); this file is only the FUSE glue (the low-level libfuse API,
 // multi-threaded loop).
 //
@@ -50,9 +50,9 @@ namespace {
 
 using gfrep::catalog::Attributes;
 using gfrep::catalog::FileType;
-using gfrep::replica::FsNodes;
-using gfrep::replica::FsView;
-using gfrep::replica::OpenFile;
+using gfrep::replica::client::FsNodes;
+using gfrep::replica::client::FsView;
+using gfrep::replica::client::OpenFile;
 
 struct Mount {
   std::unique_ptr<FsView> view;
@@ -483,7 +483,7 @@ int main(int argc, char** argv) {
 
   auto client = tools::ConnectCatalog(cat);
   if (!client.ok()) return tools::Fail(kProgram, tools::ErrorText(client.status()));
-  replica::FsViewOptions options;
+  replica::client::FsViewOptions options;
   options.ttl = std::chrono::milliseconds(static_cast<std::int64_t>(ttl_s * 1000));
   options.reader.identity.site = EnvOr(site, "GFREP_SITE");
   options.reader.identity.node = EnvOr(node, "GFREP_NODE");

@@ -40,7 +40,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return text.str();
 }
 
-nlohmann::json RuleJson(const replica::PolicyRule& r) {
+nlohmann::json RuleJson(const replica::plan::PolicyRule& r) {
   nlohmann::json j = {{"name", r.name},         {"paths", r.paths},
                       {"copies", r.copies},     {"sites", r.sites.text()},
                       {"priority", r.priority}, {"continuous", r.continuous}};
@@ -53,7 +53,7 @@ nlohmann::json RuleJson(const replica::PolicyRule& r) {
   return j;
 }
 
-std::string RuleLine(const replica::PolicyRule& r) {
+std::string RuleLine(const replica::plan::PolicyRule& r) {
   std::string s = fmt::format("{}: {} cop{} of {} in '{}'", r.name, r.copies,
                               r.copies == 1 ? "y" : "ies", fmt::join(r.paths, " "), r.sites.text());
   if (r.source_sites) s += fmt::format(" from '{}'", r.source_sites->text());
@@ -64,8 +64,8 @@ std::string RuleLine(const replica::PolicyRule& r) {
   return s;
 }
 
-nlohmann::json VerdictJson(const replica::RuleFileVerdict& v) {
-  return {{"rule", v.rule},   {"path", v.path},     {"state", std::string(replica::ToString(v.state))},
+nlohmann::json VerdictJson(const replica::plan::RuleFileVerdict& v) {
+  return {{"rule", v.rule},   {"path", v.path},     {"state", std::string(replica::plan::ToString(v.state))},
           {"wanted", v.wanted}, {"have", v.have},   {"sites", v.sites},
           {"request_id", v.request_id}, {"reason", v.reason}};
 }
@@ -92,7 +92,7 @@ int Edit(catalog::CatalogClient& c, const std::string& source,
   YAML::Emitter out;
   out << root;
   const std::string text = std::string(out.c_str()) + "\n";
-  absl::StatusOr<std::vector<replica::PolicyRule>> parsed = replica::ParsePolicies(text, source);
+  absl::StatusOr<std::vector<replica::plan::PolicyRule>> parsed = replica::plan::ParsePolicies(text, source);
   if (!parsed.ok()) return tools::Fail(kProgram, tools::ErrorText(parsed.status()), 1);
   absl::StatusOr<catalog::PolicyDocument> put = c.PutPolicies(text, source, doc->version);
   if (!put.ok()) return tools::Fail(kProgram, tools::ErrorText(put.status()), 2);
@@ -135,9 +135,9 @@ int main(int argc, char** argv) {
   tools::MakeLogger(kProgram, common);
 
   if (check->parsed()) {
-    absl::StatusOr<std::vector<replica::PolicyRule>> r = replica::LoadPolicyFile(file);
+    absl::StatusOr<std::vector<replica::plan::PolicyRule>> r = replica::plan::LoadPolicyFile(file);
     if (!r.ok()) return tools::Fail(kProgram, tools::ErrorText(r.status()), 1);
-    for (const replica::PolicyRule& x : *r) std::cout << RuleLine(x) << "\n";
+    for (const replica::plan::PolicyRule& x : *r) std::cout << RuleLine(x) << "\n";
     std::cout << fmt::format("{}: {} rule(s), no mistakes\n", file, r->size());
     return 0;
   }
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
   if (apply->parsed()) {
     absl::StatusOr<std::string> text = ReadFile(file);
     if (!text.ok()) return tools::Fail(kProgram, tools::ErrorText(text.status()), 2);
-    absl::StatusOr<std::vector<replica::PolicyRule>> r = replica::ParsePolicies(*text, file);
+    absl::StatusOr<std::vector<replica::plan::PolicyRule>> r = replica::plan::ParsePolicies(*text, file);
     if (!r.ok()) return tools::Fail(kProgram, tools::ErrorText(r.status()), 1);
     absl::StatusOr<catalog::PolicyDocument> put = c.PutPolicies(*text, file, std::nullopt);
     if (!put.ok()) return tools::Fail(kProgram, tools::ErrorText(put.status()), 2);
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
   if (add->parsed()) {
     absl::StatusOr<std::string> text = ReadFile(file);
     if (!text.ok()) return tools::Fail(kProgram, tools::ErrorText(text.status()), 2);
-    absl::StatusOr<std::vector<replica::PolicyRule>> r = replica::ParsePolicies(*text, file);
+    absl::StatusOr<std::vector<replica::plan::PolicyRule>> r = replica::plan::ParsePolicies(*text, file);
     if (!r.ok()) return tools::Fail(kProgram, tools::ErrorText(r.status()), 1);
     YAML::Node more = YAML::Load(*text)["rules"];
     return Edit(c, "gfpolicy add " + file, [&](YAML::Node& rules) {
@@ -189,13 +189,13 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<catalog::PolicyDocument> doc = c.GetPolicies();
   if (!doc.ok()) return tools::Fail(kProgram, tools::ErrorText(doc.status()), 2);
-  absl::StatusOr<std::vector<replica::PolicyRule>> rules =
-      replica::ParsePolicies(doc->text, doc->source.empty() ? "policies" : doc->source);
+  absl::StatusOr<std::vector<replica::plan::PolicyRule>> rules =
+      replica::plan::ParsePolicies(doc->text, doc->source.empty() ? "policies" : doc->source);
   if (!rules.ok()) {
     return tools::Fail(kProgram, "the stored policies do not parse: " + tools::ErrorText(rules.status()), 2);
   }
-  auto find = [&](const std::string& name) -> const replica::PolicyRule* {
-    for (const replica::PolicyRule& r : *rules) {
+  auto find = [&](const std::string& name) -> const replica::plan::PolicyRule* {
+    for (const replica::plan::PolicyRule& r : *rules) {
       if (r.name == name) return &r;
     }
     return nullptr;
@@ -203,23 +203,23 @@ int main(int argc, char** argv) {
   if (list->parsed()) {
     if (json) {
       nlohmann::json j = nlohmann::json::array();
-      for (const replica::PolicyRule& r : *rules) j.push_back(RuleJson(r));
+      for (const replica::plan::PolicyRule& r : *rules) j.push_back(RuleJson(r));
       std::cout << j.dump() << "\n";
       return 0;
     }
-    for (const replica::PolicyRule& r : *rules) std::cout << RuleLine(r) << "\n";
+    for (const replica::plan::PolicyRule& r : *rules) std::cout << RuleLine(r) << "\n";
     std::cout << fmt::format("{} rule(s), version {} from {}\n", rules->size(), doc->version,
                              doc->source.empty() ? "(none)" : doc->source);
     return 0;
   }
   if (show->parsed()) {
-    const replica::PolicyRule* r = find(rule);
+    const replica::plan::PolicyRule* r = find(rule);
     if (r == nullptr) return tools::Fail(kProgram, fmt::format("no rule named {} (NOT_FOUND)", rule), 2);
     std::cout << (json ? RuleJson(*r).dump() : RuleLine(*r)) << "\n";
     return 0;
   }
   if (explain->parsed()) {
-    absl::StatusOr<std::vector<replica::RuleFileVerdict>> v = replica::ExplainPath(c, *rules, path);
+    absl::StatusOr<std::vector<replica::plan::RuleFileVerdict>> v = replica::plan::ExplainPath(c, *rules, path);
     if (!v.ok()) return tools::Fail(kProgram, tools::ErrorText(v.status()), 2);
     bool all = true;
     if (json) {
@@ -230,20 +230,20 @@ int main(int argc, char** argv) {
       std::cout << fmt::format("{}: no rule matches it\n", path);
     }
     for (const auto& x : *v) {
-      all = all && (x.state == replica::RuleFileState::kSatisfied ||
-                    x.state == replica::RuleFileState::kEnded);
+      all = all && (x.state == replica::plan::RuleFileState::kSatisfied ||
+                    x.state == replica::plan::RuleFileState::kEnded);
       if (json) continue;
       std::cout << fmt::format("{}: rule {}: {} ({} of {} copies in {}){}{}\n", path, x.rule,
-                               replica::ToString(x.state), x.have, x.wanted,
+                               replica::plan::ToString(x.state), x.have, x.wanted,
                                x.sites.empty() ? "no site" : fmt::format("{}", fmt::join(x.sites, ",")),
                                x.reason.empty() ? "" : ": ", x.reason);
     }
     return all ? 0 : 1;
   }
   if (status->parsed()) {
-    const replica::PolicyRule* r = find(rule);
+    const replica::plan::PolicyRule* r = find(rule);
     if (r == nullptr) return tools::Fail(kProgram, fmt::format("no rule named {} (NOT_FOUND)", rule), 2);
-    absl::StatusOr<replica::RuleStatusSummary> s = replica::StatusOfRule(c, *r);
+    absl::StatusOr<replica::plan::RuleStatusSummary> s = replica::plan::StatusOfRule(c, *r);
     if (!s.ok()) return tools::Fail(kProgram, tools::ErrorText(s.status()), 2);
     if (json) {
       nlohmann::json j = {{"rule", s->rule},           {"files", s->files},
@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
                                s->rule, s->files, s->satisfied, s->in_flight, s->waiting, s->failed,
                                s->ended == 0 ? "" : fmt::format(", {} past their lifetime", s->ended));
       for (const auto& x : s->unsatisfied) {
-        std::cout << fmt::format("  {} {}: {}\n", replica::ToString(x.state), x.path, x.reason);
+        std::cout << fmt::format("  {} {}: {}\n", replica::plan::ToString(x.state), x.path, x.reason);
       }
     }
     return s->satisfied + s->ended == s->files ? 0 : 1;

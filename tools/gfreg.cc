@@ -1,7 +1,7 @@
 // gfreg LOCALFILE GFPATH [--site S] [--node N]: stores a local file into the federation
 // (gfreg -r LOCALDIR GFDIR stores every regular file under LOCALDIR at the same relative path
 // under GFDIR, -j at once, and reports each failure without stopping the others)
-// with replica::Store (replica/client/writer.h): reserves a new generation, uploads the bytes to
+// with replica::client::Store (replica/client/writer.h): reserves a new generation, uploads the bytes to
 // the agent of a node (the named one, else the least busy live node of the site, else of
 // any site) under that generation's own name, then commits the generation with that node
 // as the writer, which makes every other replica of the path stale. A failure at any step
@@ -49,7 +49,7 @@ absl::StatusOr<std::vector<std::filesystem::path>> FilesUnder(const std::filesys
 // gfreg -r: stores `files` (under `dir`) at `gfdir`/<relative path>, `jobs` at once.
 int StoreTree(gfrep::catalog::Catalog& catalog, const std::filesystem::path& dir,
               const std::vector<std::filesystem::path>& files, const std::string& gfdir,
-              const gfrep::replica::StoreOptions& options, int jobs, bool json) {
+              const gfrep::replica::client::StoreOptions& options, int jobs, bool json) {
   std::atomic<std::size_t> next{0};
   std::mutex mu;
   std::uint64_t bytes = 0;
@@ -59,8 +59,8 @@ int StoreTree(gfrep::catalog::Catalog& catalog, const std::filesystem::path& dir
     for (std::size_t i = next++; i < files.size(); i = next++) {
       const std::string rel = files[i].lexically_relative(dir).generic_string();
       const std::string path = (gfdir == "/" ? "" : gfdir) + "/" + rel;
-      absl::StatusOr<gfrep::replica::StoreResult> r =
-          gfrep::replica::Store(catalog, files[i], path, options);
+      absl::StatusOr<gfrep::replica::client::StoreResult> r =
+          gfrep::replica::client::Store(catalog, files[i], path, options);
       std::lock_guard<std::mutex> lock(mu);
       if (r.ok()) {
         ++stored;
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::string> key = transfer::LoadOrCreateSharedKey(key_path);
   if (!key.ok()) return tools::Fail(kProgram, tools::ErrorText(key.status()));
 
-  replica::StoreOptions options;
+  replica::client::StoreOptions options;
   options.node = node;
   options.site = site;
   options.transfer.shared_key = *key;
@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
   if (!std::filesystem::is_regular_file(local)) {
     return tools::Fail(kProgram, fmt::format("{} is not a regular file (a directory needs -r)", local));
   }
-  absl::StatusOr<replica::StoreResult> stored = replica::Store(**client, local, path, options);
+  absl::StatusOr<replica::client::StoreResult> stored = replica::client::Store(**client, local, path, options);
   if (!stored.ok()) return tools::Fail(kProgram, tools::ErrorText(stored.status()));
   const catalog::Attributes* a = &stored->attributes;
   const catalog::Node& target = stored->node;

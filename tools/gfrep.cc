@@ -321,7 +321,7 @@ int Status(catalog::CatalogClient& c, std::uint64_t id, bool json) {
                              {"attempts", t->attempts},
                              {"next_attempt_ns", t->next_attempt_ns},
                              {"last_error", t->last_error},
-                             {"reason", replica::DescribeTask(*t, now)}});
+                             {"reason", replica::plan::DescribeTask(*t, now)}});
     }
     std::cout << j.dump() << "\n";
     return 0;
@@ -339,7 +339,7 @@ int Status(catalog::CatalogClient& c, std::uint64_t id, bool json) {
   if (!r->error.empty()) std::cout << "  " << r->error << "\n";
   for (const auto& [key, t] : latest) {
     if (t->state == catalog::TaskState::kDone) continue;
-    std::cout << fmt::format("  {} -> {}: {}\n", key.first, key.second, replica::DescribeTask(*t, now));
+    std::cout << fmt::format("  {} -> {}: {}\n", key.first, key.second, replica::plan::DescribeTask(*t, now));
   }
   return 0;
 }
@@ -426,12 +426,12 @@ int main(int argc, char** argv) {
   catalog::CatalogClient& c = **client;
 
   if (dry_run) {
-    replica::PlannerOptions po;
+    replica::plan::PlannerOptions po;
     po.catalog = &c;
     po.logger = log;
-    auto planner = replica::Planner::Create(po);
+    auto planner = replica::plan::Planner::Create(po);
     if (!planner.ok()) return tools::Fail(kProgram, tools::ErrorText(planner.status()), 2);
-    absl::StatusOr<replica::PlanPreview> preview = (*planner)->Preview(spec);
+    absl::StatusOr<replica::plan::PlanPreview> preview = (*planner)->Preview(spec);
     if (!preview.ok()) return tools::Fail(kProgram, tools::ErrorText(preview.status()), 2);
     if (json) {
       nlohmann::json j = {{"dry_run", true},

@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   auto client = tools::ConnectCatalog(cat);
   if (!client.ok()) return tools::Fail(kProgram, tools::ErrorText(client.status()));
 
-  replica::FsckOptions o;
+  replica::agent::FsckOptions o;
   o.catalog = client->get();
   o.node = node;
   o.spool = spool;
@@ -85,9 +85,9 @@ int main(int argc, char** argv) {
   o.repair = repair;
   o.orphan_grace = std::chrono::milliseconds(static_cast<std::int64_t>(grace_h * 3600 * 1000));
   o.logger = log;
-  absl::StatusOr<replica::FsckReport> report = replica::RunFsck(o);
+  absl::StatusOr<replica::agent::FsckReport> report = replica::agent::RunFsck(o);
   if (!report.ok()) return tools::Fail(kProgram, tools::ErrorText(report.status()));
-  const replica::CheckSummary& s = report->replicas;
+  const replica::agent::CheckSummary& s = report->replicas;
 
   auto path_of = [&](catalog::InodeId inode) {
     absl::StatusOr<std::string> p = (*client)->PathOf(inode);
@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
                           {"state", std::string(VerdictName(f.verdict))},
                           {"note", f.note}});
     }
-    for (const replica::DarkFile& d : report->dark) {
+    for (const replica::agent::DarkFile& d : report->dark) {
       j["dark"].push_back({{"file", d.file.string()}, {"why", d.why}, {"due", d.due}});
     }
     std::cout << j.dump() << "\n";
@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
     std::cout << fmt::format("{:<8} {} (generation {}): {}\n", VerdictName(f.verdict),
                              path_of(f.replica.inode), f.replica.generation, f.note);
   }
-  for (const replica::DarkFile& d : report->dark) {
+  for (const replica::agent::DarkFile& d : report->dark) {
     std::cout << fmt::format("dark     {}: {}{}\n", d.file.string(), d.why,
                              d.due ? "" : " (within the grace period)");
   }

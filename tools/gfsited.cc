@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   // Catalog role (replica/agent/site_agent.h): join a federation and execute its transfer tasks.
   std::string site, node, catalog_address, advertise;
   int lease_s = 15;
-  const gfrep::replica::SiteAgentOptions agent_defaults;
+  const gfrep::replica::agent::SiteAgentOptions agent_defaults;
   int workers = agent_defaults.workers;
   int initial_in_flight = agent_defaults.initial_in_flight;
   int io_threads = agent_defaults.io_threads;
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
                  "unless --http-public)");
   bool http_public = false;
   app.add_flag("--http-public", http_public, "Allow --http on a non-loopback address (no authentication yet)");
-  const gfrep::replica::HttpServerOptions http_defaults;
+  const gfrep::replica::web::HttpServerOptions http_defaults;
   gfrep::tools::HttpLimitFlags http_limits{http_defaults.max_connections, http_defaults.max_connections_per_client,
                                            http_defaults.descriptor_reserve};
   gfrep::tools::AddHttpLimitFlags(app, http_limits);
@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
   if (!made_log.ok()) return gfrep::tools::Fail("gfsited", Msg(made_log.status()), 2);
   std::shared_ptr<spdlog::logger> log = *made_log;
   if (!http.empty()) {
-    if (absl::Status s = gfrep::replica::CheckHttpListen(http, http_public); !s.ok()) {
+    if (absl::Status s = gfrep::replica::web::CheckHttpListen(http, http_public); !s.ok()) {
       return gfrep::tools::Fail("gfsited", std::string(s.message()), 2);
     }
   }
@@ -233,7 +233,7 @@ int main(int argc, char** argv) {
   // connection; data joins keyed from that TLS session, encrypted when the route says tls).
   const bool mutual_tls = !tls_cert.empty() && !tls_ca.empty();
   const std::string listen_host = listen.substr(0, listen.rfind(':'));
-  if (!mutual_tls && !gfrep::replica::IsLoopbackHost(listen_host)) {
+  if (!mutual_tls && !gfrep::replica::web::IsLoopbackHost(listen_host)) {
     if (!insecure) {
       return gfrep::tools::Fail(
           "gfsited", fmt::format("--listen {}: not a loopback address, and no certificate set to talk mutual TLS "
@@ -275,7 +275,7 @@ int main(int argc, char** argv) {
   if (!tls_cert.empty()) log->info("TLS records: {}", gfrep::transfer::DescribeTlsRecordPath());
 
   std::unique_ptr<gfrep::catalog::CatalogClient> catalog_client;
-  std::unique_ptr<gfrep::replica::SiteAgent> site_agent;
+  std::unique_ptr<gfrep::replica::agent::SiteAgent> site_agent;
   if (!site.empty() || !node.empty() || !catalog_address.empty()) {
     if (site.empty() || node.empty() || catalog_address.empty()) {
       return gfrep::tools::Fail("gfsited", "--site, --node and --catalog go together");
@@ -296,7 +296,7 @@ int main(int argc, char** argv) {
     auto client = gfrep::catalog::CatalogClient::Create(co);
     if (!client.ok()) return gfrep::tools::Fail("gfsited", Msg(client.status()));
     catalog_client = std::move(*client);
-    gfrep::replica::SiteAgentOptions so;
+    gfrep::replica::agent::SiteAgentOptions so;
     so.catalog = catalog_client.get();
     so.site = site;
     so.node = node;
@@ -315,7 +315,7 @@ int main(int argc, char** argv) {
     so.transfer = pull_defaults;
     so.telemetry_interval = std::chrono::milliseconds(static_cast<std::int64_t>(telemetry_s * 1000));
     so.logger = log;
-    auto agent = gfrep::replica::SiteAgent::Create(so);
+    auto agent = gfrep::replica::agent::SiteAgent::Create(so);
     if (!agent.ok()) return gfrep::tools::Fail("gfsited", Msg(agent.status()));
     site_agent = std::move(*agent);
   }
@@ -381,14 +381,14 @@ int main(int argc, char** argv) {
       ProvideCongestionControls(names, *log);
     }
   }
-  std::unique_ptr<gfrep::replica::HttpServer> web;
+  std::unique_ptr<gfrep::replica::web::HttpServer> web;
   if (!http.empty()) {
-    gfrep::replica::HttpRoutes routes;
-    gfrep::replica::AddHealthRoutes(routes, [agent = site_agent.get()]() -> absl::Status {
+    gfrep::replica::web::HttpRoutes routes;
+    gfrep::replica::web::AddHealthRoutes(routes, [agent = site_agent.get()]() -> absl::Status {
       // Serving copies; with a site agent, also heard by the catalog lately.
       return agent == nullptr ? absl::OkStatus() : agent->Health();
     });
-    routes.pages["/metrics"] = [s = server->get(), agent = site_agent.get()](const gfrep::replica::HttpRequest&) {
+    routes.pages["/metrics"] = [s = server->get(), agent = site_agent.get()](const gfrep::replica::web::HttpRequest&) {
       gfrep::replica::MetricsText m;
       const gfrep::transfer::AgentServer::Stats ts = s->stats();
       m.Counter("gfrep_agent_connections_accepted_total", "Control and data connections accepted",
@@ -396,15 +396,15 @@ int main(int argc, char** argv) {
       m.Counter("gfrep_agent_files_on_warm_sessions_total", "Files served over an already open session",
                 static_cast<double>(ts.files_on_warm_sessions));
       if (agent != nullptr) AppendMetrics(m, agent->stats());
-      return gfrep::replica::HttpResponse{200, gfrep::replica::kMetricsContentType, m.text(), {}};
+      return gfrep::replica::web::HttpResponse{200, gfrep::replica::kMetricsContentType, m.text(), {}};
     };
-    gfrep::replica::HttpServerOptions hopt;
+    gfrep::replica::web::HttpServerOptions hopt;
     hopt.listen = http;
     hopt.max_connections = http_limits.max_connections;
     hopt.max_connections_per_client = http_limits.max_connections_per_client;
     hopt.descriptor_reserve = http_limits.fd_reserve;
     hopt.logger = log;
-    auto started = gfrep::replica::HttpServer::Start(hopt, std::move(routes));
+    auto started = gfrep::replica::web::HttpServer::Start(hopt, std::move(routes));
     if (!started.ok()) {
       ::kill(::getpid(), SIGTERM);
       waiter.join();

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 
 std::shared_ptr<CopyCounters> CopyMeter::Begin(const catalog::TelemetryCopy& copy) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -93,4 +93,4 @@ std::optional<catalog::TelemetryBatch> CopyMeter::Take(const std::string& node, 
   return b;
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

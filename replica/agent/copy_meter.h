@@ -16,7 +16,7 @@
 
 #include "catalog/catalog.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 
 // What one running copy received: in all and per data stream (copy.streams counters).
 struct CopyCounters {
@@ -61,4 +61,4 @@ class CopyMeter {
   std::map<std::uint64_t, catalog::TelemetryCopy> in_points_;  // copies the points name
 };
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

@@ -5,7 +5,7 @@
 #include "replica/agent/internal/spool_keeper.h"
 #include "replica/core/walk.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 
 absl::StatusOr<FsckReport> RunFsck(const FsckOptions& options) {
   catalog::Catalog& cat = *options.catalog;
@@ -59,4 +59,4 @@ absl::StatusOr<FsckReport> RunFsck(const FsckOptions& options) {
   return report;
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

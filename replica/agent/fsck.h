@@ -22,7 +22,7 @@
 #include "catalog/catalog.h"
 #include "replica/agent/replica_check.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 
 struct FsckOptions {
   // REQUIRES: non-null.
@@ -61,4 +61,4 @@ struct FsckReport {
 // `recursive`.
 absl::StatusOr<FsckReport> RunFsck(const FsckOptions& options);
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

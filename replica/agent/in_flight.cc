@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 
 InFlightLimit::InFlightLimit(InFlightOptions options) : o_(options) {
   o_.min = std::max(1, o_.min);
@@ -138,4 +138,4 @@ int InFlightLimit::Update(const InFlightSample& sample) {
   return limit_;
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

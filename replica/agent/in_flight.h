@@ -37,7 +37,7 @@
 #include <chrono>
 #include <string>
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 
 struct InFlightOptions {
   int min = 1;
@@ -94,4 +94,4 @@ class InFlightLimit {
   std::string reason_;
 };
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

@@ -12,7 +12,7 @@
 #include "replica/core/spool.h"
 #include "transfer/checksum.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 namespace {
 
 namespace fs = std::filesystem;
@@ -178,4 +178,4 @@ absl::StatusOr<CheckSummary> ReplicaChecker::CheckFiles(const std::vector<catalo
   return summary;
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

@@ -35,7 +35,7 @@
 #include "catalog/catalog.h"
 #include "replica/core/replica_file.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 
 // Counts of one pass.
 struct CheckSummary {
@@ -101,4 +101,4 @@ class ReplicaChecker {
   std::uint64_t paced_bytes_ = 0;
 };
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 
 void TcpTally::Add(const transfer::TcpFigures& f) {
   ++copies_;
@@ -84,4 +84,4 @@ TcpTally RouteLearner::TakeRecent() {
   return t;
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

@@ -23,7 +23,7 @@
 #include "catalog/types.h"
 #include "transfer/tcp_figures.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 
 // TCP figures of several copies added up: bytes summed, RTTs averaged by bytes sent.
 class TcpTally {
@@ -77,4 +77,4 @@ class RouteLearner {
   TcpTally recent_;                         // guarded by mu_
 };
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

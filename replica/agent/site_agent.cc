@@ -30,7 +30,7 @@
 #include "transfer/client.h"
 #include "transfer/spool_names.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 namespace {
 
 namespace asio = boost::asio;
@@ -1184,4 +1184,4 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   return stamp(final_path);
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

@@ -107,7 +107,7 @@ namespace boost::asio {
 class io_context;
 }
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 namespace internal {
 class SpoolKeeper;
 }
@@ -357,4 +357,4 @@ class SiteAgent {
   std::map<std::string, std::pair<catalog::Route, Stamp>> route_cache_;  // guarded by mu_
 };
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

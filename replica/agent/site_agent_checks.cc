@@ -13,7 +13,7 @@
 #include "replica/agent/replica_check.h"
 #include "replica/agent/site_agent.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 
 void SiteAgent::ReportBadSource(const catalog::Task& task, const std::string& note) {
   catalog::ReplicaTransition t = MarkBad(task.inode, task.spec.src_node, task.generation,
@@ -103,4 +103,4 @@ void SiteAgent::CheckLoop() {
   }
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace gfrep::replica {
+namespace gfrep::replica::client {
 namespace {
 
 // "/a/b" -> "/a"; "/a" -> "/"; "/" -> "" (the root has no parent).
@@ -204,7 +204,7 @@ absl::StatusOr<std::unique_ptr<OpenFile>> FsView::Open(std::string_view raw_path
   }
   std::unique_ptr<OpenFile> file(new OpenFile());
   absl::StatusOr<std::unique_ptr<FileReader>> reader =
-      replica::Open(catalog_, *path, options_.reader);
+      replica::client::Open(catalog_, *path, options_.reader);
   catalog::Attributes found;  // what the open found at the path
   if (reader.ok()) {
     found.inode = (*reader)->inode();
@@ -501,4 +501,4 @@ std::size_t FsNodes::size() const {
   return nodes_.size();
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::client

@@ -4,8 +4,8 @@
 // (tools/gfmount.cc is only the FUSE glue around it), testable without FUSE. FsNodes (below)
 // gives its entries the kernel's node ids: one per directory, one per version of a file.
 //
-//   absl::StatusOr<std::unique_ptr<replica::FsView>> view =
-//       replica::FsView::Create(catalog, {.ttl = std::chrono::seconds(1), .reader = ...});
+//   absl::StatusOr<std::unique_ptr<replica::client::FsView>> view =
+//       replica::client::FsView::Create(catalog, {.ttl = std::chrono::seconds(1), .reader = ...});
 //   (*view)->GetAttr("/exp/run001");   // stat, lookup
 //   (*view)->ReadDir("/exp");          // readdir (with every child's attributes)
 //   (*view)->Open("/exp/run001", {{.inode = 12, .generation = 3}});  // then ReadAt
@@ -23,13 +23,13 @@
 //     and its directory's listing at once. The namespace changes that write no event (mkdir,
 //     rename, chmod/chown, an empty file created or removed) are seen when the TTL expires.
 // Attributes served from the cache may thus be up to `ttl` old (or until the next event);
-// the bytes never are: Open asks the catalog every time (replica::Open: Locate, then this
+// the bytes never are: Open asks the catalog every time (replica::client::Open: Locate, then this
 // node's complete replica of the CURRENT generation, else the best remote one), so a stale,
 // pending, corrupt or lost replica is never served. An open told which version to expect
 // (the inode and generation its caller showed) opens exactly that one or fails with kAborted;
 // an open that finds other attributes than the cache holds drops the cached entry.
 //
-// Error codes: as catalog::Catalog and replica::Open; in addition Open returns kUnavailable
+// Error codes: as catalog::Catalog and replica::client::Open; in addition Open returns kUnavailable
 // when the file exists but no replica of its current generation can be read, and kAborted
 // when it is not the expected version.
 //
@@ -58,7 +58,7 @@
 #include "catalog/catalog.h"
 #include "replica/client/reader.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::client {
 
 struct FsViewOptions {
   // How long cached attributes, listings and missing names are trusted without asking the
@@ -82,7 +82,7 @@ struct FileVersion {
   std::uint64_t generation = 0;  // 0: the file without content
 };
 
-// One open file of an FsView: a replica::FileReader of one generation, or an empty file.
+// One open file of an FsView: a replica::client::FileReader of one generation, or an empty file.
 class OpenFile {
  public:
   // Reads up to `n` bytes at `offset`: exactly `n` unless the end of the file comes first
@@ -118,7 +118,7 @@ class FsView {
   struct Counters {
     std::uint64_t stat_calls = 0;
     std::uint64_t list_calls = 0;
-    std::uint64_t open_calls = 0;   // replica::Open (each makes its own catalog calls)
+    std::uint64_t open_calls = 0;   // replica::client::Open (each makes its own catalog calls)
     std::uint64_t event_polls = 0;  // ReadEvents / LastEventSeq calls
     std::uint64_t cache_hits = 0;   // GetAttr/ReadDir answered without a catalog call
     std::uint64_t invalidated = 0;  // entries dropped because of events
@@ -315,4 +315,4 @@ class FsNodes {
   NodeId next_id_ = kRootId + 1;
 };
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::client

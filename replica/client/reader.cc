@@ -18,7 +18,7 @@
 #include "transfer/client.h"
 #include "transfer/spool_names.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::client {
 namespace {
 
 namespace fs = std::filesystem;
@@ -328,4 +328,4 @@ absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std:
       fmt::format("{}: every source failed; last: {}", path, last.ToString()));
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::client

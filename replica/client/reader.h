@@ -2,8 +2,8 @@
 
 // The node-local read path: open a logical catalog path for reading.
 //
-//   absl::StatusOr<std::unique_ptr<replica::FileReader>> r =
-//       replica::Open(catalog, "/exp/run001", {.identity = {"tsukuba", "node1"}, ...});
+//   absl::StatusOr<std::unique_ptr<replica::client::FileReader>> r =
+//       replica::client::Open(catalog, "/exp/run001", {.identity = {"tsukuba", "node1"}, ...});
 //
 // Open() asks the catalog at open time only (Locate, and the topology: node addresses,
 // spools, routes) and never again while reading:
@@ -58,7 +58,7 @@
 #include "transfer/options.h"
 #include "transfer/remote_file.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::client {
 
 struct ReaderOptions {
   // Who reads: site and node names (empty: outside every site).
@@ -155,4 +155,4 @@ absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std:
 // product (measured bandwidth, or the rate cap if lower), within 8..256 MiB; 32 MiB unknown.
 std::uint64_t ReadaheadFor(const catalog::Route* route);
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::client

@@ -6,7 +6,7 @@
 #include <optional>
 #include <thread>
 
-namespace gfrep::replica {
+namespace gfrep::replica::client {
 
 namespace {
 
@@ -116,4 +116,4 @@ absl::StatusOr<catalog::Request> WaitForRequest(catalog::Catalog& catalog, std::
   }
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::client

@@ -11,10 +11,10 @@
 //   c.address = "catalog.example.org:7100";
 //   absl::StatusOr<std::unique_ptr<gfrep::catalog::CatalogClient>> client =
 //       gfrep::catalog::CatalogClient::Create(c);
-//   gfrep::replica::ReplicateOptions r;
+//   gfrep::replica::client::ReplicateOptions r;
 //   r.copies = 3;
 //   absl::StatusOr<gfrep::catalog::Request> done =
-//       gfrep::replica::Replicate(**client, "/run1/big.dat", r);
+//       gfrep::replica::client::Replicate(**client, "/run1/big.dat", r);
 //
 // Threads: blocks the calling thread on catalog calls (blocking gRPC); call it from a plain
 // thread, never from an executor thread. Several calls may run at once on one client.
@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::client {
 
 struct ReplicateOptions {
   // Complete replicas wanted per file, 1..64 (the file's existing replicas count).
@@ -72,4 +72,4 @@ absl::StatusOr<catalog::Request> Replicate(catalog::Catalog& catalog, std::strin
 absl::StatusOr<catalog::Request> WaitForRequest(catalog::Catalog& catalog, std::uint64_t id,
                                                 const ReplicateOptions& options);
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::client

@@ -7,7 +7,7 @@
 #include "replica/core/placement.h"
 #include "transfer/spool_names.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::client {
 namespace {
 
 absl::StatusOr<catalog::Node> ChooseNode(catalog::Catalog& catalog, std::uint64_t size,
@@ -116,4 +116,4 @@ absl::StatusOr<StoreResult> Store(catalog::Catalog& catalog, const std::filesyst
   return out;
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::client

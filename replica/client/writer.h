@@ -2,8 +2,8 @@
 
 // Storing a local file into the federation: what gfreg does, as a library call.
 //
-//   absl::StatusOr<replica::StoreResult> r =
-//       replica::Store(catalog, "run001.mdst", "/exp/run001.mdst", {.site = "kek"});
+//   absl::StatusOr<replica::client::StoreResult> r =
+//       replica::client::Store(catalog, "run001.mdst", "/exp/run001.mdst", {.site = "kek"});
 //
 // Order of events, and what each failure leaves behind:
 //   1. Catalog::BeginWrite reserves a new generation G (creating the entry, without
@@ -31,7 +31,7 @@
 #include "transfer/client.h"
 #include "transfer/options.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::client {
 
 struct StoreOptions {
   // Where to store: this node; else the least busy live node of `site` with room; else of
@@ -56,4 +56,4 @@ struct StoreResult {
 absl::StatusOr<StoreResult> Store(catalog::Catalog& catalog, const std::filesystem::path& local,
                                   std::string_view path, const StoreOptions& options);
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::client

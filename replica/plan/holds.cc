@@ -9,7 +9,7 @@
 #include "replica/plan/policy_engine.h"
 #include "replica/plan/repairer.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 namespace {
 
 constexpr std::size_t kStatBatch = 10000;
@@ -178,4 +178,4 @@ const HoldRequest* HoldIndex::Request(std::uint64_t id) const {
   return it == requests_.end() ? nullptr : &it->second;
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

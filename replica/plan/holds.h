@@ -32,7 +32,7 @@
 #include "catalog/catalog.h"
 #include "replica/plan/policy.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 
 // One request's claim on its files.
 struct HoldRequest {
@@ -110,4 +110,4 @@ absl::StatusOr<std::vector<Want>> WantsOf(HoldIndex& holds, const std::vector<Po
                                           catalog::InodeId inode, const std::string& path,
                                           const std::function<bool(const HoldRequest&)>& ended);
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

@@ -8,7 +8,7 @@
 #include <set>
 #include <unordered_map>
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 namespace {
 
 using catalog::ReplicaState;
@@ -184,4 +184,4 @@ absl::StatusOr<ReleaseSummary> ReleaseEndedHolds(const ReleaseInput& in, spdlog:
   return Releaser(in, log).Run();
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

@@ -37,7 +37,7 @@
 #include "replica/plan/holds.h"
 #include "replica/plan/policy.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 
 struct ReleaseSummary {
   std::uint64_t holds_ended = 0;  // ended holds looked at (again each pass while their request runs)
@@ -59,4 +59,4 @@ struct ReleaseInput {
 // Ends the holds due at `now_ns` and releases their copies (see above).
 absl::StatusOr<ReleaseSummary> ReleaseEndedHolds(const ReleaseInput& in, spdlog::logger& log);
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

@@ -11,7 +11,7 @@
 #include "replica/core/placement.h"
 #include "replica/core/route_budget.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 namespace {
 
 using catalog::Task;
@@ -779,4 +779,4 @@ void Planner::Loop() {
   }
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

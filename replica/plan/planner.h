@@ -57,7 +57,7 @@
 #include "replica/core/retry.h"
 #include "replica/core/selection.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 
 struct PlannerOptions {
   // The catalog to plan in. REQUIRES: non-null, outlives the planner.
@@ -185,4 +185,4 @@ class Planner {
   std::chrono::steady_clock::time_point last_purge_{};  // Loop's thread only
 };
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

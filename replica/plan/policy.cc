@@ -14,7 +14,7 @@
 #include "catalog/types.h"
 #include "replica/core/split.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 namespace {
 
 bool MatchComponent(std::string_view pat, std::string_view name) {
@@ -283,4 +283,4 @@ absl::StatusOr<std::vector<PolicyRule>> LoadPolicyFile(const std::string& path) 
   return ParsePolicies(text.str(), path);
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

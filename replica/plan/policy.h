@@ -47,7 +47,7 @@
 #include "replica/core/cron.h"
 #include "replica/core/site_expr.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 
 struct PolicyRule {
   std::string name;
@@ -77,4 +77,4 @@ absl::StatusOr<std::vector<PolicyRule>> LoadPolicyFile(const std::string& path);
 // "30d", "12h", "90m", "3600s", "2w" -> seconds (kInvalidArgument otherwise).
 absl::StatusOr<std::chrono::seconds> ParseDuration(std::string_view text);
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

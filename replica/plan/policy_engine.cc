@@ -14,7 +14,7 @@
 #include "replica/plan/lifetime.h"
 #include "replica/plan/policy_explain.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 namespace {
 
 constexpr std::size_t kEventBatch = 10000;
@@ -332,4 +332,4 @@ void PolicyEngine::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

@@ -52,7 +52,7 @@
 #include "replica/plan/holds.h"
 #include "replica/plan/policy.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 
 inline constexpr const char* kPolicyOwnerPrefix = "policy:";
 
@@ -131,4 +131,4 @@ class PolicyEngine {
   std::thread thread_;
 };
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

@@ -11,7 +11,7 @@
 #include "replica/plan/holds.h"
 #include "replica/plan/policy_engine.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 namespace {
 
 bool Wild(std::string_view component) {
@@ -325,4 +325,4 @@ absl::StatusOr<RuleStatusSummary> StatusOfRule(catalog::Catalog& cat, const Poli
   return s;
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

@@ -17,7 +17,7 @@
 #include "catalog/catalog.h"
 #include "replica/plan/policy.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 
 // kEnded: the rule's lifetime for the file has passed; it wants no copies any more (the ones
 // it made are released, replica/plan/lifetime.h).
@@ -74,4 +74,4 @@ absl::StatusOr<std::vector<std::string>> FilesOfRule(
     catalog::Catalog& catalog, const PolicyRule& rule,
     const std::function<bool(const catalog::Attributes&)>& keep = nullptr);
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

@@ -10,7 +10,7 @@
 #include <set>
 #include <vector>
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 namespace {
 
 using catalog::ReplicaState;
@@ -371,4 +371,4 @@ void Repairer::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

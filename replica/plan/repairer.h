@@ -50,7 +50,7 @@
 #include "replica/plan/holds.h"
 #include "replica/plan/policy.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 
 inline constexpr std::int32_t kRepairPriority = 1000;
 inline constexpr std::int32_t kLastCopyPriority = 2000;
@@ -127,4 +127,4 @@ class Repairer {
   std::thread thread_;
 };
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

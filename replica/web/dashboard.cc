@@ -12,7 +12,7 @@
 #include "replica/plan/policy_explain.h"
 #include "replica/web/internal/dashboard_assets.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::web {
 namespace {
 
 using nlohmann::json;
@@ -139,7 +139,7 @@ HttpResponse Dashboard::ApiRequest(const HttpRequest& r) {
                      {"dst", key.second},
                      {"src", t->spec.src_node},
                      {"state", std::string(catalog::ToString(t->state))},
-                     {"reason", DescribeTask(*t, now)}});
+                     {"reason", plan::DescribeTask(*t, now)}});
     if (files.size() >= 200) break;
   }
   const std::uint64_t in_flight = options_.hub->Now().request_in_flight_bytes[id];
@@ -171,19 +171,19 @@ HttpResponse Dashboard::ApiExplain(const HttpRequest& r) {
                          {"note", rep.note}});
   }
   json rules = json::array();
-  std::vector<PolicyRule> parsed;
+  std::vector<plan::PolicyRule> parsed;
   if (absl::StatusOr<catalog::PolicyDocument> doc = cat.GetPolicies(); doc.ok() && !doc->text.empty()) {
-    absl::StatusOr<std::vector<PolicyRule>> p = ParsePolicies(doc->text, doc->source);
+    absl::StatusOr<std::vector<plan::PolicyRule>> p = plan::ParsePolicies(doc->text, doc->source);
     if (p.ok()) parsed = std::move(*p);
   }
   if (loc->attributes.type == catalog::FileType::kFile) {
-    ExplainOptions eo;
+    plan::ExplainOptions eo;
     eo.heartbeat_timeout = options_.node_timeout;
-    absl::StatusOr<std::vector<RuleFileVerdict>> v = ExplainPath(cat, parsed, loc->path, eo);
+    absl::StatusOr<std::vector<plan::RuleFileVerdict>> v = plan::ExplainPath(cat, parsed, loc->path, eo);
     if (!v.ok()) return Error(HttpStatusOf(v.status()), v.status().ToString());
-    for (const RuleFileVerdict& x : *v) {
+    for (const plan::RuleFileVerdict& x : *v) {
       rules.push_back({{"rule", x.rule},
-                       {"state", std::string(ToString(x.state))},
+                       {"state", std::string(plan::ToString(x.state))},
                        {"have", x.have},
                        {"wanted", x.wanted},
                        {"sites", x.sites},
@@ -250,12 +250,12 @@ void Dashboard::RefreshSlow() {
   // The policies' state.
   json policies = json::array();
   if (absl::StatusOr<catalog::PolicyDocument> doc = cat.GetPolicies(); doc.ok() && !doc->text.empty()) {
-    absl::StatusOr<std::vector<PolicyRule>> rules = ParsePolicies(doc->text, doc->source);
+    absl::StatusOr<std::vector<plan::PolicyRule>> rules = plan::ParsePolicies(doc->text, doc->source);
     if (rules.ok()) {
-      ExplainOptions eo;
+      plan::ExplainOptions eo;
       eo.heartbeat_timeout = options_.node_timeout;
-      for (const PolicyRule& r : *rules) {
-        absl::StatusOr<RuleStatusSummary> s = StatusOfRule(cat, r, 0, eo);
+      for (const plan::PolicyRule& r : *rules) {
+        absl::StatusOr<plan::RuleStatusSummary> s = plan::StatusOfRule(cat, r, 0, eo);
         if (!s.ok()) continue;
         policies.push_back({{"rule", r.name}, {"files", s->files}, {"satisfied", s->satisfied},
                             {"in_flight", s->in_flight}, {"waiting", s->waiting}, {"failed", s->failed},
@@ -521,4 +521,4 @@ void Dashboard::Stop() {
   pages_.clear();
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::web

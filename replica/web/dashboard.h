@@ -42,7 +42,7 @@
 #include "replica/web/http_server.h"
 #include "replica/web/telemetry.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::web {
 
 struct DashboardOptions {
   catalog::Catalog* catalog = nullptr;  // REQUIRES non-null, outlives the dashboard
@@ -117,4 +117,4 @@ class Dashboard {
   std::thread thread_;
 };
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::web

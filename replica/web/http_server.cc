@@ -20,7 +20,7 @@
 
 #include "replica/web/internal/http_request.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::web {
 namespace {
 
 namespace asio = boost::asio;
@@ -445,4 +445,4 @@ void HttpServer::Stop() {
   impl_->thread.join();
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::web

@@ -33,7 +33,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::web {
 
 struct HttpRequest {
   std::string method;  // "GET" or "HEAD"
@@ -137,4 +137,4 @@ absl::StatusOr<std::string> PercentDecode(std::string_view text);
 // True if `host` is a loopback address or name ("127.0.0.1", "::1", "localhost").
 bool IsLoopbackHost(std::string_view host);
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::web

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-namespace gfrep::replica {
+namespace gfrep::replica::web {
 
 TelemetryHub::TelemetryHub(TelemetryHubOptions options)
     : options_(std::move(options)),
@@ -192,4 +192,4 @@ std::uint64_t TelemetryHub::InFlightBytes(std::uint64_t request_id) const {
   return sum;
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::web

@@ -30,7 +30,7 @@
 #include "absl/status/status.h"
 #include "catalog/catalog.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::web {
 
 struct TelemetryHubOptions {
   std::chrono::milliseconds bin{100};
@@ -118,4 +118,4 @@ class TelemetryHub {
   std::int64_t pruned_bin_ = 0;
 };
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::web

@@ -71,12 +71,12 @@ int main(int argc, char** argv) {
   for (int r = 0; r < rules; ++r) {
     yaml += fmt::format("  - name: r{}\n    paths: [\"/d{}/**\"]\n    copies: 2\n    sites: \"region=x\"\n", r, r);
   }
-  auto parsed = replica::ParsePolicies(yaml, "bench.yaml");
+  auto parsed = replica::plan::ParsePolicies(yaml, "bench.yaml");
   if (!parsed.ok()) return std::fprintf(stderr, "%s\n", parsed.status().ToString().c_str()), 1;
-  replica::PolicyEngineOptions po;
+  replica::plan::PolicyEngineOptions po;
   po.catalog = cat->get();
   po.logger = std::make_shared<spdlog::logger>("bench", std::make_shared<spdlog::sinks::null_sink_mt>());
-  replica::PolicyEngine engine(po);
+  replica::plan::PolicyEngine engine(po);
   engine.Reload(*parsed);
   t0 = Clock::now();
   auto applied = engine.Step();

@@ -1,4 +1,4 @@
-// Local read path overhead: reading a local complete replica through replica::Open (one
+// Local read path overhead: reading a local complete replica through replica::client::Open (one
 // catalog lookup at open, then a plain descriptor) against a plain open+read of the same
 // file, in the same run, alternating, page cache warm for both (the comparison is of the
 // read path, not the disk). Prints one JSON object.
@@ -48,10 +48,10 @@ double PlainRead(const std::string& file, std::vector<char>& buf) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double ReplicaRead(gfrep::catalog::Catalog& cat, const gfrep::replica::ReaderOptions& o,
+double ReplicaRead(gfrep::catalog::Catalog& cat, const gfrep::replica::client::ReaderOptions& o,
                    std::vector<char>& buf) {
   auto t0 = Clock::now();
-  auto r = gfrep::replica::Open(cat, "/bench/big", o);
+  auto r = gfrep::replica::client::Open(cat, "/bench/big", o);
   if (!r.ok() || !(*r)->local()) {  // a read that is not local measures nothing we want
     std::fprintf(stderr, "open: %s\n", r.ok() ? "not local" : r.status().ToString().c_str());
     std::abort();
@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(file.parent_path());
   std::filesystem::rename(staged, file);
 
-  gfrep::replica::ReaderOptions o;
+  gfrep::replica::client::ReaderOptions o;
   o.identity = {"A", "a1"};
   std::vector<char> buf(buffer_kib << 10);
   PlainRead(file, buf);  // warm the page cache

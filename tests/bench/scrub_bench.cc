@@ -116,14 +116,14 @@ int main(int argc, char** argv) {
   auto logger =
       std::make_shared<spdlog::logger>("bench", std::make_shared<spdlog::sinks::null_sink_mt>());
   auto checker = [&](std::uint64_t r) {
-    replica::ReplicaCheckerOptions o;
+    replica::agent::ReplicaCheckerOptions o;
     o.catalog = cat->get();
     o.node = "n1";
     o.spool = spool;
     o.scrub_rate_bytes = r;
     o.scrub_period = std::chrono::hours(1);
     o.logger = logger;
-    return replica::ReplicaChecker(o);
+    return replica::agent::ReplicaChecker(o);
   };
   const double total_mb = static_cast<double>(size) * replicas / 1e6;
   nlohmann::json out = {{"replicas", replicas}, {"size_bytes", size}, {"dir", dir.path().string()},
@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
 
   // Full-speed scrub (stamps every replica: the first pass of a node).
   DropCaches(drop);
-  replica::CheckSummary full;
+  replica::agent::CheckSummary full;
   Pass scrub = Time([&] { full = *checker(0).ScrubPass(true); });
   out["scrub_unlimited"] = {{"wall_s", scrub.wall},
                             {"cpu_s", scrub.cpu},
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
   out["scrub_unlimited"]["ratio_to_cat_after"] = cat_after.wall / scrub.wall;
 
   // Stat pass over every replica.
-  replica::CheckSummary stat;
+  replica::agent::CheckSummary stat;
   Pass stat_pass = Time([&] { stat = *checker(0).StatPass(); });
   out["stat_pass"] = {{"wall_s", stat_pass.wall},
                       {"cpu_s", stat_pass.cpu},
@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
   std::vector<catalog::InodeId> inodes;
   auto page = (*cat)->ListNodeReplicas("n1", 0, static_cast<std::size_t>(paced_n));
   for (const auto& r : *page) inodes.push_back(r.inode);
-  replica::CheckSummary paced;
+  replica::agent::CheckSummary paced;
   Pass paced_pass = Time([&] { paced = *checker(rate).CheckFiles(inodes, true); });
   const double paced_mb = static_cast<double>(paced.bytes_read) / 1e6;
   out["scrub_paced"] = {{"rate_mib_s", rate >> 20},

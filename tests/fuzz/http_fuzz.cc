@@ -60,7 +60,7 @@
 #include "replica/web/telemetry.h"
 #include "tests/fuzz/fuzz_check.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::web {
 namespace {
 
 namespace asio = boost::asio;
@@ -715,10 +715,10 @@ void WebSocketBuilt(FuzzedDataProvider& in) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::web
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  using namespace gfrep::replica;
+  using namespace gfrep::replica::web;
   if (size < 1) return 0;
   const std::string_view rest(reinterpret_cast<const char*>(data + 1), size - 1);
   FuzzedDataProvider in(data + 1, size - 1);

@@ -34,7 +34,7 @@
 #include "replica/plan/policy.h"
 #include "tests/fuzz/fuzz_check.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 namespace {
 
 constexpr std::string_view kFile = "fuzz.yaml";
@@ -164,10 +164,10 @@ bool Same(const PolicyRule& a, const PolicyRule& b) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  using namespace gfrep::replica;
+  using namespace gfrep::replica::plan;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   absl::StatusOr<std::vector<PolicyRule>> rules = ParsePolicies(text, kFile);
   if (!rules.ok()) {

@@ -1,7 +1,7 @@
 // Fuzzes the parsers of sizes, rates and durations given on command lines and in files:
 // tools' ParseSize / ParseRate (tools/internal/cli.h: --scrub-rate 32M, --chunk 4MiB, ...),
 // the topology values ParseDuration / ParseBitRate / ParseByteSize (netprobe/topology.h) and
-// a policy's lifetime, replica::ParseDuration (replica/plan/policy.h).
+// a policy's lifetime, replica::plan::ParseDuration (replica/plan/policy.h).
 //
 // The first input byte picks the parser; the rest is the argument. Beside "never crashes",
 // each parser is compared with an oracle for the plain forms its header documents
@@ -164,7 +164,7 @@ void CheckTopologyValue(std::string_view text, int kind) {
 }
 
 void CheckLifetime(std::string_view text) {
-  absl::StatusOr<std::chrono::seconds> d = replica::ParseDuration(text);
+  absl::StatusOr<std::chrono::seconds> d = replica::plan::ParseDuration(text);
   std::optional<std::int64_t> expect;
   if (text.size() >= 2) {
     const std::string_view digits = text.substr(0, text.size() - 1);

@@ -91,9 +91,9 @@ int main(int argc, char** argv) {
   c.address = "127.0.0.1:1";
   auto client = gfrep::catalog::CatalogClient::Create(c);
   if (!client.ok()) return std::fprintf(stderr, "%s\n", client.status().ToString().c_str()), 1;
-  gfrep::replica::ReplicateOptions r;
+  gfrep::replica::client::ReplicateOptions r;
   r.copies = 0;
-  if (gfrep::replica::Validate(r).ok()) return std::fprintf(stderr, "0 copies accepted\n"), 1;
+  if (gfrep::replica::client::Validate(r).ok()) return std::fprintf(stderr, "0 copies accepted\n"), 1;
   gfrep::transfer::TransferOptions o;
   o.route.streams = 2;
   auto key = gfrep::transfer::LoadOrCreateSharedKey(argv[3]);

@@ -64,7 +64,7 @@ absl::StatusOr<std::uint64_t> ParseRate(std::string_view text);
 // Prints "<program>: <message>" on stderr. Returns `code` so mains can `return Fail(...)`.
 int Fail(std::string_view program, std::string_view message, int code = 1);
 
-// The daemons' --http server limits (replica::HttpServerOptions; the caller sets the
+// The daemons' --http server limits (replica::web::HttpServerOptions; the caller sets the
 // defaults from it).
 struct HttpLimitFlags {
   std::size_t max_connections = 0;

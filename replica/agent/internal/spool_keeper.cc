@@ -17,7 +17,7 @@
 #include "replica/core/spool.h"
 #include "transfer/spool_names.h"
 
-namespace gfrep::replica::internal {
+namespace gfrep::replica::agent::internal {
 namespace {
 
 namespace fs = std::filesystem;
@@ -285,4 +285,4 @@ absl::Status SpoolKeeper::MigrateLegacyLayout() {
   return WriteFileDurably(spool / kLayoutFile, "2\n");
 }
 
-}  // namespace gfrep::replica::internal
+}  // namespace gfrep::replica::agent::internal

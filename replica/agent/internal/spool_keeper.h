@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
 
-namespace gfrep::replica::internal {
+namespace gfrep::replica::agent::internal {
 
 struct SpoolKeeperOptions {
   // REQUIRES: non-null, outlives the keeper.
@@ -81,4 +81,4 @@ class SpoolKeeper {
   SpoolKeeperOptions options_;
 };
 
-}  // namespace gfrep::replica::internal
+}  // namespace gfrep::replica::agent::internal

@@ -6,8 +6,8 @@
 #include <map>
 #include <string>
 
-namespace gfrep::replica::internal {
+namespace gfrep::replica::web::internal {
 
 const std::map<std::string, std::string>& DashboardAssets();
 
-}  // namespace gfrep::replica::internal
+}  // namespace gfrep::replica::web::internal

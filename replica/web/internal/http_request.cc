@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-namespace gfrep::replica::internal {
+namespace gfrep::replica::web::internal {
 namespace {
 
 namespace http = boost::beast::http;
@@ -88,11 +88,11 @@ BeastResponse Respond(const HttpRoutes& routes, const BeastRequest& req) {
   return res;
 }
 
-}  // namespace gfrep::replica::internal
+}  // namespace gfrep::replica::web::internal
 
 // Pure functions of http_server.h, here rather than beside the server's coroutines so that
 // code that only handles requests (the fuzz build) compiles without them.
-namespace gfrep::replica {
+namespace gfrep::replica::web {
 
 absl::StatusOr<std::string> PercentDecode(std::string_view text) {
   std::string out;
@@ -132,4 +132,4 @@ void AddHealthRoutes(HttpRoutes& routes, std::function<absl::Status()> ready) {
   };
 }
 
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::web

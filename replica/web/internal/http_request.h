@@ -17,7 +17,7 @@
 
 #include "replica/web/http_server.h"
 
-namespace gfrep::replica::internal {
+namespace gfrep::replica::web::internal {
 
 using BeastRequest = boost::beast::http::request<boost::beast::http::string_body>;
 using BeastResponse = boost::beast::http::response<boost::beast::http::string_body>;
@@ -60,4 +60,4 @@ void LimitWebSocket(boost::beast::websocket::stream<NextLayer>& ws) {
       boost::beast::websocket::stream_base::timeout::suggested(boost::beast::role_type::server));
 }
 
-}  // namespace gfrep::replica::internal
+}  // namespace gfrep::replica::web::internal

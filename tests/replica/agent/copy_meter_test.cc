@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 namespace {
 
 constexpr std::int64_t kMs = 1'000'000;
@@ -70,4 +70,4 @@ TEST(CopyMeterTest, PerStreamCountsTravelInCopyOrderOnePerStream) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

@@ -6,7 +6,7 @@
 #include <functional>
 #include <vector>
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 namespace {
 
 // A route whose goodput grows with the copies in flight up to `knee` copies (each adds
@@ -219,4 +219,4 @@ TEST(InFlightLimitTest, OnAPathCongestedAlreadyAProbeIsJudgedByGoodputAlone) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

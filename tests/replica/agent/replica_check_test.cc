@@ -12,7 +12,7 @@
 #include "tests/support/temp_dir.h"
 #include "transfer/checksum.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 namespace {
 
 namespace fs = std::filesystem;
@@ -224,4 +224,4 @@ TEST_F(ReplicaCheckTest, APacedScrubStopsWhenAsked) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 namespace {
 
 using namespace std::chrono_literals;
@@ -76,4 +76,4 @@ TEST(RouteLearnerTest, CopiesWithoutFiguresTeachNothingFalse) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

@@ -23,7 +23,7 @@
 #include "transfer/checksum.h"
 #include "transfer/spool_names.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::agent {
 namespace {
 
 namespace fs = std::filesystem;
@@ -126,18 +126,18 @@ class SiteAgentTest : public ::testing::Test {
   }
 
   void StartRepairer() {
-    RepairerOptions o;
+    plan::RepairerOptions o;
     o.catalog = cat_.get();
-    repairer_ = std::make_unique<Repairer>(o);
+    repairer_ = std::make_unique<plan::Repairer>(o);
     repairer_->Start();
   }
 
   void StartPlanner() {
-    PlannerOptions p;
+    plan::PlannerOptions p;
     p.catalog = cat_.get();
     p.max_attempts = 3;
     p.interval = std::chrono::milliseconds(200);
-    auto planner = Planner::Create(p);
+    auto planner = plan::Planner::Create(p);
     ASSERT_TRUE(planner.ok());
     planner_ = std::move(*planner);
     planner_->Start();
@@ -275,7 +275,7 @@ class SiteAgentTest : public ::testing::Test {
     return *t;
   }
 
-  std::string ReadAll(FileReader& r) {
+  std::string ReadAll(client::FileReader& r) {
     std::string out;
     char buf[65536];
     while (true) {
@@ -287,8 +287,8 @@ class SiteAgentTest : public ::testing::Test {
     return out;
   }
 
-  ReaderOptions ReadAs(const std::string& site, const std::string& node) {
-    ReaderOptions o;
+  client::ReaderOptions ReadAs(const std::string& site, const std::string& node) {
+    client::ReaderOptions o;
     o.identity = {site, node};
     o.transfer.shared_key = kKey;
     o.tmp_dir = dir_.path();
@@ -299,8 +299,8 @@ class SiteAgentTest : public ::testing::Test {
   std::unique_ptr<catalog::Catalog> cat_;
   catalog::Catalog* agent_catalog_ = nullptr;  // what agents talk to (default: cat_)
   std::map<std::string, std::unique_ptr<TestNode>> nodes_;
-  std::unique_ptr<Planner> planner_;
-  std::unique_ptr<Repairer> repairer_;
+  std::unique_ptr<plan::Planner> planner_;
+  std::unique_ptr<plan::Repairer> repairer_;
   std::chrono::milliseconds check_interval_{0};
   std::uint64_t scrub_rate_ = 0;
 };
@@ -737,25 +737,25 @@ TEST_F(SiteAgentTest, ReaderUsesTheLocalReplicaOrFetchesTheBestRemoteOne) {
   Store("a1", "/r/data", 300000, 7);
   std::string want = Bytes("a1", "/r/data");
 
-  auto local = Open(*cat_, "/r/data", ReadAs("A", "a1"));
+  auto local = client::Open(*cat_, "/r/data", ReadAs("A", "a1"));
   ASSERT_TRUE(local.ok()) << local.status();
   EXPECT_TRUE((*local)->local());
   EXPECT_EQ(ReadAll(**local), want);
 
-  auto remote = Open(*cat_, "/r/data", ReadAs("C", "c1"));
+  auto remote = client::Open(*cat_, "/r/data", ReadAs("C", "c1"));
   ASSERT_TRUE(remote.ok()) << remote.status();
   EXPECT_FALSE((*remote)->local());
   EXPECT_EQ((*remote)->source_node(), "a1");
   EXPECT_EQ(ReadAll(**remote), want);
 
-  auto outside = Open(*cat_, "/r/data", ReadAs("", ""));
+  auto outside = client::Open(*cat_, "/r/data", ReadAs("", ""));
   ASSERT_TRUE(outside.ok()) << outside.status();
   std::string part(10, '\0');
   auto n = (*outside)->ReadAt(1000, part.data(), part.size());
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(part, want.substr(1000, 10));
 
-  EXPECT_TRUE(absl::IsNotFound(Open(*cat_, "/r/missing", ReadAs("A", "a1")).status()));
+  EXPECT_TRUE(absl::IsNotFound(client::Open(*cat_, "/r/missing", ReadAs("A", "a1")).status()));
 }
 
 TEST_F(SiteAgentTest, ARemoteReadStreamsAndFailsOverWhenItsSourceDiesMidRead) {
@@ -773,10 +773,10 @@ TEST_F(SiteAgentTest, ARemoteReadStreamsAndFailsOverWhenItsSourceDiesMidRead) {
   ASSERT_EQ(Bytes("b1", "/s/big"), want);
 
   // A reader at C has no replica: it streams one (no whole-file fetch first).
-  ReaderOptions o = ReadAs("C", "c1");
+  client::ReaderOptions o = ReadAs("C", "c1");
   o.readahead_bytes = 2 << 20;  // keeps most of the file still to fetch when the source dies
   o.block_size = 256 * 1024;
-  auto reader = Open(*cat_, "/s/big", o);
+  auto reader = client::Open(*cat_, "/s/big", o);
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_FALSE((*reader)->local());
   EXPECT_TRUE((*reader)->streaming());
@@ -821,9 +821,9 @@ TEST_F(SiteAgentTest, ReplicateOnReadLeavesACopyAtTheReadersSite) {
   StartNode("c1", "C");
   Store("a1", "/ror/f", 3 << 20, 22);
   StartPlanner();
-  ReaderOptions o = ReadAs("C", "c1");
+  client::ReaderOptions o = ReadAs("C", "c1");
   o.replicate_on_read = true;
-  auto reader = Open(*cat_, "/ror/f", o);
+  auto reader = client::Open(*cat_, "/ror/f", o);
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_FALSE((*reader)->local());
   EXPECT_NE((*reader)->replication_request(), 0u);
@@ -834,7 +834,7 @@ TEST_F(SiteAgentTest, ReplicateOnReadLeavesACopyAtTheReadersSite) {
     auto r = RecordOf("/ror/f", "c1");
     return r && r->state == catalog::ReplicaState::kComplete;
   }, std::chrono::seconds(60)));
-  auto again = Open(*cat_, "/ror/f", ReadAs("C", "c1"));
+  auto again = client::Open(*cat_, "/ror/f", ReadAs("C", "c1"));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE((*again)->local());
   EXPECT_TRUE(ReadAll(**again) == want);
@@ -861,14 +861,14 @@ TEST_F(SiteAgentTest, RewriteMakesReplicasStaleReadersNeverSeeOldBytesAndGfrepRe
       EXPECT_EQ(rep.state, catalog::ReplicaState::kStale);
     }
   }
-  auto reader = Open(*cat_, "/w/f", ReadAs("B", "b1"));
+  auto reader = client::Open(*cat_, "/w/f", ReadAs("B", "b1"));
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_FALSE((*reader)->local()) << "a stale local replica must not be read";
   EXPECT_EQ(ReadAll(**reader), new_bytes);
 
   ASSERT_EQ(Replicate(spec).state, RequestState::kDone);
   EXPECT_EQ(Bytes("b1", "/w/f"), new_bytes);
-  reader = Open(*cat_, "/w/f", ReadAs("B", "b1"));
+  reader = client::Open(*cat_, "/w/f", ReadAs("B", "b1"));
   ASSERT_TRUE(reader.ok());
   EXPECT_TRUE((*reader)->local());
   EXPECT_EQ(ReadAll(**reader), new_bytes);
@@ -936,7 +936,7 @@ TEST_F(SiteAgentTest, ADamagedReplicaIsNeverReadAndIsRepairedWithoutAnyoneAsking
 
   // A reader at b never gets the damaged bytes: its local replica is refused (by its stamp)
   // and a good one is read instead.
-  auto reader = Open(*cat_, "/heal/f", ReadAs("B", "b1"));
+  auto reader = client::Open(*cat_, "/heal/f", ReadAs("B", "b1"));
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_FALSE((*reader)->local());
   EXPECT_EQ(ReadAll(**reader), good);
@@ -972,7 +972,7 @@ TEST_F(SiteAgentTest, ADamagedReplicaIsNeverReadAndIsRepairedWithoutAnyoneAsking
     made = done = 0;
     errors.clear();
     for (const catalog::Request& r : *repairs) {
-      if (r.spec.owner != kRepairOwner) continue;
+      if (r.spec.owner != plan::kRepairOwner) continue;
       ++made;
       done += r.state == RequestState::kDone ? 1 : 0;
       errors += r.error;
@@ -982,7 +982,7 @@ TEST_F(SiteAgentTest, ADamagedReplicaIsNeverReadAndIsRepairedWithoutAnyoneAsking
   EXPECT_GE(made, 1);
   EXPECT_EQ(done, made) << errors;
   // And the local replica is read locally again.
-  reader = Open(*cat_, "/heal/f", ReadAs("B", "b1"));
+  reader = client::Open(*cat_, "/heal/f", ReadAs("B", "b1"));
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_TRUE((*reader)->local());
   EXPECT_EQ(ReadAll(**reader), good);
@@ -1051,9 +1051,9 @@ TEST_F(SiteAgentTest, AVerifyingReaderRefusesALocalReplicaWhoseBytesRotted) {
   ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
   // gfexport --verify: the local replica is checksummed before the first byte, refused,
   // reported, and another replica is read.
-  ReaderOptions verify = ReadAs("B", "b1");
+  client::ReaderOptions verify = ReadAs("B", "b1");
   verify.verify_local = true;
-  auto reader = Open(*cat_, "/v/f", verify);
+  auto reader = client::Open(*cat_, "/v/f", verify);
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_FALSE((*reader)->local());
   EXPECT_EQ(ReadAll(**reader), good);
@@ -1135,7 +1135,7 @@ TEST_F(SiteAgentTest, ARenameMovesNoBytesAndEveryNodeStillReadsTheFile) {
 
   ASSERT_TRUE(cat_->Rename("/r/a", "/r/b").ok());
   for (auto [site, node] : {std::pair{"A", "a1"}, std::pair{"B", "b1"}}) {
-    auto reader = Open(*cat_, "/r/b", ReadAs(site, node));
+    auto reader = client::Open(*cat_, "/r/b", ReadAs(site, node));
     ASSERT_TRUE(reader.ok()) << node << ": " << reader.status();
     EXPECT_TRUE((*reader)->local()) << node;
     EXPECT_EQ(ReadAll(**reader), old_bytes) << node;
@@ -1147,11 +1147,11 @@ TEST_F(SiteAgentTest, ARenameMovesNoBytesAndEveryNodeStillReadsTheFile) {
   ASSERT_NE(new_bytes, old_bytes);
   ASSERT_EQ(Replicate(spec).state, RequestState::kDone);
   for (auto [site, node] : {std::pair{"A", "a1"}, std::pair{"B", "b1"}}) {
-    auto renamed = Open(*cat_, "/r/b", ReadAs(site, node));
+    auto renamed = client::Open(*cat_, "/r/b", ReadAs(site, node));
     ASSERT_TRUE(renamed.ok()) << node << ": " << renamed.status();
     EXPECT_TRUE((*renamed)->local()) << node;
     EXPECT_EQ(ReadAll(**renamed), old_bytes) << node;
-    auto fresh = Open(*cat_, "/r/a", ReadAs(site, node));
+    auto fresh = client::Open(*cat_, "/r/a", ReadAs(site, node));
     ASSERT_TRUE(fresh.ok()) << node << ": " << fresh.status();
     EXPECT_TRUE((*fresh)->local()) << node;
     EXPECT_EQ(ReadAll(**fresh), new_bytes) << node;
@@ -1184,7 +1184,7 @@ TEST_F(SiteAgentTest, AQueuedCopyOfAnOlderGenerationLeavesTheNewerReplicaAtItsNo
   ASSERT_TRUE(r.has_value()) << "the newest version's replica record was lost";
   EXPECT_EQ(r->state, catalog::ReplicaState::kComplete);
   EXPECT_EQ(r->generation, now->generation);
-  auto reader = Open(*cat_, "/q/f", ReadAs("B", "b1"));
+  auto reader = client::Open(*cat_, "/q/f", ReadAs("B", "b1"));
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_TRUE((*reader)->local());
   EXPECT_EQ(ReadAll(**reader), newest);
@@ -1224,7 +1224,7 @@ TEST_F(SiteAgentTest, AnInFlightCopyOfAnOlderGenerationNeverReplacesTheNewerByte
   EXPECT_EQ(r->state, catalog::ReplicaState::kComplete);
   EXPECT_EQ(r->generation, now->generation);
   EXPECT_EQ(Bytes("b1", "/f/x"), newest);
-  auto reader = Open(*cat_, "/f/x", ReadAs("B", "b1"));
+  auto reader = client::Open(*cat_, "/f/x", ReadAs("B", "b1"));
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_TRUE((*reader)->local());
   EXPECT_EQ(ReadAll(**reader), newest);
@@ -1239,27 +1239,27 @@ TEST_F(SiteAgentTest, AFailedCommitLeavesThePreviousVersionInPlaceAndServed) {
     o.gc_interval = std::chrono::milliseconds(200);
     o.orphan_grace = std::chrono::milliseconds(0);
   });
-  StoreOptions so;
+  client::StoreOptions so;
   so.node = "a1";
   so.transfer.shared_key = kKey;
   fs::path v1 = dir_.path() / "v1";
   fs::path v2 = dir_.path() / "v2";
   gfrep::testing::WriteRandomFile(v1, 70000, 1);
   gfrep::testing::WriteRandomFile(v2, 70000, 2);  // same size: only the bytes tell
-  auto first = replica::Store(faulty, v1, "/c/f", so);
+  auto first = client::Store(faulty, v1, "/c/f", so);
   ASSERT_TRUE(first.ok()) << first.status();
 
   faulty.on_commit = [](std::string_view) -> std::optional<absl::Status> {
     return absl::UnavailableError("catalog restarting");
   };
-  auto second = replica::Store(faulty, v2, "/c/f", so);
+  auto second = client::Store(faulty, v2, "/c/f", so);
   EXPECT_FALSE(second.ok());
   faulty.on_commit = nullptr;
 
   auto attrs = cat_->Stat("/c/f");
   ASSERT_TRUE(attrs.ok());
   EXPECT_EQ(attrs->generation, first->attributes.generation);
-  auto reader = Open(*cat_, "/c/f", ReadAs("A", "a1"));
+  auto reader = client::Open(*cat_, "/c/f", ReadAs("A", "a1"));
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_TRUE((*reader)->local());
   EXPECT_EQ(ReadAll(**reader), gfrep::testing::ReadFile(v1));
@@ -1331,4 +1331,4 @@ TEST_F(SiteAgentTest, AnAttemptWhoseLeaseRanOutIsCancelledAndTheTaskRunsOnce) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::agent

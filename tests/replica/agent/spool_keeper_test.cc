@@ -11,7 +11,7 @@
 #include "transfer/checksum.h"
 #include "transfer/spool_names.h"
 
-namespace gfrep::replica::internal {
+namespace gfrep::replica::agent::internal {
 namespace {
 
 namespace fs = std::filesystem;
@@ -180,4 +180,4 @@ TEST_F(SpoolKeeperTest, ALegacySpoolIsMigratedOnceAndOnlyVerifiedBytesBecomeRepl
 }
 
 }  // namespace
-}  // namespace gfrep::replica::internal
+}  // namespace gfrep::replica::agent::internal

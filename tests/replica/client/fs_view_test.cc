@@ -13,7 +13,7 @@
 #include "tests/replica/faulty_catalog.h"
 #include "tests/support/temp_dir.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::client {
 namespace {
 
 namespace fs = std::filesystem;
@@ -616,4 +616,4 @@ TEST_F(FsNodesTest, AnEventDuringAnOpenDropsThePagesAtItAndAtTheNextOpen) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::client

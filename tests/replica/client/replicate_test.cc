@@ -9,7 +9,7 @@
 
 #include "tests/support/federation.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::client {
 namespace {
 
 using namespace std::chrono_literals;
@@ -64,4 +64,4 @@ TEST_F(ReplicateTest, ErrorsAreStatusCodes) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::client

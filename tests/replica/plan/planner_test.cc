@@ -12,7 +12,7 @@
 #include "tests/replica/faulty_catalog.h"
 #include "tests/support/temp_dir.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 namespace {
 
 using catalog::RequestState;
@@ -967,4 +967,4 @@ TEST_F(PlannerTest, AFinishedRequestIsForgottenAfterItsRetention) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

@@ -8,7 +8,7 @@
 
 #include "tests/support/temp_dir.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 namespace {
 
 using catalog::RequestState;
@@ -410,4 +410,4 @@ TEST_F(PolicyEngineTest, AnEngineThatHasNotReadTheRulesReleasesNothing) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

@@ -6,7 +6,7 @@
 #include "replica/plan/policy_engine.h"
 #include "tests/support/temp_dir.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 namespace {
 
 using catalog::ReplicaState;
@@ -162,4 +162,4 @@ TEST_F(PolicyExplainTest, BackoffAfterAnErrorAndThenFailure) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

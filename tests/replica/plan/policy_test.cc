@@ -6,7 +6,7 @@
 
 #include "tests/support/temp_dir.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 namespace {
 
 TEST(PolicyTest, PathPatterns) {
@@ -157,4 +157,4 @@ TEST(PolicyTest, Durations) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

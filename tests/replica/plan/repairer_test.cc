@@ -6,7 +6,7 @@
 
 #include "tests/support/temp_dir.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::plan {
 namespace {
 
 using catalog::ReplicaState;
@@ -297,4 +297,4 @@ TEST_F(RepairerTest, ARulesCountIsRestoredInItsSitesWhenTheBadCopysSiteIsDown) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::plan

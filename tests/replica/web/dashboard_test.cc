@@ -6,7 +6,7 @@
 
 #include "tests/support/temp_dir.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::web {
 namespace {
 
 // The dashboard's /api pages, called as the HTTP server calls them, over a real catalog.
@@ -63,4 +63,4 @@ TEST_F(DashboardTest, ExplainOfAPathThatIsNotUtf8IsABadRequest) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::web

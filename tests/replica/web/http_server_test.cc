@@ -16,7 +16,7 @@
 #include "replica/core/metrics.h"
 #include "tests/support/http_get.h"
 
-namespace gfrep::replica {
+namespace gfrep::replica::web {
 namespace {
 
 namespace asio = boost::asio;
@@ -365,4 +365,4 @@ TEST(MetricsTextTest, WritesFamiliesAndEscapesLabelValues) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::web

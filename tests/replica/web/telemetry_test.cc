@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace gfrep::replica {
+namespace gfrep::replica::web {
 namespace {
 
 constexpr std::int64_t kMs = 1'000'000;
@@ -175,4 +175,4 @@ TEST(TelemetryValidateTest, RefusesMalformedBatches) {
 }
 
 }  // namespace
-}  // namespace gfrep::replica
+}  // namespace gfrep::replica::web
