@@ -32,7 +32,7 @@
 //
 // The agent ends the session if the file changes under it (kAborted at the next read), and
 // after its session_idle (60 s) without a request; the next read then fails with
-// kUnavailable, and the caller reopens (replica::Open's reader does, transparently).
+// kUnavailable, and the caller reopens (replica::client::Open's reader does, transparently).
 //
 // Error codes as client.h: kNotFound, kPermissionDenied, kUnavailable, kDeadlineExceeded
 // (nothing arrived for io_timeout), kDataLoss, kAborted; kInvalidArgument for bad options

@@ -7,6 +7,7 @@
 #include "catalog/internal/kv_catalog_impl.h"
 #include "catalog/internal/rocks_store.h"
 #include "catalog/internal/shared_catalog.h"
+#include "catalog/storage.h"
 
 namespace gfrep::catalog {
 namespace internal {
@@ -871,6 +872,18 @@ absl::StatusOr<std::unique_ptr<Catalog>> OpenRocksCatalog(const CatalogOptions& 
   absl::StatusOr<std::unique_ptr<internal::KvStore>> store = internal::OpenRocksStore(options);
   if (!store.ok()) return store.status();
   return internal::OpenKvCatalog(options, std::move(*store));
+}
+
+bool IsPostgresLocation(std::string_view location) { return internal::IsPostgresUrl(location); }
+
+std::string DescribeStorage(Catalog& catalog) {
+  internal::KvStore* store = internal::StoreOf(catalog);
+  return store == nullptr ? std::string() : store->Describe();
+}
+
+bool HoldLeadership(Catalog& catalog) {
+  internal::KvStore* store = internal::StoreOf(catalog);
+  return store == nullptr || store->HoldLeadership();
 }
 
 }  // namespace gfrep::catalog

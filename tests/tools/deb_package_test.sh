@@ -62,7 +62,7 @@ has usr/lib/systemd/system/gfsited.service
 has usr/lib/systemd/system/gfcatalogd.service
 has usr/share/gfrep/examples/gfsited.toml
 has usr/share/gfrep/examples/gfcatalogd.toml
-for lib in transfer catalog netprobe replica; do
+for lib in transfer catalog netprobe replica_core replica_plan replica_agent replica_client replica_web replica_daemon; do
   echo "$listing" | grep -Eq "^\./usr/lib/([^/]+/)?libgfrep_${lib}\.a$" || fail "libgfrep_${lib}.a not packaged"
 done
 # Public headers (tools/packaging/library.cmake puts them under include/gfrep/), never internal/.

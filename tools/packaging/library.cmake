@@ -5,7 +5,8 @@
 #
 # Layout under the prefix (GNUInstallDirs):
 #   include/gfrep/{transfer,catalog,netprobe}/*.h,
-#   include/gfrep/replica/{core,plan,agent,client,web}/*.h  public headers only (never internal/);
+#   include/gfrep/replica/{core,plan,agent,client,web,daemon}/*.h
+#                                                           public headers only (never internal/);
 #                                                           includes stay rooted as in the tree:
 #                                                           #include "transfer/copy.h"
 #   lib/<multiarch>/libgfrep_*.a                           static libraries (see README,
@@ -20,7 +21,8 @@ include(CMakePackageConfigHelpers)
 set(GFREP_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/gfrep)
 set(GFREP_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/gfrep)
 set(_gfrep_libraries gfrep_transfer gfrep_catalog gfrep_catalog_proto gfrep_netprobe gfrep_replica_core
-  gfrep_replica_plan gfrep_replica_agent gfrep_replica_client gfrep_replica_web gfrep_replica)
+  gfrep_replica_plan gfrep_replica_agent gfrep_replica_client gfrep_replica_web gfrep_replica_daemon
+  gfrep_replica)
 
 foreach(_lib ${_gfrep_libraries})
   string(REPLACE "gfrep_" "" _name ${_lib})
@@ -36,7 +38,8 @@ install(TARGETS ${_gfrep_libraries}
 # behind. A glob, unlike for sources (STYLE rule 25): a public header is public by where it
 # lies, and CONFIGURE_DEPENDS picks up a new one at the next build. No public header includes a
 # generated one (catalog.pb.h is private to the catalog).
-foreach(_dir transfer catalog netprobe replica/core replica/plan replica/agent replica/client replica/web)
+foreach(_dir transfer catalog netprobe replica/core replica/plan replica/agent replica/client replica/web
+             replica/daemon)
   file(GLOB _headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${_dir}/*.h)
   install(FILES ${_headers} DESTINATION ${GFREP_INSTALL_INCLUDEDIR}/${_dir} COMPONENT dev)
 endforeach()
