@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
   tools::CatalogdFlags flags;
   tools::AddCatalogdFlags(app, flags);
   CLI11_PARSE(app, argc, argv);
-  absl::StatusOr<std::shared_ptr<spdlog::logger>> made_log = tools::MakeLoggerOrError(kProgram, common);
+  absl::StatusOr<std::shared_ptr<spdlog::logger>> made_log =
+      tools::MakeLoggerOrError(kProgram, common);
   if (!made_log.ok()) return tools::Fail(kProgram, std::string(made_log.status().message()), 2);
   std::shared_ptr<spdlog::logger> log = *made_log;
   absl::StatusOr<replica::daemon::CatalogdOptions> options = tools::CatalogdOptionsOf(flags, log);
@@ -53,8 +54,9 @@ int main(int argc, char** argv) {
   if (!flags.test_no_accept_guard) {
     tools::InstallAcceptGuard(flags.fd_reserve);
     if (!tools::AcceptGuardInterposed()) {
-      log->error("the accept guard is not in effect (accept4 not exported by this binary): running "
-                 "out of descriptors may stop the gRPC listener until a restart");
+      log->error(
+          "the accept guard is not in effect (accept4 not exported by this binary): running "
+          "out of descriptors may stop the gRPC listener until a restart");
     }
   }
   absl::StatusOr<std::unique_ptr<replica::daemon::Catalogd>> started =
@@ -62,7 +64,8 @@ int main(int argc, char** argv) {
   if (!started.ok()) return tools::Fail(kProgram, started.status().ToString());
   replica::daemon::Catalogd& daemon = **started;
   std::printf("listening on %s\n", daemon.address().c_str());
-  if (!daemon.http_address().empty()) std::printf("dashboard on http://%s/\n", daemon.http_address().c_str());
+  if (!daemon.http_address().empty())
+    std::printf("dashboard on http://%s/\n", daemon.http_address().c_str());
   std::fflush(stdout);
 
   // The net under the accept guard: a listener that stopped accepting anyway ends the
@@ -70,7 +73,8 @@ int main(int argc, char** argv) {
   // tick also reports what the guard shed, at most every 10 s.
   tools::ListenerWatchdogOptions wopt;
   wopt.port = daemon.port();
-  wopt.stall = std::chrono::milliseconds(static_cast<std::int64_t>(flags.listener_watchdog_s * 1000));
+  wopt.stall =
+      std::chrono::milliseconds(static_cast<std::int64_t>(flags.listener_watchdog_s * 1000));
   wopt.accept_calls = [](int fd) { return tools::AcceptCallsOn(fd); };
   wopt.on_dead = [log](const std::string& what) {
     log->critical("the gRPC listener stopped accepting: {}; exiting with status {} to be restarted",
@@ -86,14 +90,16 @@ int main(int argc, char** argv) {
     if (now - at < std::chrono::seconds(10)) return;
     const tools::AcceptGuardCounters c = tools::GetAcceptGuardCounters();
     if (c.shed != reported.shed || c.dropped != reported.dropped) {
-      log->warn("gRPC connections closed at accept to keep {} descriptors free: {} (+{} since the "
-                "last report); {} that failed while queued skipped",
-                fd_reserve, c.shed, c.shed - reported.shed, c.dropped);
+      log->warn(
+          "gRPC connections closed at accept to keep {} descriptors free: {} (+{} since the "
+          "last report); {} that failed while queued skipped",
+          fd_reserve, c.shed, c.shed - reported.shed, c.dropped);
       reported = c;
       at = now;
     }
   };
-  absl::StatusOr<std::unique_ptr<tools::ListenerWatchdog>> watchdog = tools::ListenerWatchdog::Start(wopt);
+  absl::StatusOr<std::unique_ptr<tools::ListenerWatchdog>> watchdog =
+      tools::ListenerWatchdog::Start(wopt);
   if (!watchdog.ok()) log->error("no listener watchdog: {}", watchdog.status().ToString());
 
   int sig = 0;
@@ -103,7 +109,8 @@ int main(int argc, char** argv) {
       const timespec tick{0, 500'000'000};
       sig = sigtimedwait(&signals, nullptr, &tick);
       if (sig < 0) {
-        if (absl::Status s = daemon.CheckLeadership(); !s.ok()) log->error("starting the planner: {}", s.ToString());
+        if (absl::Status s = daemon.CheckLeadership(); !s.ok())
+          log->error("starting the planner: {}", s.ToString());
         continue;
       }
     } else {
@@ -118,7 +125,8 @@ int main(int argc, char** argv) {
     absl::StatusOr<catalog::PolicyDocument> put =
         text.ok() ? daemon.PutPolicies(*text, flags.policies) : text.status();
     if (!put.ok()) {
-      log->error("SIGHUP: {} refused, the rules in force stay: {}", flags.policies, put.status().ToString());
+      log->error("SIGHUP: {} refused, the rules in force stay: {}", flags.policies,
+                 put.status().ToString());
       continue;
     }
     log->info("SIGHUP: policies reloaded from {} (version {})", flags.policies, put->version);

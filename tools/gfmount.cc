@@ -1,9 +1,9 @@
 // gfmount CATALOG MOUNTPOINT --site S --node N: the catalog's namespace as a read-only file
 // tree (FUSE 3), so that unchanged programs (ls, stat, cat, md5sum, dd, python) read the
-// federation. The logic is replica::client::FsView and replica::client::FsNodes (replica/client/fs_view.h: namespace
-// cache, invalidation by TTL and by the catalog's event log, open through replica::client::Open, the
-// kernel's node ids); this file is only the FUSE glue (the low-level libfuse API,
-// multi-threaded loop).
+// federation. The logic is replica::client::FsView and replica::client::FsNodes
+// (replica/client/fs_view.h: namespace cache, invalidation by TTL and by the catalog's event log,
+// open through replica::client::Open, the kernel's node ids); this file is only the FUSE glue (the
+// low-level libfuse API, multi-threaded loop).
 //
 // Node ids: one per directory, one per (inode, generation) of a file, so that the kernel's size
 // and page cache of a node are one generation's. A lookup answers the node of the generation

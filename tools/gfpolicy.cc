@@ -65,9 +65,14 @@ std::string RuleLine(const replica::plan::PolicyRule& r) {
 }
 
 nlohmann::json VerdictJson(const replica::plan::RuleFileVerdict& v) {
-  return {{"rule", v.rule},   {"path", v.path},     {"state", std::string(replica::plan::ToString(v.state))},
-          {"wanted", v.wanted}, {"have", v.have},   {"sites", v.sites},
-          {"request_id", v.request_id}, {"reason", v.reason}};
+  return {{"rule", v.rule},
+          {"path", v.path},
+          {"state", std::string(replica::plan::ToString(v.state))},
+          {"wanted", v.wanted},
+          {"have", v.have},
+          {"sites", v.sites},
+          {"request_id", v.request_id},
+          {"reason", v.reason}};
 }
 
 // Rewrites the stored document with `edit` applied to its rules (a YAML sequence), checked,
@@ -92,7 +97,8 @@ int Edit(catalog::CatalogClient& c, const std::string& source,
   YAML::Emitter out;
   out << root;
   const std::string text = std::string(out.c_str()) + "\n";
-  absl::StatusOr<std::vector<replica::plan::PolicyRule>> parsed = replica::plan::ParsePolicies(text, source);
+  absl::StatusOr<std::vector<replica::plan::PolicyRule>> parsed =
+      replica::plan::ParsePolicies(text, source);
   if (!parsed.ok()) return tools::Fail(kProgram, tools::ErrorText(parsed.status()), 1);
   absl::StatusOr<catalog::PolicyDocument> put = c.PutPolicies(text, source, doc->version);
   if (!put.ok()) return tools::Fail(kProgram, tools::ErrorText(put.status()), 2);
@@ -148,7 +154,8 @@ int main(int argc, char** argv) {
   if (apply->parsed()) {
     absl::StatusOr<std::string> text = ReadFile(file);
     if (!text.ok()) return tools::Fail(kProgram, tools::ErrorText(text.status()), 2);
-    absl::StatusOr<std::vector<replica::plan::PolicyRule>> r = replica::plan::ParsePolicies(*text, file);
+    absl::StatusOr<std::vector<replica::plan::PolicyRule>> r =
+        replica::plan::ParsePolicies(*text, file);
     if (!r.ok()) return tools::Fail(kProgram, tools::ErrorText(r.status()), 1);
     absl::StatusOr<catalog::PolicyDocument> put = c.PutPolicies(*text, file, std::nullopt);
     if (!put.ok()) return tools::Fail(kProgram, tools::ErrorText(put.status()), 2);
@@ -158,7 +165,8 @@ int main(int argc, char** argv) {
   if (add->parsed()) {
     absl::StatusOr<std::string> text = ReadFile(file);
     if (!text.ok()) return tools::Fail(kProgram, tools::ErrorText(text.status()), 2);
-    absl::StatusOr<std::vector<replica::plan::PolicyRule>> r = replica::plan::ParsePolicies(*text, file);
+    absl::StatusOr<std::vector<replica::plan::PolicyRule>> r =
+        replica::plan::ParsePolicies(*text, file);
     if (!r.ok()) return tools::Fail(kProgram, tools::ErrorText(r.status()), 1);
     YAML::Node more = YAML::Load(*text)["rules"];
     return Edit(c, "gfpolicy add " + file, [&](YAML::Node& rules) {
@@ -219,7 +227,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (explain->parsed()) {
-    absl::StatusOr<std::vector<replica::plan::RuleFileVerdict>> v = replica::plan::ExplainPath(c, *rules, path);
+    absl::StatusOr<std::vector<replica::plan::RuleFileVerdict>> v =
+        replica::plan::ExplainPath(c, *rules, path);
     if (!v.ok()) return tools::Fail(kProgram, tools::ErrorText(v.status()), 2);
     bool all = true;
     if (json) {
@@ -233,10 +242,11 @@ int main(int argc, char** argv) {
       all = all && (x.state == replica::plan::RuleFileState::kSatisfied ||
                     x.state == replica::plan::RuleFileState::kEnded);
       if (json) continue;
-      std::cout << fmt::format("{}: rule {}: {} ({} of {} copies in {}){}{}\n", path, x.rule,
-                               replica::plan::ToString(x.state), x.have, x.wanted,
-                               x.sites.empty() ? "no site" : fmt::format("{}", fmt::join(x.sites, ",")),
-                               x.reason.empty() ? "" : ": ", x.reason);
+      std::cout << fmt::format(
+          "{}: rule {}: {} ({} of {} copies in {}){}{}\n", path, x.rule,
+          replica::plan::ToString(x.state), x.have, x.wanted,
+          x.sites.empty() ? "no site" : fmt::format("{}", fmt::join(x.sites, ",")),
+          x.reason.empty() ? "" : ": ", x.reason);
     }
     return all ? 0 : 1;
   }
@@ -258,7 +268,8 @@ int main(int argc, char** argv) {
                                s->rule, s->files, s->satisfied, s->in_flight, s->waiting, s->failed,
                                s->ended == 0 ? "" : fmt::format(", {} past their lifetime", s->ended));
       for (const auto& x : s->unsatisfied) {
-        std::cout << fmt::format("  {} {}: {}\n", replica::plan::ToString(x.state), x.path, x.reason);
+        std::cout << fmt::format("  {} {}: {}\n", replica::plan::ToString(x.state), x.path,
+                                 x.reason);
       }
     }
     return s->satisfied + s->ended == s->files ? 0 : 1;

@@ -20,22 +20,26 @@ std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gfsited: gfrep site agent (serves and receives striped transfers for a spool directory)"};
+  CLI::App app{
+      "gfsited: gfrep site agent (serves and receives striped transfers for a spool directory)"};
   gfrep::tools::CommonFlags common;
   gfrep::tools::AddCommonFlags(app, common);
   gfrep::tools::AddLogFileFlags(app, common);
   gfrep::tools::SitedFlags flags;
   gfrep::tools::AddSitedFlags(app, flags);
   CLI11_PARSE(app, argc, argv);
-  absl::StatusOr<std::shared_ptr<spdlog::logger>> log = gfrep::tools::MakeLoggerOrError("gfsited", common);
+  absl::StatusOr<std::shared_ptr<spdlog::logger>> log =
+      gfrep::tools::MakeLoggerOrError("gfsited", common);
   if (!log.ok()) return gfrep::tools::Fail("gfsited", Msg(log.status()), 2);
-  absl::StatusOr<gfrep::replica::daemon::SitedOptions> options = gfrep::tools::SitedOptionsOf(flags, *log);
+  absl::StatusOr<gfrep::replica::daemon::SitedOptions> options =
+      gfrep::tools::SitedOptionsOf(flags, *log);
   if (!options.ok()) return gfrep::tools::Fail("gfsited", Msg(options.status()), 2);
 
   // Every connection served and every data stream of a copy is a file descriptor: a soft
   // limit of 1024 (the usual default) would make accept fail long before --max-connections.
   const int max_connections = options->agent.max_connections;
-  if (absl::Status s = gfrep::tools::RaiseOpenFileLimit(static_cast<std::uint64_t>(max_connections) + 4096, **log);
+  if (absl::Status s = gfrep::tools::RaiseOpenFileLimit(
+          static_cast<std::uint64_t>(max_connections) + 4096, **log);
       !s.ok()) {
     (*log)->warn("{}: --max-connections {} may not all be served", s.ToString(), max_connections);
   }
@@ -68,11 +72,13 @@ int main(int argc, char** argv) {
       if (!daemon.catalog_tls()) continue;
       // The catalog connection's credentials, read again (all three or none changes).
       absl::StatusOr<std::vector<std::string>> pems = gfrep::tools::ReadCatalogPems(flags);
-      absl::Status c = pems.ok() ? daemon.ReloadCatalogCredentials((*pems)[0], (*pems)[1], (*pems)[2])
-                                 : pems.status();
+      absl::Status c = pems.ok()
+                           ? daemon.ReloadCatalogCredentials((*pems)[0], (*pems)[1], (*pems)[2])
+                           : pems.status();
       if (!c.ok()) {
-        log->error("SIGHUP: the catalog connection's TLS files not reloaded, the ones in force stay: {}",
-                   c.ToString());
+        log->error(
+            "SIGHUP: the catalog connection's TLS files not reloaded, the ones in force stay: {}",
+            c.ToString());
       } else {
         log->info("SIGHUP: the catalog connection's TLS files reloaded; new calls use them");
       }

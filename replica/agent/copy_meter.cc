@@ -37,18 +37,21 @@ void CopyMeter::Sample(std::int64_t now_ns) {
     d.bytes = delta(e.counters->received.load(std::memory_order_relaxed), e.sampled);
     d.streams.resize(e.stream_sampled.size());
     for (std::size_t k = 0; k < e.stream_sampled.size(); ++k) {
-      d.streams[k] = delta(e.counters->stream[k].load(std::memory_order_relaxed), e.stream_sampled[k]);
+      d.streams[k] =
+          delta(e.counters->stream[k].load(std::memory_order_relaxed), e.stream_sampled[k]);
     }
     e.copy.received = e.sampled;
     in_points_[it->first] = e.copy;
     it = e.ended ? entries_.erase(it) : std::next(it);
   }
-  if (points_.size() >= catalog::kMaxTelemetryPoints) points_.erase(points_.begin());  // nobody takes them
+  if (points_.size() >= catalog::kMaxTelemetryPoints)
+    points_.erase(points_.begin());  // nobody takes them
   if (!points_.empty() && now_ns <= points_.back().first) now_ns = points_.back().first + 1;
   points_.emplace_back(now_ns, std::move(deltas));
 }
 
-std::optional<catalog::TelemetryBatch> CopyMeter::Take(const std::string& node, const std::string& site,
+std::optional<catalog::TelemetryBatch> CopyMeter::Take(const std::string& node,
+                                                       const std::string& site,
                                                        std::int64_t now_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   bool moved = false;
@@ -84,7 +87,8 @@ std::optional<catalog::TelemetryBatch> CopyMeter::Take(const std::string& node, 
       if (it == index.end()) continue;
       p.bytes[it->second] = d.bytes;
       const std::size_t n = std::min<std::size_t>(d.streams.size(), b.copies[it->second].streams);
-      for (std::size_t k = 0; k < n; ++k) p.stream_bytes[first_stream[it->second] + k] = d.streams[k];
+      for (std::size_t k = 0; k < n; ++k)
+        p.stream_bytes[first_stream[it->second] + k] = d.streams[k];
     }
     b.points.push_back(std::move(p));
   }

@@ -44,7 +44,8 @@ ReplicaFinding CheckReplicaFile(const fs::path& spool, const catalog::Replica& r
   struct stat st {};
   if (::lstat(file.c_str(), &st) != 0) {
     const int err = errno;
-    if (err == ENOENT) return Verdict(std::move(f), ReplicaVerdict::kLost, "missing from the spool");
+    if (err == ENOENT)
+      return Verdict(std::move(f), ReplicaVerdict::kLost, "missing from the spool");
     return Verdict(std::move(f), ReplicaVerdict::kSkipped,
                    fmt::format("stat {}: {}", file.string(), std::strerror(err)));
   }
@@ -75,7 +76,8 @@ ReplicaFinding CheckReplicaFile(const fs::path& spool, const catalog::Replica& r
   int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     const int err = errno;
-    if (err == ENOENT) return Verdict(std::move(f), ReplicaVerdict::kLost, "missing from the spool");
+    if (err == ENOENT)
+      return Verdict(std::move(f), ReplicaVerdict::kLost, "missing from the spool");
     return Verdict(std::move(f), ReplicaVerdict::kSkipped,
                    fmt::format("open {}: {}", file.string(), std::strerror(err)));
   }
@@ -142,8 +144,8 @@ std::optional<catalog::ReplicaTransition> TransitionFor(const ReplicaFinding& f)
     case ReplicaVerdict::kGood: {
       // Only a pass that read the bytes vouches for them (and for their mtime as a stamp).
       if (!f.checksummed) return std::nullopt;
-      catalog::ReplicaTransition t = MarkBad(r.inode, r.node, r.generation,
-                                             catalog::ReplicaState::kComplete, "");
+      catalog::ReplicaTransition t =
+          MarkBad(r.inode, r.node, r.generation, catalog::ReplicaState::kComplete, "");
       t.verified = true;
       t.mtime_ns = f.mtime_ns;
       return t;

@@ -20,7 +20,6 @@
 
 namespace gfrep::replica {
 
-
 // What one check of one replica found.
 enum class ReplicaVerdict {
   kGood,     // as recorded (and, if checksummed, matching the catalog)

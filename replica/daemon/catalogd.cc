@@ -17,8 +17,10 @@ absl::Status CheckCatalogdOptions(const CatalogdOptions& o) {
   if (!o.http.listen.empty() && !o.telemetry) {
     return absl::InvalidArgumentError("--http needs the telemetry: drop --no-telemetry");
   }
-  if (catalog::IsPostgresLocation(o.store.path) && o.policies && o.policy_options.state_file.empty()) {
-    return absl::InvalidArgumentError("--db on PostgreSQL needs --policy-state FILE (or --no-policies)");
+  if (catalog::IsPostgresLocation(o.store.path) && o.policies &&
+      o.policy_options.state_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--db on PostgreSQL needs --policy-state FILE (or --no-policies)");
   }
   if (o.server.tls_client_ca_pem.empty()) {
     if (!o.server.token_key.empty()) {
@@ -63,18 +65,25 @@ absl::StatusOr<std::unique_ptr<Catalogd>> Catalogd::Start(CatalogdOptions option
   // gives gfrep the bytes its running copies received.
   if (o.telemetry) {
     self->hub_ = std::make_unique<web::TelemetryHub>();
-    o.server.telemetry_sink = [hub = self->hub_.get()](const catalog::TelemetryBatch& b) { return hub->Add(b); };
-    o.server.request_in_flight = [hub = self->hub_.get()](std::uint64_t id) { return hub->InFlightBytes(id); };
+    o.server.telemetry_sink = [hub = self->hub_.get()](const catalog::TelemetryBatch& b) {
+      return hub->Add(b);
+    };
+    o.server.request_in_flight = [hub = self->hub_.get()](std::uint64_t id) {
+      return hub->InFlightBytes(id);
+    };
   }
   if (!o.server.tls_client_ca_pem.empty()) {
-    o.server.on_denied = [log = o.logger](const absl::Status& s) { log->warn("refused: {}", std::string(s.message())); };
+    o.server.on_denied = [log = o.logger](const absl::Status& s) {
+      log->warn("refused: {}", std::string(s.message()));
+    };
   } else {
     log.warn("UNAUTHENTICATED catalog: every caller may do everything (no --tls-client-ca){}",
              o.insecure ? "; --insecure on a non-loopback address" : "");
   }
   // Other front ends revoke tokens too: their revocations are read within a second.
   if (o.store.shared) o.server.revocation_refresh = std::chrono::seconds(1);
-  absl::StatusOr<std::unique_ptr<catalog::CatalogServer>> server = catalog::CatalogServer::Start(*self->store_, o.server);
+  absl::StatusOr<std::unique_ptr<catalog::CatalogServer>> server =
+      catalog::CatalogServer::Start(*self->store_, o.server);
   if (!server.ok()) return server.status();
   self->server_ = std::move(*server);
   log.info("serving db={} listen={} tls={} sync={}", catalog::DescribeStorage(*self->store_),
@@ -90,7 +99,8 @@ absl::StatusOr<std::unique_ptr<Catalogd>> Catalogd::Start(CatalogdOptions option
   return self;
 }
 
-absl::StatusOr<catalog::PolicyDocument> Catalogd::PutPolicies(const std::string& text, const std::string& source) {
+absl::StatusOr<catalog::PolicyDocument> Catalogd::PutPolicies(const std::string& text,
+                                                              const std::string& source) {
   return store_->PutPolicies(text, source, std::nullopt);
 }
 
@@ -143,7 +153,8 @@ absl::Status Catalogd::Lead() {
     StopBackground();
     return absl::OkStatus();
   }
-  if (options_.store.shared) options_.logger->info("leader: the planner, repairer and policy engine run here");
+  if (options_.store.shared)
+    options_.logger->info("leader: the planner, repairer and policy engine run here");
   return StartBackground();
 }
 
@@ -190,30 +201,34 @@ absl::Status Catalogd::StartWeb() {
       m.Sample("gfrep_catalog_rpc_duration_seconds_bucket", {{"method", name}, {"le", "+Inf"}},
                static_cast<double>(h.count));
       m.Sample("gfrep_catalog_rpc_duration_seconds_sum", {{"method", name}}, h.sum_seconds);
-      m.Sample("gfrep_catalog_rpc_duration_seconds_count", {{"method", name}}, static_cast<double>(h.count));
+      m.Sample("gfrep_catalog_rpc_duration_seconds_count", {{"method", name}},
+               static_cast<double>(h.count));
     }
-    m.Counter("gfrep_catalog_denied_calls_total", "Catalog calls refused by authorization (PERMISSION_DENIED)",
+    m.Counter("gfrep_catalog_denied_calls_total",
+              "Catalog calls refused by authorization (PERMISSION_DENIED)",
               static_cast<double>(srv->denied_calls()));
     if (extra) extra(m);
     m.Counter("gfrep_catalog_rate_limited_calls_total",
               "Catalog calls refused for being over their identity's rate (RESOURCE_EXHAUSTED)",
               static_cast<double>(srv->rate_limited_calls()));
-    m.Family("gfrep_catalog_rpc_errors_total", "counter", "Catalog RPCs that ended with a status other than OK");
+    m.Family("gfrep_catalog_rpc_errors_total", "counter",
+             "Catalog RPCs that ended with a status other than OK");
     for (const auto& [method, h] : rpcs) {
       m.Sample("gfrep_catalog_rpc_errors_total", {{"method", method.substr(method.rfind('/') + 1)}},
                static_cast<double>(h.errors));
     }
     if (absl::StatusOr<std::map<std::string, std::uint64_t>> st = cat->StorageStats(); st.ok()) {
       for (const auto& [name, v] : *st) {
-        m.Gauge("gfrep_catalog_rocksdb_" + name, fmt::format("RocksDB {} (all column families)", name),
-                static_cast<double>(v));
+        m.Gauge("gfrep_catalog_rocksdb_" + name,
+                fmt::format("RocksDB {} (all column families)", name), static_cast<double>(v));
       }
     }
     return web::HttpResponse{200, kMetricsContentType, m.text(), {}};
   };
   web::HttpServerOptions hopt = o.http;
   hopt.logger = o.logger;
-  absl::StatusOr<std::unique_ptr<web::HttpServer>> started = web::HttpServer::Start(hopt, std::move(routes));
+  absl::StatusOr<std::unique_ptr<web::HttpServer>> started =
+      web::HttpServer::Start(hopt, std::move(routes));
   if (!started.ok()) return started.status();
   web_ = std::move(*started);
   dashboard_->Start();

@@ -93,7 +93,8 @@ class Catalogd {
   // work to match (an error starting it stops it again). Without: nothing.
   absl::Status CheckLeadership();
   // Stores a policy file's text in the catalog (the policy engine enforces what is stored).
-  absl::StatusOr<catalog::PolicyDocument> PutPolicies(const std::string& text, const std::string& source);
+  absl::StatusOr<catalog::PolicyDocument> PutPolicies(const std::string& text,
+                                                      const std::string& source);
   // Stops the dashboard, the HTTP server, the background work and the gRPC server, and
   // closes the catalog. Idempotent.
   void Stop();

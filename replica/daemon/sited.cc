@@ -52,14 +52,17 @@ absl::StatusOr<std::unique_ptr<Sited>> Sited::Create(SitedOptions options) {
           "--host ADDRESS), or --insecure for a trusted network",
           ao.listen));
     }
-    log.warn("--insecure on {}: agents authenticate each other by the shared key only, nothing is "
-             "encrypted",
-             ao.listen);
+    log.warn(
+        "--insecure on {}: agents authenticate each other by the shared key only, nothing is "
+        "encrypted",
+        ao.listen);
   }
   if (ao.require_mutual_tls && !mutual_tls) {
-    return absl::InvalidArgumentError("--require-mutual-tls needs --tls-cert, --tls-key and --tls-ca");
+    return absl::InvalidArgumentError(
+        "--require-mutual-tls needs --tls-cert, --tls-key and --tls-ca");
   }
-  const bool joins = !options.site.empty() || !options.node.empty() || !options.catalog.address.empty();
+  const bool joins =
+      !options.site.empty() || !options.node.empty() || !options.catalog.address.empty();
   if (joins && (options.site.empty() || options.node.empty() || options.catalog.address.empty())) {
     return absl::InvalidArgumentError("--site, --node and --catalog go together");
   }
@@ -75,7 +78,8 @@ absl::StatusOr<std::unique_ptr<Sited>> Sited::Create(SitedOptions options) {
   // Before serving, so that the first session's sockets (and the probe helpers this agent
   // starts) find them.
   ProvideCongestionControls(o.provide_cc, log);
-  absl::StatusOr<std::unique_ptr<transfer::AgentServer>> server = transfer::AgentServer::Create(o.agent);
+  absl::StatusOr<std::unique_ptr<transfer::AgentServer>> server =
+      transfer::AgentServer::Create(o.agent);
   if (!server.ok()) return server.status();
   self->server_ = std::move(*server);
   absl::StatusOr<transfer::Endpoint> bound = self->server_->Start();
@@ -85,7 +89,8 @@ absl::StatusOr<std::unique_ptr<Sited>> Sited::Create(SitedOptions options) {
   if (!o.agent.tls.cert.empty()) log.info("TLS records: {}", transfer::DescribeTlsRecordPath());
 
   if (joins) {
-    absl::StatusOr<std::unique_ptr<catalog::CatalogClient>> client = catalog::CatalogClient::Create(o.catalog);
+    absl::StatusOr<std::unique_ptr<catalog::CatalogClient>> client =
+        catalog::CatalogClient::Create(o.catalog);
     if (!client.ok()) return client.status();
     self->catalog_ = std::move(*client);
     agent::SiteAgentOptions so = o.site_agent;
@@ -114,7 +119,8 @@ absl::Status Sited::Start() {
       std::vector<std::string> names;
       const std::vector<std::string>& given = options_.provide_cc;
       for (const catalog::Route& r : *routes) {
-        if ((r.src_site == options_.site || r.dst_site == options_.site) && !r.congestion_control.empty() &&
+        if ((r.src_site == options_.site || r.dst_site == options_.site) &&
+            !r.congestion_control.empty() &&
             std::find(names.begin(), names.end(), r.congestion_control) == names.end() &&
             std::find(given.begin(), given.end(), r.congestion_control) == given.end()) {
           names.push_back(r.congestion_control);
@@ -134,12 +140,14 @@ absl::Status Sited::Start() {
     const transfer::AgentServer::Stats ts = s->stats();
     m.Counter("gfrep_agent_connections_accepted_total", "Control and data connections accepted",
               static_cast<double>(ts.connections_accepted));
-    m.Counter("gfrep_agent_files_on_warm_sessions_total", "Files served over an already open session",
+    m.Counter("gfrep_agent_files_on_warm_sessions_total",
+              "Files served over an already open session",
               static_cast<double>(ts.files_on_warm_sessions));
     if (a != nullptr) agent::AppendMetrics(m, a->stats());
     return web::HttpResponse{200, kMetricsContentType, m.text(), {}};
   };
-  absl::StatusOr<std::unique_ptr<web::HttpServer>> started = web::HttpServer::Start(options_.http, std::move(routes));
+  absl::StatusOr<std::unique_ptr<web::HttpServer>> started =
+      web::HttpServer::Start(options_.http, std::move(routes));
   if (!started.ok()) return started.status();
   web_ = std::move(*started);
   return absl::OkStatus();
@@ -166,6 +174,8 @@ absl::Status Sited::ReloadCatalogCredentials(const std::string& ca_pem, const st
   return catalog_->ReloadCredentials(ca_pem, cert_pem, key_pem);
 }
 
-bool Sited::catalog_tls() const { return catalog_ != nullptr && !options_.catalog.tls_root_pem.empty(); }
+bool Sited::catalog_tls() const {
+  return catalog_ != nullptr && !options_.catalog.tls_root_pem.empty();
+}
 
 }  // namespace gfrep::replica::daemon

@@ -22,10 +22,11 @@ absl::StatusOr<std::string> ReadPem(const std::string& path) {
 }  // namespace
 
 void AddCatalogdFlags(CLI::App& app, CatalogdFlags& f) {
-  app.add_option("--db", f.db,
-                 "Where the catalog is kept: a RocksDB directory (created if missing), or a "
-                 "PostgreSQL database, postgresql://USER@HOST:PORT/DBNAME or "
-                 "'postgresql:host=SOCKETDIR port=P dbname=D' (schema created or migrated at start)")
+  app.add_option(
+         "--db", f.db,
+         "Where the catalog is kept: a RocksDB directory (created if missing), or a "
+         "PostgreSQL database, postgresql://USER@HOST:PORT/DBNAME or "
+         "'postgresql:host=SOCKETDIR port=P dbname=D' (schema created or migrated at start)")
       ->required();
   app.add_flag("--shared", f.shared,
                "One of several front ends on one PostgreSQL --db (start each with --shared): any "
@@ -38,31 +39,36 @@ void AddCatalogdFlags(CLI::App& app, CatalogdFlags& f) {
   app.add_option("--tls-client-ca", f.tls_client_ca,
                  "PEM CA whose certificates clients must present (mutual TLS); every call is then "
                  "authorized by the caller's identity (gfca issue node|user|admin NAME)");
-  app.add_flag("--insecure", f.insecure,
-               "Serve a non-loopback address without mutual TLS: anyone who reaches the port may do "
-               "anything (development only)");
+  app.add_flag(
+      "--insecure", f.insecure,
+      "Serve a non-loopback address without mutual TLS: anyone who reaches the port may do "
+      "anything (development only)");
   app.add_option("--max-open-requests-per-user", f.open_requests_per_user,
-                 "With mutual TLS: replication requests a user may have queued or running at once; 0 = no quota")
+                 "With mutual TLS: replication requests a user may have queued or running at once; "
+                 "0 = no quota")
       ->capture_default_str();
   app.add_option("--max-long-polls-per-identity", f.long_polls_per_identity,
                  "Event-log long polls (and Watch streams) one identity, or one address without "
                  "mutual TLS, may hold at once; they hold no thread")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1000000}))
       ->capture_default_str();
-  app.add_option("--token-key", f.token_key,
-                 "With mutual TLS: the key user tokens are signed with (gfca init writes token.key; "
-                 "gfauth token create mints them): users may then present a token instead of a certificate");
+  app.add_option(
+      "--token-key", f.token_key,
+      "With mutual TLS: the key user tokens are signed with (gfca init writes token.key; "
+      "gfauth token create mints them): users may then present a token instead of a certificate");
   app.add_option("--max-message-mib", f.max_message_mib, "Largest request or response message, MiB")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   app.add_option("--handshake-timeout", f.handshake_timeout_s,
-                 "Seconds a new connection may take to finish its TLS and HTTP/2 handshake before it is closed")
+                 "Seconds a new connection may take to finish its TLS and HTTP/2 handshake before "
+                 "it is closed")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
-  app.add_option("--fd-reserve", f.fd_reserve,
-                 "File descriptors kept free for the catalog's own work: a gRPC connection accepted "
-                 "with fewer left is closed at once (its client retries), so that the listener never "
-                 "runs out of them (gRPC 1.51 stops accepting for good when it does)")
+  app.add_option(
+         "--fd-reserve", f.fd_reserve,
+         "File descriptors kept free for the catalog's own work: a gRPC connection accepted "
+         "with fewer left is closed at once (its client retries), so that the listener never "
+         "runs out of them (gRPC 1.51 stops accepting for good when it does)")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   app.add_option("--listener-watchdog", f.listener_watchdog_s,
@@ -72,9 +78,10 @@ void AddCatalogdFlags(CLI::App& app, CatalogdFlags& f) {
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   f.max_streams = catalog::ServerOptions{}.max_concurrent_streams;
-  app.add_option("--max-streams-per-connection", f.max_streams,
-                 "Calls one client connection may have open at once (HTTP/2 streams, long polls and "
-                 "Watch streams included); further ones wait in the client")
+  app.add_option(
+         "--max-streams-per-connection", f.max_streams,
+         "Calls one client connection may have open at once (HTTP/2 streams, long polls and "
+         "Watch streams included); further ones wait in the client")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   app.add_option("--grpc-memory", f.grpc_memory,
@@ -99,9 +106,11 @@ void AddCatalogdFlags(CLI::App& app, CatalogdFlags& f) {
   app.add_option("--workers", f.workers, "Threads running catalog operations")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  app.add_flag("--unsafe-no-sync", f.no_sync,
-               "Acknowledge writes before the WAL is synced (benchmarks only: loses data on crash)");
-  app.add_flag("--no-planner", f.no_planner, "Do not run the replica planner (requests stay queued)");
+  app.add_flag(
+      "--unsafe-no-sync", f.no_sync,
+      "Acknowledge writes before the WAL is synced (benchmarks only: loses data on crash)");
+  app.add_flag("--no-planner", f.no_planner,
+               "Do not run the replica planner (requests stay queued)");
   app.add_option("--node-timeout", f.node_timeout_s,
                  "Planner: seconds without a heartbeat after which a node is down (no source or "
                  "destination; its open tasks are planned elsewhere)")
@@ -119,7 +128,8 @@ void AddCatalogdFlags(CLI::App& app, CatalogdFlags& f) {
                  "0 keeps them forever")
       ->check(CLI::Range(0.0, 36500.0))
       ->capture_default_str();
-  app.add_flag("--no-repair", f.no_repair, "Do not repair lost and corrupt replicas (no repair requests are made)");
+  app.add_flag("--no-repair", f.no_repair,
+               "Do not repair lost and corrupt replicas (no repair requests are made)");
   app.add_option("--repair-scan-interval", f.repair_scan_s,
                  "Repairer: seconds between full scans of every node's replica records for bad "
                  "ones (lost and corrupt ones are also acted on as they are reported)")
@@ -130,8 +140,9 @@ void AddCatalogdFlags(CLI::App& app, CatalogdFlags& f) {
                  "start and on SIGHUP (a file with mistakes is refused and the rules in force "
                  "stay); gfpolicy changes the stored rules too");
   app.add_flag("--no-policies", f.no_policies, "Do not enforce replication policies");
-  app.add_option("--policy-state", f.policy_state,
-                 "Where the last run of each scheduled rule is kept (default: DB-policy-state.json)");
+  app.add_option(
+      "--policy-state", f.policy_state,
+      "Where the last run of each scheduled rule is kept (default: DB-policy-state.json)");
   app.add_option("--removed-rule-grace", f.removed_rule_grace_s,
                  "Seconds the copies of a removed rule stay before they go (unless another rule or "
                  "a gfrep request needs them; never the last one)")
@@ -152,8 +163,8 @@ void AddCatalogdFlags(CLI::App& app, CatalogdFlags& f) {
                "in gfrep; agents stop sending)");
 }
 
-absl::StatusOr<replica::daemon::CatalogdOptions> CatalogdOptionsOf(const CatalogdFlags& f,
-                                                                   std::shared_ptr<spdlog::logger> log) {
+absl::StatusOr<replica::daemon::CatalogdOptions> CatalogdOptionsOf(
+    const CatalogdFlags& f, std::shared_ptr<spdlog::logger> log) {
   using std::chrono::milliseconds;
   replica::daemon::CatalogdOptions o;
   if (!f.http.empty()) {
@@ -161,7 +172,8 @@ absl::StatusOr<replica::daemon::CatalogdOptions> CatalogdOptionsOf(const Catalog
   }
   absl::StatusOr<std::uint64_t> grpc_memory = ParseSize(f.grpc_memory);
   if (!grpc_memory.ok() || *grpc_memory > static_cast<std::uint64_t>(INT64_MAX)) {
-    return absl::InvalidArgumentError(fmt::format("--grpc-memory {}: not a size (e.g. 2G, or 0)", f.grpc_memory));
+    return absl::InvalidArgumentError(
+        fmt::format("--grpc-memory {}: not a size (e.g. 2G, or 0)", f.grpc_memory));
   }
   o.store.path = f.db;
   o.store.sync = !f.no_sync;
@@ -207,11 +219,14 @@ absl::StatusOr<replica::daemon::CatalogdOptions> CatalogdOptionsOf(const Catalog
   o.planner_options.finished_request_retention =
       std::chrono::seconds(static_cast<std::int64_t>(f.keep_finished_days * 86400));
   o.repair = !f.no_repair;
-  o.repairer_options.scan_interval = milliseconds(static_cast<std::int64_t>(f.repair_scan_s * 1000));
+  o.repairer_options.scan_interval =
+      milliseconds(static_cast<std::int64_t>(f.repair_scan_s * 1000));
   o.policies = !f.no_policies;
   o.policy_options.state_file = f.policy_state;
-  o.policy_options.removed_rule_grace = milliseconds(static_cast<std::int64_t>(f.removed_rule_grace_s * 1000));
-  o.policy_options.release_interval = milliseconds(static_cast<std::int64_t>(f.release_interval_s * 1000));
+  o.policy_options.removed_rule_grace =
+      milliseconds(static_cast<std::int64_t>(f.removed_rule_grace_s * 1000));
+  o.policy_options.release_interval =
+      milliseconds(static_cast<std::int64_t>(f.release_interval_s * 1000));
   o.node_timeout = std::chrono::seconds(f.node_timeout_s);
   o.http.listen = f.http;
   o.http.max_connections = f.http_limits.max_connections;

@@ -59,7 +59,7 @@ void AddCatalogdFlags(CLI::App& app, CatalogdFlags& flags);
 // policy file read and checked, and every check that needs nothing opened
 // (replica::daemon::CheckCatalogdOptions). kInvalidArgument (or the file's kNotFound) naming
 // the flag.
-absl::StatusOr<replica::daemon::CatalogdOptions> CatalogdOptionsOf(const CatalogdFlags& flags,
-                                                                   std::shared_ptr<spdlog::logger> log);
+absl::StatusOr<replica::daemon::CatalogdOptions> CatalogdOptionsOf(
+    const CatalogdFlags& flags, std::shared_ptr<spdlog::logger> log);
 
 }  // namespace gfrep::tools

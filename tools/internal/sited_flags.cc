@@ -16,26 +16,33 @@ void AddSitedFlags(CLI::App& app, SitedFlags& f) {
   f.max_connections_per_peer = agent_defaults.max_connections_per_peer;
   app.add_option("--listen", f.listen, "address to listen on (HOST:PORT; port 0 picks one)");
   app.add_option("--spool", f.spool, "spool directory served and written")->required();
-  app.add_option("--key-file", f.key_file, "shared key file (default ~/.gfrep/shared_key, created on first use)");
+  app.add_option("--key-file", f.key_file,
+                 "shared key file (default ~/.gfrep/shared_key, created on first use)");
   app.add_option("--tls-cert", f.tls_cert, "PEM certificate chain (enables TLS sessions)");
   app.add_option("--tls-key", f.tls_key, "PEM private key of --tls-cert");
-  app.add_option("--tls-ca", f.tls_ca, "PEM CA: verifies agents we pull from, and client certificates");
-  app.add_flag("--require-tls", f.require_tls, "refuse sessions without TLS on every connection (control and data)");
+  app.add_option("--tls-ca", f.tls_ca,
+                 "PEM CA: verifies agents we pull from, and client certificates");
+  app.add_flag("--require-tls", f.require_tls,
+               "refuse sessions without TLS on every connection (control and data)");
   app.add_flag("--require-mutual-tls", f.require_mutual_tls,
                "refuse control connections without a verified client certificate (shared-key "
                "sessions, in clear or inside TLS); data may stay clear");
-  app.add_flag("--insecure", f.insecure,
-               "Listen on a non-loopback address without a certificate set (--tls-cert, --tls-key, "
-               "--tls-ca): agents then authenticate each other by the shared key only and nothing is "
-               "encrypted. For trusted test networks");
+  app.add_flag(
+      "--insecure", f.insecure,
+      "Listen on a non-loopback address without a certificate set (--tls-cert, --tls-key, "
+      "--tls-ca): agents then authenticate each other by the shared key only and nothing is "
+      "encrypted. For trusted test networks");
   // Not users: an agent cannot check the namespace's modes, so a user's certificate would
   // read and write replicas the catalog may not let that user see.
   app.add_option("--tls-peers", f.tls_peers,
                  "roles whose client certificates (gfrep://ROLE/NAME) may open sessions here")
       ->capture_default_str();
-  app.add_option("--buffer", f.buffer, "socket buffer for accepted data connections (e.g. 4M; 0 = kernel autotuning)");
-  app.add_option("--journal-interval", f.journal_interval, "make restart markers durable every SIZE received bytes");
-  app.add_option("--max-connections", f.max_connections, "connections served at once; more are closed at once")
+  app.add_option("--buffer", f.buffer,
+                 "socket buffer for accepted data connections (e.g. 4M; 0 = kernel autotuning)");
+  app.add_option("--journal-interval", f.journal_interval,
+                 "make restart markers durable every SIZE received bytes");
+  app.add_option("--max-connections", f.max_connections,
+                 "connections served at once; more are closed at once")
       ->check(CLI::Range(1, 1000000));
   app.add_option("--max-connections-per-peer", f.max_connections_per_peer,
                  "connections served at once from one address (a transfer uses streams + 1)")
@@ -56,10 +63,12 @@ void AddSitedFlags(CLI::App& app, SitedFlags& f) {
   app.add_option("--site", f.site, "site this node belongs to (with --node and --catalog)");
   app.add_option("--node", f.node, "name of this node in the catalog");
   app.add_option("--catalog", f.catalog, "gfcatalogd HOST:PORT to join");
-  app.add_option("--catalog-ca", f.catalog_ca,
-                 "PEM CA of a TLS catalog; the agent presents --tls-cert/--tls-key to it as its identity "
-                 "(gfca issue node NAME)");
-  app.add_option("--advertise", f.advertise, "HOST:PORT other agents reach us at (default: the bound address)");
+  app.add_option(
+      "--catalog-ca", f.catalog_ca,
+      "PEM CA of a TLS catalog; the agent presents --tls-cert/--tls-key to it as its identity "
+      "(gfca issue node NAME)");
+  app.add_option("--advertise", f.advertise,
+                 "HOST:PORT other agents reach us at (default: the bound address)");
   app.add_option("--workers", f.workers, "replica copies at once, at most (threads)")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
@@ -67,7 +76,8 @@ void AddSitedFlags(CLI::App& app, SitedFlags& f) {
                  "tune the copies at once from measured goodput, up to --workers (true|false; "
                  "false runs --workers at once)")
       ->capture_default_str();
-  app.add_option("--initial-in-flight", f.initial_in_flight, "copies at once to start from when adapting")
+  app.add_option("--initial-in-flight", f.initial_in_flight,
+                 "copies at once to start from when adapting")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   app.add_option("--io-threads", f.io_threads,
@@ -76,7 +86,8 @@ void AddSitedFlags(CLI::App& app, SitedFlags& f) {
       ->capture_default_str();
   app.add_option("--session-reuse", f.session_reuse,
                  "keep transfer sessions to source agents open between files (true|false)");
-  app.add_option("--lease", f.lease_s, "task lease, seconds (renewed while copying)")->check(CLI::Range(1, 3600));
+  app.add_option("--lease", f.lease_s, "task lease, seconds (renewed while copying)")
+      ->check(CLI::Range(1, 3600));
   app.add_option("--check-interval", f.check_interval_s,
                  "seconds between stat checks of every replica (missing: lost; other size or "
                  "mtime: corrupt); 0: none")
@@ -93,7 +104,8 @@ void AddSitedFlags(CLI::App& app, SitedFlags& f) {
   app.add_option("--http", f.http,
                  "Serve /metrics, /healthz and /readyz on HOST:PORT (off by default; loopback only "
                  "unless --http-public)");
-  app.add_flag("--http-public", f.http_public, "Allow --http on a non-loopback address (no authentication yet)");
+  app.add_flag("--http-public", f.http_public,
+               "Allow --http on a non-loopback address (no authentication yet)");
   const replica::web::HttpServerOptions http_defaults;
   f.http_limits = {http_defaults.max_connections, http_defaults.max_connections_per_client,
                    http_defaults.descriptor_reserve};
@@ -133,12 +145,16 @@ absl::StatusOr<replica::daemon::SitedOptions> SitedOptionsOf(const SitedFlags& f
   absl::StatusOr<std::uint64_t> jint = ParseSize(f.journal_interval);
   if (!jint.ok()) return jint.status();
   absl::StatusOr<std::uint64_t> scrub_bytes = ParseSize(f.scrub_rate);
-  if (!scrub_bytes.ok()) return absl::InvalidArgumentError("--scrub-rate: " + std::string(scrub_bytes.status().message()));
-  std::filesystem::path key_path = f.key_file.empty() ? transfer::DefaultKeyPath() : std::filesystem::path(f.key_file);
+  if (!scrub_bytes.ok())
+    return absl::InvalidArgumentError("--scrub-rate: " +
+                                      std::string(scrub_bytes.status().message()));
+  std::filesystem::path key_path =
+      f.key_file.empty() ? transfer::DefaultKeyPath() : std::filesystem::path(f.key_file);
   absl::StatusOr<std::string> key = transfer::LoadOrCreateSharedKey(key_path);
   if (!key.ok()) return key.status();
   absl::StatusOr<std::vector<catalog::Role>> peer_roles = catalog::ParseRoles(f.tls_peers);
-  if (!peer_roles.ok()) return absl::InvalidArgumentError("--tls-peers: " + std::string(peer_roles.status().message()));
+  if (!peer_roles.ok())
+    return absl::InvalidArgumentError("--tls-peers: " + std::string(peer_roles.status().message()));
   log->info("shared key from {}", key_path.string());
 
   replica::daemon::SitedOptions o;
@@ -189,10 +205,12 @@ absl::StatusOr<replica::daemon::SitedOptions> SitedOptionsOf(const SitedFlags& f
   so.io_threads = f.io_threads;
   so.reuse_sessions = f.session_reuse;
   so.lease = std::chrono::seconds(f.lease_s);
-  so.check_interval = std::chrono::milliseconds(static_cast<std::int64_t>(f.check_interval_s * 1000));
+  so.check_interval =
+      std::chrono::milliseconds(static_cast<std::int64_t>(f.check_interval_s * 1000));
   so.scrub_rate_bytes = *scrub_bytes;
   so.scrub_period = std::chrono::seconds(static_cast<std::int64_t>(f.scrub_period_h * 3600));
-  so.telemetry_interval = std::chrono::milliseconds(static_cast<std::int64_t>(f.telemetry_s * 1000));
+  so.telemetry_interval =
+      std::chrono::milliseconds(static_cast<std::int64_t>(f.telemetry_s * 1000));
 
   o.http.listen = f.http;
   o.http.max_connections = f.http_limits.max_connections;

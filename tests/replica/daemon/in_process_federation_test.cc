@@ -47,7 +47,8 @@ class InProcessFederationTest : public ::testing::Test {
     catalogd_ = std::move(*catalogd);
     catalog::ClientOptions cl;
     cl.address = catalogd_->address();
-    absl::StatusOr<std::unique_ptr<catalog::CatalogClient>> client = catalog::CatalogClient::Create(cl);
+    absl::StatusOr<std::unique_ptr<catalog::CatalogClient>> client =
+        catalog::CatalogClient::Create(cl);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = std::move(*client);
     for (const char* site : {"A", "B", "C"}) ASSERT_TRUE(client_->PutSite({site, {}}).ok());
