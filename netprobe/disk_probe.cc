@@ -19,6 +19,8 @@
 #include <system_error>
 #include <thread>
 
+#include "transfer/units.h"
+
 namespace gfrep::netprobe {
 
 namespace {
@@ -37,16 +39,6 @@ absl::Status FromErrno(int err, std::string_view what) {
   if (err == EACCES || err == EPERM || err == EROFS) return absl::PermissionDeniedError(msg);
   if (err == ENOENT) return absl::NotFoundError(msg);
   return absl::InternalError(msg);
-}
-
-std::string HumanBytes(std::uint64_t n) {
-  constexpr std::uint64_t kGiB = 1ull << 30;
-  if (n >= kGiB && n % kGiB == 0) return fmt::format("{} GiB", n / kGiB);
-  if (n >= kGiB) return fmt::format("{:.1f} GiB", static_cast<double>(n) / kGiB);
-  if (n >= kMiB && n % kMiB == 0) return fmt::format("{} MiB", n / kMiB);
-  if (n >= kMiB) return fmt::format("{:.1f} MiB", static_cast<double>(n) / kMiB);
-  if (n >= 1024 && n % 1024 == 0) return fmt::format("{} KiB", n / 1024);
-  return fmt::format("{} B", n);
 }
 
 std::string FsType(const std::filesystem::path& dir) {
@@ -309,7 +301,7 @@ absl::Status CheckDir(const DiskProbeOptions& o, DiskProbeResult& r) {
     return absl::ResourceExhaustedError(fmt::format(
         "not enough free space in {}: {} free, the probe writes {} per measurement (+1 MiB); "
         "use a smaller --bytes",
-        o.dir.string(), HumanBytes(r.free_bytes), HumanBytes(o.bytes)));
+        o.dir.string(), transfer::HumanBytes(r.free_bytes), transfer::HumanBytes(o.bytes)));
   }
   return absl::OkStatus();
 }
@@ -336,8 +328,8 @@ absl::Status Validate(const DiskProbeOptions& o) {
     }
     if (s > o.bytes) {
       return absl::InvalidArgumentError(
-          fmt::format("I/O size {} is larger than the bytes per measurement ({})", HumanBytes(s),
-                      HumanBytes(o.bytes)));
+          fmt::format("I/O size {} is larger than the bytes per measurement ({})", transfer::HumanBytes(s),
+                      transfer::HumanBytes(o.bytes)));
     }
   }
   if (!o.parallel.empty()) {
@@ -353,8 +345,8 @@ absl::Status Validate(const DiskProbeOptions& o) {
     if (static_cast<std::uint64_t>(p) * o.parallel_io_size > o.bytes) {
       return absl::InvalidArgumentError(
           fmt::format("{} streams of {} I/Os need at least {} per measurement", p,
-                      HumanBytes(o.parallel_io_size),
-                      HumanBytes(static_cast<std::uint64_t>(p) * o.parallel_io_size)));
+                      transfer::HumanBytes(o.parallel_io_size),
+                      transfer::HumanBytes(static_cast<std::uint64_t>(p) * o.parallel_io_size)));
     }
   }
   if (o.max_phase_time.count() <= 0)
@@ -401,7 +393,7 @@ absl::StatusOr<DiskProbeResult> ProbeDisk(const DiskProbeOptions& o) {
       if (!m.ok()) {
         return absl::Status(
             m.status().code(),
-            fmt::format("{} I/O of {} x {} streams: {}", ToString(mode), HumanBytes(size), parallel,
+            fmt::format("{} I/O of {} x {} streams: {}", ToString(mode), transfer::HumanBytes(size), parallel,
                         std::string(m.status().message())));
       }
       r.rows.push_back(m->write);
@@ -466,8 +458,8 @@ absl::StatusOr<DiskAdvice> RecommendDisk(const DiskProbeResult& result, int stre
   a.reasons.push_back(fmt::format(
       "write I/O size {}: the smallest within {:.0f} % of the best write rate with 1..{} streams "
       "({:.0f} MB/s: {} {} with {} stream{}); it reached {:.0f} MB/s with {} stream{}",
-      HumanBytes(chosen->io_size), kDiskGoodEnough * 100, streams, best->MBps(),
-      HumanBytes(best->io_size), ToString(best->mode), best->parallel,
+      transfer::HumanBytes(chosen->io_size), kDiskGoodEnough * 100, streams, best->MBps(),
+      transfer::HumanBytes(best->io_size), ToString(best->mode), best->parallel,
       best->parallel == 1 ? "" : "s", chosen->MBps(), chosen->parallel,
       chosen->parallel == 1 ? "" : "s"));
   if (p.direct) {
@@ -482,7 +474,7 @@ absl::StatusOr<DiskAdvice> RecommendDisk(const DiskProbeResult& result, int stre
   }
   a.reasons.push_back(
       fmt::format("flush every {}: about one second of writing at {:.0f} MB/s (8 MiB..1 GiB)",
-                  HumanBytes(flush), chosen->MBps()));
+                  transfer::HumanBytes(flush), chosen->MBps()));
   return a;
 }
 
@@ -533,15 +525,15 @@ std::string ToJson(const DiskProbeResult& r, const absl::StatusOr<DiskAdvice>& a
 std::string FormatTable(const DiskProbeResult& r, const absl::StatusOr<DiskAdvice>& advice) {
   std::string out =
       fmt::format("disk {} ({}): {} per measurement, {} free\n", r.dir, r.fs_type,
-                  HumanBytes(r.bytes_per_measurement),
-                  r.free_bytes > 0 ? HumanBytes(r.free_bytes) : std::string("unknown"));
+                  transfer::HumanBytes(r.bytes_per_measurement),
+                  r.free_bytes > 0 ? transfer::HumanBytes(r.free_bytes) : std::string("unknown"));
   out += fmt::format("O_DIRECT: {}\n", DirectText(r));
   out += fmt::format("{:<9} {:<6} {:>9} {:>8} {:>10} {:>9} {:>9}\n", "MODE", "OP", "IO SIZE",
                      "PARALLEL", "BYTES", "SECONDS", "MB/s");
   for (const DiskRow& row : r.rows) {
     out += fmt::format("{:<9} {:<6} {:>9} {:>8} {:>10} {:>9.3f} {:>9.1f}\n", ToString(row.mode),
-                       ToString(row.op), HumanBytes(row.io_size), row.parallel,
-                       HumanBytes(row.bytes), row.seconds, row.MBps());
+                       ToString(row.op), transfer::HumanBytes(row.io_size), row.parallel,
+                       transfer::HumanBytes(row.bytes), row.seconds, row.MBps());
   }
   if (!r.direct_measured && !r.direct_note.empty()) {
     out += fmt::format("direct    -      (O_DIRECT {})\n", r.direct_note);
@@ -552,8 +544,8 @@ std::string FormatTable(const DiskProbeResult& r, const absl::StatusOr<DiskAdvic
     out += fmt::format(
         "recommended: write I/O size {}, {}, flush every {} (best write {:.0f} MB/s, read "
         "{:.0f} MB/s)\n",
-        HumanBytes(p.write_io_size_bytes), p.direct ? "O_DIRECT" : "buffered",
-        HumanBytes(p.flush_interval_bytes), p.write_mbps, p.read_mbps);
+        transfer::HumanBytes(p.write_io_size_bytes), p.direct ? "O_DIRECT" : "buffered",
+        transfer::HumanBytes(p.flush_interval_bytes), p.write_mbps, p.read_mbps);
     for (const std::string& line : advice->reasons) out += fmt::format("  {}\n", line);
   } else {
     out += fmt::format("no recommendation: {}\n", std::string(advice.status().message()));

@@ -14,20 +14,11 @@
 #include "tools/internal/cli.h"
 #include "transfer/auth.h"
 #include "transfer/copy.h"
+#include "transfer/units.h"
 
 namespace {
 
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
-
-std::string HumanBytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return fmt::format("{:.2f} {}", b, units[u]);
-}
 
 std::string Eta(double seconds) {
   if (!(seconds >= 0) || seconds > 359999) return "--:--";
@@ -118,8 +109,8 @@ int main(int argc, char** argv) {
       double pct = p.bytes_total ? 100.0 * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 100;
       double eta = rate_bps > 0 ? static_cast<double>(p.bytes_total - p.bytes_done) / rate_bps : -1;
       std::fprintf(stderr, "\r%s / %s  %5.1f%%  %8.1f MB/s  ETA %s  streams %d   ",
-                   HumanBytes(static_cast<double>(p.bytes_done)).c_str(),
-                   HumanBytes(static_cast<double>(p.bytes_total)).c_str(), pct, rate_bps / 1e6,
+                   gfrep::transfer::HumanBytes(p.bytes_done).c_str(),
+                   gfrep::transfer::HumanBytes(p.bytes_total).c_str(), pct, rate_bps / 1e6,
                    Eta(eta).c_str(), p.streams);
       std::fflush(stderr);
       printed = true;
@@ -143,9 +134,9 @@ int main(int argc, char** argv) {
     std::printf("%s\n", j.dump().c_str());
   } else if (tty) {
     std::fprintf(stderr, "copied %s in %.2f s (%.1f MB/s, %d streams%s) %s\n",
-                 HumanBytes(static_cast<double>(stats->bytes)).c_str(), stats->seconds,
+                 gfrep::transfer::HumanBytes(stats->bytes).c_str(), stats->seconds,
                  static_cast<double>(stats->bytes_transferred) / stats->seconds / 1e6, stats->streams,
-                 stats->resumed_bytes ? fmt::format(", resumed {}", HumanBytes(static_cast<double>(stats->resumed_bytes))).c_str() : "",
+                 stats->resumed_bytes ? fmt::format(", resumed {}", gfrep::transfer::HumanBytes(stats->resumed_bytes)).c_str() : "",
                  stats->checksum.c_str());
   }
   return 0;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "catalog/client.h"
+#include "catalog/event_cursor.h"
 #include "tools/internal/catalog_flags.h"
 #include "tools/internal/cli.h"
 
@@ -49,13 +50,12 @@ int main(int argc, char** argv) {
   if (!client.ok()) return tools::Fail(kProgram, tools::ErrorText(client.status()));
   // The log keeps a bounded history; read it all, oldest first, keeping the newest matches.
   std::vector<catalog::Event> kept;
-  std::uint64_t after = 0;
+  catalog::EventCursor cursor(**client);
+  cursor.Seek(0);
   for (;;) {
-    absl::StatusOr<std::vector<catalog::Event>> batch =
-        (*client)->ReadEvents(after, 10000, std::chrono::milliseconds(0));
+    absl::StatusOr<std::vector<catalog::Event>> batch = cursor.Read();
     if (!batch.ok()) return tools::Fail(kProgram, tools::ErrorText(batch.status()));
     if (batch->empty()) break;
-    after = batch->back().seq;
     for (catalog::Event& e : *batch) {
       if (!kind.empty() && catalog::ToString(e.kind) != kind) continue;
       kept.push_back(std::move(e));

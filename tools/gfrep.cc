@@ -31,10 +31,12 @@
 
 #include "absl/strings/numbers.h"
 #include "catalog/client.h"
+#include "catalog/event_cursor.h"
 #include "replica/plan/planner.h"
 #include "replica/plan/policy_explain.h"
 #include "tools/internal/catalog_flags.h"
 #include "tools/internal/cli.h"
+#include "transfer/units.h"
 
 namespace {
 
@@ -93,17 +95,6 @@ absl::StatusOr<Snapshot> Take(catalog::Catalog& c, std::uint64_t id,
   return s;
 }
 
-std::string Human(std::uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
-}
-
 double Mbps(std::uint64_t bytes, double seconds) {
   return seconds > 0 ? static_cast<double>(bytes) * 8 / seconds / 1e6 : 0;
 }
@@ -127,8 +118,8 @@ int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  std::uint64_t seq = 0;
-  if (absl::StatusOr<std::uint64_t> last = c.LastEventSeq(); last.ok()) seq = *last;
+  catalog::EventCursor events(c);
+  if (!events.Start().ok()) events.Seek(0);
   Snapshot snap;
   snap.request = created;
   bool timed_out = false;
@@ -141,9 +132,7 @@ int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json
     if (std::chrono::steady_clock::now() - last_full < std::chrono::seconds(1)) {
       absl::StatusOr<catalog::Request> r = c.GetRequest(id);
       if (r.ok() && !Finished(r->state)) {
-        absl::StatusOr<std::vector<catalog::Event>> events =
-            c.ReadEvents(seq, 10000, std::chrono::milliseconds(250));
-        if (events.ok() && !events->empty()) seq = events->back().seq;
+        (void)events.Read(std::chrono::milliseconds(250));  // a change, or a quarter second
         continue;
       }
     }
@@ -167,11 +156,11 @@ int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json
       }
       std::cerr << fmt::format("\r\033[Krequest {}: files {}/{} failed {}  {}{} / {}  {} copies running{}",
                                id, snap.request.files_done, snap.request.files_total,
-                               snap.request.files_failed, Human(snap.request.bytes_done),
+                               snap.request.files_failed, transfer::HumanBytes(snap.request.bytes_done),
                                snap.request.in_flight_bytes == 0
                                    ? std::string()
-                                   : fmt::format(" (+{} in flight)", Human(snap.request.in_flight_bytes)),
-                               Human(snap.request.bytes_total), snap.copies_open, routes)
+                                   : fmt::format(" (+{} in flight)", transfer::HumanBytes(snap.request.in_flight_bytes)),
+                               transfer::HumanBytes(snap.request.bytes_total), snap.copies_open, routes)
                 << std::flush;
     }
     if (Finished(snap.request.state)) break;
@@ -180,9 +169,7 @@ int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json
       break;
     }
     // Wake on the next catalog change (or after a second, to refresh the rates).
-    absl::StatusOr<std::vector<catalog::Event>> events =
-        c.ReadEvents(seq, 10000, std::chrono::milliseconds(1000));
-    if (events.ok() && !events->empty()) seq = events->back().seq;
+    (void)events.Read(std::chrono::milliseconds(1000));
   }
   if (tty) std::cerr << "\n";
   const double secs = elapsed();
@@ -215,11 +202,11 @@ int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json
     std::cout << fmt::format("request {} {}: {} of {} files have their copies, {} failed; "
                              "copied {} in {:.1f} s ({:.0f} Mbit/s)\n",
                              id, timed_out ? "timed out" : catalog::ToString(r.state),
-                             r.files_done, r.files_total, r.files_failed, Human(moved), secs,
+                             r.files_done, r.files_total, r.files_failed, transfer::HumanBytes(moved), secs,
                              Mbps(moved, secs));
     for (const auto& [route, t] : snap.routes) {
       std::cout << fmt::format("  route {}: {} files, {}, {:.0f} Mbit/s, up to {} in flight\n", route,
-                               t.files, Human(t.bytes), Mbps(t.bytes, secs), t.peak_in_flight);
+                               t.files, transfer::HumanBytes(t.bytes), Mbps(t.bytes, secs), t.peak_in_flight);
     }
   }
   if (timed_out) {
@@ -282,7 +269,7 @@ int List(catalog::CatalogClient& c, bool all, bool json) {
     if (r.spec.paths.size() > 1) what += fmt::format(" (+{} more)", r.spec.paths.size() - 1);
     std::cout << fmt::format("{:>6} {:<9} {:<22} files {}/{} failed {}  {} / {}  {}\n", r.id,
                              catalog::ToString(r.state), r.spec.owner, r.files_done, r.files_total,
-                             r.files_failed, Human(r.bytes_done), Human(r.bytes_total), what);
+                             r.files_failed, transfer::HumanBytes(r.bytes_done), transfer::HumanBytes(r.bytes_total), what);
   }
   if (out.empty()) std::cout << (all ? "no requests\n" : "no active requests (--all: every state)\n");
   return 0;
@@ -330,8 +317,8 @@ int Status(catalog::CatalogClient& c, std::uint64_t id, bool json) {
       "request {} {} (owner {}, priority {}): {} of {} files have their copies, {} failed; {} / "
       "{} done, {} being copied now ({} of it received)\n",
       r->id, catalog::ToString(r->state), r->spec.owner, r->spec.priority, r->files_done,
-      r->files_total, r->files_failed, Human(r->bytes_done), Human(r->bytes_total),
-      Human(in_flight_bytes), Human(r->in_flight_bytes));
+      r->files_total, r->files_failed, transfer::HumanBytes(r->bytes_done), transfer::HumanBytes(r->bytes_total),
+      transfer::HumanBytes(in_flight_bytes), transfer::HumanBytes(r->in_flight_bytes));
   std::cout << fmt::format("  wants {} cop{} of {}{}{}\n", r->spec.copies,
                            r->spec.copies == 1 ? "y" : "ies", fmt::join(r->spec.paths, " "),
                            r->spec.dst_sites.empty() ? "" : fmt::format(" in {}", fmt::join(r->spec.dst_sites, ",")),
@@ -451,7 +438,7 @@ int main(int argc, char** argv) {
       std::uint64_t bytes = 0;
       for (const auto& p : preview->copies) {
         std::cout << fmt::format("copy {} {} -> {} ({}), {}\n", p.path, p.src_node, p.dst_node,
-                                 p.dst_site, Human(p.size));
+                                 p.dst_site, transfer::HumanBytes(p.size));
         bytes += p.size;
       }
       for (const auto& s : preview->satisfied) std::cout << fmt::format("ok   {}\n", s);
@@ -459,7 +446,7 @@ int main(int argc, char** argv) {
         std::cout << fmt::format("FAIL {}: {}\n", f.path, f.error);
       }
       std::cout << fmt::format("dry run: {} copies ({}), {} files already satisfied, {} failing\n",
-                               preview->copies.size(), Human(bytes), preview->satisfied.size(),
+                               preview->copies.size(), transfer::HumanBytes(bytes), preview->satisfied.size(),
                                preview->failures.size());
     }
     return preview->failures.empty() ? 0 : 1;

@@ -22,6 +22,7 @@
 #include <random>
 #include <set>
 
+#include "catalog/event_cursor.h"
 #include "replica/agent/in_flight.h"
 #include "replica/agent/internal/spool_keeper.h"
 #include "replica/core/spool.h"
@@ -38,10 +39,6 @@ namespace fs = std::filesystem;
 
 constexpr std::string_view kStagingDir = ".gfrep-staging";
 constexpr std::string_view kTmpDir = ".gfrep-tmp";
-
-bool Transient(const absl::Status& s) {
-  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsInternal(s);
-}
 
 // "task-<id>" -> id, or nullopt.
 std::optional<std::uint64_t> TaskIdOf(const std::string& name) {
@@ -316,7 +313,7 @@ absl::Status SiteAgent::Start() {
   while (true) {
     absl::Status s = Register();
     if (s.ok()) break;
-    if (!Transient(s)) return s;
+    if (!IsRetryableDaemonCall(s)) return s;
     if (stop_) return absl::CancelledError("stopped before registration");
     log_->warn("register node {}: {} (retrying)", options_.node, s.ToString());
     SleepFor(std::chrono::milliseconds(500));
@@ -328,7 +325,7 @@ absl::Status SiteAgent::Start() {
   while (true) {
     absl::Status s = keeper_->MigrateLegacyLayout();
     if (s.ok()) break;
-    if (!Transient(s)) return s;
+    if (!IsRetryableDaemonCall(s)) return s;
     if (stop_) return absl::CancelledError("stopped during the spool migration");
     log_->warn("spool migration: {} (retrying)", s.ToString());
     SleepFor(std::chrono::milliseconds(500));
@@ -546,20 +543,11 @@ void SiteAgent::RenewLoop() {
 }
 
 void SiteAgent::WatchLoop() {
-  std::optional<std::uint64_t> seq;
+  catalog::EventCursor cursor(*options_.catalog, 1000);
   while (!stop_) {
-    if (!seq) {
-      absl::StatusOr<std::uint64_t> last = options_.catalog->LastEventSeq();
-      if (!last.ok()) {
-        SleepFor(std::chrono::milliseconds(500));
-        continue;
-      }
-      seq = *last;
-    }
-    absl::StatusOr<std::vector<catalog::Event>> events =
-        options_.catalog->ReadEvents(*seq, 1000, std::chrono::milliseconds(1000));
+    absl::StatusOr<std::vector<catalog::Event>> events = cursor.Read(std::chrono::milliseconds(1000));
     if (!events.ok()) {
-      seq.reset();
+      cursor.Reset();  // from the log's end again: the sweep and the claims look by themselves
       SleepFor(std::chrono::milliseconds(500));
       continue;
     }
@@ -571,7 +559,6 @@ void SiteAgent::WatchLoop() {
       deleting = deleting || (e.kind == catalog::EventKind::kReplica && e.node == options_.node &&
                               e.state == catalog::ToString(catalog::ReplicaState::kDeleting));
     }
-    if (!events->empty()) seq = events->back().seq;
     if (deleting) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -743,7 +730,8 @@ void SiteAgent::CompleteLoop() {
         results = std::move(*done);
         break;
       }
-      if (Transient(done.status()) && std::chrono::steady_clock::now() < deadline && !stop_) {
+      if (IsRetryableDaemonCall(done.status()) && std::chrono::steady_clock::now() < deadline &&
+          !stop_) {
         SleepFor(std::chrono::milliseconds(200));
         continue;
       }
@@ -878,11 +866,11 @@ void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owne
     std::lock_guard<std::mutex> lock(mu_);
     stats_.tasks_failed += 1;
   }
-  if (absl::IsUnavailable(result) || absl::IsDeadlineExceeded(result)) {
+  if (IsRetryableCall(result)) {
     std::lock_guard<std::mutex> lock(mu_);
     node_cache_.erase(task.spec.src_node);  // it may have restarted at another address
   }
-  bool retryable = IsRetryable(result);
+  bool retryable = IsRetryableCopy(result);
   std::chrono::milliseconds delay = BackoffDelay(options_.retry, task.attempts);
   std::string reason = fmt::format("{} (from {})", result.ToString(), task.spec.src_node);
   log_->warn("task={} attempt {} failed path={}: {}{}", task.id, task.attempts, task.spec.path,
@@ -890,7 +878,7 @@ void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owne
   for (int i = 0; i < 20; ++i) {
     absl::StatusOr<catalog::Task> failed =
         cat.FailTask(task.id, claim_owner, reason, retryable, delay);
-    if (failed.ok() || !Transient(failed.status())) break;
+    if (failed.ok() || !IsRetryableDaemonCall(failed.status())) break;
     SleepFor(std::chrono::milliseconds(200));
   }
 }

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "replica/core/replica_file.h"
+#include "replica/core/retry.h"
 #include "replica/core/spool.h"
 #include "transfer/checksum.h"
 #include "transfer/client.h"
@@ -115,10 +116,7 @@ absl::StatusOr<std::size_t> FileReader::ReadAt(std::uint64_t offset, void* buffe
       // The whole-file check failed: bytes of this replica were returned already, so no
       // other source can make this read right.
       if (remote_->stats().whole_file_mismatch) return got.status();
-      if (!absl::IsUnavailable(got.status()) && !absl::IsDeadlineExceeded(got.status()) &&
-          !absl::IsDataLoss(got.status()) && !absl::IsAborted(got.status())) {
-        return got.status();
-      }
+      if (!AnotherSourceMayServe(got.status())) return got.status();
       // Fail over: the next source, at the same offset. A session the agent closed while
       // idle (kUnavailable) may reopen on the same source; one that failed otherwise not.
       const std::size_t from = absl::IsUnavailable(got.status()) && !retried_same_

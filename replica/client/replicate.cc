@@ -6,6 +6,9 @@
 #include <optional>
 #include <thread>
 
+#include "catalog/event_cursor.h"
+#include "replica/core/retry.h"
+
 namespace gfrep::replica::client {
 
 namespace {
@@ -76,15 +79,14 @@ absl::StatusOr<catalog::Request> WaitForRequest(catalog::Catalog& catalog, std::
   const Clock::time_point start = Clock::now();
   const bool bounded = options.timeout.count() > 0;
   const Clock::time_point deadline = start + options.timeout;
-  std::uint64_t seq = 0;
-  if (absl::StatusOr<std::uint64_t> last = catalog.LastEventSeq(); last.ok()) seq = *last;
+  catalog::EventCursor events(catalog);
+  if (!events.Start().ok()) events.Seek(0);
   std::optional<catalog::Request> seen;
   Clock::time_point unavailable_since{};
   for (;;) {
     absl::StatusOr<catalog::Request> r = catalog.GetRequest(id);
     if (!r.ok()) {
-      if (!absl::IsUnavailable(r.status()) && !absl::IsDeadlineExceeded(r.status()))
-        return r.status();
+      if (!IsRetryableCall(r.status())) return r.status();
       const Clock::time_point now = Clock::now();
       if (unavailable_since == Clock::time_point{}) unavailable_since = now;
       if (now - unavailable_since > kUnavailableBudget) return r.status();
@@ -106,10 +108,7 @@ absl::StatusOr<catalog::Request> WaitForRequest(catalog::Catalog& catalog, std::
       wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
                                 std::chrono::milliseconds(1));
     }
-    absl::StatusOr<std::vector<catalog::Event>> events = catalog.ReadEvents(seq, 10000, wait);
-    if (events.ok() && !events->empty()) {
-      seq = events->back().seq;
-    } else if (!events.ok()) {
+    if (!events.Read(wait).ok()) {
       // A catalog without events (or one restarting): poll instead.
       std::this_thread::sleep_for(std::min(wait, std::chrono::milliseconds(250)));
     }

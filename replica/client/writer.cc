@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "replica/core/placement.h"
+#include "replica/core/retry.h"
 #include "transfer/spool_names.h"
 
 namespace gfrep::replica::client {
@@ -105,8 +106,7 @@ absl::StatusOr<StoreResult> Store(catalog::Catalog& catalog, const std::filesyst
   content.inode = inode;
   absl::StatusOr<catalog::Attributes> committed =
       catalog.CommitFile(path, content, node->name, std::nullopt);
-  if (!committed.ok() &&
-      (absl::IsUnavailable(committed.status()) || absl::IsDeadlineExceeded(committed.status()))) {
+  if (!committed.ok() && IsRetryableCall(committed.status())) {
     // The answer may have been lost after the commit: the generation tells.
     absl::StatusOr<catalog::Attributes> now = catalog.Stat(path);
     if (now.ok() && now->inode == inode && now->generation == generation) committed = now;

@@ -27,7 +27,7 @@ std::chrono::milliseconds BackoffDelay(const RetryOptions& options, std::uint32_
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::min(ms, cap)));
 }
 
-bool IsRetryable(const absl::Status& status) {
+bool IsRetryableCopy(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kDeadlineExceeded:
@@ -41,6 +41,18 @@ bool IsRetryable(const absl::Status& status) {
     default:
       return false;
   }
+}
+
+bool IsRetryableCall(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+}
+
+bool IsRetryableDaemonCall(const absl::Status& status) {
+  return IsRetryableCall(status) || absl::IsInternal(status);
+}
+
+bool AnotherSourceMayServe(const absl::Status& status) {
+  return IsRetryableCall(status) || absl::IsDataLoss(status) || absl::IsAborted(status);
 }
 
 }  // namespace gfrep::replica

@@ -8,6 +8,7 @@
 #include <set>
 #include <utility>
 
+#include "catalog/event_cursor.h"
 #include "replica/core/placement.h"
 #include "replica/core/route_budget.h"
 
@@ -747,17 +748,10 @@ void Planner::PurgeIfDue() {
 }
 
 void Planner::Loop() {
-  std::uint64_t seq = 0;
-  bool have_seq = false;
+  catalog::EventCursor events(*options_.catalog);
   while (!stop_) {
     PurgeIfDue();
-    if (!have_seq) {
-      absl::StatusOr<std::uint64_t> last = options_.catalog->LastEventSeq();
-      if (last.ok()) {
-        seq = *last;
-        have_seq = true;
-      }
-    }
+    const bool have_seq = events.Start().ok();
     if (absl::Status s = Step(); !s.ok()) {
       log_->warn("planner step: {}", s.ToString());
     }
@@ -767,15 +761,11 @@ void Planner::Loop() {
     }
     // Wake on any change (task finished, request created, ...) or after `interval` (a
     // node's heartbeat, which makes no event, may have made a placement possible).
-    absl::StatusOr<std::vector<catalog::Event>> events =
-        options_.catalog->ReadEvents(seq, 10000, options_.interval);
-    if (!events.ok()) {
-      log_->warn("planner: read events: {}", events.status().ToString());
-      have_seq = false;
+    if (absl::StatusOr<std::vector<catalog::Event>> read = events.Read(options_.interval); !read.ok()) {
+      log_->warn("planner: read events: {}", read.status().ToString());
+      events.Reset();
       std::this_thread::sleep_for(std::min(options_.interval, std::chrono::milliseconds(500)));
-      continue;
     }
-    if (!events->empty()) seq = events->back().seq;
   }
 }
 

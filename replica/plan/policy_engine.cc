@@ -160,9 +160,8 @@ absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
   if (!started_) {
     if (absl::Status s = LoadState(); !s.ok()) return s;
     // Events from now on; existing files are covered by applying every rule once (below).
-    absl::StatusOr<std::uint64_t> seq = cat.LastEventSeq();
-    if (!seq.ok()) return seq.status();
-    after_seq_ = *seq;
+    events_.emplace(cat, kEventBatch);
+    if (absl::Status s = events_->Start(); !s.ok()) return s;
     started_ = true;
   }
   // The catalog's policy document, when it changed.
@@ -205,28 +204,22 @@ absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
 
   // New files (a new generation complete somewhere) -> the continuous rules they match.
   std::map<std::string, std::vector<std::string>> matched;  // rule -> paths
-  for (;;) {
-    absl::StatusOr<std::vector<catalog::Event>> events =
-        cat.ReadEvents(after_seq_, kEventBatch, std::chrono::milliseconds(0));
-    if (!events.ok()) return events.status();
-    for (const catalog::Event& e : *events) {
-      after_seq_ = std::max(after_seq_, e.seq);
-      if (apply_all || e.kind != catalog::EventKind::kReplica ||
-          e.state != catalog::ToString(catalog::ReplicaState::kComplete)) {
-        continue;
-      }
-      absl::StatusOr<catalog::Attributes> a = cat.StatInode(e.id);
-      if (!a.ok()) continue;  // removed meanwhile
-      if (seen_.size() >= kMaxSeen) seen_.clear();
-      if (!seen_.insert({a->inode, a->generation}).second) continue;
-      absl::StatusOr<std::string> path = cat.PathOf(e.id);
-      if (!path.ok()) continue;
-      for (const PolicyRule& r : rules) {
-        if (r.continuous && Matches(r, *path)) matched[r.name].push_back(*path);
-      }
+  absl::Status drained = events_->Drain([&](const catalog::Event& e) {
+    if (apply_all || e.kind != catalog::EventKind::kReplica ||
+        e.state != catalog::ToString(catalog::ReplicaState::kComplete)) {
+      return;
     }
-    if (events->size() < kEventBatch) break;
-  }
+    absl::StatusOr<catalog::Attributes> a = cat.StatInode(e.id);
+    if (!a.ok()) return;  // removed meanwhile
+    if (seen_.size() >= kMaxSeen) seen_.clear();
+    if (!seen_.insert({a->inode, a->generation}).second) return;
+    absl::StatusOr<std::string> path = cat.PathOf(e.id);
+    if (!path.ok()) return;
+    for (const PolicyRule& r : rules) {
+      if (r.continuous && Matches(r, *path)) matched[r.name].push_back(*path);
+    }
+  });
+  if (!drained.ok()) return drained;
   for (const PolicyRule& r : rules) {
     std::vector<std::string> paths;
     if (apply_all && r.continuous) {

@@ -41,6 +41,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -49,6 +50,7 @@
 
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
+#include "catalog/event_cursor.h"
 #include "replica/plan/holds.h"
 #include "replica/plan/policy.h"
 
@@ -116,7 +118,7 @@ class PolicyEngine {
 
   // Step() state (one caller at a time).
   bool started_ = false;
-  std::uint64_t after_seq_ = 0;
+  std::optional<catalog::EventCursor> events_;  // set at the first Step()
   std::uint64_t document_version_ = 0;  // of the catalog's policy document last looked at
   std::map<std::string, std::int64_t> last_run_ns_;  // scheduled rule -> last run
   std::set<std::pair<catalog::InodeId, std::uint64_t>> seen_;  // generations already matched

@@ -35,9 +35,8 @@ Repairer::~Repairer() { Stop(); }
 absl::Status Repairer::Recover() {
   catalog::Catalog& cat = *options_.catalog;
   // Events from now on; what happened before is found by the first full scan.
-  absl::StatusOr<std::uint64_t> seq = cat.LastEventSeq();
-  if (!seq.ok()) return seq.status();
-  after_seq_ = *seq;
+  events_.emplace(cat, kRepairEventBatch);
+  if (absl::Status s = events_->Start(); !s.ok()) return s;
   for (catalog::RequestState state : {catalog::RequestState::kQueued, catalog::RequestState::kRunning}) {
     absl::StatusOr<std::vector<catalog::Request>> reqs =
         cat.ListRequests(false, state, std::numeric_limits<std::size_t>::max());
@@ -286,20 +285,13 @@ absl::StatusOr<RepairStepSummary> Repairer::Step() {
     if (absl::Status s = Recover(); !s.ok()) return s;
   }
   std::set<catalog::InodeId> candidates;
-  for (;;) {
-    absl::StatusOr<std::vector<catalog::Event>> events =
-        cat.ReadEvents(after_seq_, kRepairEventBatch, std::chrono::milliseconds(0));
-    if (!events.ok()) return events.status();
-    for (const catalog::Event& e : *events) {
-      after_seq_ = std::max(after_seq_, e.seq);
-      if (e.kind == catalog::EventKind::kReplica &&
-          (e.state == catalog::ToString(ReplicaState::kCorrupt) ||
-           e.state == catalog::ToString(ReplicaState::kLost))) {
-        candidates.insert(e.id);
-      }
+  absl::Status drained = events_->Drain([&](const catalog::Event& e) {
+    if (e.kind == catalog::EventKind::kReplica && (e.state == catalog::ToString(ReplicaState::kCorrupt) ||
+                                                   e.state == catalog::ToString(ReplicaState::kLost))) {
+      candidates.insert(e.id);
     }
-    if (events->size() < kRepairEventBatch) break;
-  }
+  });
+  if (!drained.ok()) return drained;
   const auto now = std::chrono::steady_clock::now();
   if (!scanned_ || now - last_scan_ >= options_.scan_interval) {
     if (absl::Status s = Scan(candidates); !s.ok()) return s;

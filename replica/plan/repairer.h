@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -47,6 +48,7 @@
 
 #include "absl/status/statusor.h"
 #include "catalog/catalog.h"
+#include "catalog/event_cursor.h"
 #include "replica/plan/holds.h"
 #include "replica/plan/policy.h"
 
@@ -115,7 +117,7 @@ class Repairer {
 
   // Step() state (one caller at a time).
   bool recovered_ = false;
-  std::uint64_t after_seq_ = 0;
+  std::optional<catalog::EventCursor> events_;  // set by Recover()
   std::chrono::steady_clock::time_point last_scan_{};
   bool scanned_ = false;
   std::map<catalog::InodeId, Open> open_;  // files with a repair request in flight

@@ -198,18 +198,11 @@ HttpResponse Dashboard::ApiExplain(const HttpRequest& r) {
 }
 
 void Dashboard::ReadEvents() {
-  catalog::Catalog& cat = *options_.catalog;
-  if (!events_started_) {
-    absl::StatusOr<std::uint64_t> seq = cat.LastEventSeq();
-    if (!seq.ok()) return;
-    after_seq_ = *seq;
-    events_started_ = true;
-  }
-  absl::StatusOr<std::vector<catalog::Event>> events = cat.ReadEvents(after_seq_, 10000, std::chrono::milliseconds(0));
+  if (!events_) events_.emplace(*options_.catalog);
+  absl::StatusOr<std::vector<catalog::Event>> events = events_->Read();
   if (!events.ok()) return;
   std::map<std::string, std::uint64_t> counts;
   for (const catalog::Event& e : *events) {
-    after_seq_ = std::max(after_seq_, e.seq);
     if (e.kind == catalog::EventKind::kTask) counts[e.state] += 1;
     const bool task_failed = e.kind == catalog::EventKind::kTask && e.state == "failed";
     const bool replica_bad = e.kind == catalog::EventKind::kReplica && (e.state == "corrupt" || e.state == "lost");

@@ -31,6 +31,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -38,6 +39,7 @@
 #include <vector>
 
 #include "catalog/catalog.h"
+#include "catalog/event_cursor.h"
 #include "replica/core/metrics.h"
 #include "replica/web/http_server.h"
 #include "replica/web/telemetry.h"
@@ -105,8 +107,7 @@ class Dashboard {
 
   // Feed thread only.
   std::int64_t last_end_ms_ = 0;
-  bool events_started_ = false;
-  std::uint64_t after_seq_ = 0;
+  std::optional<catalog::EventCursor> events_;  // the event log from the first refresh on
   std::deque<nlohmann::json> errors_;
   nlohmann::json replicas_ = nlohmann::json::object();
   nlohmann::json policies_ = nlohmann::json::array();

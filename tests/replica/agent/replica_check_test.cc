@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "replica/core/spool.h"
+#include "tests/support/scratch_catalog.h"
 #include "tests/support/temp_dir.h"
 #include "transfer/checksum.h"
 
@@ -36,10 +37,7 @@ void SetMtime(const fs::path& file, std::int64_t ns) {
 class ReplicaCheckTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    catalog::CatalogOptions o;
-    o.path = dir_.Sub("db");
-    o.sync = false;
-    auto c = catalog::OpenRocksCatalog(o);
+    auto c = gfrep::testing::OpenScratchCatalog(dir_.Sub("db"));
     ASSERT_TRUE(c.ok()) << c.status();
     cat_ = std::move(*c);
     ASSERT_TRUE(cat_->PutSite({"S", {}}).ok());

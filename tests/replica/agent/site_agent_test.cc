@@ -18,6 +18,7 @@
 #include "replica/plan/planner.h"
 #include "replica/plan/repairer.h"
 #include "tests/replica/faulty_catalog.h"
+#include "tests/support/scratch_catalog.h"
 #include "tests/support/temp_dir.h"
 #include "transfer/agent.h"
 #include "transfer/checksum.h"
@@ -56,10 +57,7 @@ class SiteAgentTest : public ::testing::Test {
   void SetUp() override {
     // As gfsited does: the engine's sendfile() to a peer that closed raises SIGPIPE.
     std::signal(SIGPIPE, SIG_IGN);
-    catalog::CatalogOptions o;
-    o.path = dir_.Sub("db");
-    o.sync = false;
-    auto c = catalog::OpenRocksCatalog(o);
+    auto c = gfrep::testing::OpenScratchCatalog(dir_.Sub("db"));
     ASSERT_TRUE(c.ok()) << c.status();
     cat_ = std::move(*c);
   }

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "replica/core/spool.h"
+#include "tests/support/scratch_catalog.h"
 #include "tests/support/temp_dir.h"
 #include "transfer/checksum.h"
 #include "transfer/spool_names.h"
@@ -19,10 +20,7 @@ namespace fs = std::filesystem;
 class SpoolKeeperTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    catalog::CatalogOptions o;
-    o.path = dir_.Sub("db");
-    o.sync = false;
-    auto c = catalog::OpenRocksCatalog(o);
+    auto c = gfrep::testing::OpenScratchCatalog(dir_.Sub("db"));
     ASSERT_TRUE(c.ok()) << c.status();
     cat_ = std::move(*c);
     catalog::Site site;

@@ -11,6 +11,7 @@
 
 #include "replica/core/spool.h"
 #include "tests/replica/faulty_catalog.h"
+#include "tests/support/scratch_catalog.h"
 #include "tests/support/temp_dir.h"
 
 namespace gfrep::replica::client {
@@ -61,10 +62,7 @@ class CountingCatalog : public testing::FaultyCatalog {
 class FsViewTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    catalog::CatalogOptions o;
-    o.path = dir_.Sub("db");
-    o.sync = false;
-    auto c = catalog::OpenRocksCatalog(o);
+    auto c = gfrep::testing::OpenScratchCatalog(dir_.Sub("db"));
     ASSERT_TRUE(c.ok()) << c.status();
     rocks_ = std::move(*c);
     counting_ = std::make_unique<CountingCatalog>(rocks_.get());

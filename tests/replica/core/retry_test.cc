@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace gfrep::replica {
 namespace {
 
@@ -30,14 +32,28 @@ TEST(RetryOptionsTest, ValidateRejectsNonsense) {
   EXPECT_FALSE(Validate(o).ok());
 }
 
-TEST(IsRetryableTest, TransportAndDamageRetryConfigurationDoesNot) {
-  EXPECT_TRUE(IsRetryable(absl::UnavailableError("refused")));
-  EXPECT_TRUE(IsRetryable(absl::DeadlineExceededError("idle")));
-  EXPECT_TRUE(IsRetryable(absl::DataLossError("checksum")));
-  EXPECT_FALSE(IsRetryable(absl::InvalidArgumentError("bad")));
-  EXPECT_FALSE(IsRetryable(absl::PermissionDeniedError("key")));
-  EXPECT_FALSE(IsRetryable(absl::FailedPreconditionError("removed")));
-  EXPECT_FALSE(IsRetryable(absl::AbortedError("generation changed")));
+// Each predicate against every status code: the codes it retries are exactly its list.
+TEST(RetryPredicatesTest, EachRetriesExactlyTheCodesItNames) {
+  using C = absl::StatusCode;
+  const std::set<C> copy = {C::kUnavailable,       C::kDeadlineExceeded, C::kDataLoss,
+                            C::kResourceExhausted, C::kNotFound,         C::kInternal,
+                            C::kCancelled,         C::kUnknown};
+  const std::set<C> call = {C::kUnavailable, C::kDeadlineExceeded};
+  const std::set<C> daemon_call = {C::kUnavailable, C::kDeadlineExceeded, C::kInternal};
+  const std::set<C> another_source = {C::kUnavailable, C::kDeadlineExceeded, C::kDataLoss,
+                                      C::kAborted};
+  for (int code = 1; code <= 16; ++code) {
+    const absl::Status s(static_cast<C>(code), "x");
+    SCOPED_TRACE(s.ToString());
+    EXPECT_EQ(IsRetryableCopy(s), copy.count(s.code()) == 1);
+    EXPECT_EQ(IsRetryableCall(s), call.count(s.code()) == 1);
+    EXPECT_EQ(IsRetryableDaemonCall(s), daemon_call.count(s.code()) == 1);
+    EXPECT_EQ(AnotherSourceMayServe(s), another_source.count(s.code()) == 1);
+  }
+  // OK is no failure: nothing retries it.
+  EXPECT_FALSE(IsRetryableCopy(absl::OkStatus()));
+  EXPECT_FALSE(IsRetryableCall(absl::OkStatus()));
+  EXPECT_FALSE(AnotherSourceMayServe(absl::OkStatus()));
 }
 
 }  // namespace

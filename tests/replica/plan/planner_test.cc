@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "tests/replica/faulty_catalog.h"
+#include "tests/support/scratch_catalog.h"
 #include "tests/support/temp_dir.h"
 
 namespace gfrep::replica::plan {
@@ -24,11 +25,7 @@ constexpr std::int64_t kSecond = 1'000'000'000;
 class PlannerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    catalog::CatalogOptions o;
-    o.path = dir_.Sub("db");
-    o.sync = false;
-    o.clock = [this] { return now_.load(); };
-    auto c = catalog::OpenRocksCatalog(o);
+    auto c = gfrep::testing::OpenScratchCatalog(dir_.Sub("db"), [this] { return now_.load(); });
     ASSERT_TRUE(c.ok()) << c.status();
     cat_ = std::move(*c);
     for (const char* s : {"A", "B", "C"}) {

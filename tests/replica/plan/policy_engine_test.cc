@@ -6,6 +6,7 @@
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "tests/support/scratch_catalog.h"
 #include "tests/support/temp_dir.h"
 
 namespace gfrep::replica::plan {
@@ -16,11 +17,7 @@ using catalog::RequestState;
 class PolicyEngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    catalog::CatalogOptions o;
-    o.path = dir_.Sub("db");
-    o.sync = false;
-    o.clock = [this] { return now_ns_; };
-    auto c = catalog::OpenRocksCatalog(o);
+    auto c = gfrep::testing::OpenScratchCatalog(dir_.Sub("db"), [this] { return now_ns_; });
     ASSERT_TRUE(c.ok()) << c.status();
     cat_ = std::move(*c);
     for (const auto& [name, region] : std::vector<std::pair<std::string, std::string>>{

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "replica/plan/policy_engine.h"
+#include "tests/support/scratch_catalog.h"
 #include "tests/support/temp_dir.h"
 
 namespace gfrep::replica::plan {
@@ -15,11 +16,8 @@ using catalog::ReplicaState;
 class PolicyExplainTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    catalog::CatalogOptions o;
-    o.path = dir_.Sub("db");
-    o.sync = false;
-    o.clock = [this] { return now_.now_ns; };  // the catalog and explain share "now"
-    auto c = catalog::OpenRocksCatalog(o);
+    auto c = gfrep::testing::OpenScratchCatalog(
+        dir_.Sub("db"), [this] { return now_.now_ns; });  // the catalog and explain share "now"
     ASSERT_TRUE(c.ok()) << c.status();
     cat_ = std::move(*c);
     for (const auto& [name, region] : std::vector<std::pair<std::string, std::string>>{

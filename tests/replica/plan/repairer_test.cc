@@ -4,6 +4,7 @@
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "tests/support/scratch_catalog.h"
 #include "tests/support/temp_dir.h"
 
 namespace gfrep::replica::plan {
@@ -17,11 +18,8 @@ using catalog::RequestState;
 class RepairerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    catalog::CatalogOptions o;
-    o.path = dir_.Sub("db");
-    o.sync = false;
-    o.clock = [this] { return now_ns_ != 0 ? now_ns_ : catalog::SystemNowNs(); };
-    auto c = catalog::OpenRocksCatalog(o);
+    auto c = gfrep::testing::OpenScratchCatalog(
+        dir_.Sub("db"), [this] { return now_ns_ != 0 ? now_ns_ : catalog::SystemNowNs(); });
     ASSERT_TRUE(c.ok()) << c.status();
     cat_ = std::move(*c);
     for (const auto& [node, site] : std::vector<std::pair<std::string, std::string>>{

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/scratch_catalog.h"
 #include "tests/support/temp_dir.h"
 
 namespace gfrep::replica::web {
@@ -13,10 +14,7 @@ namespace {
 class DashboardTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    catalog::CatalogOptions o;
-    o.path = dir_.Sub("db");
-    o.sync = false;
-    auto c = catalog::OpenRocksCatalog(o);
+    auto c = gfrep::testing::OpenScratchCatalog(dir_.Sub("db"));
     ASSERT_TRUE(c.ok()) << c.status();
     cat_ = std::move(*c);
     ASSERT_TRUE(cat_->Mkdir("/exp", {}).ok());
