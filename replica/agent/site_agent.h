@@ -68,9 +68,8 @@
 // copies allowed at once take tasks (README "Copies at once"). A worker does a copy's file
 // system work itself and hands its network side (the pull) to an I/O thread, worker i to
 // thread i mod io_threads, whose io_context runs the pulls of many copies at once and whose
-// SessionCache keeps their warm sessions; the worker sleeps until the pull has ended. (Each
-// worker used to run its own io_context: 256 threads each waking for every socket event of
-// their copy spent most of the CPU of small files on context switches.) A copy is cancelled
+// SessionCache keeps their warm sessions; the worker sleeps until the pull has ended (the
+// I/O threads, not the workers, wake for socket events). A copy is cancelled
 // (lease lost, Stop()) through an asio cancellation signal emitted on its I/O thread, never
 // by stopping the io_context, so the engine's work on its blocking pool always completes.
 // Stop() (any thread) cancels running copies (their tasks are failed as retryable so

@@ -26,7 +26,7 @@
 //     Fail-over: a source that dies, closes the session or sends damaged pieces beyond
 //     repair is replaced by the next best one at the same offset, and the read goes on;
 //     the caller sees an error only when every source failed.
-//     With `stream = false` (or an agent built before 2026-11-25 that cannot stream) the
+//     With `stream = false` (or an agent that cannot stream: "unknown request 'read'") the
 //     whole file is pulled into a private temporary file under options.tmp_dir first,
 //     verified against the catalog's checksum, unlinked while kept open, and read from there.
 // Stale, pending, corrupt or lost replicas are never read. This node's own replica is read

@@ -13,7 +13,7 @@
 // Agents keep their own work files under "<spool>/.gfrep-*" (staged copies awaiting
 // verification, partial files and restart markers); the transfer agent refuses every
 // other ".gfrep-*" name over the network. "<spool>/.gfrep-layout" holds "2" once a spool
-// of the old path-keyed layout (before 2026-11) was migrated (SiteAgent::Start).
+// of the earlier path-keyed layout was migrated to this one (SiteAgent::Start).
 //
 // Thread safety: pure functions.
 

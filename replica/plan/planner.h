@@ -130,10 +130,10 @@ class Planner {
 
  private:
   // A request's files, and what earlier steps learned about them. A step looks up (Locate)
-  // only the files not known done, and of those only until the windows are full: a request of
-  // 10,000 files used to cost 10,000 lookups per step, and a step runs after every finished
-  // copy. Every `kFullSweep` a step looks at all of them again (a done file whose replica went
-  // stale meanwhile is planned again then).
+  // only the files not known done, and of those only until the windows are full (a step runs
+  // after every finished copy: it must not cost a lookup per file of a large request). Every
+  // `kFullSweep` a step looks at all of them again (a done file whose replica went stale
+  // meanwhile is planned again then).
   struct FileList {
     std::vector<std::string> files;
     std::vector<std::uint64_t> sizes;  // as listed; corrected by each lookup

@@ -1,9 +1,9 @@
 #pragma once
 
 // Replication policies: rules that say, once, where copies of which files must be. This
-// header holds what a rule is and how a policy file is read and checked; the engine that
-// enforces rules (continuously from the catalog's event log, and on schedules) is not built
-// yet (issue 10, see replica/README.md "Policies").
+// header holds what a rule is and how a policy file is read and checked; PolicyEngine
+// (policy_engine.h) enforces the rules, continuously from the catalog's event log and on
+// schedules (replica/README.md "Policies").
 //
 // A policy file (YAML, written by hand):
 //
