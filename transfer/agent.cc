@@ -94,7 +94,7 @@ absl::Status RefuseExisting(const std::filesystem::path& final_path, std::string
   if (::lstat(final_path.c_str(), &st) == 0) {
     return absl::AlreadyExistsError(fmt::format("{} already exists (replica files are written once)", name));
   }
-  if (errno != ENOENT) return internal::ErrnoStatus(errno, fmt::format("stat {}", name));
+  if (errno != ENOENT) return ErrnoStatus(errno, fmt::format("stat {}", name));
   return absl::OkStatus();
 }
 

@@ -29,6 +29,7 @@
 #include "transfer/agent.h"
 #include "transfer/checksum.h"
 #include "transfer/client.h"
+#include "transfer/errno_status.h"
 #include "transfer/spool_names.h"
 
 namespace gfrep::replica::agent {
@@ -933,7 +934,7 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   auto stamp = [&](const fs::path& file) -> absl::Status {
     struct stat st {};
     if (::lstat(file.c_str(), &st) != 0) {
-      return absl::InternalError(fmt::format("stat {}: {}", file.string(), std::strerror(errno)));
+      return transfer::ErrnoStatus(errno, fmt::format("stat {}", file.string()));
     }
     mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
     return absl::OkStatus();
@@ -1072,7 +1073,7 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   fs::path staging = options_.spool / kStagingDir / task_name;
   fs::path tmp = options_.spool / kTmpDir / task_name;
   fs::create_directories(staging.parent_path(), ec);
-  if (ec) return absl::InternalError(fmt::format("create {}: {}", staging.parent_path().string(), ec.message()));
+  if (ec) return transfer::ErrnoStatus(ec.value(), fmt::format("create {}", staging.parent_path().string()));
 
   // The pull runs on the I/O thread; this worker sleeps until it has ended. The handler owns
   // what it touches (the promise, the signal), whatever this frame does meanwhile.
@@ -1150,14 +1151,14 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
         fmt::format("source replica on {} does not match the catalog: {}", task.spec.src_node, note));
   }
   fs::create_directories(final_path.parent_path(), ec);
-  if (ec) return absl::InternalError(fmt::format("create {}: {}", final_path.parent_path().string(), ec.message()));
+  if (ec) return transfer::ErrnoStatus(ec.value(), fmt::format("create {}", final_path.parent_path().string()));
   // Never replaces: the name belongs to this (inode, generation) alone. If another attempt
   // put it there meanwhile, keep whichever is right.
   if (absl::Status s = RenameNoReplace(staging, final_path); !s.ok()) {
     if (!absl::IsAlreadyExists(s)) return s;
     if (absl::Status v = VerifyFile(final_path, *attrs); !v.ok()) {
       fs::rename(staging, final_path, ec);
-      if (ec) return absl::InternalError(fmt::format("replace {}: {}", final_path.string(), ec.message()));
+      if (ec) return transfer::ErrnoStatus(ec.value(), fmt::format("replace {}", final_path.string()));
     } else {
       fs::remove(staging, ec);
     }
@@ -1165,8 +1166,8 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   // The rename and any directories made for it must survive a crash before the catalog
   // calls the replica complete.
   if (absl::Status s = SyncDirectoryChain(options_.spool, final_path.parent_path()); !s.ok()) {
-    return absl::InternalError(fmt::format("make {} durable: {}", final_path.string(),
-                                           std::string(s.message())));
+    return absl::Status(s.code(), fmt::format("make {} durable: {}", final_path.string(),
+                                              std::string(s.message())));
   }
   fs::remove_all(tmp, ec);  // ignored: only leftovers of a finished copy
   return stamp(final_path);

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "transfer/errno_status.h"
+
 namespace gfrep::replica::client {
 namespace {
 
@@ -42,7 +44,7 @@ absl::StatusOr<std::size_t> OpenFile::ReadAt(std::uint64_t offset, void* buffer,
       ssize_t got = ::pread(local_fd_, out + done, n - done, static_cast<off_t>(offset + done));
       if (got < 0) {
         if (errno == EINTR) continue;
-        return absl::InternalError(fmt::format("pread: {}", std::strerror(errno)));
+        return transfer::ErrnoStatus(errno, "pread");
       }
       if (got == 0) break;
       done += static_cast<std::size_t>(got);

@@ -17,6 +17,7 @@
 #include "replica/core/spool.h"
 #include "transfer/checksum.h"
 #include "transfer/client.h"
+#include "transfer/errno_status.h"
 #include "transfer/spool_names.h"
 
 namespace gfrep::replica::client {
@@ -24,12 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-absl::Status Errno(std::string_view what, int err) {
-  std::string msg = fmt::format("{}: {}", what, std::strerror(err));
-  if (err == ENOENT) return absl::NotFoundError(msg);
-  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
-  return absl::InternalError(msg);
-}
+absl::Status Errno(std::string_view what, int err) { return transfer::ErrnoStatus(err, what); }
 
 // Opens `file`, checks it is a regular file of `size` bytes and, if `mtime_ns` is not 0,
 // that its mtime is that stamp.

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "transfer/checksum.h"
+#include "transfer/errno_status.h"
 #include "transfer/spool_names.h"
 
 namespace gfrep::replica {
@@ -38,17 +39,11 @@ namespace {
 
 absl::Status SyncDirectory(const std::filesystem::path& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    std::string msg = fmt::format("open directory {}: {}", dir.string(), std::strerror(err));
-    return err == ENOENT ? absl::NotFoundError(msg) : absl::InternalError(msg);
-  }
+  if (fd < 0) return transfer::ErrnoStatus(errno, fmt::format("open directory {}", dir.string()));
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
-  if (rc != 0) {
-    return absl::InternalError(fmt::format("fsync {}: {}", dir.string(), std::strerror(err)));
-  }
+  if (rc != 0) return transfer::ErrnoStatus(err, fmt::format("fsync {}", dir.string()));
   return absl::OkStatus();
 }
 
@@ -92,17 +87,32 @@ transfer::RouteOptions ToRouteOptions(const catalog::Route& route,
   return o;
 }
 
+absl::Status WriteFileDurably(const std::filesystem::path& path, std::string_view content) {
+  std::filesystem::path tmp = path;
+  tmp += ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return transfer::ErrnoStatus(errno, fmt::format("create {}", tmp.string()));
+  const ssize_t n = ::write(fd, content.data(), content.size());
+  int err = n < 0 ? errno : ENOSPC;  // a short write: the disk is full
+  bool ok = n == static_cast<ssize_t>(content.size());
+  if (ok && ::fsync(fd) != 0) {
+    err = errno;
+    ok = false;
+  }
+  ::close(fd);
+  if (!ok) return transfer::ErrnoStatus(err, fmt::format("write {}", tmp.string()));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return transfer::ErrnoStatus(errno, fmt::format("rename {} -> {}", tmp.string(), path.string()));
+  }
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  return SyncDirectory(dir);
+}
+
 absl::Status RenameNoReplace(const std::filesystem::path& from, const std::filesystem::path& to) {
   if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) {
     return absl::OkStatus();
   }
-  int err = errno;
-  std::string msg =
-      fmt::format("rename {} -> {}: {}", from.string(), to.string(), std::strerror(err));
-  if (err == EEXIST) return absl::AlreadyExistsError(msg);
-  if (err == ENOENT) return absl::NotFoundError(msg);
-  if (err == ENOSPC) return absl::ResourceExhaustedError(msg);
-  return absl::InternalError(msg);
+  return transfer::ErrnoStatus(errno, fmt::format("rename {} -> {}", from.string(), to.string()));
 }
 
 absl::Status VerifyFile(const std::filesystem::path& file, const catalog::Attributes& attributes) {

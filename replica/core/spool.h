@@ -50,6 +50,12 @@ transfer::RouteOptions ToRouteOptions(const catalog::Route& route,
 absl::Status SyncDirectoryChain(const std::filesystem::path& spool,
                                 const std::filesystem::path& dir);
 
+// Writes `content` to `path` so that after a crash or a power cut `path` holds its old
+// content or the new one, never a mix: a temporary file beside it ("PATH.tmp") written and
+// fsynced, renamed over `path`, and the directory fsynced. Errors as errno (a full disk is
+// kResourceExhausted).
+absl::Status WriteFileDurably(const std::filesystem::path& path, std::string_view content);
+
 // Renames `from` to `to` unless `to` exists (renameat2 RENAME_NOREPLACE): kAlreadyExists
 // then, and `from` is left alone. Other errors as errno.
 absl::Status RenameNoReplace(const std::filesystem::path& from, const std::filesystem::path& to);

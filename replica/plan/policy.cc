@@ -13,6 +13,7 @@
 
 #include "catalog/types.h"
 #include "replica/core/split.h"
+#include "transfer/errno_status.h"
 
 namespace gfrep::replica::plan {
 namespace {
@@ -271,11 +272,7 @@ absl::StatusOr<std::vector<PolicyRule>> ParsePolicies(std::string_view text, std
 absl::StatusOr<std::vector<PolicyRule>> LoadPolicyFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    const int err = errno;
-    std::string msg = fmt::format("{}: {}", path, std::strerror(err));
-    if (err == ENOENT) return absl::NotFoundError(msg);
-    if (err == EACCES) return absl::PermissionDeniedError(msg);
-    return absl::InternalError(msg);
+    return transfer::ErrnoStatus(errno, path);
   }
   std::ostringstream text;
   text << in.rdbuf();

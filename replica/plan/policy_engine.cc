@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "replica/core/spool.h"
 #include "replica/plan/lifetime.h"
 #include "replica/plan/policy_explain.h"
 
@@ -78,28 +79,9 @@ absl::Status PolicyEngine::SaveState() {
   if (options_.state_file.empty()) return absl::OkStatus();
   nlohmann::json j = {{"last_run_ns", last_run_ns_}};
   const std::string text = j.dump(2) + "\n";
-  const std::filesystem::path tmp = options_.state_file.string() + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(fmt::format("open {}: {}", tmp.string(), std::strerror(errno)));
-  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-            ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), options_.state_file.c_str()) != 0) {
-    return absl::InternalError(fmt::format("write {}: {}", options_.state_file.string(), std::strerror(errno)));
-  }
   // The new name is durable only with its directory: a power cut would bring the old state
   // back (scheduled rules run again).
-  const std::filesystem::path dir = options_.state_file.has_parent_path()
-                                        ? options_.state_file.parent_path()
-                                        : std::filesystem::path(".");
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0 || ::fsync(dfd) != 0) {
-    const int err = errno;
-    if (dfd >= 0) ::close(dfd);
-    return absl::InternalError(fmt::format("fsync {}: {}", dir.string(), std::strerror(err)));
-  }
-  ::close(dfd);
-  return absl::OkStatus();
+  return WriteFileDurably(options_.state_file, text);
 }
 
 absl::Status PolicyEngine::Request(const PolicyRule& rule, const std::vector<std::string>& paths,

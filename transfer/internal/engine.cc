@@ -40,27 +40,6 @@ std::string ReadSysctl(const char* path) {
 
 }  // namespace
 
-absl::Status ErrnoStatus(int e, std::string_view context) {
-  std::string msg = fmt::format("{}: {}", context, std::strerror(e));
-  switch (e) {
-    case ENOSPC:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(fmt::format("{} (disk full)", msg));
-    case ENOENT:
-      return absl::NotFoundError(msg);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(msg);
-    case EEXIST:
-      return absl::AlreadyExistsError(msg);
-    case EPIPE:
-    case ECONNRESET:
-      return absl::UnavailableError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
-}
-
 asio::awaitable<absl::Status> RunConcurrently(
     std::vector<std::function<asio::awaitable<absl::Status>()>> tasks,
     std::function<void()> on_error) {

@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "transfer/checksum.h"
 #include "transfer/client.h"
+#include "transfer/errno_status.h"
 #include "transfer/internal/frame.h"
 #include "transfer/internal/json_fields.h"
 #include "transfer/internal/range_set.h"
@@ -56,8 +57,6 @@ inline constexpr int kProtocolVersion = 3;
 inline constexpr std::size_t kControlMacSize = 32;
 
 absl::Status FromAsio(const boost::system::error_code& ec, std::string_view context);
-// errno `e` as a status (ENOSPC -> kResourceExhausted, ENOENT -> kNotFound, ...).
-absl::Status ErrnoStatus(int e, std::string_view context);
 // {"op":"error","code":N,"message":M}
 Json ErrorJson(const absl::Status& status);
 std::shared_ptr<spdlog::logger> LoggerOf(const std::shared_ptr<spdlog::logger>& logger);

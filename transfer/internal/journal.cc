@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
+#include "transfer/errno_status.h"
 #include "transfer/internal/xxh.h"
 
 namespace gfrep::transfer::internal {
@@ -28,10 +29,7 @@ std::uint64_t LoadNative64(const unsigned char* p) {
 }
 
 absl::Status Errno(std::string_view what, const std::filesystem::path& path) {
-  int e = errno;
-  std::string msg = fmt::format("{} {}: {}", what, path.string(), std::strerror(e));
-  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(msg);
-  return absl::InternalError(msg);
+  return ErrnoStatus(errno, fmt::format("{} {}", what, path.string()));
 }
 
 bool WriteAll(int fd, const void* data, std::size_t size) {

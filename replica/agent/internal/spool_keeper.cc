@@ -63,22 +63,6 @@ std::chrono::nanoseconds Age(const fs::path& file) {
   return ns(now) - changed;
 }
 
-absl::Status WriteFileDurably(const fs::path& path, std::string_view content) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(fmt::format("create {}: {}", tmp.string(), std::strerror(errno)));
-  bool ok = ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) &&
-            ::fsync(fd) == 0;
-  int err = errno;
-  ::close(fd);
-  if (!ok) return absl::InternalError(fmt::format("write {}: {}", tmp.string(), std::strerror(err)));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(fmt::format("rename {}: {}", path.string(), std::strerror(errno)));
-  }
-  return SyncDirectoryChain(path.parent_path(), path.parent_path());
-}
-
 }  // namespace
 
 SpoolKeeper::SpoolKeeper(SpoolKeeperOptions options) : options_(std::move(options)) {}

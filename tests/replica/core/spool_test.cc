@@ -96,5 +96,18 @@ TEST(SpoolTest, SyncDirectoryChainSyncsInsideTheSpoolOnly) {
   EXPECT_TRUE(absl::IsInvalidArgument(SyncDirectoryChain(spool, tmp.path() / "spool2")));
 }
 
+TEST(SpoolTest, WriteFileDurablyReplacesTheWholeFileAndSaysWhatFailedByErrno) {
+  gfrep::testing::TempDir tmp;
+  const std::filesystem::path file = tmp.path() / "state.json";
+  ASSERT_TRUE(WriteFileDurably(file, "first\n").ok());
+  ASSERT_TRUE(WriteFileDurably(file, "second, longer\n").ok());
+  EXPECT_EQ(gfrep::testing::ReadFile(file), "second, longer\n");
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "state.json.tmp")) << "the temporary file is renamed";
+  // A missing directory is kNotFound (the errno mapping every library shares), not kInternal.
+  absl::Status missing = WriteFileDurably(tmp.path() / "no-such-dir" / "f", "x");
+  EXPECT_TRUE(absl::IsNotFound(missing)) << missing;
+  EXPECT_NE(missing.message().find("no-such-dir"), absl::string_view::npos) << missing;
+}
+
 }  // namespace
 }  // namespace gfrep::replica
