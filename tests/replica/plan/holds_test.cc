@@ -1,0 +1,99 @@
+// HoldIndex (replica/plan/holds.h) over a real RocksDB catalog: which requests hold which
+// files, directories of recursive requests expanded (core/walk.h), repairs and cancelled
+// requests holding nothing, releases remembered.
+#include "replica/plan/holds.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "replica/plan/policy_engine.h"
+#include "replica/plan/repairer.h"
+#include "tests/support/scratch_catalog.h"
+#include "tests/support/temp_dir.h"
+
+namespace gfrep::replica::plan {
+namespace {
+
+class HoldIndexTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto c = gfrep::testing::OpenScratchCatalog(dir_.Sub("db"));
+    ASSERT_TRUE(c.ok()) << c.status();
+    cat_ = std::move(*c);
+    catalog::MkdirOptions parents;
+    parents.parents = true;
+    ASSERT_TRUE(cat_->Mkdir("/d/sub", parents).ok());
+    for (const char* p : {"/d/a", "/d/sub/b", "/x"}) {
+      absl::StatusOr<catalog::Attributes> a = cat_->CreateFile(p, {});
+      ASSERT_TRUE(a.ok()) << a.status();
+      inode_[p] = a->inode;
+    }
+  }
+
+  std::uint64_t Request(std::vector<std::string> paths, bool recursive, const std::string& owner,
+                        std::uint32_t copies = 2) {
+    catalog::RequestSpec spec;
+    spec.paths = std::move(paths);
+    spec.recursive = recursive;
+    spec.owner = owner;
+    spec.copies = copies;
+    absl::StatusOr<catalog::Request> r = cat_->CreateRequest(spec);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->id : 0;
+  }
+
+  static std::vector<std::uint64_t> Ids(const std::vector<const HoldRequest*>& holds) {
+    std::vector<std::uint64_t> out;
+    for (const HoldRequest* h : holds) out.push_back(h->id);
+    return out;
+  }
+
+  gfrep::testing::TempDir dir_{"holds"};
+  std::unique_ptr<catalog::Catalog> cat_;
+  std::map<std::string, catalog::InodeId> inode_;
+};
+
+TEST_F(HoldIndexTest, ARecursiveRequestHoldsEveryFileBelowItsDirectories) {
+  const std::uint64_t dir = Request({"/d"}, true, "alice", 3);
+  const std::uint64_t one = Request({"/x"}, false, "bob");
+  HoldIndex holds(cat_.get());
+  ASSERT_TRUE(holds.Update().ok());
+  EXPECT_EQ(Ids(holds.Of(inode_["/d/a"])), (std::vector<std::uint64_t>{dir}));
+  EXPECT_EQ(Ids(holds.Of(inode_["/d/sub/b"])), (std::vector<std::uint64_t>{dir})) << "below a subdirectory too";
+  EXPECT_EQ(Ids(holds.Of(inode_["/x"])), (std::vector<std::uint64_t>{one}));
+  ASSERT_NE(holds.Request(dir), nullptr);
+  EXPECT_EQ(holds.Request(dir)->copies, 3u);
+  EXPECT_EQ(holds.Request(dir)->owner, "alice");
+  EXPECT_EQ(holds.files(), 3u);
+}
+
+TEST_F(HoldIndexTest, RepairsAndCancelledRequestsHoldNothingAndLaterRequestsAreAdded) {
+  Request({"/x"}, false, kRepairOwner);
+  const std::uint64_t cancelled = Request({"/d/a"}, false, "carol");
+  ASSERT_TRUE(cat_->CancelRequest(cancelled).ok());
+  HoldIndex holds(cat_.get());
+  ASSERT_TRUE(holds.Update().ok());
+  EXPECT_TRUE(holds.Of(inode_["/x"]).empty()) << "a repair restores what others hold";
+  EXPECT_TRUE(holds.Of(inode_["/d/a"]).empty()) << "a cancelled request lets go";
+  EXPECT_EQ(holds.requests(), 0u);
+  const std::uint64_t later = Request({"/x"}, false, "dave");
+  ASSERT_TRUE(holds.Update().ok());
+  EXPECT_EQ(Ids(holds.Of(inode_["/x"])), (std::vector<std::uint64_t>{later}));
+}
+
+TEST_F(HoldIndexTest, AReleasedHoldIsGoneButRemembered) {
+  const std::uint64_t id = Request({"/x"}, false, std::string(kPolicyOwnerPrefix) + "r");
+  HoldIndex holds(cat_.get());
+  ASSERT_TRUE(holds.Update().ok());
+  EXPECT_EQ(RuleOfOwner(holds.Request(id)->owner), "r");
+  EXPECT_FALSE(holds.EverHeld(inode_["/d/a"], holds.Request(id)->owner));
+  holds.Release(inode_["/x"], id);
+  EXPECT_TRUE(holds.Of(inode_["/x"]).empty());
+  EXPECT_TRUE(holds.EverHeld(inode_["/x"], holds.Request(id)->owner)) << "a lifetime applies once per file";
+}
+
+}  // namespace
+}  // namespace gfrep::replica::plan
