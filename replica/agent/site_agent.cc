@@ -518,7 +518,9 @@ void SiteAgent::RenewLoop() {
       }
       for (std::size_t i = begin; i < end; ++i) {
         absl::StatusOr<catalog::Task> t = renewals[i - begin].get();
-        const auto& [owner, id] = claims[i];
+        // Not a structured binding: clang 14 cannot capture one in the lambdas below.
+        const std::string& owner = claims[i].first;
+        const auto id = claims[i].second;
         if (t.ok()) continue;
         std::lock_guard<std::mutex> lock(mu_);
         auto it = running_.find(owner);
