@@ -7,6 +7,12 @@
 // RocksDB or PostgreSQL; what gfcatalogd serves) and CatalogClient (catalog/client.h, the same
 // interface over gRPC).
 //
+// Roles: the interface is cut by what a component does with it. Five views, read only
+// (NamespaceView, ReplicaView, SiteView, WorkView, EventView; together CatalogView, what
+// the dashboard and gfpolicy explain take), the writers of each
+// concern (NamespaceEditor, ReplicaRegistry, SiteRegistry, WorkQueue, Governance) and
+// Monitoring. Catalog is their union: what gfcatalogd serves and the daemons' parts take.
+//
 // Durability: a mutation returns OK only after its single atomic write is durable (WAL
 // synced). A mutation that returns an error changed nothing.
 //
@@ -99,11 +105,109 @@ struct ListOptions {
   std::size_t limit = 100000;  // at most this many entries
 };
 
-class Catalog {
+// The namespace, read: what every reader needs.
+class NamespaceView {
  public:
-  virtual ~Catalog() = default;
+  virtual ~NamespaceView() = default;
 
-  // --- Namespace -------------------------------------------------------------------
+  virtual absl::StatusOr<Attributes> Stat(std::string_view path) = 0;
+
+  // Stat of many paths in one call, one result per path (in order). At most kMaxBatchPaths.
+  virtual absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> StatMany(
+      const std::vector<std::string>& paths);
+
+  // The entry of an inode (its path is rebuilt with PathOf). kNotFound if gone.
+  virtual absl::StatusOr<Attributes> StatInode(InodeId inode) = 0;
+
+  virtual absl::StatusOr<std::string> PathOf(InodeId inode) = 0;
+
+  // Children of a directory in name (byte) order. kFailedPrecondition if a file.
+  virtual absl::StatusOr<std::vector<DirEntry>> List(std::string_view path,
+                                                     const ListOptions& options) = 0;
+};
+
+// Where each file's replicas are, read.
+class ReplicaView {
+ public:
+  virtual ~ReplicaView() = default;
+
+  virtual absl::StatusOr<Location> Locate(std::string_view path) = 0;
+
+  virtual absl::StatusOr<std::vector<Replica>> GetReplicas(InodeId inode) = 0;
+
+  // The replicas a node holds, via the (node, inode) index, in inode order.
+  virtual absl::StatusOr<std::vector<Replica>> ListNodeReplicas(std::string_view node,
+                                                                InodeId start_after,
+                                                                std::size_t limit) = 0;
+};
+
+// The topology (sites, nodes, routes), read.
+class SiteView {
+ public:
+  virtual ~SiteView() = default;
+
+  virtual absl::StatusOr<std::vector<Site>> ListSites() = 0;
+
+  virtual absl::StatusOr<Node> GetNode(std::string_view name) = 0;
+
+  // All nodes, or those of one site.
+  virtual absl::StatusOr<std::vector<Node>> ListNodes(std::string_view site) = 0;
+
+  virtual absl::StatusOr<Route> GetRoute(std::string_view src_site, std::string_view dst_site) = 0;
+
+  virtual absl::StatusOr<std::vector<Route>> ListRoutes() = 0;
+};
+
+// Replication requests and transfer tasks, read.
+class WorkView {
+ public:
+  virtual ~WorkView() = default;
+
+  virtual absl::StatusOr<Request> GetRequest(std::uint64_t id) = 0;
+
+  // Newest first; `any_state` false filters by `state`.
+  virtual absl::StatusOr<std::vector<Request>> ListRequests(bool any_state, RequestState state,
+                                                            std::size_t limit) = 0;
+
+  virtual absl::StatusOr<Task> GetTask(std::uint64_t id) = 0;
+
+  virtual absl::StatusOr<std::vector<Task>> ListTasks(const TaskFilter& filter) = 0;
+};
+
+// The event log, read (catalog/event_cursor.h follows it).
+class EventView {
+ public:
+  virtual ~EventView() = default;
+
+  // Events with seq > after_seq, oldest first, at most `max`. If none exist yet, waits up
+  // to `wait` for one (long poll; an empty result after the wait is not an error).
+  // The log keeps a bounded history; the oldest kept seq is returned by FirstEventSeq.
+  virtual absl::StatusOr<std::vector<Event>> ReadEvents(std::uint64_t after_seq, std::size_t max,
+                                                        std::chrono::milliseconds wait) = 0;
+
+  // The seq of the newest event so far (0 if none): start Watch from here for "new only".
+  virtual absl::StatusOr<std::uint64_t> LastEventSeq() = 0;
+};
+
+// Everything a reader may ask, nothing it may change: the dashboard, gfpolicy explain. A
+// test fake of a reader implements this and nothing more.
+class CatalogView : public NamespaceView,
+                    public ReplicaView,
+                    public SiteView,
+                    public WorkView,
+                    public EventView {
+ public:
+  ~CatalogView() override = default;
+
+  // The stored policy document (version 0 and no text before the first put).
+  // The default implementation (for fakes) is kUnimplemented.
+  virtual absl::StatusOr<PolicyDocument> GetPolicies();
+};
+
+// The namespace, written: writers (gfreg, gfmkdir, gfmv, gfrm, gfchmod) and gfcatalogd.
+class NamespaceEditor {
+ public:
+  virtual ~NamespaceEditor() = default;
 
   // Makes a directory. kAlreadyExists if the name is taken (unless options.parents and it
   // is a directory), kNotFound if the parent is missing (unless options.parents),
@@ -141,18 +245,6 @@ class Catalog {
   // The default implementation (for fakes) calls CreateFile in a loop and is not atomic.
   virtual absl::StatusOr<std::vector<Attributes>> CreateFiles(const std::vector<NewFile>& files);
 
-  virtual absl::StatusOr<Attributes> Stat(std::string_view path) = 0;
-  // Stat of many paths in one call, one result per path (in order). At most kMaxBatchPaths.
-  virtual absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> StatMany(
-      const std::vector<std::string>& paths);
-  // The entry of an inode (its path is rebuilt with PathOf). kNotFound if gone.
-  virtual absl::StatusOr<Attributes> StatInode(InodeId inode) = 0;
-  virtual absl::StatusOr<std::string> PathOf(InodeId inode) = 0;
-
-  // Children of a directory in name (byte) order. kFailedPrecondition if a file.
-  virtual absl::StatusOr<std::vector<DirEntry>> List(std::string_view path,
-                                                     const ListOptions& options) = 0;
-
   // Removes a file or an empty directory; with `recursive` a whole subtree. Replicas of
   // removed files move to kDeleting (their nodes unlink and then call RemoveReplica).
   // kFailedPrecondition for a non-empty directory without `recursive`, or the root.
@@ -163,10 +255,18 @@ class Catalog {
   // other method: StatInode and CompleteTask never see the inode without a name.
   virtual absl::Status Rename(std::string_view from, std::string_view to) = 0;
 
-  // --- Replicas --------------------------------------------------------------------
+  // Changes an entry's mode, owner or group (the root's too) and returns the entry.
+  // kInvalidArgument for a mode above 01777 or a bad name. Who may do it is the server's
+  // business (catalog/permissions.h). The default implementation (for fakes) is kUnimplemented.
+  virtual absl::StatusOr<Attributes> SetAttributes(std::string_view path,
+                                                   const AttributeChange& change);
+};
 
-  virtual absl::StatusOr<Location> Locate(std::string_view path) = 0;
-  virtual absl::StatusOr<std::vector<Replica>> GetReplicas(InodeId inode) = 0;
+// Replica records, written: site agents (checks, scrub, deletes), readers that refuse a
+// replica, the repairer.
+class ReplicaRegistry {
+ public:
+  virtual ~ReplicaRegistry() = default;
 
   // Creates or replaces the replica (replica.inode, replica.node). kNotFound if the inode
   // or node does not exist. Setting kComplete requires replica.generation to equal the
@@ -180,35 +280,34 @@ class Catalog {
   // allowed), in one atomic write: one result per item, in order. OK: applied. kAborted: the
   // record is not in `from` at `generation` (changed meanwhile; nothing done for it).
   // kNotFound: no such record. kInvalidArgument: a transition not allowed (or a second change
-  // of a record changed earlier in the same call). kFailedPrecondition: complete -> deleting of the last complete replica.
-  // How agents report what their checks found, readers a replica they refused, and the
-  // repairer drops bad records once the copy is made again. At most kMaxBatchPaths items.
-  // The default implementation (for fakes) reads and puts each record: not atomic.
+  // of a record changed earlier in the same call). kFailedPrecondition: complete -> deleting of the
+  // last complete replica. How agents report what their checks found, readers a replica they
+  // refused, and the repairer drops bad records once the copy is made again. At most kMaxBatchPaths
+  // items.
   virtual absl::StatusOr<std::vector<absl::Status>> TransitionReplicas(
-      const std::vector<ReplicaTransition>& items);
+      const std::vector<ReplicaTransition>& items) = 0;
+};
 
-  // The replicas a node holds, via the (node, inode) index, in inode order.
-  virtual absl::StatusOr<std::vector<Replica>> ListNodeReplicas(std::string_view node,
-                                                                InodeId start_after,
-                                                                std::size_t limit) = 0;
-
-  // --- Topology --------------------------------------------------------------------
+// The topology, written: gfsite, gfroute, the site agents' registration and heartbeats.
+class SiteRegistry {
+ public:
+  virtual ~SiteRegistry() = default;
 
   virtual absl::Status PutSite(const Site& site) = 0;
+
   // kFailedPrecondition if nodes still belong to it.
   virtual absl::Status RemoveSite(std::string_view name) = 0;
-  virtual absl::StatusOr<std::vector<Site>> ListSites() = 0;
 
   // Registers or updates a node (its site must exist). Sets last_heartbeat_ns. `node.disk`
   // is ignored: the stored disk profile stays (PutNodeDisk sets it).
   virtual absl::Status RegisterNode(const Node& node) = 0;
+
   // Stores the node's disk profile (`gfprobe disk --store`), replacing the previous one.
   // kNotFound if the node is not registered; kInvalidArgument from Validate(disk).
   virtual absl::Status PutNodeDisk(std::string_view node, const DiskProfile& disk) = 0;
+
   virtual absl::Status RemoveNode(std::string_view name) = 0;
-  virtual absl::StatusOr<Node> GetNode(std::string_view name) = 0;
-  // All nodes, or those of one site.
-  virtual absl::StatusOr<std::vector<Node>> ListNodes(std::string_view site) = 0;
+
   // kNotFound if the node was never registered. The heartbeat's route observations are
   // folded into Route::observed of each route from their source site into the node's site
   // (a route without a record gets one), in the same write; an observation out of bounds
@@ -218,21 +317,22 @@ class Catalog {
   // Creates or replaces the route src_site -> dst_site (both sites must exist). Its
   // `observed` part is not taken from `route`: the stored one stays.
   virtual absl::Status PutRoute(const Route& route) = 0;
-  virtual absl::Status RemoveRoute(std::string_view src_site, std::string_view dst_site) = 0;
-  virtual absl::StatusOr<Route> GetRoute(std::string_view src_site,
-                                         std::string_view dst_site) = 0;
-  virtual absl::StatusOr<std::vector<Route>> ListRoutes() = 0;
 
-  // --- Requests and tasks ----------------------------------------------------------
+  virtual absl::Status RemoveRoute(std::string_view src_site, std::string_view dst_site) = 0;
+};
+
+// Requests and tasks, written: gfrep and the policy engine ask, the planner plans, the
+// site agents claim, renew, complete and fail.
+class WorkQueue {
+ public:
+  virtual ~WorkQueue() = default;
 
   // Stores a request (state kQueued) and returns it with its id. Paths are validated
   // (syntax only; the planner reports missing files).
   virtual absl::StatusOr<Request> CreateRequest(const RequestSpec& spec) = 0;
-  virtual absl::StatusOr<Request> GetRequest(std::uint64_t id) = 0;
-  // Newest first; `any_state` false filters by `state`.
-  virtual absl::StatusOr<std::vector<Request>> ListRequests(bool any_state, RequestState state,
-                                                            std::size_t limit) = 0;
+
   virtual absl::StatusOr<Request> UpdateRequest(const RequestUpdate& update) = 0;
+
   // Forgets finished requests (done, failed, cancelled) last changed before
   // `finished_before_ns`, with their tasks: at most `max` requests, oldest first; returns how
   // many. A request with an open task stays. Ids are never given out twice, also after a
@@ -244,8 +344,6 @@ class Catalog {
   // Creates tasks atomically (all or none). Each path must be a file; the task records its
   // inode, current generation and size. Both nodes must exist.
   virtual absl::StatusOr<std::vector<Task>> CreateTasks(const std::vector<TaskSpec>& specs) = 0;
-  virtual absl::StatusOr<Task> GetTask(std::uint64_t id) = 0;
-  virtual absl::StatusOr<std::vector<Task>> ListTasks(const TaskFilter& filter) = 0;
 
   // Leases the best claimable task whose destination is `node`: queued with
   // next_attempt_ns <= now, or leased with an expired lease (that attempt counts as
@@ -313,19 +411,13 @@ class Catalog {
 
   // Cancels every non-terminal task of a request and marks the request kCancelled.
   virtual absl::Status CancelRequest(std::uint64_t id) = 0;
+};
 
-  // --- Policies --------------------------------------------------------------------
-
-  // The stored policy document (version 0 and no text before the first put).
-  // The default implementation (for fakes) is kUnimplemented.
-  virtual absl::StatusOr<PolicyDocument> GetPolicies();
-  // Figures of the storage engine worth watching (RocksDB: keys, SST and memtable bytes,
-  // pending compaction), name -> value, for gfcatalogd's /metrics. kUnimplemented (the
-  // default) where there are none.
-  virtual absl::StatusOr<std::map<std::string, std::uint64_t>> StorageStats();
-  // Live telemetry of a site agent's copies (the dashboard's graphs). Not stored; a catalog
-  // without a dashboard answers kUnimplemented (the default).
-  virtual absl::Status PublishTelemetry(const TelemetryBatch& batch);
+// Policies, revoked tokens (catalog/token.h) and the audit trail, written: admins and
+// gfcatalogd.
+class Governance {
+ public:
+  virtual ~Governance() = default;
 
   // Replaces the policy document (version + 1) and returns it. `expected_version`, if set,
   // must be the stored version (kAborted otherwise: someone else changed it meanwhile).
@@ -334,34 +426,51 @@ class Catalog {
   virtual absl::StatusOr<PolicyDocument> PutPolicies(std::string_view text, std::string_view source,
                                                      std::optional<std::uint64_t> expected_version);
 
-  // Changes an entry's mode, owner or group (the root's too) and returns the entry.
-  // kInvalidArgument for a mode above 01777 or a bad name. Who may do it is the server's
-  // business (catalog/permissions.h). The default implementation (for fakes) is kUnimplemented.
-  virtual absl::StatusOr<Attributes> SetAttributes(std::string_view path, const AttributeChange& change);
-
-  // --- User tokens (catalog/token.h) -----------------------------------------------
-
   // Records that the token `id` is revoked; kept until `expires_unix` (after that the token
   // is refused as expired anyway: the next RevokeToken deletes the record). Durable before
   // it returns. Default: kUnimplemented.
   virtual absl::Status RevokeToken(std::string_view id, std::int64_t expires_unix);
+
   // Every revoked token still recorded: id -> its expiry (Unix seconds). Default: kUnimplemented.
   virtual absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> RevokedTokens();
-
-  // --- Events ----------------------------------------------------------------------
 
   // Appends an audit event (EventKind::kAudit: node = `who`, state = `what`, detail =
   // `detail`), durable like any other. The default implementation (for fakes) is
   // kUnimplemented.
   virtual absl::Status RecordAudit(std::string_view who, std::string_view what, std::string_view detail);
+};
 
-  // Events with seq > after_seq, oldest first, at most `max`. If none exist yet, waits up
-  // to `wait` for one (long poll; an empty result after the wait is not an error).
-  // The log keeps a bounded history; the oldest kept seq is returned by FirstEventSeq.
-  virtual absl::StatusOr<std::vector<Event>> ReadEvents(std::uint64_t after_seq, std::size_t max,
-                                                        std::chrono::milliseconds wait) = 0;
-  // The seq of the newest event so far (0 if none): start Watch from here for "new only".
-  virtual absl::StatusOr<std::uint64_t> LastEventSeq() = 0;
+// Figures about the catalog that are not catalog state.
+class Monitoring {
+ public:
+  virtual ~Monitoring() = default;
+
+  // Figures of the storage engine worth watching (RocksDB: keys, SST and memtable bytes,
+  // pending compaction), name -> value, for gfcatalogd's /metrics. kUnimplemented (the
+  // default) where there are none.
+  virtual absl::StatusOr<std::map<std::string, std::uint64_t>> StorageStats();
+
+  // Live telemetry of a site agent's copies (the dashboard's graphs). Not stored; a catalog
+  // without a dashboard answers kUnimplemented (the default).
+  virtual absl::Status PublishTelemetry(const TelemetryBatch& batch);
+};
+
+// The whole catalog: every role. What gfcatalogd serves and CatalogClient speaks; a
+// component takes the roles it uses (the read path never receives the namespace's writers).
+class Catalog : public CatalogView,
+                public NamespaceEditor,
+                public ReplicaRegistry,
+                public SiteRegistry,
+                public WorkQueue,
+                public Governance,
+                public Monitoring {
+ public:
+  ~Catalog() override = default;
+
+  // ReplicaRegistry::TransitionReplicas for fakes of the whole catalog: reads and puts each
+  // record, not atomically. Implementations override it.
+  absl::StatusOr<std::vector<absl::Status>> TransitionReplicas(
+      const std::vector<ReplicaTransition>& items) override;
 };
 
 // Where the clock comes from (tests inject a fake one). Returns Unix time in ns.

@@ -1,31 +1,29 @@
 #include "catalog/catalog_service.h"
 
+#include <fmt/format.h>
+#include <google/protobuf/descriptor.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
-#include <google/protobuf/descriptor.h>
 #include <grpcpp/support/server_interceptor.h>
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <cstdint>
-#include <mutex>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
-
-#include <fmt/format.h>
+#include <chrono>
+#include <cstdint>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "catalog/identity.h"
-#include "catalog/permissions.h"
-#include "catalog/token.h"
 #include "catalog/internal/convert.h"
 #include "catalog/internal/event_waiters.h"
 #include "catalog/internal/rate_limiter.h"
+#include "catalog/permissions.h"
 #include "catalog/proto/catalog.grpc.pb.h"
+#include "catalog/token.h"
 
 namespace gfrep::catalog {
 namespace {
@@ -274,10 +272,12 @@ class Service final : public v1::Catalog::CallbackService {
     if (!caller.user()) return absl::OkStatus();
     absl::StatusOr<Request> r = catalog_.GetRequest(id);
     if (!r.ok()) return r.status();
-    if (r->spec.owner == caller.who->name) return absl::OkStatus();
-    return Refused(caller, absl::PermissionDeniedError(fmt::format(
-                               "{} {}: {} may not (the request is {}'s)", action, id, caller.who->ToString(),
-                               r->spec.owner.empty() ? "an admin" : r->spec.owner)));
+    if (r->spec.origin == RequestOrigin::kUser && r->spec.owner == caller.who->name)
+      return absl::OkStatus();
+    return Refused(
+        caller, absl::PermissionDeniedError(fmt::format(
+                    "{} {}: {} may not (the request is {}'s)", action, id, caller.who->ToString(),
+                    r->spec.owner.empty() ? "an admin" : DescribeOwner(r->spec))));
   }
 
   NamespaceGuard Guard(const Caller& caller) {
@@ -347,7 +347,7 @@ class Service final : public v1::Catalog::CallbackService {
   static constexpr int kAuditPerSecond = 100;
   void Audit(std::string who, std::string detail) {
     {
-      std::lock_guard<std::mutex> lock(audit_mu_);
+      absl::MutexLock lock(&audit_mu_);
       const auto now = std::chrono::steady_clock::now();
       if (now - audit_window_ >= std::chrono::seconds(1)) {
         audit_window_ = now;
@@ -807,15 +807,18 @@ class Service final : public v1::Catalog::CallbackService {
         if (absl::Status s = Guard(caller).MayRead("CreateRequest", path); !s.ok()) return Refused(caller, s);
       }
       spec.owner = caller.who->name;
+      spec.origin = RequestOrigin::kUser;  // a user never speaks for a policy or the repairer
       if (options_.max_open_requests_per_user == 0) return Fill(catalog_.CreateRequest(spec), resp);
       // Count and create under one lock, so concurrent calls cannot both take the last place.
-      std::lock_guard<std::mutex> quota(request_quota_mu_);
+      absl::MutexLock quota(&request_quota_mu_);
       std::size_t open = 0;
       for (RequestState state : {RequestState::kQueued, RequestState::kRunning}) {
         absl::StatusOr<std::vector<Request>> list = catalog_.ListRequests(false, state, kMaxListEntries);
         if (!list.ok()) return list.status();
-        open += static_cast<std::size_t>(std::count_if(
-            list->begin(), list->end(), [&](const Request& r) { return r.spec.owner == spec.owner; }));
+        open += static_cast<std::size_t>(
+            std::count_if(list->begin(), list->end(), [&](const Request& r) {
+              return r.spec.origin == RequestOrigin::kUser && r.spec.owner == spec.owner;
+            }));
       }
       if (open >= options_.max_open_requests_per_user) {
         return absl::ResourceExhaustedError(fmt::format(
@@ -1177,16 +1180,16 @@ class Service final : public v1::Catalog::CallbackService {
   internal::EventWaiters waiters_;
   std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> denied_{0};
-  std::mutex request_quota_mu_;  // users' CreateRequest with a quota
+  absl::Mutex request_quota_mu_;  // users' CreateRequest with a quota
   absl::Mutex revoked_mu_;
   absl::flat_hash_map<std::string, std::int64_t> revoked_ ABSL_GUARDED_BY(revoked_mu_);  // token id -> expiry
   std::chrono::steady_clock::time_point revoked_loaded_ ABSL_GUARDED_BY(revoked_mu_);
   std::unique_ptr<internal::RateLimiter> limiter_;  // null: no rate limit
   std::atomic<std::uint64_t> rate_limited_{0};
-  std::mutex audit_mu_;
-  std::chrono::steady_clock::time_point audit_window_{};  // guarded by audit_mu_
-  int audit_in_window_ = 0;                                // guarded by audit_mu_
-  std::uint64_t audit_skipped_ = 0;                        // guarded by audit_mu_
+  absl::Mutex audit_mu_;
+  std::chrono::steady_clock::time_point audit_window_ ABSL_GUARDED_BY(audit_mu_){};
+  int audit_in_window_ ABSL_GUARDED_BY(audit_mu_) = 0;
+  std::uint64_t audit_skipped_ ABSL_GUARDED_BY(audit_mu_) = 0;
 };
 
 }  // namespace

@@ -1,19 +1,19 @@
 #include "catalog/client.h"
 
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <grpcpp/grpcpp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
-#include <arpa/inet.h>
 
 #include <algorithm>
 #include <optional>
 #include <string_view>
-#include <mutex>
 #include <thread>
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "catalog/internal/convert.h"
 #include "catalog/proto/catalog.grpc.pb.h"
 
@@ -52,11 +52,11 @@ void WatchHandle::Attach(std::function<void()> cancel) {
 struct CatalogClient::Impl {
   ClientOptions options;
   // Replaced by ReloadCredentials; a call holds the one it started with.
-  mutable std::mutex stub_mu;
-  std::shared_ptr<v1::Catalog::Stub> stub;  // guarded by stub_mu
+  mutable absl::Mutex stub_mu;
+  std::shared_ptr<v1::Catalog::Stub> stub ABSL_GUARDED_BY(stub_mu);
 
   std::shared_ptr<v1::Catalog::Stub> Stub() const {
-    std::lock_guard<std::mutex> lock(stub_mu);
+    absl::MutexLock lock(&stub_mu);
     return stub;
   }
 
@@ -215,7 +215,10 @@ absl::StatusOr<std::unique_ptr<CatalogClient>> CatalogClient::Create(
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->stub = MakeStub(options);
+  {
+    absl::MutexLock lock(&impl->stub_mu);  // not shared yet; the lock is for the analysis
+    impl->stub = MakeStub(options);
+  }
   return std::unique_ptr<CatalogClient>(new CatalogClient(std::move(impl)));
 }
 
@@ -233,7 +236,7 @@ absl::Status CatalogClient::ReloadCredentials(const std::string& root_pem, const
   next.tls_cert_pem = cert_pem;
   next.tls_key_pem = key_pem;
   std::shared_ptr<v1::Catalog::Stub> stub = MakeStub(next);
-  std::lock_guard<std::mutex> lock(impl_->stub_mu);
+  absl::MutexLock lock(&impl_->stub_mu);
   impl_->stub = std::move(stub);
   return absl::OkStatus();
 }

@@ -1,6 +1,6 @@
 #pragma once
 
-// EventCursor: follows a catalog's event log (Catalog::ReadEvents) from a position. The
+// EventCursor: follows a catalog's event log (EventView::ReadEvents) from a position. The
 // first Read, Drain or Start takes the log's end as the position (events from now on), unless
 // Seek set one; each Read or Drain moves the position past what it returned; an error leaves
 // the position where it was, and Reset() makes the next call start at the log's end again
@@ -27,7 +27,7 @@ class EventCursor {
  public:
   static constexpr std::size_t kDefaultBatch = 10000;
 
-  explicit EventCursor(Catalog& catalog, std::size_t batch = kDefaultBatch)
+  explicit EventCursor(EventView& catalog, std::size_t batch = kDefaultBatch)
       : catalog_(&catalog), batch_(batch) {}
 
   // Takes the log's end as the position if there is none yet.
@@ -69,7 +69,7 @@ class EventCursor {
   }
 
  private:
-  Catalog* catalog_;
+  EventView* catalog_;
   std::size_t batch_;
   bool started_ = false;
   std::uint64_t after_ = 0;

@@ -53,6 +53,30 @@ absl::StatusOr<RequestState> ParseRequestState(std::string_view text) {
   return absl::InvalidArgumentError(fmt::format("unknown request state '{}'", text));
 }
 
+std::string_view ToString(RequestOrigin origin) {
+  switch (origin) {
+    case RequestOrigin::kUser:
+      return "user";
+    case RequestOrigin::kPolicy:
+      return "policy";
+    case RequestOrigin::kRepair:
+      return "repair";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<RequestOrigin> ParseRequestOrigin(std::string_view text) {
+  for (RequestOrigin o : {RequestOrigin::kUser, RequestOrigin::kPolicy, RequestOrigin::kRepair}) {
+    if (ToString(o) == text) return o;
+  }
+  return absl::InvalidArgumentError(fmt::format("unknown request origin '{}'", text));
+}
+
+std::string DescribeOwner(const RequestSpec& spec) {
+  if (spec.origin == RequestOrigin::kPolicy) return fmt::format("policy:{}", spec.owner);
+  return spec.owner;
+}
+
 std::string_view ToString(TaskState state) {
   switch (state) {
     case TaskState::kQueued: return "queued";
@@ -245,7 +269,8 @@ std::string JoinPath(const std::vector<std::string>& components) {
   return out;
 }
 
-absl::StatusOr<std::vector<Attributes>> Catalog::CreateFiles(const std::vector<NewFile>& files) {
+absl::StatusOr<std::vector<Attributes>> NamespaceEditor::CreateFiles(
+    const std::vector<NewFile>& files) {
   std::vector<Attributes> out;
   for (const NewFile& f : files) {
     absl::StatusOr<Attributes> a = CreateFile(f.path, f.content);
@@ -255,7 +280,7 @@ absl::StatusOr<std::vector<Attributes>> Catalog::CreateFiles(const std::vector<N
   return out;
 }
 
-absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> Catalog::StatMany(
+absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> NamespaceView::StatMany(
     const std::vector<std::string>& paths) {
   if (paths.size() > kMaxBatchPaths) {
     return absl::InvalidArgumentError(fmt::format("more than {} paths", kMaxBatchPaths));
@@ -266,9 +291,9 @@ absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> Catalog::StatMany(
   return out;
 }
 
-absl::StatusOr<std::vector<Task>> Catalog::ClaimTasks(std::string_view node,
-                                                     const std::vector<std::string>& owners,
-                                                     std::chrono::milliseconds lease) {
+absl::StatusOr<std::vector<Task>> WorkQueue::ClaimTasks(std::string_view node,
+                                                        const std::vector<std::string>& owners,
+                                                        std::chrono::milliseconds lease) {
   if (owners.size() > kMaxBatchPaths) {
     return absl::InvalidArgumentError(fmt::format("more than {} owners", kMaxBatchPaths));
   }
@@ -285,7 +310,7 @@ absl::StatusOr<std::vector<Task>> Catalog::ClaimTasks(std::string_view node,
   return out;
 }
 
-absl::StatusOr<std::vector<absl::StatusOr<Task>>> Catalog::CompleteTasks(
+absl::StatusOr<std::vector<absl::StatusOr<Task>>> WorkQueue::CompleteTasks(
     const std::vector<TaskCompletion>& items) {
   if (items.size() > kMaxBatchPaths) {
     return absl::InvalidArgumentError(fmt::format("more than {} tasks", kMaxBatchPaths));
@@ -366,38 +391,41 @@ absl::StatusOr<std::vector<absl::Status>> Catalog::TransitionReplicas(
   return out;
 }
 
-absl::StatusOr<PolicyDocument> Catalog::GetPolicies() {
+absl::StatusOr<PolicyDocument> CatalogView::GetPolicies() {
   return absl::UnimplementedError("this catalog keeps no policies");
 }
 
-absl::StatusOr<std::map<std::string, std::uint64_t>> Catalog::StorageStats() {
+absl::StatusOr<std::map<std::string, std::uint64_t>> Monitoring::StorageStats() {
   return absl::UnimplementedError("no storage figures");
 }
 
-absl::StatusOr<std::size_t> Catalog::PurgeFinishedRequests(std::int64_t, std::size_t) {
+absl::StatusOr<std::size_t> WorkQueue::PurgeFinishedRequests(std::int64_t, std::size_t) {
   return absl::UnimplementedError("PurgeFinishedRequests");
 }
 
-absl::Status Catalog::RecordAudit(std::string_view, std::string_view, std::string_view) {
+absl::Status Governance::RecordAudit(std::string_view, std::string_view, std::string_view) {
   return absl::UnimplementedError("RecordAudit");
 }
 
-absl::StatusOr<Attributes> Catalog::SetAttributes(std::string_view, const AttributeChange&) {
+absl::StatusOr<Attributes> NamespaceEditor::SetAttributes(std::string_view,
+                                                          const AttributeChange&) {
   return absl::UnimplementedError("SetAttributes");
 }
 
-absl::Status Catalog::RevokeToken(std::string_view, std::int64_t) { return absl::UnimplementedError("RevokeToken"); }
+absl::Status Governance::RevokeToken(std::string_view, std::int64_t) {
+  return absl::UnimplementedError("RevokeToken");
+}
 
-absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> Catalog::RevokedTokens() {
+absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> Governance::RevokedTokens() {
   return absl::UnimplementedError("RevokedTokens");
 }
 
-absl::Status Catalog::PublishTelemetry(const TelemetryBatch&) {
+absl::Status Monitoring::PublishTelemetry(const TelemetryBatch&) {
   return absl::UnimplementedError("this catalog serves no dashboard");
 }
 
-absl::StatusOr<PolicyDocument> Catalog::PutPolicies(std::string_view, std::string_view,
-                                                    std::optional<std::uint64_t>) {
+absl::StatusOr<PolicyDocument> Governance::PutPolicies(std::string_view, std::string_view,
+                                                       std::optional<std::uint64_t>) {
   return absl::UnimplementedError("this catalog keeps no policies");
 }
 

@@ -241,6 +241,24 @@ enum class RequestState : std::uint8_t {
 std::string_view ToString(RequestState state);
 absl::StatusOr<RequestState> ParseRequestState(std::string_view text);
 
+// Done, failed or cancelled: the request changes no more (the catalog refuses new tasks and
+// state changes for it with kFailedPrecondition).
+constexpr bool IsFinished(RequestState state) {
+  return state == RequestState::kDone || state == RequestState::kFailed ||
+         state == RequestState::kCancelled;
+}
+
+// Who made a request. What holds its files' copies afterwards (replica/plan/holds.h), which
+// requests the repairer follows and whose quota a request counts against go by this field,
+// never by the owner's name: a user called "repair" is a user.
+enum class RequestOrigin : std::uint8_t {
+  kUser = 1,    // gfrep, Replicate(), a read; `owner` names the user or program
+  kPolicy = 2,  // a placement policy (replica/plan/policy_engine.h); `owner` is the rule's name
+  kRepair = 3,  // the repairer restoring copies (replica/plan/repairer.h)
+};
+std::string_view ToString(RequestOrigin origin);
+absl::StatusOr<RequestOrigin> ParseRequestOrigin(std::string_view text);
+
 // The highest priority a user's request may ask for (CreateRequest refuses more with
 // kPermissionDenied): repairs of damaged replicas run at 1000, and of a file's last copy at
 // 2000 (replica/plan/repairer.h), ahead of every user. Admins, nodes and policies may go higher.
@@ -254,11 +272,15 @@ struct RequestSpec {
   std::vector<std::string> dst_sites;  // empty: any
   bool recursive = false;
   std::int32_t priority = 0;  // higher first
-  std::string owner;          // who asked (user or policy name)
+  RequestOrigin origin = RequestOrigin::kUser;
+  std::string owner;  // who asked: the user, the policy rule's name, "repair"
   // At most this many files of the request are copied at once (gfrep -j); 0: no limit
   // beyond the planner's per-node and per-route limits.
   std::uint32_t parallel = 0;
 };
+
+// How a request's owner is shown: "policy:RULE" for a policy's request, the owner otherwise.
+std::string DescribeOwner(const RequestSpec& spec);
 
 struct Request {
   std::uint64_t id = 0;

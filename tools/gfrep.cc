@@ -99,11 +99,6 @@ double Mbps(std::uint64_t bytes, double seconds) {
   return seconds > 0 ? static_cast<double>(bytes) * 8 / seconds / 1e6 : 0;
 }
 
-bool Finished(catalog::RequestState s) {
-  return s == catalog::RequestState::kDone || s == catalog::RequestState::kFailed ||
-         s == catalog::RequestState::kCancelled;
-}
-
 // Follows request `created` until it ends (or `timeout_s`): progress on a terminal, the
 // summary at the end; gfrep's exit status.
 int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json, double timeout_s) {
@@ -131,7 +126,7 @@ int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json
   while (true) {
     if (std::chrono::steady_clock::now() - last_full < std::chrono::seconds(1)) {
       absl::StatusOr<catalog::Request> r = c.GetRequest(id);
-      if (r.ok() && !Finished(r->state)) {
+      if (r.ok() && !catalog::IsFinished(r->state)) {
         (void)events.Read(std::chrono::milliseconds(250));  // a change, or a quarter second
         continue;
       }
@@ -163,7 +158,7 @@ int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json
                                transfer::HumanBytes(snap.request.bytes_total), snap.copies_open, routes)
                 << std::flush;
     }
-    if (Finished(snap.request.state)) break;
+    if (catalog::IsFinished(snap.request.state)) break;
     if (timeout_s > 0 && elapsed() > timeout_s) {
       timed_out = true;
       break;
@@ -226,7 +221,8 @@ int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json
 nlohmann::json RequestJson(const catalog::Request& r) {
   return {{"id", r.id},
           {"state", std::string(catalog::ToString(r.state))},
-          {"owner", r.spec.owner},
+          {"owner", catalog::DescribeOwner(r.spec)},
+          {"origin", std::string(catalog::ToString(r.spec.origin))},
           {"paths", r.spec.paths},
           {"copies", r.spec.copies},
           {"dst_sites", r.spec.dst_sites},
@@ -267,9 +263,10 @@ int List(catalog::CatalogClient& c, bool all, bool json) {
   for (const catalog::Request& r : out) {
     std::string what = r.spec.paths.empty() ? "" : r.spec.paths.front();
     if (r.spec.paths.size() > 1) what += fmt::format(" (+{} more)", r.spec.paths.size() - 1);
-    std::cout << fmt::format("{:>6} {:<9} {:<22} files {}/{} failed {}  {} / {}  {}\n", r.id,
-                             catalog::ToString(r.state), r.spec.owner, r.files_done, r.files_total,
-                             r.files_failed, transfer::HumanBytes(r.bytes_done), transfer::HumanBytes(r.bytes_total), what);
+    std::cout << fmt::format(
+        "{:>6} {:<9} {:<22} files {}/{} failed {}  {} / {}  {}\n", r.id, catalog::ToString(r.state),
+        catalog::DescribeOwner(r.spec), r.files_done, r.files_total, r.files_failed,
+        transfer::HumanBytes(r.bytes_done), transfer::HumanBytes(r.bytes_total), what);
   }
   if (out.empty()) std::cout << (all ? "no requests\n" : "no active requests (--all: every state)\n");
   return 0;
@@ -316,9 +313,10 @@ int Status(catalog::CatalogClient& c, std::uint64_t id, bool json) {
   std::cout << fmt::format(
       "request {} {} (owner {}, priority {}): {} of {} files have their copies, {} failed; {} / "
       "{} done, {} being copied now ({} of it received)\n",
-      r->id, catalog::ToString(r->state), r->spec.owner, r->spec.priority, r->files_done,
-      r->files_total, r->files_failed, transfer::HumanBytes(r->bytes_done), transfer::HumanBytes(r->bytes_total),
-      transfer::HumanBytes(in_flight_bytes), transfer::HumanBytes(r->in_flight_bytes));
+      r->id, catalog::ToString(r->state), catalog::DescribeOwner(r->spec), r->spec.priority,
+      r->files_done, r->files_total, r->files_failed, transfer::HumanBytes(r->bytes_done),
+      transfer::HumanBytes(r->bytes_total), transfer::HumanBytes(in_flight_bytes),
+      transfer::HumanBytes(r->in_flight_bytes));
   std::cout << fmt::format("  wants {} cop{} of {}{}{}\n", r->spec.copies,
                            r->spec.copies == 1 ? "y" : "ies", fmt::join(r->spec.paths, " "),
                            r->spec.dst_sites.empty() ? "" : fmt::format(" in {}", fmt::join(r->spec.dst_sites, ",")),

@@ -1,5 +1,7 @@
 #include "transfer/agent.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -7,19 +9,17 @@
 #include <cerrno>
 #include <list>
 #include <map>
-#include <mutex>
 #include <optional>
 
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
-
-#include "transfer/internal/commit.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "transfer/durable_file.h"
 #include "transfer/internal/engine.h"
 #include "transfer/internal/log_safe.h"
-#include "transfer/internal/read_service.h"
 #include "transfer/internal/path.h"
 #include "transfer/internal/probe_service.h"
 #include "transfer/internal/pull.h"
+#include "transfer/internal/read_service.h"
 #include "transfer/internal/receiver.h"
 #include "transfer/internal/sender.h"
 #include "transfer/spool_names.h"
@@ -109,11 +109,11 @@ struct AgentServer::Impl {
   AgentOptions options;
   std::shared_ptr<spdlog::logger> log;
   std::filesystem::path spool;
-  // Serving; replaced by ReloadTls (sessions that began keep theirs). Guarded by tls_mu.
-  std::shared_ptr<asio::ssl::context> tls;
-  mutable std::mutex tls_mu;
+  // Serving; replaced by ReloadTls (sessions that began keep theirs).
+  mutable absl::Mutex tls_mu;
+  std::shared_ptr<asio::ssl::context> tls ABSL_GUARDED_BY(tls_mu);
   std::shared_ptr<asio::ssl::context> Tls() const {
-    std::lock_guard<std::mutex> lock(tls_mu);
+    absl::MutexLock lock(&tls_mu);
     return tls;
   }
   // Used only on the io thread. Declared before `io`: coroutine frames destroyed with `io`
@@ -777,18 +777,19 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Create(AgentOptions op
   std::filesystem::path spool_path = std::filesystem::absolute(impl->options.spool, ec).lexically_normal();
   if (ec) return absl::InternalError(fmt::format("spool {}: {}", impl->options.spool.string(), ec.message()));
   if (!spool_path.has_filename()) spool_path = spool_path.parent_path();  // "/a/spool/" -> "/a/spool"
-  absl::StatusOr<std::vector<std::filesystem::path>> made = internal::CreateParents(spool_path);
+  absl::StatusOr<std::vector<std::filesystem::path>> made = CreateParents(spool_path);
   if (!made.ok()) return made.status();
   std::vector<std::filesystem::path> holders = {spool_path.parent_path()};
   for (const std::filesystem::path& d : *made) {
     if (d.parent_path() != spool_path.parent_path()) holders.push_back(d.parent_path());
   }
-  if (absl::Status s = internal::SyncDirectories(holders); !s.ok()) return s;
+  if (absl::Status s = SyncDirectories(holders); !s.ok()) return s;
   impl->spool = std::filesystem::canonical(impl->options.spool, ec);
   if (ec) return absl::InternalError(fmt::format("spool {}: {}", impl->options.spool.string(), ec.message()));
   if (!impl->options.tls.cert.empty()) {
     auto ctx = internal::MakeTlsContext(impl->options.tls, true);
     if (!ctx.ok()) return ctx.status();
+    absl::MutexLock lock(&impl->tls_mu);
     impl->tls = std::shared_ptr<asio::ssl::context>(std::move(*ctx));
   }
   impl->options.defaults.tls_options = impl->options.tls;
@@ -803,7 +804,7 @@ absl::Status AgentServer::ReloadTls() {
   absl::StatusOr<std::unique_ptr<asio::ssl::context>> ctx = internal::MakeTlsContext(impl_->options.tls, true);
   if (!ctx.ok()) return ctx.status();
   std::shared_ptr<asio::ssl::context> fresh(std::move(*ctx));
-  std::lock_guard<std::mutex> lock(impl_->tls_mu);
+  absl::MutexLock lock(&impl_->tls_mu);
   impl_->tls = std::move(fresh);
   return absl::OkStatus();
 }

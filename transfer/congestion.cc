@@ -1,20 +1,20 @@
 #include "transfer/congestion.h"
 
+#include <fmt/format.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <sstream>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "transfer/internal/bpf_congestion.h"
 
 extern char** environ;
@@ -25,9 +25,10 @@ namespace {
 constexpr std::chrono::seconds kFailureMemory{60};
 
 struct Registry {
-  std::mutex mu;
-  std::unique_ptr<internal::BpfHighSpeed> highspeed;  // guarded by mu
-  std::map<std::string, std::pair<absl::Status, std::chrono::steady_clock::time_point>> failures;
+  absl::Mutex mu;
+  std::unique_ptr<internal::BpfHighSpeed> highspeed ABSL_GUARDED_BY(mu);
+  std::map<std::string, std::pair<absl::Status, std::chrono::steady_clock::time_point>> failures
+      ABSL_GUARDED_BY(mu);
 };
 
 Registry& TheRegistry() {
@@ -82,8 +83,16 @@ CongestionControl Describe(std::string name, CongestionSource source, bool legac
   return c;
 }
 
+// Remembers that `key` could not be had (for kFailureMemory) and returns why.
+absl::Status Remember(Registry& r, const std::string& key, absl::Status s)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu) {
+  r.failures[key] = {s, std::chrono::steady_clock::now()};
+  return s;
+}
+
 // The source of an algorithm the kernel offers. REQUIRES: r.mu held.
-CongestionControl DescribeOffered(Registry& r, std::string_view name) {
+CongestionControl DescribeOffered(Registry& r, std::string_view name)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu) {
   if (name == "highspeed") {
     if (r.highspeed != nullptr) return Describe("highspeed", CongestionSource::kBpf, r.highspeed->legacy());
     if (internal::GfrepHighSpeedRegistered()) return Describe("highspeed", CongestionSource::kBpfShared);
@@ -131,7 +140,7 @@ absl::StatusOr<CongestionControl> DescribeCongestionControl(std::string_view nam
                                            name, absl::StrJoin(AvailableCongestionControls(), " ")));
   }
   Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  absl::MutexLock lock(&r.mu);
   return DescribeOffered(r, name);
 }
 
@@ -139,29 +148,29 @@ absl::StatusOr<CongestionControl> EnsureCongestionControl(std::string_view name,
                                                           const EnsureOptions& options) {
   if (!IsCongestionControlName(name)) return absl::InvalidArgumentError(fmt::format("congestion control name '{}'", name));
   Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  absl::MutexLock lock(&r.mu);
   if (Offered(name)) return DescribeOffered(r, name);
   const std::string key(name);
   if (auto it = r.failures.find(key);
       it != r.failures.end() && std::chrono::steady_clock::now() - it->second.second < kFailureMemory) {
     return it->second.first;
   }
-  auto fail = [&](absl::Status s) -> absl::StatusOr<CongestionControl> {
-    r.failures[key] = {s, std::chrono::steady_clock::now()};
-    return s;
-  };
   if (options.allow_module && LoadModule(name) && Offered(name)) {
     r.failures.erase(key);
     return Describe(key, CongestionSource::kKernelModule);
   }
   if (name != "highspeed") {
-    return fail(absl::NotFoundError(fmt::format(
-        "congestion control '{}' is not available here (available: {}) and gfrep has no "
-        "implementation of its own",
-        name, absl::StrJoin(AvailableCongestionControls(), " "))));
+    return Remember(
+        r, key,
+        absl::NotFoundError(fmt::format(
+            "congestion control '{}' is not available here (available: {}) and gfrep has no "
+            "implementation of its own",
+            name, absl::StrJoin(AvailableCongestionControls(), " "))));
   }
   if (!options.allow_bpf) {
-    return fail(absl::FailedPreconditionError("congestion control 'highspeed': not in this kernel and BPF not allowed"));
+    return Remember(r, key,
+                    absl::FailedPreconditionError(
+                        "congestion control 'highspeed': not in this kernel and BPF not allowed"));
   }
   // A registration of ours from earlier whose name has gone (should not happen while we hold
   // it; drop it so a fresh one can take its place).
@@ -183,7 +192,7 @@ absl::StatusOr<CongestionControl> EnsureCongestionControl(std::string_view name,
       if (Offered(name)) return DescribeOffered(r, name);
       return bpf.status();
     }
-    return fail(bpf.status());
+    return Remember(r, key, bpf.status());
   }
   r.highspeed = std::move(*bpf);
   r.failures.erase(key);
@@ -192,14 +201,14 @@ absl::StatusOr<CongestionControl> EnsureCongestionControl(std::string_view name,
 
 absl::StatusOr<HighSpeedCounters> ReadHighSpeedCounters() {
   Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  absl::MutexLock lock(&r.mu);
   if (r.highspeed == nullptr) return absl::NotFoundError("this process has not registered BPF highspeed");
   return r.highspeed->Counters();
 }
 
 void ReleaseCongestionControls() {
   Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  absl::MutexLock lock(&r.mu);
   r.highspeed.reset();
   r.failures.clear();
 }

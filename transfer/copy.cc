@@ -2,14 +2,14 @@
 
 #include <fmt/format.h>
 
-#include <condition_variable>
 #include <filesystem>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "transfer/internal/engine.h"
 #include "transfer/internal/pull.h"
 
@@ -125,9 +125,8 @@ struct CopyHandle::State {
   asio::cancellation_signal cancel;
   std::thread thread;
   std::atomic<bool> done{false};
-  std::mutex mu;
-  std::condition_variable ended;
-  std::optional<absl::StatusOr<TransferStats>> result;  // guarded by mu
+  absl::Mutex mu;
+  std::optional<absl::StatusOr<TransferStats>> result ABSL_GUARDED_BY(mu);
 };
 
 CopyHandle::CopyHandle(std::shared_ptr<State> state) : state_(std::move(state)) {}
@@ -156,8 +155,10 @@ CopyHandle::~CopyHandle() {
 
 absl::StatusOr<TransferStats> CopyHandle::Wait() {
   if (state_ == nullptr) return absl::FailedPreconditionError("CopyHandle was moved from");
-  std::unique_lock<std::mutex> lock(state_->mu);
-  state_->ended.wait(lock, [&] { return state_->result.has_value(); });
+  absl::MutexLock lock(&state_->mu);
+  state_->mu.Await(absl::Condition(
+      +[](std::optional<absl::StatusOr<TransferStats>>* r) { return r->has_value(); },
+      &state_->result));
   return *state_->result;
 }
 
@@ -178,12 +179,9 @@ CopyHandle StartCopy(std::string_view source, std::string_view destination,
   asio::co_spawn(s->io, RunCopy(std::string(source), std::string(destination), std::move(options)),
                  asio::bind_cancellation_slot(
                      s->cancel.slot(), [s](std::exception_ptr e, absl::StatusOr<TransferStats> r) {
-                       {
-                         std::lock_guard<std::mutex> lock(s->mu);
-                         s->result = FromCompletion(e, std::move(r));
-                       }
+                       absl::MutexLock lock(&s->mu);  // Await wakes when it unlocks
+                       s->result = FromCompletion(e, std::move(r));
                        s->done.store(true);
-                       s->ended.notify_all();
                      }));
   // The thread holds the state too: a handle destroyed on this very thread detaches it.
   s->thread = std::thread([keep = state] { keep->io.run(); });

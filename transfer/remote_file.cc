@@ -2,15 +2,15 @@
 
 #include <fmt/format.h>
 
-#include <condition_variable>
 #include <deque>
 #include <future>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "transfer/checksum.h"
 #include "transfer/internal/engine.h"
 
@@ -73,16 +73,17 @@ struct RemoteFile::Impl {
   std::deque<std::vector<ByteRange>> outbox;  // fetches to send (io thread)
   bool sending = false;                        // (io thread)
 
-  std::mutex mu;
-  std::condition_variable cv;
-  bool closing = false;
-  absl::Status failed;
-  std::map<std::uint64_t, Piece> pieces;  // asked for or here, by index
-  std::uint64_t cached = 0;               // bytes of `pieces`
-  std::uint64_t seq_next = 0;             // where a sequential reader reads next
-  std::unique_ptr<FileHasher> hasher;     // whole-file check, over pieces [0, hashed)
-  std::uint64_t hashed = 0;
-  Stats stats;
+  absl::Mutex mu;
+  absl::CondVar cv;  // signalled when a piece arrives, the session fails or closes
+  bool closing ABSL_GUARDED_BY(mu) = false;
+  absl::Status failed ABSL_GUARDED_BY(mu);
+  std::map<std::uint64_t, Piece> pieces ABSL_GUARDED_BY(mu);  // asked for or here, by index
+  std::uint64_t cached ABSL_GUARDED_BY(mu) = 0;               // bytes of `pieces`
+  std::uint64_t seq_next ABSL_GUARDED_BY(mu) = 0;  // where a sequential reader reads next
+  // Whole-file check, over pieces [0, hashed).
+  std::unique_ptr<FileHasher> hasher ABSL_GUARDED_BY(mu);
+  std::uint64_t hashed ABSL_GUARDED_BY(mu) = 0;
+  Stats stats ABSL_GUARDED_BY(mu);
 
   ~Impl() { Stop(); }
 
@@ -93,10 +94,10 @@ struct RemoteFile::Impl {
   // Ends the session: closes every connection on the io thread and joins it.
   void Stop() {
     {
-      std::lock_guard lk(mu);
+      absl::MutexLock lk(&mu);
       closing = true;
+      cv.SignalAll();
     }
-    cv.notify_all();
     if (!thread.joinable()) return;
     asio::post(io, [this] { CloseAll(); });
     work.reset();
@@ -114,16 +115,16 @@ struct RemoteFile::Impl {
   void Fail(absl::Status s) {
     bool first;
     {
-      std::lock_guard lk(mu);
+      absl::MutexLock lk(&mu);
       first = FailLocked(std::move(s));
     }
     if (first) Closed();
   }
 
   // Records the session's failure; true if it is the first (then call Closed() after
-  // unlocking). REQUIRES: mu held. Used where the failure must be visible together with
-  // the state that caused it: no reader may see the last piece without its mismatch.
-  bool FailLocked(absl::Status s) {
+  // unlocking). Used where the failure must be visible together with the state that caused
+  // it: no reader may see the last piece without its mismatch.
+  bool FailLocked(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (closing || !failed.ok()) return false;
     failed = std::move(s);
     log->debug("read session failed: {}", failed.ToString());
@@ -132,12 +133,15 @@ struct RemoteFile::Impl {
 
   // Wakes the readers and closes the connections after a failure.
   void Closed() {
-    cv.notify_all();
+    {
+      absl::MutexLock lk(&mu);
+      cv.SignalAll();
+    }
     asio::post(io, [this] { CloseAll(); });
   }
 
-  // Marks piece `i` asked for (REQUIRES: mu held, not in `pieces`).
-  void Ask(std::uint64_t i, std::vector<ByteRange>& out) {
+  // Marks piece `i` asked for (not in `pieces`).
+  void Ask(std::uint64_t i, std::vector<ByteRange>& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const ByteRange r = layout.Range(i);
     pieces.emplace(i, Piece{});
     cached += r.size();
@@ -146,19 +150,12 @@ struct RemoteFile::Impl {
 
   // Drops pieces that are here (never those being fetched) until `need` more bytes fit the
   // cache: first those behind the read [first, last], lowest first, then those farthest
-  // ahead. REQUIRES: mu held.
-  void MakeRoom(std::uint64_t need, std::uint64_t first, std::uint64_t last) {
+  // ahead.
+  void MakeRoom(std::uint64_t need, std::uint64_t first, std::uint64_t last)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const std::uint64_t cap = CacheCap();
-    auto drop = [&](std::map<std::uint64_t, Piece>::iterator it) {
-      if (it->first >= hashed && hasher) {
-        hasher.reset();  // the whole-file hash cannot reach this piece any more
-        log->debug("remote read: whole-file check given up (random access beyond the cache)");
-      }
-      cached -= layout.Range(it->first).size();
-      return pieces.erase(it);
-    };
     for (auto it = pieces.begin(); it != pieces.end() && it->first < first && cached + need > cap;) {
-      it = it->second.ready ? drop(it) : std::next(it);
+      it = it->second.ready ? Drop(it) : std::next(it);
     }
     while (cached + need > cap) {
       auto it = pieces.end();
@@ -169,8 +166,107 @@ struct RemoteFile::Impl {
         }
       }
       if (it == pieces.end()) return;
-      drop(it);
+      Drop(it);
     }
+  }
+
+  // Drops a piece that is here from the cache.
+  std::map<std::uint64_t, Piece>::iterator Drop(std::map<std::uint64_t, Piece>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (it->first >= hashed && hasher) {
+      hasher.reset();  // the whole-file hash cannot reach this piece any more
+      log->debug("remote read: whole-file check given up (random access beyond the cache)");
+    }
+    cached -= layout.Range(it->first).size();
+    return pieces.erase(it);
+  }
+
+  // Asks for the pieces [first, last] of a read that are neither here nor on their way
+  // (another reader's read may have dropped one from the cache meanwhile); true if all are
+  // here.
+  bool AskMissing(std::uint64_t first, std::uint64_t last, std::vector<ByteRange>& want)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    bool all = true;
+    for (std::uint64_t i = first; i <= last; ++i) {
+      auto it = pieces.find(i);
+      if (it == pieces.end()) {
+        MakeRoom(layout.Range(i).size(), first, last);
+        Ask(i, want);
+        all = false;
+      } else if (!it->second.ready) {
+        all = false;
+      }
+    }
+    return all;
+  }
+
+  // RemoteFile::ReadAt under the lock; `timed_out` is set when this read found the session
+  // dead (nothing arrived for io_timeout) and failed it first: the caller calls Closed().
+  absl::StatusOr<std::size_t> Read(std::uint64_t offset, void* buffer, std::size_t n,
+                                   bool& timed_out) {
+    absl::MutexLock lk(&mu);
+    if (offset >= layout.size || n == 0) {
+      // The end of the file: still an error after a whole-file mismatch (a caller reading
+      // to the end must not take a short read for success).
+      if (stats.whole_file_mismatch) {
+        return failed.ok()
+                   ? absl::DataLossError("the file read does not match its expected checksum")
+                   : failed;
+      }
+      return 0;
+    }
+    n = static_cast<std::size_t>(std::min<std::uint64_t>(n, layout.size - offset));
+    const std::uint64_t first = layout.IndexOf(offset);
+    const std::uint64_t last = layout.IndexOf(offset + n - 1);
+    ++stats.reads;
+    std::vector<ByteRange> want;
+    if (!failed.ok()) return failed;
+    bool all = AskMissing(first, last, want);
+    // A sequential reader gets the next readahead_bytes fetched ahead, as far as the cache
+    // has room. Sequential: this read starts about where the last one ended, or the piece
+    // before it was fetched (the kernel's read-ahead through a mount sends reads slightly out
+    // of order).
+    const bool sequential =
+        offset == 0 || (first > 0 && pieces.count(first - 1) != 0) ||
+        (offset <= seq_next + o.block_size && offset + o.block_size >= seq_next);
+    if (sequential) {
+      const std::uint64_t ahead =
+          layout.IndexOf(std::min(layout.size - 1, offset + n - 1 + o.readahead_bytes));
+      for (std::uint64_t i = last + 1; i <= ahead; ++i) {
+        if (pieces.count(i) != 0) continue;
+        const std::uint64_t bytes = layout.Range(i).size();
+        MakeRoom(bytes, first, i - 1);
+        if (cached + bytes > CacheCap()) break;
+        Ask(i, want);
+      }
+    }
+    seq_next = offset + n;
+    if (!all) ++stats.reads_waited;
+    std::uint64_t seen = stats.pieces_fetched + stats.pieces_damaged;
+    while (failed.ok() && !closing) {
+      if (!want.empty()) Fetch(std::exchange(want, {}));
+      if (all) break;
+      if (cv.WaitWithTimeout(&mu, absl::FromChrono(o.transfer.io_timeout)) &&
+          stats.pieces_fetched + stats.pieces_damaged == seen) {
+        // Nothing at all arrived for io_timeout: a dead session.
+        timed_out = FailLocked(absl::DeadlineExceededError(fmt::format(
+            "nothing arrived on the read session for {} ms", o.transfer.io_timeout.count())));
+      }
+      seen = stats.pieces_fetched + stats.pieces_damaged;
+      all = AskMissing(first, last, want);
+    }
+    if (!failed.ok()) return failed;
+    if (closing) return absl::CancelledError("the file is being closed");
+    auto* out = static_cast<unsigned char*>(buffer);
+    std::size_t done = 0;
+    for (std::uint64_t i = first; i <= last; ++i) {
+      const ByteRange r = layout.Range(i);
+      const std::uint64_t from = std::max(r.begin, offset);
+      const std::uint64_t to = std::min(r.end, offset + n);
+      std::memcpy(out + done, pieces[i].bytes.get() + (from - r.begin), to - from);
+      done += to - from;
+    }
+    return done;
   }
 
   // Sends `ranges` as a fetch (from any thread).
@@ -199,25 +295,25 @@ struct RemoteFile::Impl {
   // A piece arrived (io thread): checked against its block checksum, then kept.
   void Deliver(const internal::FrameHeader& h, std::unique_ptr<unsigned char[]> bytes) {
     const bool intact = BlockChecksum(alg, bytes.get(), h.length) == h.checksum;
-    std::unique_lock lk(mu);
+    mu.Lock();
     const std::uint64_t i = layout.IndexOf(h.offset);
     const ByteRange r = layout.Range(i);
     auto it = pieces.find(i);
     if (r.begin != h.offset || r.size() != h.length || it == pieces.end() || it->second.ready) {
-      lk.unlock();
+      mu.Unlock();
       Fail(absl::DataLossError(fmt::format(
           "the agent sent bytes [{}, {}) that were not asked for", h.offset, h.offset + h.length)));
       return;
     }
     if (!intact) {
       ++stats.pieces_damaged;
-      if (++it->second.resends > o.transfer.max_resend_rounds) {
-        lk.unlock();
-        Fail(absl::DataLossError(fmt::format("bytes [{}, {}) arrived damaged {} times", r.begin,
-                                             r.end, it->second.resends)));
+      const int resends = ++it->second.resends;
+      mu.Unlock();
+      if (resends > o.transfer.max_resend_rounds) {
+        Fail(absl::DataLossError(
+            fmt::format("bytes [{}, {}) arrived damaged {} times", r.begin, r.end, resends)));
         return;
       }
-      lk.unlock();
       Fetch({r});  // ask again
       return;
     }
@@ -243,9 +339,9 @@ struct RemoteFile::Impl {
         }
       }
     }
-    lk.unlock();
+    cv.SignalAll();
+    mu.Unlock();
     if (mismatch) Closed();
-    cv.notify_all();
   }
 
   // Reads one piece from `c` (data frames only). kUnavailable when `c` closes.
@@ -267,7 +363,7 @@ struct RemoteFile::Impl {
       absl::Status s = co_await ReadPiece(*c);
       if (!s.ok()) {
         {
-          std::lock_guard lk(mu);
+          absl::MutexLock lk(&mu);
           if (closing || !failed.ok()) co_return;  // we closed it, or the session failed already
         }
         if (absl::IsUnavailable(s)) {
@@ -279,7 +375,7 @@ struct RemoteFile::Impl {
           for (int i = 0; i < 20; ++i) {
             t.expires_after(std::chrono::milliseconds(50));
             co_await t.async_wait(internal::kNoThrow);
-            std::lock_guard lk(mu);
+            absl::MutexLock lk(&mu);
             if (closing || !failed.ok()) co_return;
           }
           s = absl::UnavailableError(fmt::format("read session lost a data connection: {}", s.message()));
@@ -360,7 +456,7 @@ struct RemoteFile::Impl {
                                                   agent.ToString(), *size, o.expected_size));
       }
       {
-        std::lock_guard lk(mu);
+        absl::MutexLock lk(&mu);
         layout.size = *size;
         source_id = *id;
         token = *t;
@@ -385,7 +481,7 @@ struct RemoteFile::Impl {
     }
     absl::Status s = co_await internal::RunConcurrently(std::move(tasks));
     if (s.ok()) {
-      std::lock_guard lk(mu);
+      absl::MutexLock lk(&mu);
       s = failed;  // e.g. the first piece was damaged beyond repair
     }
     if (!s.ok()) {
@@ -430,6 +526,7 @@ absl::StatusOr<std::unique_ptr<RemoteFile>> RemoteFile::Open(const Endpoint& age
       return absl::InvalidArgumentError(
           fmt::format("expected_checksum '{}': want ALGORITHM:HEX", options.expected_checksum));
     }
+    absl::MutexLock lk(&impl->mu);
     impl->hasher = std::make_unique<FileHasher>(*file_alg);
   }
   impl->layout.block = options.block_size;
@@ -452,100 +549,23 @@ absl::StatusOr<std::unique_ptr<RemoteFile>> RemoteFile::Open(const Endpoint& age
   raw->thread = std::thread([raw] { raw->io.run(); });
   absl::Status s = result.get();
   if (!s.ok()) return s;  // ~Impl stops the thread
+  absl::MutexLock lk(&raw->mu);
   raw->stats.open_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - raw->opened_at).count();
   return std::unique_ptr<RemoteFile>(new RemoteFile(std::move(impl)));
 }
 
 absl::StatusOr<std::size_t> RemoteFile::ReadAt(std::uint64_t offset, void* buffer, std::size_t n) {
-  Impl& m = *impl_;
-  const Layout& layout = m.layout;
-  if (offset >= layout.size || n == 0) {
-    // The end of the file: still an error after a whole-file mismatch (a caller reading
-    // to the end must not take a short read for success).
-    std::lock_guard lk(m.mu);
-    if (m.stats.whole_file_mismatch) {
-      return m.failed.ok() ? absl::DataLossError("the file read does not match its expected checksum")
-                           : m.failed;
-    }
-    return 0;
-  }
-  n = static_cast<std::size_t>(std::min<std::uint64_t>(n, layout.size - offset));
-  const std::uint64_t first = layout.IndexOf(offset);
-  const std::uint64_t last = layout.IndexOf(offset + n - 1);
-  std::unique_lock lk(m.mu);
-  ++m.stats.reads;
-  std::vector<ByteRange> want;
-  // Asks for the pieces of this read that are neither here nor on their way (another
-  // reader's read may have dropped one from the cache meanwhile); true if all are here.
-  auto ask_missing = [&] {
-    bool all = true;
-    for (std::uint64_t i = first; i <= last; ++i) {
-      auto it = m.pieces.find(i);
-      if (it == m.pieces.end()) {
-        m.MakeRoom(layout.Range(i).size(), first, last);
-        m.Ask(i, want);
-        all = false;
-      } else if (!it->second.ready) {
-        all = false;
-      }
-    }
-    return all;
-  };
-  if (!m.failed.ok()) return m.failed;
-  bool all = ask_missing();
-  // A sequential reader gets the next readahead_bytes fetched ahead, as far as the cache has
-  // room. Sequential: this read starts about where the last one ended, or the piece before
-  // it was fetched (the kernel's read-ahead through a mount sends reads slightly out of order).
-  const bool sequential =
-      offset == 0 || (first > 0 && m.pieces.count(first - 1) != 0) ||
-      (offset <= m.seq_next + m.o.block_size && offset + m.o.block_size >= m.seq_next);
-  if (sequential) {
-    const std::uint64_t ahead =
-        layout.IndexOf(std::min(layout.size - 1, offset + n - 1 + m.o.readahead_bytes));
-    for (std::uint64_t i = last + 1; i <= ahead; ++i) {
-      if (m.pieces.count(i) != 0) continue;
-      const std::uint64_t bytes = layout.Range(i).size();
-      m.MakeRoom(bytes, first, i - 1);
-      if (m.cached + bytes > m.CacheCap()) break;
-      m.Ask(i, want);
-    }
-  }
-  m.seq_next = offset + n;
-  if (!all) ++m.stats.reads_waited;
-  std::uint64_t seen = m.stats.pieces_fetched + m.stats.pieces_damaged;
-  while (m.failed.ok() && !m.closing) {
-    if (!want.empty()) m.Fetch(std::exchange(want, {}));
-    if (all) break;
-    if (m.cv.wait_for(lk, m.o.transfer.io_timeout) == std::cv_status::timeout &&
-        m.stats.pieces_fetched + m.stats.pieces_damaged == seen) {
-      // Nothing at all arrived for io_timeout: a dead session.
-      lk.unlock();
-      m.Fail(absl::DeadlineExceededError(fmt::format(
-          "nothing arrived on the read session for {} ms", m.o.transfer.io_timeout.count())));
-      lk.lock();
-    }
-    seen = m.stats.pieces_fetched + m.stats.pieces_damaged;
-    all = ask_missing();
-  }
-  if (!m.failed.ok()) return m.failed;
-  if (m.closing) return absl::CancelledError("the file is being closed");
-  auto* out = static_cast<unsigned char*>(buffer);
-  std::size_t done = 0;
-  for (std::uint64_t i = first; i <= last; ++i) {
-    const ByteRange r = layout.Range(i);
-    const std::uint64_t from = std::max(r.begin, offset);
-    const std::uint64_t to = std::min(r.end, offset + n);
-    std::memcpy(out + done, m.pieces[i].bytes.get() + (from - r.begin), to - from);
-    done += to - from;
-  }
-  return done;
+  bool timed_out = false;
+  absl::StatusOr<std::size_t> read = impl_->Read(offset, buffer, n, timed_out);
+  if (timed_out) impl_->Closed();  // the first failure: wakes the readers, closes the connections
+  return read;
 }
 
 std::uint64_t RemoteFile::size() const { return impl_->layout.size; }
 const std::string& RemoteFile::source_id() const { return impl_->source_id; }
 RemoteFile::Stats RemoteFile::stats() const {
-  std::lock_guard lk(impl_->mu);
+  absl::MutexLock lk(&impl_->mu);
   return impl_->stats;
 }
 

@@ -452,6 +452,7 @@ std::string EncodeRequest(const Request& x) {
   w.U64(x.bytes_done);
   w.I64(x.created_ns);
   w.I64(x.updated_ns);
+  w.U64(static_cast<std::uint8_t>(x.spec.origin));
   return w.Take();
 }
 
@@ -479,7 +480,16 @@ absl::StatusOr<Request> DecodeRequest(std::string_view in) {
   x.bytes_done = r.U64();
   x.created_ns = r.I64();
   x.updated_ns = r.I64();
-  if (!ok) return absl::DataLossError("corrupt request record: bad state");
+  if (!r.AtEnd()) {
+    x.spec.origin = EnumIn<RequestOrigin>(r, 1, 3, ok);
+  } else if (x.spec.owner == "repair") {  // older records end here and name it in the owner
+    x.spec.origin = RequestOrigin::kRepair;
+  } else if (std::string_view owner = x.spec.owner;
+             owner.size() > 7 && owner.substr(0, 7) == "policy:") {
+    x.spec.origin = RequestOrigin::kPolicy;
+    x.spec.owner = std::string(owner.substr(7));
+  }
+  if (!ok) return absl::DataLossError("corrupt request record: bad state or origin");
   if (absl::Status s = r.Finish("request"); !s.ok()) return s;
   return x;
 }

@@ -251,6 +251,7 @@ void ToProto(const RequestSpec& in, v1::RequestSpec* out) {
   out->set_priority(in.priority);
   out->set_owner(in.owner);
   out->set_parallel(in.parallel);
+  out->set_origin(static_cast<v1::RequestOrigin>(in.origin));
 }
 
 RequestSpec FromProto(const v1::RequestSpec& in) {
@@ -263,6 +264,10 @@ RequestSpec FromProto(const v1::RequestSpec& in) {
   s.priority = in.priority();
   s.owner = in.owner();
   s.parallel = in.parallel();
+  // Unset or unknown (a newer peer's): a user's, the origin that holds and may least.
+  if (in.origin() == v1::ORIGIN_POLICY || in.origin() == v1::ORIGIN_REPAIR) {
+    s.origin = static_cast<RequestOrigin>(in.origin());
+  }
   return s;
 }
 

@@ -8,13 +8,6 @@
 #include "catalog/internal/kv_catalog_impl.h"
 
 namespace gfrep::catalog::internal {
-namespace {
-
-bool IsFinal(RequestState s) {
-  return s == RequestState::kDone || s == RequestState::kFailed || s == RequestState::kCancelled;
-}
-
-}  // namespace
 
 absl::StatusOr<Request> KvCatalog::CreateRequest(const RequestSpec& spec) {
   if (spec.paths.empty()) return absl::InvalidArgumentError("request without paths");
@@ -106,7 +99,8 @@ absl::StatusOr<std::size_t> KvCatalog::PurgeFinishedRequests(std::int64_t finish
         bad = r.status();
         return false;
       }
-      if (IsFinal(r->state) && r->updated_ns < finished_before_ns) finished.push_back(std::move(*r));
+      if (IsFinished(r->state) && r->updated_ns < finished_before_ns)
+        finished.push_back(std::move(*r));
       return true;
     });
     if (!bad.ok()) return bad;
@@ -134,7 +128,8 @@ absl::StatusOr<std::size_t> KvCatalog::PurgeFinishedRequests(std::int64_t finish
     }
     batch.Delete(kRequests, U64Key(r->id));
     AddEvent(batch, EventKind::kRequest, r->id, "", "purged",
-             fmt::format("finished {} ({}), {} tasks", ToString(r->state), r->spec.owner, tasks.size()));
+             fmt::format("finished {} ({}), {} tasks", ToString(r->state), DescribeOwner(r->spec),
+                         tasks.size()));
     purged += 1;
   }
   }
@@ -155,7 +150,7 @@ absl::StatusOr<Request> KvCatalog::UpdateRequest(const RequestUpdate& u) {
     state_changed = r->state != u.state;
     // done/failed/cancelled are final (the planner only plans queued/running requests and
     // never reopens one): a planner that read the request before a cancel must not revive it.
-    if (state_changed && IsFinal(r->state)) {
+    if (state_changed && IsFinished(r->state)) {
       return absl::FailedPreconditionError(fmt::format(
           "request {} is {}: cannot set it to {}", r->id, ToString(r->state), ToString(u.state)));
     }

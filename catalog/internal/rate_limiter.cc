@@ -19,7 +19,7 @@ void RateLimiter::Refill(Bucket& b, Clock::time_point now) const {
 }
 
 std::chrono::milliseconds RateLimiter::Acquire(std::string_view key, Clock::time_point now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = buckets_.find(std::string(key));
   if (it == buckets_.end() && buckets_.size() >= max_keys_) {
     // Forget callers whose buckets are full again: they would start full anyway.
@@ -46,7 +46,7 @@ std::chrono::milliseconds RateLimiter::Acquire(std::string_view key, Clock::time
 }
 
 std::size_t RateLimiter::keys() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return buckets_.size();
 }
 

@@ -8,10 +8,12 @@
 
 #include <chrono>
 #include <cstddef>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace gfrep::catalog::internal {
 
@@ -36,9 +38,9 @@ class RateLimiter {
   const double rate_;
   const double burst_;
   const std::size_t max_keys_;
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, Bucket> buckets_;  // guarded by mu_
-  Bucket overflow_;                                  // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::unordered_map<std::string, Bucket> buckets_ ABSL_GUARDED_BY(mu_);
+  Bucket overflow_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gfrep::catalog::internal

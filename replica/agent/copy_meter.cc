@@ -7,7 +7,7 @@
 namespace gfrep::replica::agent {
 
 std::shared_ptr<CopyCounters> CopyMeter::Begin(const catalog::TelemetryCopy& copy) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Entry& e = entries_[copy.task_id];
   e.copy = copy;
   e.copy.streams = std::min(copy.streams, catalog::kMaxTelemetryStreams);
@@ -19,12 +19,12 @@ std::shared_ptr<CopyCounters> CopyMeter::Begin(const catalog::TelemetryCopy& cop
 }
 
 void CopyMeter::End(std::uint64_t task_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (auto it = entries_.find(task_id); it != entries_.end()) it->second.ended = true;
 }
 
 void CopyMeter::Sample(std::int64_t now_ns) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::map<std::uint64_t, Delta> deltas;
   auto delta = [](std::uint64_t now, std::uint64_t& sampled) {
     const std::uint64_t d = now > sampled ? now - sampled : 0;
@@ -53,7 +53,7 @@ void CopyMeter::Sample(std::int64_t now_ns) {
 std::optional<catalog::TelemetryBatch> CopyMeter::Take(const std::string& node,
                                                        const std::string& site,
                                                        std::int64_t now_ns) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   bool moved = false;
   for (const auto& [t, deltas] : points_) {
     for (const auto& [id, d] : deltas) moved = moved || d.bytes > 0;

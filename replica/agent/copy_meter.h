@@ -8,12 +8,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "catalog/catalog.h"
 
 namespace gfrep::replica::agent {
@@ -55,10 +56,11 @@ class CopyMeter {
     std::uint64_t bytes = 0;
     std::vector<std::uint64_t> streams;
   };
-  std::mutex mu_;
-  std::map<std::uint64_t, Entry> entries_;  // task id ->
-  std::vector<std::pair<std::int64_t, std::map<std::uint64_t, Delta>>> points_;
-  std::map<std::uint64_t, catalog::TelemetryCopy> in_points_;  // copies the points name
+  absl::Mutex mu_;
+  std::map<std::uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);  // task id ->
+  std::vector<std::pair<std::int64_t, std::map<std::uint64_t, Delta>>> points_ ABSL_GUARDED_BY(mu_);
+  std::map<std::uint64_t, catalog::TelemetryCopy> in_points_
+      ABSL_GUARDED_BY(mu_);  // copies the points name
 };
 
 }  // namespace gfrep::replica::agent

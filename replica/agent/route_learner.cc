@@ -32,7 +32,7 @@ double TcpTally::srtt_ms() const { return weight_ > 0 ? srtt_weighted_ / weight_
 
 void RouteLearner::AddBytes(const std::string& src_site, std::uint64_t bytes,
                             Clock::time_point now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   PerRoute& r = routes_[src_site];
   r.total += bytes;
   if (!r.samples.empty() && now - r.samples.back().first < std::chrono::seconds(1)) return;
@@ -49,7 +49,7 @@ void RouteLearner::AddBytes(const std::string& src_site, std::uint64_t bytes,
 
 void RouteLearner::AddCopy(const std::string& src_site, const transfer::TcpFigures& tcp,
                            const std::string& congestion) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   PerRoute& r = routes_[src_site];
   r.tcp.Add(tcp);
   if (!congestion.empty()) r.congestion = congestion;
@@ -57,7 +57,7 @@ void RouteLearner::AddCopy(const std::string& src_site, const transfer::TcpFigur
 }
 
 std::vector<catalog::RouteObservation> RouteLearner::Report() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<catalog::RouteObservation> out;
   for (auto& [site, r] : routes_) {
     if (r.total == r.reported_total && r.tcp.empty()) continue;
@@ -78,7 +78,7 @@ std::vector<catalog::RouteObservation> RouteLearner::Report() {
 }
 
 TcpTally RouteLearner::TakeRecent() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   TcpTally t = recent_;
   recent_ = TcpTally();
   return t;

@@ -16,10 +16,11 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "catalog/types.h"
 #include "transfer/tcp_figures.h"
 
@@ -72,9 +73,9 @@ class RouteLearner {
     TcpTally tcp;                      // copies that ended since the last report
     std::string congestion;            // the latest copy's sender's algorithm
   };
-  std::mutex mu_;
-  std::map<std::string, PerRoute> routes_;  // by source site; guarded by mu_
-  TcpTally recent_;                         // guarded by mu_
+  absl::Mutex mu_;
+  std::map<std::string, PerRoute> routes_ ABSL_GUARDED_BY(mu_);  // by source site
+  TcpTally recent_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gfrep::replica::agent

@@ -6,17 +6,17 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 #include <optional>
 #include <random>
@@ -29,6 +29,7 @@
 #include "transfer/agent.h"
 #include "transfer/checksum.h"
 #include "transfer/client.h"
+#include "transfer/durable_file.h"
 #include "transfer/errno_status.h"
 #include "transfer/spool_names.h"
 
@@ -194,7 +195,7 @@ void SiteAgent::CancelLocked(Running& run) {
 SiteAgent::~SiteAgent() { Stop(); }
 
 SiteAgentStats SiteAgent::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   SiteAgentStats s = stats_;
   s.in_flight_limit = in_flight_limit_;
   s.disk_write_io_size = disk_write_io_size_.load();
@@ -333,7 +334,7 @@ absl::Status SiteAgent::Start() {
   }
   CleanTemporaryFiles();
   // Under mu_ so that a concurrent Stop() either sees every thread or none.
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (stop_) return absl::CancelledError("stopped before the agent started");
   for (int i = 0; i < options_.io_threads; ++i) {
     auto c = std::make_unique<CopyIo>(static_cast<std::size_t>(options_.workers));
@@ -357,27 +358,27 @@ absl::Status SiteAgent::Start() {
 
 void SiteAgent::Stop() {
   // Concurrent callers (a signal thread and main) wait for the first one to finish.
-  std::lock_guard<std::mutex> stopping(stop_mu_);
+  absl::MutexLock stopping(&stop_mu_);
   std::vector<std::thread> threads;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
     for (auto& [owner, run] : running_) CancelLocked(*run);
     threads.swap(threads_);
   }
-  wake_.notify_all();
-  claim_wake_.notify_all();
-  work_wake_.notify_all();
-  idle_wake_.notify_all();
-  complete_wake_.notify_all();
-  check_wake_.notify_all();
+  wake_.SignalAll();
+  claim_wake_.SignalAll();
+  work_wake_.SignalAll();
+  idle_wake_.SignalAll();
+  complete_wake_.SignalAll();
+  check_wake_.SignalAll();
   for (std::thread& t : threads) {
     if (t.joinable()) t.join();
   }
   // No copy runs any more: close the warm sessions on their own threads and let them end.
   std::vector<std::unique_ptr<CopyIo>> copy_io;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     copy_io.swap(copy_io_);
   }
   for (std::unique_ptr<CopyIo>& c : copy_io) {
@@ -387,7 +388,7 @@ void SiteAgent::Stop() {
   }
   std::deque<Claimed> unstarted;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     unstarted.swap(ready_);
   }
   GiveBack(std::move(unstarted));
@@ -402,9 +403,15 @@ void SiteAgent::GiveBack(std::deque<Claimed> tasks) {
   }
 }
 
+absl::Time SiteAgent::DeadlineOf(std::chrono::steady_clock::time_point t) {
+  return absl::Now() + absl::FromChrono(t - std::chrono::steady_clock::now());
+}
+
 void SiteAgent::SleepFor(std::chrono::milliseconds d) {
-  std::unique_lock<std::mutex> lock(mu_);
-  wake_.wait_for(lock, d, [&] { return stop_.load(); });
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + absl::FromChrono(d);
+  while (!stop_ && !wake_.WaitWithDeadline(&mu_, deadline)) {
+  }
 }
 
 void SiteAgent::TelemetryLoop() {
@@ -413,8 +420,10 @@ void SiteAgent::TelemetryLoop() {
   auto next_sample = std::chrono::steady_clock::now() + kSample;
   while (!stop_) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait_until(lock, next_sample, [&] { return stop_.load(); });
+      absl::MutexLock lock(&mu_);
+      const absl::Time deadline = DeadlineOf(next_sample);
+      while (!stop_ && !wake_.WaitWithDeadline(&mu_, deadline)) {
+      }
     }
     next_sample += kSample;
     const auto now = std::chrono::steady_clock::now();
@@ -497,7 +506,7 @@ void SiteAgent::RenewLoop() {
     SleepFor(options_.lease / 3);
     std::vector<std::pair<std::string, std::uint64_t>> claims;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       for (const auto& [owner, run] : running_) claims.emplace_back(owner, run->task_id);
       for (const Completion& c : completions_) claims.emplace_back(c.owner, c.task.id);
       for (const auto& [owner, id] : completing_) claims.emplace_back(owner, id);
@@ -522,7 +531,7 @@ void SiteAgent::RenewLoop() {
         const std::string& owner = claims[i].first;
         const auto id = claims[i].second;
         if (t.ok()) continue;
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         auto it = running_.find(owner);
         bool pending = std::any_of(completions_.begin(), completions_.end(),
                                    [&](const Completion& c) { return c.owner == owner; }) ||
@@ -564,17 +573,17 @@ void SiteAgent::WatchLoop() {
     }
     if (deleting) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         sweep_wanted_ = true;
       }
-      wake_.notify_all();
+      wake_.SignalAll();
     }
     if (ours) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         ++wake_generation_;
       }
-      claim_wake_.notify_one();
+      claim_wake_.Signal();
     }
   }
 }
@@ -590,23 +599,23 @@ void SiteAgent::ClaimLoop() {
   while (true) {
     std::size_t want = 0;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       // Follows the copies allowed at once, which TuneLoop changes.
-      auto high = [&] { return ClaimAhead(LimitLocked()); };
-      auto due = [&] {
+      auto high = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ClaimAhead(LimitLocked()); };
+      auto due = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return more || wake_generation_ != seen ||
                std::chrono::steady_clock::now() - last_claim >= options_.poll_interval;
       };
-      auto room = [&] {
+      auto room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         // A copy waiting for its catalog commit holds a lease: do not run far ahead of them.
         return ready_.size() <= high() / 2 &&
                completions_.size() < static_cast<std::size_t>(4 * options_.workers);
       };
       while (!stop_ && !(room() && due())) {
         if (room()) {
-          claim_wake_.wait_until(lock, last_claim + options_.poll_interval);
+          claim_wake_.WaitWithDeadline(&mu_, DeadlineOf(last_claim + options_.poll_interval));
         } else {
-          claim_wake_.wait(lock);
+          claim_wake_.Wait(&mu_);
         }
       }
       if (stop_) return;
@@ -628,7 +637,7 @@ void SiteAgent::ClaimLoop() {
     if (claimed->empty()) continue;
     log_->info("claimed {} task(s) in one call", claimed->size());
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       stats_.claim_calls += 1;
       // Work for an idle agent: a burst whose files may want another level than the last.
       if (tuner_ && ready_.empty() && copying_ == 0) {
@@ -638,7 +647,7 @@ void SiteAgent::ClaimLoop() {
           log_->info("copies at once {} -> {}: new work ({} tasks claimed)", in_flight_limit_,
                      tuner_->limit(), claimed->size());
           in_flight_limit_ = tuner_->limit();
-          idle_wake_.notify_all();
+          idle_wake_.SignalAll();
         }
       }
       for (std::size_t i = 0; i < claimed->size(); ++i) {
@@ -648,7 +657,7 @@ void SiteAgent::ClaimLoop() {
     }
     // All of them: only workers below the limit wait here (WorkerLoop), and one that can
     // not take a task (no room for its commit) must not swallow the wake-up.
-    work_wake_.notify_all();
+    work_wake_.SignalAll();
   }
 }
 
@@ -656,28 +665,29 @@ void SiteAgent::WorkerLoop(int index) {
   // This worker's pulls run on one of the I/O threads, with the warm sessions kept there.
   CopyIo* io;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     io = copy_io_[static_cast<std::size_t>(index) % copy_io_.size()].get();
   }
   while (true) {
     Claimed next;
     bool claim_more;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       // Worker i copies only while i is below the limit, so the same workers, and with
       // them the same warm sessions, carry the copies (128 workers taking turns at 32
       // copies opened a session each). The others sleep apart, so that a claim wakes only
       // workers that may take its tasks.
       if (index >= LimitLocked()) {
-        idle_wake_.wait(lock, [&] { return stop_.load() || index < LimitLocked(); });
+        while (!stop_ && index >= LimitLocked()) idle_wake_.Wait(&mu_);
         if (stop_) break;
         continue;
       }
-      work_wake_.wait(lock, [&] {
+      auto may_copy = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stop_.load() || index >= LimitLocked() ||
                (!ready_.empty() && copying_ < LimitLocked() &&
                 completions_.size() < static_cast<std::size_t>(4 * options_.workers));
-      });
+      };
+      while (!may_copy()) work_wake_.Wait(&mu_);
       if (stop_) break;
       if (index >= LimitLocked()) continue;
       next = std::move(ready_.front());
@@ -688,15 +698,15 @@ void SiteAgent::WorkerLoop(int index) {
       // TuneLoop: tasks still wait and every copy allowed runs, so more could have run.
       if (!ready_.empty() && copying_ >= LimitLocked()) limit_binding_ = true;
     }
-    if (claim_more) claim_wake_.notify_one();
+    if (claim_more) claim_wake_.Signal();
     Execute(next.task, next.owner, *io);
     bool freed;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       --copying_;
       freed = index >= LimitLocked();  // the limit fell meanwhile: a slot for a worker below it
     }
-    if (freed) work_wake_.notify_all();
+    if (freed) work_wake_.SignalAll();
   }
 }
 
@@ -705,8 +715,8 @@ void SiteAgent::CompleteLoop() {
   for (;;) {
     std::vector<Completion> batch;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      complete_wake_.wait(lock, [&] { return stop_.load() || !completions_.empty(); });
+      absl::MutexLock lock(&mu_);
+      while (!stop_ && completions_.empty()) complete_wake_.Wait(&mu_);
       if (completions_.empty()) return;  // stopping, nothing left
       while (!completions_.empty() && batch.size() < catalog::kMaxBatchPaths) {
         completing_[completions_.front().owner] = completions_.front().task.id;
@@ -714,8 +724,8 @@ void SiteAgent::CompleteLoop() {
         completions_.pop_front();
       }
     }
-    work_wake_.notify_all();  // workers may wait for room in the queue
-    claim_wake_.notify_one();  // and the claim loop too
+    work_wake_.SignalAll();  // workers may wait for room in the queue
+    claim_wake_.Signal();    // and the claim loop too
     std::vector<catalog::TaskCompletion> items;
     items.reserve(batch.size());
     for (const Completion& c : batch) items.push_back({c.task.id, c.owner, c.mtime_ns});
@@ -752,7 +762,7 @@ void SiteAgent::CompleteLoop() {
       }
     }
     log_->info("committed {} of {} copies in one call", committed, batch.size());
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stats_.complete_calls += 1;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (results[i].ok()) {
@@ -771,7 +781,7 @@ void SiteAgent::SweepLoop() {
     if (!deleted.ok()) {
       log_->warn("sweep: {}", deleted.status().ToString());
     } else if (*deleted > 0) {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       stats_.replicas_deleted += *deleted;
     }
     if (!last_gc || std::chrono::steady_clock::now() - *last_gc >= options_.gc_interval) {
@@ -780,13 +790,14 @@ void SiteAgent::SweepLoop() {
         log_->warn("garbage collection: {}", removed.status().ToString());
       } else {
         last_gc = std::chrono::steady_clock::now();
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         stats_.garbage_files += *removed;
       }
     }
-    std::unique_lock<std::mutex> lock(mu_);
-    wake_.wait_for(lock, options_.sweep_interval,
-                   [&] { return stop_.load() || sweep_wanted_; });
+    absl::MutexLock lock(&mu_);
+    const absl::Time deadline = absl::Now() + absl::FromChrono(options_.sweep_interval);
+    while (!stop_ && !sweep_wanted_ && !wake_.WaitWithDeadline(&mu_, deadline)) {
+    }
     sweep_wanted_ = false;
   }
 }
@@ -811,7 +822,7 @@ void SiteAgent::TuneLoop() {
     sample.loss = tcp.loss();
     sample.rtt_inflation = tcp.rtt_inflation();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       // Held back now, or a ready task waited for a slot during the period.
       sample.limited = limit_binding_ || (!ready_.empty() && copying_ >= in_flight_limit_);
       limit_binding_ = false;
@@ -823,9 +834,9 @@ void SiteAgent::TuneLoop() {
       log_->info("copies at once {} -> {}: {}", was, next, tuner_->reason());
       in_flight_limit_ = next;
     }
-    work_wake_.notify_all();
-    idle_wake_.notify_all();
-    claim_wake_.notify_one();
+    work_wake_.SignalAll();
+    idle_wake_.SignalAll();
+    claim_wake_.Signal();
   }
 }
 
@@ -835,7 +846,7 @@ void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owne
   ++active_;
   Running run(task.id, io);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     running_[claim_owner] = &run;
     if (stop_) CancelLocked(run);
   }
@@ -844,7 +855,7 @@ void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owne
   absl::Status result = Copy(task, run, bytes, mtime_ns);
   bool lost;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     running_.erase(claim_owner);
     lost = run.lease_lost;
     if (!lost && result.ok()) {
@@ -862,15 +873,15 @@ void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owne
   }
   catalog::Catalog& cat = *options_.catalog;
   if (result.ok()) {
-    complete_wake_.notify_one();
+    complete_wake_.Signal();
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stats_.tasks_failed += 1;
   }
   if (IsRetryableCall(result)) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     node_cache_.erase(task.spec.src_node);  // it may have restarted at another address
   }
   bool retryable = IsRetryableCopy(result);
@@ -893,14 +904,14 @@ constexpr std::chrono::seconds kLookupTtl(10);
 absl::StatusOr<catalog::Node> SiteAgent::LookupNode(const std::string& name) {
   auto now = std::chrono::steady_clock::now();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (auto it = node_cache_.find(name); it != node_cache_.end() && now - it->second.second < kLookupTtl) {
       return it->second.first;
     }
   }
   absl::StatusOr<catalog::Node> n = options_.catalog->GetNode(name);
   if (!n.ok()) return n.status();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   node_cache_[name] = {*n, now};
   return n;
 }
@@ -908,7 +919,7 @@ absl::StatusOr<catalog::Node> SiteAgent::LookupNode(const std::string& name) {
 absl::StatusOr<catalog::Route> SiteAgent::LookupRoute(const std::string& src_site) {
   auto now = std::chrono::steady_clock::now();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (auto it = route_cache_.find(src_site);
         it != route_cache_.end() && now - it->second.second < kLookupTtl) {
       return it->second.first;
@@ -924,7 +935,7 @@ absl::StatusOr<catalog::Route> SiteAgent::LookupRoute(const std::string& src_sit
   } else {
     return r.status();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   route_cache_[src_site] = {route, now};
   return route;
 }
@@ -981,7 +992,8 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
     absl::Status v = VerifyFile(final_path, *attrs);
     if (v.ok()) {
       log_->info("task={} already in place: {}", task.id, final_path.string());
-      if (absl::Status s = SyncDirectoryChain(options_.spool, final_path.parent_path()); !s.ok()) {
+      if (absl::Status s = transfer::SyncDirectoryChain(options_.spool, final_path.parent_path());
+          !s.ok()) {
         return s;
       }
       return stamp(final_path);
@@ -1030,7 +1042,7 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   // limit, or it would close the excess connections at once and copies would fail.
   int at_once;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     at_once = LimitLocked();
   }
   const int max_streams = StreamsWithinPeerLimit(at_once);
@@ -1096,7 +1108,7 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   {
     // A cancellation asked for before the pull began reached no handler: emit it again, now
     // that the pull's start is queued ahead of it on the same thread.
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (run.cancelled) {
       asio::post(run.io.io, [signal = std::weak_ptr<asio::cancellation_signal>(run.cancel)] {
         if (auto s = signal.lock()) s->emit(asio::cancellation_type::terminal);
@@ -1106,7 +1118,7 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   std::optional<absl::StatusOr<transfer::TransferStats>> result = finished.get();
   if (!result) return absl::InternalError("bug: copy ended without a result");
   if (!result->ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (run.cancelled) {
       return absl::CancelledError(fmt::format("copy cancelled (agent stopping or lease lost): {}",
                                               result->status().ToString()));
@@ -1117,7 +1129,7 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   bytes_received = stats.bytes_transferred;
   learner_.AddCopy(route->src_site, stats.tcp, stats.congestion);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     (stats.reused_session ? stats_.pulls_on_warm_sessions : stats_.pulls_on_new_sessions) += 1;
   }
   absl::StatusOr<catalog::Attributes> attrs = attributes();
@@ -1156,7 +1168,7 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   if (ec) return transfer::ErrnoStatus(ec.value(), fmt::format("create {}", final_path.parent_path().string()));
   // Never replaces: the name belongs to this (inode, generation) alone. If another attempt
   // put it there meanwhile, keep whichever is right.
-  if (absl::Status s = RenameNoReplace(staging, final_path); !s.ok()) {
+  if (absl::Status s = transfer::RenameNoReplace(staging, final_path); !s.ok()) {
     if (!absl::IsAlreadyExists(s)) return s;
     if (absl::Status v = VerifyFile(final_path, *attrs); !v.ok()) {
       fs::rename(staging, final_path, ec);
@@ -1167,7 +1179,8 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   }
   // The rename and any directories made for it must survive a crash before the catalog
   // calls the replica complete.
-  if (absl::Status s = SyncDirectoryChain(options_.spool, final_path.parent_path()); !s.ok()) {
+  if (absl::Status s = transfer::SyncDirectoryChain(options_.spool, final_path.parent_path());
+      !s.ok()) {
     return absl::Status(s.code(), fmt::format("make {} durable: {}", final_path.string(),
                                               std::string(s.message())));
   }

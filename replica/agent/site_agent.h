@@ -79,20 +79,20 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <future>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "catalog/catalog.h"
 #include "replica/agent/copy_meter.h"
 #include "replica/agent/in_flight.h"
@@ -261,13 +261,14 @@ class SiteAgent {
   void ReportBadSource(const catalog::Task& task, const std::string& note);
   // Every tune_period: goodput and whether the limit held copies back -> InFlightLimit.
   void TuneLoop();
-  // Copies allowed at once now (REQUIRES mu_ held).
-  int LimitLocked() const;
-  // Copies at once to start a burst of work with (REQUIRES mu_ held): enough to keep the
-  // route's bandwidth-delay product in flight with files of the claimed tasks' mean size
+  // Copies allowed at once now.
+  int LimitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies at once to start a burst of work with: enough to keep the route's
+  // bandwidth-delay product in flight with files of the claimed tasks' mean size
   // (start_in_flight_bytes where the route's RTT and bandwidth are not in the lookup cache),
   // between initial_in_flight and workers.
-  int BurstStartLocked(const std::vector<catalog::Task>& tasks) const;
+  int BurstStartLocked(const std::vector<catalog::Task>& tasks) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An I/O thread of the copies (io_threads of them; see Copy).
   struct CopyIo;
   // One claimed attempt: copy, then CompleteTask or FailTask as `claim_owner`.
@@ -284,6 +285,8 @@ class SiteAgent {
   absl::StatusOr<catalog::Node> LookupNode(const std::string& name);
   absl::StatusOr<catalog::Route> LookupRoute(const std::string& src_site);
   void SleepFor(std::chrono::milliseconds d);
+  // The absl deadline of a steady-clock time (the condition variables wait by absl time).
+  static absl::Time DeadlineOf(std::chrono::steady_clock::time_point t);
 
   // Constant after construction.
   SiteAgentOptions options_;
@@ -300,7 +303,7 @@ class SiteAgent {
   std::atomic<std::uint64_t> disk_flush_interval_{0};
   std::int64_t disk_checked_ns_ = 0;  // heartbeat thread only
 
-  std::mutex stop_mu_;  // serialises Stop()
+  absl::Mutex stop_mu_;  // serialises Stop()
   std::atomic<bool> stop_{false};
   std::atomic<int> active_{0};
   std::vector<std::thread> threads_;
@@ -308,52 +311,53 @@ class SiteAgent {
   // while they change; workers use their entry without the lock).
   std::vector<std::unique_ptr<CopyIo>> copy_io_;
 
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   // Each waits with mu_: wake_ for stop, sleeps and the sweep; the others for one loop's
   // work, so that a finished copy or a claimed task wakes one thread, not every thread.
-  std::condition_variable wake_;
-  std::condition_variable claim_wake_;     // the claim loop: tasks queued, room for more
-  std::condition_variable work_wake_;      // workers below the limit: a task is ready, room
-  std::condition_variable idle_wake_;      // workers above the limit: it rose
-  std::condition_variable complete_wake_;  // completers: a copy waits for its commit
-  std::condition_variable check_wake_;     // CheckLoop: only Stop() wakes it early
-  std::uint64_t wake_generation_ = 0;                 // guarded by mu_
-  bool sweep_wanted_ = false;                         // guarded by mu_
+  absl::CondVar wake_;
+  absl::CondVar claim_wake_;     // the claim loop: tasks queued, room for more
+  absl::CondVar work_wake_;      // workers below the limit: a task is ready, room
+  absl::CondVar idle_wake_;      // workers above the limit: it rose
+  absl::CondVar complete_wake_;  // completers: a copy waits for its commit
+  absl::CondVar check_wake_;     // CheckLoop: only Stop() wakes it early
+  std::uint64_t wake_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool sweep_wanted_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<std::uint64_t> claims_{0};
   std::atomic<bool> warned_stream_cap_{false};
-  // Claim owner -> its attempt, guarded by mu_ (the Running lives on the worker's stack).
-  std::map<std::string, Running*> running_;
-  // Copies in place and verified, waiting for their CompleteTask (guarded by mu_).
+  // Claim owner -> its attempt (the Running lives on the worker's stack).
+  std::map<std::string, Running*> running_ ABSL_GUARDED_BY(mu_);
+  // Copies in place and verified, waiting for their CompleteTask.
   struct Completion {
     catalog::Task task;
     std::string owner;
     std::uint64_t bytes = 0;
     std::int64_t mtime_ns = 0;
   };
-  std::deque<Completion> completions_;
-  std::map<std::string, std::uint64_t> completing_;  // owner -> task id, being committed
+  std::deque<Completion> completions_ ABSL_GUARDED_BY(mu_);
+  // Owner -> task id, being committed.
+  std::map<std::string, std::uint64_t> completing_ ABSL_GUARDED_BY(mu_);
   // Claimed, not started yet, oldest first (renewed meanwhile; given back at Stop()).
   struct Claimed {
     catalog::Task task;
     std::string owner;
   };
-  std::deque<Claimed> ready_;  // guarded by mu_
-  int copying_ = 0;             // workers running a copy (guarded by mu_)
-  int in_flight_limit_ = 0;     // guarded by mu_; see TuneLoop
-  bool limit_binding_ = false;  // a ready task waited for the limit (guarded by mu_)
+  std::deque<Claimed> ready_ ABSL_GUARDED_BY(mu_);
+  int copying_ ABSL_GUARDED_BY(mu_) = 0;             // workers running a copy
+  int in_flight_limit_ ABSL_GUARDED_BY(mu_) = 0;     // see TuneLoop
+  bool limit_binding_ ABSL_GUARDED_BY(mu_) = false;  // a ready task waited for the limit
   // The tuner of in_flight_limit_ (adapt_in_flight): updated by TuneLoop, restarted by the
-  // claim loop when work comes to an idle agent (BurstStartLocked). Guarded by mu_.
-  std::optional<InFlightLimit> tuner_;
+  // claim loop when work comes to an idle agent (BurstStartLocked).
+  std::optional<InFlightLimit> tuner_ ABSL_GUARDED_BY(mu_);
   // Bytes received by running copies so far (their progress reports): the goodput TuneLoop
   // measures, also for large files that finish seldom.
   std::atomic<std::uint64_t> live_bytes_{0};
   // What the copies teach of their routes: sent with heartbeats, and TuneLoop's congestion
   // signals (thread-safe on its own).
   RouteLearner learner_;
-  SiteAgentStats stats_;                              // guarded by mu_
+  SiteAgentStats stats_ ABSL_GUARDED_BY(mu_);
   using Stamp = std::chrono::steady_clock::time_point;
-  std::map<std::string, std::pair<catalog::Node, Stamp>> node_cache_;    // guarded by mu_
-  std::map<std::string, std::pair<catalog::Route, Stamp>> route_cache_;  // guarded by mu_
+  std::map<std::string, std::pair<catalog::Node, Stamp>> node_cache_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::pair<catalog::Route, Stamp>> route_cache_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gfrep::replica::agent

@@ -23,7 +23,7 @@ void SiteAgent::ReportBadSource(const catalog::Task& task, const std::string& no
   if (s.ok()) {
     log_->warn("task={} source replica of {} on {} reported corrupt: {}", task.id, task.spec.path,
                task.spec.src_node, note);
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stats_.replicas_corrupt += 1;
   } else {
     log_->warn("task={} source replica on {} is bad ({}); report: {}", task.id,
@@ -53,7 +53,7 @@ void SiteAgent::CheckLoop() {
   o.stopping = [this] { return stop_.load(); };
   ReplicaChecker checker(o);
   auto add = [&](const CheckSummary& s) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stats_.replicas_checked += s.checked;
     stats_.replicas_lost += s.lost;
     stats_.replicas_corrupt += s.corrupt;
@@ -98,8 +98,10 @@ void SiteAgent::CheckLoop() {
     const auto until = options_.check_interval.count() > 0
                            ? next_stat
                            : std::chrono::steady_clock::now() + std::chrono::minutes(1);
-    std::unique_lock<std::mutex> lock(mu_);
-    check_wake_.wait_until(lock, until, [&] { return stop_.load(); });
+    absl::MutexLock lock(&mu_);
+    const absl::Time deadline = DeadlineOf(until);
+    while (!stop_ && !check_wake_.WaitWithDeadline(&mu_, deadline)) {
+    }
   }
 }
 

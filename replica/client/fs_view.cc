@@ -51,7 +51,7 @@ absl::StatusOr<std::size_t> OpenFile::ReadAt(std::uint64_t offset, void* buffer,
     }
     return done;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   while (done < n) {
     absl::StatusOr<std::size_t> got = reader_->ReadAt(offset + done, out + done, n - done);
     if (!got.ok()) return got.status();
@@ -71,6 +71,7 @@ absl::StatusOr<std::unique_ptr<FsView>> FsView::Create(catalog::Catalog& catalog
   std::unique_ptr<FsView> view(new FsView(catalog, std::move(options)));
   absl::StatusOr<std::uint64_t> seq = catalog.LastEventSeq();
   if (!seq.ok()) return seq.status();
+  absl::MutexLock lock(&view->mu_);
   view->event_seq_ = *seq;
   view->counters_.event_polls = 1;
   return view;
@@ -127,7 +128,7 @@ absl::StatusOr<catalog::Attributes> FsView::GetAttr(std::string_view raw_path) {
   if (!path.ok()) return path.status();
   std::uint64_t epoch = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     bool missing = false;
     if (const catalog::Attributes* a = CachedLocked(*path, true, &missing)) {
       ++counters_.cache_hits;
@@ -142,7 +143,7 @@ absl::StatusOr<catalog::Attributes> FsView::GetAttr(std::string_view raw_path) {
   }
   absl::StatusOr<catalog::Attributes> a = catalog_.Stat(*path);
   if (!a.ok() && !absl::IsNotFound(a.status())) return a.status();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   // An event dropped entries while the catalog answered: this answer may predate it, so it
   // is returned but not kept.
   if (epoch_ != epoch) return a;
@@ -161,7 +162,7 @@ absl::StatusOr<std::vector<catalog::DirEntry>> FsView::ReadDir(std::string_view 
   if (!path.ok()) return path.status();
   std::uint64_t epoch = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (auto it = listings_.find(*path); it != listings_.end() && it->second.expires_ns > Now()) {
       ++counters_.cache_hits;
       return it->second.children;
@@ -173,7 +174,7 @@ absl::StatusOr<std::vector<catalog::DirEntry>> FsView::ReadDir(std::string_view 
   list.limit = options_.list_page;
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       ++counters_.list_calls;
     }
     absl::StatusOr<std::vector<catalog::DirEntry>> page = catalog_.List(*path, list);
@@ -183,7 +184,7 @@ absl::StatusOr<std::vector<catalog::DirEntry>> FsView::ReadDir(std::string_view 
     if (got < list.limit) break;
     list.start_after = children.back().name;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (epoch_ != epoch) return children;  // may predate an event that came meanwhile: not kept
   Listing& l = listings_[*path];
   l.children = children;
@@ -201,7 +202,7 @@ absl::StatusOr<std::unique_ptr<OpenFile>> FsView::Open(std::string_view raw_path
   absl::StatusOr<std::string> path = Normalize(raw_path);
   if (!path.ok()) return path.status();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ++counters_.open_calls;
   }
   std::unique_ptr<OpenFile> file(new OpenFile());
@@ -217,7 +218,7 @@ absl::StatusOr<std::unique_ptr<OpenFile>> FsView::Open(std::string_view raw_path
     // replica" and "a directory" with the entry itself.
     absl::StatusOr<catalog::Attributes> a = catalog_.Stat(*path);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       ++counters_.stat_calls;
       DropLocked(*path);
     }
@@ -238,7 +239,7 @@ absl::StatusOr<std::unique_ptr<OpenFile>> FsView::Open(std::string_view raw_path
       found.size = 0;  // a file without content reads as empty
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (expected && (expected->inode != found.inode || expected->generation != found.generation)) {
     // The caller showed an older version (or another file under the name): the cache may
     // still hold it, and the caller's next look-up must get what the catalog has now (nor
@@ -262,16 +263,17 @@ absl::StatusOr<std::unique_ptr<OpenFile>> FsView::Open(std::string_view raw_path
   file->size_ = found.size;
   if (reader.ok()) {
     if ((*reader)->local()) file->local_fd_ = (*reader)->fd();
+    file->source_node_ = (*reader)->source_node();
     file->reader_ = std::move(*reader);
   }
   return file;
 }
 
 absl::StatusOr<std::vector<catalog::InodeId>> FsView::PollEvents(std::chrono::milliseconds wait) {
-  std::lock_guard<std::mutex> poll(poll_mu_);
+  absl::MutexLock poll(&poll_mu_);
   std::uint64_t after;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     after = event_seq_;
     ++counters_.event_polls;
   }
@@ -280,13 +282,13 @@ absl::StatusOr<std::vector<catalog::InodeId>> FsView::PollEvents(std::chrono::mi
     // Changes may have been missed: trust nothing cached, and start again from now.
     InvalidateAll();
     absl::StatusOr<std::uint64_t> seq = catalog_.LastEventSeq();
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ++counters_.event_polls;
     if (seq.ok()) event_seq_ = *seq;
     return events.status();
   }
   std::vector<catalog::InodeId> changed;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const catalog::Event& e : *events) {
     event_seq_ = std::max(event_seq_, e.seq);
     if (e.kind != catalog::EventKind::kReplica) continue;
@@ -318,14 +320,14 @@ void FsView::StartFollowing(EventsCallback on_events) {
 }
 
 void FsView::InvalidateAll() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   entries_.clear();
   listings_.clear();
   ++epoch_;
 }
 
 FsView::Counters FsView::counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return counters_;
 }
 
@@ -368,18 +370,18 @@ FsNodes::Node FsNodes::RefLocked(NodeId parent, std::string_view name, std::stri
 absl::StatusOr<FsNodes::Node> FsNodes::Lookup(NodeId parent, std::string_view name) {
   absl::StatusOr<std::string> path;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     path = ChildPathLocked(parent, name);
   }
   if (!path.ok()) return path.status();
   absl::StatusOr<catalog::Attributes> a = view_.GetAttr(*path);
   if (!a.ok()) return a.status();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return RefLocked(parent, name, std::move(*path), *a);
 }
 
 absl::StatusOr<FsNodes::Node> FsNodes::LookupEntry(NodeId parent, const catalog::DirEntry& entry) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   absl::StatusOr<std::string> path = ChildPathLocked(parent, entry.name);
   if (!path.ok()) return path.status();
   return RefLocked(parent, entry.name, std::move(*path), entry.attributes);
@@ -387,7 +389,7 @@ absl::StatusOr<FsNodes::Node> FsNodes::LookupEntry(NodeId parent, const catalog:
 
 void FsNodes::Forget(NodeId id, std::uint64_t n) {
   if (id == kRootId) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = nodes_.find(id);
   if (it == nodes_.end()) return;
   if (it->second.lookups > n) {
@@ -403,7 +405,7 @@ absl::StatusOr<catalog::Attributes> FsNodes::GetAttr(NodeId id) {
   std::string path;
   catalog::Attributes known;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = nodes_.find(id);
     if (it == nodes_.end()) return absl::NotFoundError(fmt::format("node {} is not held", id));
     path = it->second.path;
@@ -422,7 +424,7 @@ absl::StatusOr<catalog::Attributes> FsNodes::GetAttr(NodeId id) {
     }
     return known;  // the path holds another version now: this node's stays as it was
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (auto it = nodes_.find(id); it != nodes_.end()) it->second.attributes = *now;
   return *now;
 }
@@ -430,7 +432,7 @@ absl::StatusOr<catalog::Attributes> FsNodes::GetAttr(NodeId id) {
 absl::StatusOr<std::vector<catalog::DirEntry>> FsNodes::ReadDir(NodeId id) {
   std::string path;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = nodes_.find(id);
     if (it == nodes_.end()) return absl::NotFoundError(fmt::format("node {} is not held", id));
     if (it->second.attributes.type != catalog::FileType::kDirectory) {
@@ -446,7 +448,7 @@ absl::StatusOr<FsNodes::Opened> FsNodes::Open(NodeId id) {
   FileVersion version;
   std::uint64_t distrust = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = nodes_.find(id);
     if (it == nodes_.end()) return absl::NotFoundError(fmt::format("node {} is not held", id));
     const Record& r = it->second;
@@ -461,7 +463,7 @@ absl::StatusOr<FsNodes::Opened> FsNodes::Open(NodeId id) {
   absl::StatusOr<std::unique_ptr<OpenFile>> file = view_.Open(opened.path, version);
   if (!file.ok()) return file.status();  // no pages dropped: the next open still must
   opened.file = std::move(*file);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (auto it = nodes_.find(id); it != nodes_.end()) {
     Record& r = it->second;
     // An event during the open (a replica found bad after this open chose its reader, say):
@@ -474,13 +476,13 @@ absl::StatusOr<FsNodes::Opened> FsNodes::Open(NodeId id) {
 }
 
 void FsNodes::ReadFailed(NodeId id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (auto it = nodes_.find(id); it != nodes_.end()) ++it->second.distrust;
 }
 
 std::vector<FsNodes::KernelName> FsNodes::Changed(catalog::InodeId inode) {
   std::vector<KernelName> names;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto v = by_version_.lower_bound({inode, 0});
        v != by_version_.end() && v->first.first == inode; ++v) {
     Record& r = nodes_.at(v->second);
@@ -494,12 +496,12 @@ std::vector<FsNodes::KernelName> FsNodes::Changed(catalog::InodeId inode) {
 }
 
 void FsNodes::ChangedAll() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto& [id, r] : nodes_) ++r.distrust;
 }
 
 std::size_t FsNodes::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return nodes_.size();
 }
 

@@ -45,7 +45,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -54,7 +53,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "catalog/catalog.h"
 #include "replica/client/reader.h"
 
@@ -93,23 +94,24 @@ class OpenFile {
   catalog::InodeId inode() const { return inode_; }
   std::uint64_t generation() const { return generation_; }
   // True when this node's own replica is read (through a plain descriptor).
-  bool local() const { return reader_ != nullptr && reader_->local(); }
+  bool local() const { return local_fd_ >= 0; }
   // The descriptor of this node's own replica when local() (valid while the OpenFile
   // lives; read it with pread only, from any thread), else -1. For zero-copy reads (splice).
   int local_fd() const { return local_fd_; }
   // The node whose replica is read ("" for an empty file).
-  std::string source_node() const { return reader_ ? reader_->source_node() : ""; }
+  const std::string& source_node() const { return source_node_; }
 
  private:
   friend class FsView;
   OpenFile() = default;
 
-  std::unique_ptr<FileReader> reader_;  // null for a file without content
+  absl::Mutex mu_;  // one remote read at a time (FileReader is single-threaded)
+  std::unique_ptr<FileReader> reader_ ABSL_PT_GUARDED_BY(mu_);  // null for a file without content
   int local_fd_ = -1;                   // the local replica's descriptor, else -1
+  std::string source_node_;             // as the reader said at open
   std::uint64_t size_ = 0;
   catalog::InodeId inode_ = 0;
   std::uint64_t generation_ = 0;
-  std::mutex mu_;  // one remote read at a time (FileReader is single-threaded)
 };
 
 class FsView {
@@ -183,25 +185,26 @@ class FsView {
   FsView(catalog::Catalog& catalog, FsViewOptions options);
   std::int64_t Now() const;
   // Cached attributes of `path` (fresh or not, when `fresh_only` is false), under mu_.
-  const catalog::Attributes* CachedLocked(const std::string& path, bool fresh_only, bool* missing);
+  const catalog::Attributes* CachedLocked(const std::string& path, bool fresh_only, bool* missing)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops `path`'s entry and its parent's listing, under mu_.
-  void DropLocked(const std::string& path);
+  void DropLocked(const std::string& path) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   catalog::Catalog& catalog_;
   const FsViewOptions options_;
 
-  mutable std::mutex mu_;
-  // Guarded by mu_.
-  std::unordered_map<std::string, Entry> entries_;
-  std::unordered_map<std::string, Listing> listings_;
-  std::unordered_map<catalog::InodeId, std::string> path_of_;  // inodes seen -> last path
+  mutable absl::Mutex mu_;
+  std::unordered_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, Listing> listings_ ABSL_GUARDED_BY(mu_);
+  // Inodes seen -> last path.
+  std::unordered_map<catalog::InodeId, std::string> path_of_ ABSL_GUARDED_BY(mu_);
   // Counts replica events, whole-cache drops and opens that found a newer version than the
   // cache: an answer fetched from the catalog while it moved is returned but not cached.
-  std::uint64_t epoch_ = 0;
-  std::uint64_t event_seq_ = 0;
-  Counters counters_;
+  std::uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t event_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  Counters counters_ ABSL_GUARDED_BY(mu_);
 
-  std::mutex poll_mu_;  // one PollEvents at a time
+  absl::Mutex poll_mu_;  // one PollEvents at a time
   std::atomic<bool> stop_{false};
   std::thread follower_;
 };
@@ -303,16 +306,17 @@ class FsNodes {
 
   // The node of `a`, found as `name` in `parent` at `path`; counts one lookup. Under mu_.
   Node RefLocked(NodeId parent, std::string_view name, std::string path,
-                 const catalog::Attributes& a);
+                 const catalog::Attributes& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The path of child `name` of directory node `parent`, under mu_.
-  absl::StatusOr<std::string> ChildPathLocked(NodeId parent, std::string_view name) const;
+  absl::StatusOr<std::string> ChildPathLocked(NodeId parent, std::string_view name) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   FsView& view_;
-  mutable std::mutex mu_;
-  // Guarded by mu_.
-  std::unordered_map<NodeId, Record> nodes_;
-  std::map<Version, NodeId> by_version_;  // ordered: a file's nodes of every generation together
-  NodeId next_id_ = kRootId + 1;
+  mutable absl::Mutex mu_;
+  std::unordered_map<NodeId, Record> nodes_ ABSL_GUARDED_BY(mu_);
+  // Ordered: a file's nodes of every generation together.
+  std::map<Version, NodeId> by_version_ ABSL_GUARDED_BY(mu_);
+  NodeId next_id_ ABSL_GUARDED_BY(mu_) = kRootId + 1;
 };
 
 }  // namespace gfrep::replica::client

@@ -19,11 +19,6 @@ constexpr std::uint32_t kMaxCopies = 64;
 // The catalog may restart while we follow a request: keep asking this long.
 constexpr std::chrono::seconds kUnavailableBudget{30};
 
-bool Finished(catalog::RequestState s) {
-  return s == catalog::RequestState::kDone || s == catalog::RequestState::kFailed ||
-         s == catalog::RequestState::kCancelled;
-}
-
 bool Changed(const catalog::Request& a, const catalog::Request& b) {
   return a.state != b.state || a.files_done != b.files_done || a.files_failed != b.files_failed ||
          a.files_total != b.files_total || a.bytes_done != b.bytes_done ||
@@ -94,7 +89,7 @@ absl::StatusOr<catalog::Request> WaitForRequest(catalog::Catalog& catalog, std::
       unavailable_since = Clock::time_point{};
       if (options.progress && (!seen || Changed(*seen, *r))) options.progress(*r);
       seen = *r;
-      if (Finished(r->state)) return Outcome(*r);
+      if (catalog::IsFinished(r->state)) return Outcome(*r);
     }
     const Clock::time_point now = Clock::now();
     if (bounded && now >= deadline) {

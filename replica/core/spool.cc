@@ -1,15 +1,8 @@
 #include "replica/core/spool.h"
 
-#include <fcntl.h>
-#include <stdio.h>
 #include <fmt/format.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include "transfer/checksum.h"
-#include "transfer/errno_status.h"
 #include "transfer/spool_names.h"
 
 namespace gfrep::replica {
@@ -35,38 +28,6 @@ absl::StatusOr<std::string> LegacySpoolRelativePath(std::string_view catalog_pat
   return out;
 }
 
-namespace {
-
-absl::Status SyncDirectory(const std::filesystem::path& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return transfer::ErrnoStatus(errno, fmt::format("open directory {}", dir.string()));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return transfer::ErrnoStatus(err, fmt::format("fsync {}", dir.string()));
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status SyncDirectoryChain(const std::filesystem::path& spool,
-                                const std::filesystem::path& dir) {
-  std::filesystem::path root = spool.lexically_normal();
-  std::filesystem::path cur = dir.lexically_normal();
-  if (!root.empty() && !root.has_filename()) root = root.parent_path();  // "a/" -> "a"
-  if (!cur.empty() && !cur.has_filename()) cur = cur.parent_path();
-  std::filesystem::path rel = cur.lexically_relative(root);
-  if (root.empty() || rel.empty() || *rel.begin() == "..") {
-    return absl::InvalidArgumentError(
-        fmt::format("{} is not inside the spool {}", dir.string(), spool.string()));
-  }
-  while (true) {
-    if (absl::Status s = SyncDirectory(cur); !s.ok()) return s;
-    if (cur == root) return absl::OkStatus();
-    cur = cur.parent_path();
-  }
-}
-
 transfer::RouteOptions ToRouteOptions(const catalog::Route& route,
                                       const transfer::RouteOptions& defaults) {
   transfer::RouteOptions o = defaults;
@@ -85,34 +46,6 @@ transfer::RouteOptions ToRouteOptions(const catalog::Route& route,
     o.route_name = fmt::format("{}->{}", route.src_site, route.dst_site);
   }
   return o;
-}
-
-absl::Status WriteFileDurably(const std::filesystem::path& path, std::string_view content) {
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return transfer::ErrnoStatus(errno, fmt::format("create {}", tmp.string()));
-  const ssize_t n = ::write(fd, content.data(), content.size());
-  int err = n < 0 ? errno : ENOSPC;  // a short write: the disk is full
-  bool ok = n == static_cast<ssize_t>(content.size());
-  if (ok && ::fsync(fd) != 0) {
-    err = errno;
-    ok = false;
-  }
-  ::close(fd);
-  if (!ok) return transfer::ErrnoStatus(err, fmt::format("write {}", tmp.string()));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return transfer::ErrnoStatus(errno, fmt::format("rename {} -> {}", tmp.string(), path.string()));
-  }
-  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  return SyncDirectory(dir);
-}
-
-absl::Status RenameNoReplace(const std::filesystem::path& from, const std::filesystem::path& to) {
-  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) {
-    return absl::OkStatus();
-  }
-  return transfer::ErrnoStatus(errno, fmt::format("rename {} -> {}", from.string(), to.string()));
 }
 
 absl::Status VerifyFile(const std::filesystem::path& file, const catalog::Attributes& attributes) {

@@ -43,23 +43,6 @@ absl::StatusOr<std::string> LegacySpoolRelativePath(std::string_view catalog_pat
 transfer::RouteOptions ToRouteOptions(const catalog::Route& route,
                                       const transfer::RouteOptions& defaults);
 
-// Makes a rename into `dir` (and the creation of `dir` and its parents) durable: fsyncs
-// `dir` and each of its ancestors up to and including `spool`. kInvalidArgument if `dir` is
-// not `spool` or inside it (lexically), kNotFound if a directory is missing, the errno
-// error otherwise.
-absl::Status SyncDirectoryChain(const std::filesystem::path& spool,
-                                const std::filesystem::path& dir);
-
-// Writes `content` to `path` so that after a crash or a power cut `path` holds its old
-// content or the new one, never a mix: a temporary file beside it ("PATH.tmp") written and
-// fsynced, renamed over `path`, and the directory fsynced. Errors as errno (a full disk is
-// kResourceExhausted).
-absl::Status WriteFileDurably(const std::filesystem::path& path, std::string_view content);
-
-// Renames `from` to `to` unless `to` exists (renameat2 RENAME_NOREPLACE): kAlreadyExists
-// then, and `from` is left alone. Other errors as errno.
-absl::Status RenameNoReplace(const std::filesystem::path& from, const std::filesystem::path& to);
-
 // "algo:hex" as the transfer engine spells a checksum, from catalog attributes.
 std::string CatalogChecksum(const catalog::Attributes& attributes);
 

@@ -12,7 +12,7 @@
 
 namespace gfrep::replica {
 
-absl::Status CollectInodes(catalog::Catalog& cat, const std::string& path, bool recursive,
+absl::Status CollectInodes(catalog::NamespaceView& cat, const std::string& path, bool recursive,
                            std::vector<catalog::InodeId>& out);
 
 }  // namespace gfrep::replica

@@ -6,8 +6,6 @@
 #include <limits>
 
 #include "replica/core/walk.h"
-#include "replica/plan/policy_engine.h"
-#include "replica/plan/repairer.h"
 
 namespace gfrep::replica::plan {
 namespace {
@@ -20,12 +18,6 @@ bool LifetimeEnded(std::int64_t since_ns, std::chrono::seconds lifetime, std::in
   if (now_ns <= since_ns) return false;
   const std::int64_t held_s = (now_ns - since_ns) / 1'000'000'000;  // no overflow: both > 0
   return held_s >= lifetime.count();
-}
-
-std::string RuleOfOwner(const std::string& owner) {
-  const std::string_view prefix = kPolicyOwnerPrefix;
-  if (owner.size() <= prefix.size() || owner.compare(0, prefix.size(), prefix) != 0) return "";
-  return owner.substr(prefix.size());
 }
 
 absl::Status HoldIndex::Update() {
@@ -49,7 +41,8 @@ absl::Status HoldIndex::Update() {
   for (const catalog::Request& r : fresh) {
     // last_id_ moves past a request only once it is indexed: an error leaves it for the next
     // call (a request skipped for good would be a holder forgotten until a restart).
-    if (r.spec.owner == kRepairOwner || r.state == catalog::RequestState::kCancelled) {
+    if (r.spec.origin == catalog::RequestOrigin::kRepair ||
+        r.state == catalog::RequestState::kCancelled) {
       last_id_ = std::max(last_id_, r.id);
       continue;
     }
@@ -75,7 +68,7 @@ absl::Status HoldIndex::Update() {
     if (inodes.empty()) continue;
     HoldRequest& h = requests_[r.id];
     h.id = r.id;
-    h.owner = r.spec.owner;
+    h.rule = r.spec.origin == catalog::RequestOrigin::kPolicy ? r.spec.owner : "";
     h.since_ns = r.created_ns;
     h.copies = r.spec.copies;
     h.dst_sites = r.spec.dst_sites;
@@ -98,12 +91,12 @@ std::vector<const HoldRequest*> HoldIndex::Of(catalog::InodeId inode) const {
   return out;
 }
 
-bool HoldIndex::EverHeld(catalog::InodeId inode, const std::string& owner) const {
+bool HoldIndex::EverHeld(catalog::InodeId inode, const std::string& rule) const {
   auto it = by_inode_.find(inode);
   if (it == by_inode_.end()) return false;
   return std::any_of(it->second.begin(), it->second.end(), [&](const Ref& ref) {
     const HoldRequest* h = Request(ref.id);
-    return h != nullptr && h->owner == owner;
+    return h != nullptr && !h->rule.empty() && h->rule == rule;
   });
 }
 
@@ -150,7 +143,7 @@ absl::StatusOr<std::vector<Want>> WantsOf(HoldIndex& holds, const std::vector<Po
     return nullptr;
   };
   for (const HoldRequest* h : holds.Of(inode)) {
-    const std::string rule = RuleOfOwner(h->owner);
+    const std::string& rule = h->rule;
     if (!rule.empty()) rules_holding.insert(rule);
     if (ended(*h)) continue;
     if (rule.empty()) {

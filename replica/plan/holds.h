@@ -6,13 +6,13 @@
 // Every replication request holds the files it names (directories of a recursive request:
 // the files below them when the request is indexed), with its copy count and destination
 // sites, from its creation on:
-//   - a `gfrep -N` request (any owner but "repair" and "policy:..."): a rule without end. Its
+//   - a user's request (origin kUser: `gfrep -N`, Replicate(), a read): a rule without end. Its
 //     copies are never removed by a lifetime or a removed rule (replica/plan/lifetime.h), and
 //     repair restores its count (replica/plan/repairer.h). Cancelling the request lets it go.
-//   - a policy's request (owner "policy:<rule>"): the rule holds the file while the rule is
+//   - a policy's request (origin kPolicy): its rule holds the file while the rule is
 //     in force and, for a rule with a lifetime, until `lifetime` after the request that
 //     first asked for the file; then the copies that request made are surplus.
-//   - a repair request holds nothing (it restores what others hold).
+//   - a repair request (origin kRepair) holds nothing (it restores what others hold).
 //
 // Update() reads the requests created since the last call (all of them the first time: a
 // walk of every request's paths; cost in RESULTS.md). Files are held by inode: a rename
@@ -37,15 +37,12 @@ namespace gfrep::replica::plan {
 // One request's claim on its files.
 struct HoldRequest {
   std::uint64_t id = 0;
-  std::string owner;
+  std::string rule;           // a policy's request: its rule's name; empty for a user's
   std::int64_t since_ns = 0;  // the request's creation
   std::uint32_t copies = 1;
   std::vector<std::string> dst_sites;  // empty: any site
   bool cancelled = false;              // as last read
 };
-
-// "policy:<rule>" -> "<rule>"; "" for other owners.
-std::string RuleOfOwner(const std::string& owner);
 
 class HoldIndex {
  public:
@@ -57,9 +54,9 @@ class HoldIndex {
   // The requests holding `inode` (oldest first; released ones not); empty if none.
   std::vector<const HoldRequest*> Of(catalog::InodeId inode) const;
 
-  // True if a request of `owner` held `inode` at some time (released or not): a rule with a
-  // lifetime applies once per file, not again at every reload.
-  bool EverHeld(catalog::InodeId inode, const std::string& owner) const;
+  // True if a request of policy rule `rule` held `inode` at some time (released or not): a
+  // rule with a lifetime applies once per file, not again at every reload.
+  bool EverHeld(catalog::InodeId inode, const std::string& rule) const;
 
   // Every inode with holds not yet released, with those holds' request ids (unspecified
   // order). `fn` may call Release() for the inode it is given.

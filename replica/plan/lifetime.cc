@@ -46,7 +46,7 @@ class Releaser {
  private:
   // Why the hold has ended ("" if it has not).
   std::string Ended(const HoldRequest& h) {
-    const std::string rule = RuleOfOwner(h.owner);
+    const std::string& rule = h.rule;
     if (rule.empty()) return "";  // a gfrep request: no end
     if (auto it = rules_.find(rule); it != rules_.end()) {
       in_.removed_since->erase(rule);
@@ -162,8 +162,7 @@ class Releaser {
     if (it != over_.end()) return it->second;
     absl::StatusOr<catalog::Request> r = in_.catalog->GetRequest(id);
     if (!r.ok() && !absl::IsNotFound(r.status())) return r.status();
-    const bool over = !r.ok() || r->state == catalog::RequestState::kDone ||
-                      r->state == catalog::RequestState::kFailed || r->state == catalog::RequestState::kCancelled;
+    const bool over = !r.ok() || catalog::IsFinished(r->state);
     over_[id] = over;
     return over;
   }

@@ -26,9 +26,7 @@ bool IsOpen(const Task& t) {
 // or state changes with kFailedPrecondition): a cancel that raced this step.
 bool Finished(catalog::Catalog& cat, std::uint64_t id) {
   absl::StatusOr<catalog::Request> r = cat.GetRequest(id);
-  return r.ok() &&
-         (r->state == catalog::RequestState::kCancelled ||
-          r->state == catalog::RequestState::kDone || r->state == catalog::RequestState::kFailed);
+  return r.ok() && catalog::IsFinished(r->state);
 }
 
 using RouteKey = std::pair<std::string, std::string>;
@@ -372,7 +370,7 @@ absl::StatusOr<Planner::FileList> Planner::Expand(const catalog::RequestSpec& sp
 }
 
 absl::Status Planner::Step() {
-  std::lock_guard<std::mutex> lock(step_mu_);
+  absl::MutexLock lock(&step_mu_);
   catalog::Catalog& cat = *options_.catalog;
   absl::Status first_error = absl::OkStatus();
   // A node that died never claims again, and only its own claims used to expire its

@@ -47,12 +47,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "catalog/catalog.h"
 #include "replica/core/retry.h"
 #include "replica/core/selection.h"
@@ -155,7 +156,8 @@ class Planner {
   };
   // Brings views_ of the `active` requests up to date with `open` (every open task).
   absl::Status RefreshViews(const std::vector<catalog::Request>& active,
-                            const std::vector<catalog::Task>& open);
+                            const std::vector<catalog::Task>& open)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   explicit Planner(PlannerOptions options);
   std::int64_t Now() const;
   absl::StatusOr<FileList> Expand(const catalog::RequestSpec& spec);
@@ -167,18 +169,18 @@ class Planner {
   PlannerOptions options_;
   std::shared_ptr<spdlog::logger> log_;
 
-  // Used by Step() only (one caller at a time, guarded by step_mu_).
-  std::mutex step_mu_;
-  // Since when this planner has been stepping without a stall (guarded by step_mu_):
+  // Used by Step() only (one caller at a time).
+  absl::Mutex step_mu_;
+  // Since when this planner has been stepping without a stall:
   // heartbeats are judged only a full heartbeat_timeout later, so that a restarted
   // gfcatalogd, or one that was itself stalled (the machine frozen, the process stopped:
   // no heartbeat could arrive meanwhile), does not take every node for dead before the
   // nodes had a chance to report. Reset when two steps are more than half a heartbeat
   // timeout apart.
-  std::int64_t first_step_ns_ = 0;
-  std::int64_t last_step_ns_ = 0;
-  std::map<std::uint64_t, FileList> expanded_;  // request id -> files
-  std::map<std::uint64_t, TaskView> views_;     // request id -> tasks (guarded by step_mu_)
+  std::int64_t first_step_ns_ ABSL_GUARDED_BY(step_mu_) = 0;
+  std::int64_t last_step_ns_ ABSL_GUARDED_BY(step_mu_) = 0;
+  std::map<std::uint64_t, FileList> expanded_ ABSL_GUARDED_BY(step_mu_);  // request id -> files
+  std::map<std::uint64_t, TaskView> views_ ABSL_GUARDED_BY(step_mu_);     // request id -> tasks
 
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "replica/core/spool.h"
 #include "replica/plan/lifetime.h"
 #include "replica/plan/policy_explain.h"
+#include "transfer/durable_file.h"
 
 namespace gfrep::replica::plan {
 namespace {
@@ -48,12 +48,11 @@ std::int64_t PolicyEngine::Now() const {
 
 void PolicyEngine::Reload(std::vector<PolicyRule> rules) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     rules_ = std::move(rules);
     reloaded_ = true;
     rules_known_ = true;
-  }
-  wake_.notify_all();
+  }  // Loop's Await sees reloaded_ when the lock is released
 }
 
 absl::Status PolicyEngine::LoadState() {
@@ -81,7 +80,7 @@ absl::Status PolicyEngine::SaveState() {
   const std::string text = j.dump(2) + "\n";
   // The new name is durable only with its directory: a power cut would bring the old state
   // back (scheduled rules run again).
-  return WriteFileDurably(options_.state_file, text);
+  return transfer::WriteFileDurably(options_.state_file, text);
 }
 
 absl::Status PolicyEngine::Request(const PolicyRule& rule, const std::vector<std::string>& paths,
@@ -105,7 +104,8 @@ absl::Status PolicyEngine::Request(const PolicyRule& rule, const std::vector<std
   spec.copies = rule.copies;
   spec.dst_sites.assign(dst.begin(), dst.end());
   spec.priority = rule.priority;
-  spec.owner = kPolicyOwnerPrefix + rule.name;
+  spec.origin = catalog::RequestOrigin::kPolicy;
+  spec.owner = rule.name;
   if (rule.source_sites) {
     std::set<std::string> src = rule.source_sites->Evaluate(sites);
     if (src.empty()) {
@@ -168,7 +168,7 @@ absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
   bool apply_all;
   bool rules_known;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     rules = rules_;
     apply_all = reloaded_;
     reloaded_ = false;
@@ -207,10 +207,9 @@ absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
     if (apply_all && r.continuous) {
       // The generations walked count as seen (their copies completing later are not new
       // files); a rule with a lifetime asks once per file, not again for files it held.
-      const std::string owner = kPolicyOwnerPrefix + r.name;
       absl::StatusOr<std::vector<std::string>> files = FilesOfRule(cat, r, [&](const catalog::Attributes& a) {
         if (seen_.size() < kMaxSeen) seen_.insert({a.inode, a.generation});
-        return !r.lifetime || !holds_.EverHeld(a.inode, owner);
+        return !r.lifetime || !holds_.EverHeld(a.inode, r.name);
       });
       if (!files.ok()) return files.status();
       paths = std::move(*files);
@@ -287,8 +286,9 @@ void PolicyEngine::Loop() {
   while (!stop_) {
     absl::StatusOr<PolicyStepSummary> s = Step();
     if (!s.ok()) log_->warn("policy engine: {}", s.status().ToString());
-    std::unique_lock<std::mutex> lock(mu_);
-    wake_.wait_for(lock, options_.interval, [&] { return stop_.load() || reloaded_; });
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(this, &PolicyEngine::WakeLocked),
+                         absl::FromChrono(options_.interval));
   }
 }
 
@@ -300,10 +300,9 @@ void PolicyEngine::Start() {
 
 void PolicyEngine::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  wake_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 

@@ -6,10 +6,10 @@
 //
 //   - Continuous rules follow the catalog's event log: a file that becomes complete at a new
 //     generation (a `gfreg` commit) is matched against every continuous rule, and each rule
-//     gets one request per step for all its new files (owner "policy:<rule>"): copies =
-//     the rule's, destination sites = what its site expression selects now (a rule that
-//     selects no site logs why and waits), source site = its source expression's site when
-//     that selects exactly one.
+//     gets one request per step for all its new files (origin kPolicy, owner the rule's
+//     name): copies = the rule's, destination sites = what its site expression selects now (a
+//     rule that selects no site logs why and waits), source site = its source expression's
+//     site when that selects exactly one.
 //   - When rules are loaded (at start, on Reload) every rule is applied once to the files
 //     that already exist (a walk of the namespace below each pattern's literal prefix), so a
 //     new rule also covers old files.
@@ -36,27 +36,25 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "catalog/catalog.h"
 #include "catalog/event_cursor.h"
 #include "replica/plan/holds.h"
 #include "replica/plan/policy.h"
 
 namespace gfrep::replica::plan {
-
-inline constexpr const char* kPolicyOwnerPrefix = "policy:";
 
 struct PolicyEngineOptions {
   // REQUIRES: non-null, outlives the engine.
@@ -107,14 +105,16 @@ class PolicyEngine {
   absl::Status LoadState();
   absl::Status SaveState();
   void Loop();
+  // Loop's wait ends: stopping, or new rules.
+  bool WakeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_.load() || reloaded_; }
 
   PolicyEngineOptions options_;
   std::shared_ptr<spdlog::logger> log_;
 
-  std::mutex mu_;
-  std::vector<PolicyRule> rules_;   // guarded by mu_
-  bool reloaded_ = false;           // guarded by mu_: apply every rule to existing files
-  bool rules_known_ = false;        // guarded by mu_: rules were loaded (else nothing is released)
+  mutable absl::Mutex mu_;
+  std::vector<PolicyRule> rules_ ABSL_GUARDED_BY(mu_);
+  bool reloaded_ ABSL_GUARDED_BY(mu_) = false;     // apply every rule to existing files
+  bool rules_known_ ABSL_GUARDED_BY(mu_) = false;  // rules were loaded (else nothing is released)
 
   // Step() state (one caller at a time).
   bool started_ = false;
@@ -128,8 +128,7 @@ class PolicyEngine {
   std::map<std::string, std::vector<std::string>> waiting_;  // rule -> files with no site
   std::string sites_key_;  // the sites and labels last seen
 
-  std::atomic<bool> stop_{false};
-  std::condition_variable wake_;
+  std::atomic<bool> stop_{false};  // set under mu_, so that Loop's wait ends at once
   std::thread thread_;
 };
 

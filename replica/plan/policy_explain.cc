@@ -52,7 +52,7 @@ struct Context {
   }
 };
 
-absl::StatusOr<Context> Load(catalog::Catalog& cat, const ExplainOptions& options) {
+absl::StatusOr<Context> Load(catalog::CatalogView& cat, const ExplainOptions& options) {
   Context ctx;
   ctx.now_ns = options.now_ns != 0 ? options.now_ns : catalog::SystemNowNs();
   ctx.heartbeat_timeout = options.heartbeat_timeout;
@@ -69,7 +69,7 @@ absl::StatusOr<Context> Load(catalog::Catalog& cat, const ExplainOptions& option
   return ctx;
 }
 
-RuleFileVerdict Judge(catalog::Catalog& cat, const Context& ctx, const PolicyRule& rule,
+RuleFileVerdict Judge(catalog::CatalogView& cat, const Context& ctx, const PolicyRule& rule,
                       const catalog::Location& loc) {
   RuleFileVerdict v;
   v.rule = rule.name;
@@ -84,10 +84,9 @@ RuleFileVerdict Judge(catalog::Catalog& cat, const Context& ctx, const PolicyRul
     return v;
   }
   // The rule's latest request that names the file.
-  const std::string owner = kPolicyOwnerPrefix + rule.name;
   const catalog::Request* req = nullptr;
   for (const catalog::Request& r : ctx.requests) {
-    if (r.spec.owner == owner &&
+    if (r.spec.origin == catalog::RequestOrigin::kPolicy && r.spec.owner == rule.name &&
         std::find(r.spec.paths.begin(), r.spec.paths.end(), loc.path) != r.spec.paths.end()) {
       req = &r;
       break;
@@ -239,7 +238,7 @@ std::string DescribeTask(const catalog::Task& t, std::int64_t now_ns) {
 }
 
 absl::StatusOr<std::vector<std::string>> FilesOfRule(
-    catalog::Catalog& cat, const PolicyRule& rule,
+    catalog::CatalogView& cat, const PolicyRule& rule,
     const std::function<bool(const catalog::Attributes&)>& keep) {
   std::set<std::string> found;
   for (const std::string& pattern : rule.paths) {
@@ -274,7 +273,7 @@ absl::StatusOr<std::vector<std::string>> FilesOfRule(
   return std::vector<std::string>(found.begin(), found.end());
 }
 
-absl::StatusOr<std::vector<RuleFileVerdict>> ExplainPath(catalog::Catalog& cat,
+absl::StatusOr<std::vector<RuleFileVerdict>> ExplainPath(catalog::CatalogView& cat,
                                                          const std::vector<PolicyRule>& rules,
                                                          const std::string& path,
                                                          const ExplainOptions& options) {
@@ -297,7 +296,7 @@ absl::StatusOr<std::vector<RuleFileVerdict>> ExplainPath(catalog::Catalog& cat,
   return out;
 }
 
-absl::StatusOr<RuleStatusSummary> StatusOfRule(catalog::Catalog& cat, const PolicyRule& rule,
+absl::StatusOr<RuleStatusSummary> StatusOfRule(catalog::CatalogView& cat, const PolicyRule& rule,
                                                std::size_t limit, const ExplainOptions& options) {
   absl::StatusOr<std::vector<std::string>> files = FilesOfRule(cat, rule);
   if (!files.ok()) return files.status();

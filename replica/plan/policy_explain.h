@@ -41,7 +41,7 @@ struct ExplainOptions {
 };
 
 // One verdict per rule that matches `path` (none: no rule matches).
-absl::StatusOr<std::vector<RuleFileVerdict>> ExplainPath(catalog::Catalog& catalog,
+absl::StatusOr<std::vector<RuleFileVerdict>> ExplainPath(catalog::CatalogView& catalog,
                                                          const std::vector<PolicyRule>& rules,
                                                          const std::string& path,
                                                          const ExplainOptions& options = {});
@@ -58,8 +58,8 @@ struct RuleStatusSummary {
 };
 
 // Every file under the rule's patterns now, classified.
-absl::StatusOr<RuleStatusSummary> StatusOfRule(catalog::Catalog& catalog, const PolicyRule& rule,
-                                               std::size_t limit = 100,
+absl::StatusOr<RuleStatusSummary> StatusOfRule(catalog::CatalogView& catalog,
+                                               const PolicyRule& rule, std::size_t limit = 100,
                                                const ExplainOptions& options = {});
 
 // Unix ns as "2026-11-24T03:19:20Z".
@@ -71,7 +71,7 @@ std::string DescribeTask(const catalog::Task& task, std::int64_t now_ns);
 // The files under `rule`'s patterns now, in path order (a walk of the namespace from each
 // pattern's literal prefix); with `keep`, only those it returns true for.
 absl::StatusOr<std::vector<std::string>> FilesOfRule(
-    catalog::Catalog& catalog, const PolicyRule& rule,
+    catalog::CatalogView& catalog, const PolicyRule& rule,
     const std::function<bool(const catalog::Attributes&)>& keep = nullptr);
 
 }  // namespace gfrep::replica::plan

@@ -4,9 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <limits>
-#include <mutex>
 #include <set>
 #include <vector>
 
@@ -17,11 +15,6 @@ using catalog::ReplicaState;
 
 constexpr std::size_t kRepairEventBatch = 10000;
 constexpr std::size_t kRepairPage = 1000;
-
-bool Terminal(catalog::RequestState s) {
-  return s == catalog::RequestState::kDone || s == catalog::RequestState::kFailed ||
-         s == catalog::RequestState::kCancelled;
-}
 
 }  // namespace
 
@@ -42,7 +35,7 @@ absl::Status Repairer::Recover() {
         cat.ListRequests(false, state, std::numeric_limits<std::size_t>::max());
     if (!reqs.ok()) return reqs.status();
     for (const catalog::Request& r : *reqs) {
-      if (r.spec.owner != kRepairOwner || r.spec.paths.size() != 1) continue;
+      if (r.spec.origin != catalog::RequestOrigin::kRepair || r.spec.paths.size() != 1) continue;
       absl::StatusOr<catalog::Location> loc = cat.Locate(r.spec.paths.front());
       if (!loc.ok()) continue;  // gone: the request fails by itself
       Open& open = open_[loc->attributes.inode];
@@ -160,6 +153,7 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
   if (!sites.empty()) {
     catalog::RequestSpec spec;
     spec.paths = {*path};
+    spec.origin = catalog::RequestOrigin::kRepair;
     spec.owner = kRepairOwner;
     spec.priority = priority;
     spec.dst_sites.assign(sites.begin(), sites.end());
@@ -194,7 +188,7 @@ absl::Status Repairer::RestoreHolders(catalog::InodeId inode, const std::string&
   const std::int64_t now = options_.clock ? options_.clock() : catalog::SystemNowNs();
   absl::StatusOr<std::vector<Want>> wants =
       WantsOf(holds_, rules_, sites, inode, path, [&](const HoldRequest& h) {
-        const std::string rule = RuleOfOwner(h.owner);
+        const std::string& rule = h.rule;
         if (rule.empty()) return false;
         for (const PolicyRule& r : rules_) {
           if (r.name == rule) {
@@ -231,6 +225,7 @@ absl::Status Repairer::RestoreHolders(catalog::InodeId inode, const std::string&
     if (have >= w.copies) continue;
     catalog::RequestSpec spec;
     spec.paths = {path};
+    spec.origin = catalog::RequestOrigin::kRepair;
     spec.owner = kRepairOwner;
     spec.priority = priority;
     spec.copies = w.copies;
@@ -308,7 +303,7 @@ absl::StatusOr<RepairStepSummary> Repairer::Step() {
       absl::StatusOr<catalog::Request> r = cat.GetRequest(id);
       if (absl::IsNotFound(r.status())) continue;
       if (!r.ok()) return r.status();
-      if (!Terminal(r->state)) {
+      if (!catalog::IsFinished(r->state)) {
         running = true;
         break;
       }
@@ -342,13 +337,13 @@ absl::StatusOr<RepairStepSummary> Repairer::Step() {
 }
 
 void Repairer::Loop() {
-  std::mutex mu;
-  std::condition_variable cv;
   while (!stop_) {
     absl::StatusOr<RepairStepSummary> s = Step();
     if (!s.ok()) log_->warn("repairer: {}", s.status().ToString());
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, std::chrono::seconds(1), [&] { return stop_.load(); });
+    absl::MutexLock lock(&wake_mu_);
+    wake_mu_.AwaitWithTimeout(absl::Condition(
+                                  +[](std::atomic<bool>* stop) { return stop->load(); }, &stop_),
+                              absl::Seconds(1));
   }
 }
 
@@ -359,7 +354,10 @@ void Repairer::Start() {
 }
 
 void Repairer::Stop() {
-  stop_ = true;
+  {
+    absl::MutexLock lock(&wake_mu_);
+    stop_ = true;
+  }
   if (thread_.joinable()) thread_.join();
 }
 

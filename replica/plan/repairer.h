@@ -6,7 +6,7 @@
 // source mark a replica record `lost` or `corrupt` in the catalog. The repairer follows the
 // catalog's event log for those transitions (and, at start and every `scan_interval`, scans
 // every node's records, so nothing is missed while it was down) and, for each file with bad
-// replicas of its current generation, creates one replication request (owner "repair"):
+// replicas of its current generation, creates one replication request (origin kRepair):
 //   - destination sites: the sites of the bad replicas; copies: the complete replicas
 //     those sites hold now plus one per bad replica, so the planner (replica/plan/planner.h)
 //     makes exactly the missing copies there, from the best good source, with its usual
@@ -26,7 +26,7 @@
 // repaired: it is logged (error) and looked at again at the next scan.
 //
 // At most one repair request per file is open at a time (found again after a restart
-// from the active requests whose owner is "repair"); copies of the file found bad while it
+// from the active requests of origin kRepair); copies of the file found bad while it
 // runs get the next request once it is done. A failed repair request is tried again at the
 // next scan.
 //
@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "catalog/catalog.h"
 #include "catalog/event_cursor.h"
 #include "replica/plan/holds.h"
@@ -125,7 +126,8 @@ class Repairer {
   std::vector<PolicyRule> rules_;
   std::uint64_t rules_version_ = 0;
 
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false};  // set under wake_mu_, so that Loop's wait ends at once
+  absl::Mutex wake_mu_;
   std::thread thread_;
 };
 

@@ -76,7 +76,7 @@ void Dashboard::AddRoutes(HttpRoutes& routes) {
     const std::string path = name == "index.html" ? "/" : "/" + name;
     routes.pages[path] = [this, type = TypeOf(name), body = &content](const HttpRequest&) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         pages_served_ += 1;
       }
       return HttpResponse{200, type, *body, {{"Cache-Control", "no-cache"}}};
@@ -98,15 +98,14 @@ void Dashboard::AddRoutes(HttpRoutes& routes) {
   routes.pages["/api/request"] = [this](const HttpRequest& r) { return ApiRequest(r); };
   routes.pages["/api/explain"] = [this](const HttpRequest& r) { return ApiExplain(r); };
   routes.pages["/api/state"] = [this](const HttpRequest&) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return HttpResponse{200, "application/json", last_state_.empty() ? "{}" : last_state_, {{"Cache-Control", "no-store"}}};
   };
   routes.websockets["/ws"] = [this](std::shared_ptr<WebSocketPeer> peer) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       pages_.push_back({std::move(peer), false, std::make_shared<StreamWatch>()});
-    }
-    wake_.notify_all();  // greeted at once, not at the next tick
+    }  // greeted at once (Loop's Await sees the page), not at the next tick
   };
 }
 
@@ -118,7 +117,7 @@ HttpResponse Dashboard::ApiRequest(const HttpRequest& r) {
     return Error(400, "id: a request number, e.g. /api/request?id=7");
   }
   id = std::stoull(it->second);
-  catalog::Catalog& cat = *options_.catalog;
+  catalog::CatalogView& cat = *options_.catalog;
   absl::StatusOr<catalog::Request> req = cat.GetRequest(id);
   if (!req.ok()) return Error(HttpStatusOf(req.status()), req.status().ToString());
   catalog::TaskFilter f;
@@ -144,7 +143,8 @@ HttpResponse Dashboard::ApiRequest(const HttpRequest& r) {
   }
   const std::uint64_t in_flight = options_.hub->Now().request_in_flight_bytes[id];
   return Json(200, {{"id", req->id},
-                    {"owner", req->spec.owner},
+                    {"owner", catalog::DescribeOwner(req->spec)},
+                    {"origin", std::string(catalog::ToString(req->spec.origin))},
                     {"state", std::string(catalog::ToString(req->state))},
                     {"error", req->error},
                     {"copies", req->spec.copies},
@@ -160,7 +160,7 @@ HttpResponse Dashboard::ApiRequest(const HttpRequest& r) {
 HttpResponse Dashboard::ApiExplain(const HttpRequest& r) {
   auto it = r.query.find("path");
   if (it == r.query.end() || it->second.empty()) return Error(400, "path: e.g. /api/explain?path=/exp/a");
-  catalog::Catalog& cat = *options_.catalog;
+  catalog::CatalogView& cat = *options_.catalog;
   absl::StatusOr<catalog::Location> loc = cat.Locate(it->second);
   if (!loc.ok()) return Error(HttpStatusOf(loc.status()), loc.status().ToString());
   json locations = json::array();
@@ -212,12 +212,12 @@ void Dashboard::ReadEvents() {
                                              : fmt::format("replica on {} {}: {}", e.node, e.state, e.detail)}});
     if (errors_.size() > kMaxErrors) errors_.pop_back();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const auto& [state, n] : counts) task_events_[state] += n;
 }
 
 void Dashboard::RefreshSlow() {
-  catalog::Catalog& cat = *options_.catalog;
+  catalog::CatalogView& cat = *options_.catalog;
   // Complete replicas per site (bounded: a count past the bound is marked approximate).
   absl::StatusOr<std::vector<catalog::Node>> nodes = cat.ListNodes("");
   if (nodes.ok()) {
@@ -260,7 +260,7 @@ void Dashboard::RefreshSlow() {
 }
 
 json Dashboard::State() {
-  catalog::Catalog& cat = *options_.catalog;
+  catalog::CatalogView& cat = *options_.catalog;
   const std::int64_t now_ns = catalog::SystemNowNs();
   const TelemetryNow moving = options_.hub->Now();
   json state = {{"type", "state"}, {"time_ms", now_ns / 1'000'000}};
@@ -332,7 +332,8 @@ json Dashboard::State() {
       shown += 1;
       auto inflight = moving.request_in_flight_bytes.find(r.id);
       requests.push_back({{"id", r.id},
-                          {"owner", r.spec.owner},
+                          {"owner", catalog::DescribeOwner(r.spec)},
+                          {"origin", std::string(catalog::ToString(r.spec.origin))},
                           {"state", std::string(catalog::ToString(r.state))},
                           {"copies", r.spec.copies},
                           {"files_total", r.files_total},
@@ -340,7 +341,8 @@ json Dashboard::State() {
                           {"files_failed", r.files_failed},
                           {"bytes_total", r.bytes_total},
                           {"bytes_done", r.bytes_done},
-                          {"in_flight_bytes", inflight == moving.request_in_flight_bytes.end() ? 0 : inflight->second},
+                          {"in_flight_bytes",
+                           inflight == moving.request_in_flight_bytes.end() ? 0 : inflight->second},
                           {"error", r.error}});
     }
   }
@@ -359,7 +361,7 @@ json Dashboard::State() {
   for (const auto& [key, bps] : now_bps) total_bps += bps;
   state["totals"] = {{"bytes", moving.bytes_total}, {"bps", total_bps}, {"copies", moving.copies},
                      {"streams", moving.streams}};
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   tasks_open_ = task_states;
   requests_ = request_states;
   return state;
@@ -391,7 +393,7 @@ void Dashboard::AppendMetrics(MetricsText& m) {
   m.Gauge("gfrep_streams_running", "Data streams of the copies running now", static_cast<double>(moving.streams));
   m.Counter("gfrep_telemetry_batches_total", "Telemetry batches received from site agents",
             static_cast<double>(moving.batches));
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   m.Family("gfrep_tasks", "gauge", "Open tasks by state (queued, leased), as of the dashboard's last look");
   for (const auto& [state, n] : tasks_open_) m.Sample("gfrep_tasks", {{"state", state}}, static_cast<double>(n));
   m.Family("gfrep_requests", "gauge", "The newest 50 requests by state, as of the dashboard's last look");
@@ -429,7 +431,7 @@ void Dashboard::Loop() {
     std::vector<Page> peers;
     std::string greet_state;  // the latest state, for pages that just connected
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (!state.empty()) last_state_ = state;
       greet_state = last_state_;
       std::erase_if(pages_, [](const Page& p) { return !p.peer->open(); });
@@ -456,11 +458,15 @@ void Dashboard::Loop() {
       if (!state.empty()) p.peer->Send(state);
     }
     FeedStreams(peers);
-    std::unique_lock<std::mutex> lock(mu_);
-    wake_.wait_for(lock, options_.tick, [&] {
-      return stop_.load() || std::any_of(pages_.begin(), pages_.end(), [](const Page& p) { return !p.greeted; });
-    });
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(this, &Dashboard::WakeLocked),
+                         absl::FromChrono(options_.tick));
   }
+}
+
+bool Dashboard::WakeLocked() const {
+  return stop_.load() ||
+         std::any_of(pages_.begin(), pages_.end(), [](const Page& p) { return !p.greeted; });
 }
 
 void Dashboard::FeedStreams(const std::vector<Page>& pages) {
@@ -504,13 +510,12 @@ void Dashboard::Start() {
 
 void Dashboard::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  wake_.notify_all();
   if (thread_.joinable()) thread_.join();
   // The pages' connections belong to the HTTP server's I/O context: let them go before it.
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   pages_.clear();
 }
 

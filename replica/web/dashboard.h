@@ -25,19 +25,19 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <optional>
-#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "catalog/catalog.h"
 #include "catalog/event_cursor.h"
 #include "replica/core/metrics.h"
@@ -47,7 +47,7 @@
 namespace gfrep::replica::web {
 
 struct DashboardOptions {
-  catalog::Catalog* catalog = nullptr;  // REQUIRES non-null, outlives the dashboard
+  catalog::CatalogView* catalog = nullptr;  // REQUIRES non-null, outlives the dashboard
   TelemetryHub* hub = nullptr;          // REQUIRES non-null, outlives the dashboard
   // Where Debian's libjs-dygraphs puts dygraph.min.js and dygraph.min.css.
   std::filesystem::path library_dir = "/usr/share/javascript/dygraphs";
@@ -88,6 +88,8 @@ class Dashboard {
   };
   void FeedStreams(const std::vector<Page>& pages);
   void Loop();
+  // Loop's wait ends: stopping, or a page not greeted yet.
+  bool WakeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReadEvents();
   void RefreshSlow();
   HttpResponse ApiRequest(const HttpRequest& r);
@@ -97,13 +99,13 @@ class Dashboard {
   std::shared_ptr<spdlog::logger> log_;
   std::map<std::string, std::string> library_;  // file name -> content (read at start)
 
-  std::mutex mu_;
-  std::vector<Page> pages_;          // guarded by mu_
-  std::string last_state_;           // guarded by mu_
-  std::map<std::string, std::uint64_t> task_events_;  // guarded by mu_: state -> count
-  std::map<std::string, std::uint64_t> tasks_open_;   // guarded by mu_: state -> count
-  std::map<std::string, std::uint64_t> requests_;     // guarded by mu_: state -> count
-  std::uint64_t pages_served_ = 0;   // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::vector<Page> pages_ ABSL_GUARDED_BY(mu_);
+  std::string last_state_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::uint64_t> task_events_ ABSL_GUARDED_BY(mu_);  // state -> count
+  std::map<std::string, std::uint64_t> tasks_open_ ABSL_GUARDED_BY(mu_);   // state -> count
+  std::map<std::string, std::uint64_t> requests_ ABSL_GUARDED_BY(mu_);     // state -> count
+  std::uint64_t pages_served_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Feed thread only.
   std::int64_t last_end_ms_ = 0;
@@ -113,8 +115,7 @@ class Dashboard {
   nlohmann::json policies_ = nlohmann::json::array();
   std::chrono::steady_clock::time_point last_slow_{};
 
-  std::atomic<bool> stop_{false};
-  std::condition_variable wake_;
+  std::atomic<bool> stop_{false};  // set under mu_, so that Loop's wait ends at once
   std::thread thread_;
 };
 

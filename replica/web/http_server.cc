@@ -1,23 +1,23 @@
 #include "replica/web/http_server.h"
 
 #include <fmt/format.h>
-
-#include <boost/asio.hpp>
-#include <boost/asio/experimental/as_tuple.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/websocket.hpp>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/experimental/as_tuple.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
 #include <deque>
 #include <future>
-#include <mutex>
 #include <set>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "replica/web/internal/http_request.h"
 
 namespace gfrep::replica::web {
@@ -47,7 +47,7 @@ class ConnectionCount {
   // Takes a place for a connection from `client`; false (nothing taken) past either cap,
   // with `why` saying which.
   bool TryAdd(const std::string& client, const HttpServerOptions& o, std::string& why) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     std::size_t& mine = per_client_[client];
     if (total_ >= o.max_connections || mine >= o.max_connections_per_client) {
       why = fmt::format("{} open ({} from {}), limits {} and {} per client", total_, mine, client,
@@ -60,19 +60,19 @@ class ConnectionCount {
     return true;
   }
   void Remove(const std::string& client) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     --total_;
     if (auto it = per_client_.find(client); it != per_client_.end() && --it->second == 0) per_client_.erase(it);
   }
   std::size_t open() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return total_;
   }
 
  private:
-  mutable std::mutex mu_;
-  std::size_t total_ = 0;                              // guarded by mu_
-  std::map<std::string, std::size_t> per_client_;      // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::size_t total_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::size_t> per_client_ ABSL_GUARDED_BY(mu_);
 };
 
 // One connection's place in the ConnectionCount, given back once: by Release() or when it
@@ -110,7 +110,7 @@ class Peer final : public WebSocketPeer, public std::enable_shared_from_this<Pee
   }
   bool open() const override { return open_; }
   std::string Received() const override {
-    std::lock_guard<std::mutex> lock(received_mu_);
+    absl::MutexLock lock(&received_mu_);
     return received_;
   }
 
@@ -135,7 +135,7 @@ class Peer final : public WebSocketPeer, public std::enable_shared_from_this<Pee
         return;
       }
       if (self->ws_.got_text()) {
-        std::lock_guard<std::mutex> lock(self->received_mu_);
+        absl::MutexLock lock(&self->received_mu_);
         self->received_ = beast::buffers_to_string(self->in_.data());
       }
       self->in_.clear();
@@ -180,8 +180,8 @@ class Peer final : public WebSocketPeer, public std::enable_shared_from_this<Pee
   std::deque<std::string> queue_;  // I/O thread only
   bool writing_ = false;           // I/O thread only
   beast::flat_buffer in_;
-  mutable std::mutex received_mu_;
-  std::string received_;  // guarded by received_mu_
+  mutable absl::Mutex received_mu_;
+  std::string received_ ABSL_GUARDED_BY(received_mu_);
   ConnectionSlot slot_;   // I/O thread only (and the destructor)
 };
 

@@ -38,12 +38,13 @@ absl::Status TelemetryHub::Add(const catalog::TelemetryBatch& b) {
     routes.push_back(fmt::format("{}->{}", c.src_site, b.site));
     pairs.push_back(fmt::format("{}->{}", c.src_node, b.node));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   batches_ += 1;
   const std::int64_t now_bin = now_ms / bin_ms_;
-  auto add = [&](const std::string& name, std::int64_t bin, std::uint64_t bytes) {
+  auto add = [&](SeriesMap& series, const std::string& name, std::int64_t bin,
+                 std::uint64_t bytes) {
     if (bin <= now_bin - history_bins_ || bin > now_bin + 1) return;  // outside the window
-    series_[name].Add(bin, bytes);
+    series[name].Add(bin, bytes);
   };
   // Where each copy's stream counts start in a point's stream_bytes.
   std::vector<std::size_t> first_stream(b.copies.size(), 0);
@@ -58,8 +59,8 @@ absl::Status TelemetryHub::Add(const catalog::TelemetryBatch& b) {
     for (std::size_t i = 0; i < b.copies.size(); ++i) {
       const std::uint64_t bytes = p.bytes[i];
       if (bytes == 0) continue;
-      add("route:" + routes[i], bin, bytes);
-      add("pair:" + pairs[i], bin, bytes);
+      add(series_, "route:" + routes[i], bin, bytes);
+      add(series_, "pair:" + pairs[i], bin, bytes);
       route_bytes_[routes[i]] += bytes;
       bytes_total_ += bytes;
     }
@@ -125,13 +126,13 @@ void TelemetryHub::Prune(std::int64_t now_bin) {
 
 TelemetryBins TelemetryHub::Since(std::int64_t after_end_ms) const {
   const std::int64_t now_ms = NowMs();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return Collect(series_, after_end_ms, history_bins_, now_ms);
 }
 
 TelemetryBins TelemetryHub::StreamsSince(const std::string& pair, std::int64_t after_end_ms) const {
   const std::int64_t now_ms = NowMs();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = streams_.find(pair);
   static const SeriesMap kNone;
   return Collect(it == streams_.end() ? kNone : it->second, after_end_ms, stream_history_bins_, now_ms);
@@ -165,7 +166,7 @@ TelemetryBins TelemetryHub::Collect(const SeriesMap& series, std::int64_t after_
 TelemetryNow TelemetryHub::Now() const {
   TelemetryNow out;
   const std::int64_t now_ms = NowMs();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   out.route_bytes_total = route_bytes_;
   out.route_files_total = route_files_;
   out.bytes_total = bytes_total_;
@@ -183,7 +184,7 @@ TelemetryNow TelemetryHub::Now() const {
 std::uint64_t TelemetryHub::InFlightBytes(std::uint64_t request_id) const {
   const std::int64_t now_ms = NowMs();
   std::uint64_t sum = 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const auto& [key, c] : copies_) {
     if (c.request_id == request_id && !c.whole && now_ms - c.seen_ms <= options_.copy_timeout.count()) {
       sum += c.received;

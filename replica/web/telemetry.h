@@ -16,18 +16,19 @@
 // Thread safety: all methods may be called from any thread (one mutex; Add is O(points x
 // copies), Since O(series x new bins)).
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "catalog/catalog.h"
 
 namespace gfrep::replica::web {
@@ -89,7 +90,7 @@ class TelemetryHub {
   using SeriesMap = std::map<std::string, Series>;
 
   std::int64_t NowMs() const;
-  void Prune(std::int64_t now_bin);  // REQUIRES mu_
+  void Prune(std::int64_t now_bin) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The bins of `series` after `after_end_ms`, at most `keep_bins` back. REQUIRES mu_ unless
   // `series` is local.
   TelemetryBins Collect(const SeriesMap& series, std::int64_t after_end_ms, std::int64_t keep_bins,
@@ -107,15 +108,16 @@ class TelemetryHub {
   std::int64_t bin_ms_;
   std::int64_t history_bins_;
   std::int64_t stream_history_bins_;
-  mutable std::mutex mu_;
-  SeriesMap series_;
-  std::map<std::string, SeriesMap> streams_;  // node pair -> "task-ID#K" ->
-  std::map<std::pair<std::string, std::uint64_t>, Copy> copies_;  // (node, task) -> latest
-  std::map<std::string, std::uint64_t> route_bytes_;
-  std::map<std::string, std::uint64_t> route_files_;
-  std::uint64_t bytes_total_ = 0;
-  std::uint64_t batches_ = 0;
-  std::int64_t pruned_bin_ = 0;
+  mutable absl::Mutex mu_;
+  SeriesMap series_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, SeriesMap> streams_ ABSL_GUARDED_BY(mu_);  // node pair -> "task-ID#K" ->
+  std::map<std::pair<std::string, std::uint64_t>, Copy> copies_
+      ABSL_GUARDED_BY(mu_);  // (node, task) -> latest
+  std::map<std::string, std::uint64_t> route_bytes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::uint64_t> route_files_ ABSL_GUARDED_BY(mu_);
+  std::uint64_t bytes_total_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t batches_ ABSL_GUARDED_BY(mu_) = 0;
+  std::int64_t pruned_bin_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gfrep::replica::web

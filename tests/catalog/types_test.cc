@@ -91,6 +91,29 @@ TEST(StateNamesTest, RoundTrip) {
   EXPECT_FALSE(ParseReplicaState("bogus").ok());
   EXPECT_EQ(*ParseTaskState("leased"), TaskState::kLeased);
   EXPECT_EQ(*ParseRequestState("done"), RequestState::kDone);
+  for (RequestOrigin o : {RequestOrigin::kUser, RequestOrigin::kPolicy, RequestOrigin::kRepair}) {
+    EXPECT_EQ(*ParseRequestOrigin(ToString(o)), o);
+  }
+  EXPECT_FALSE(ParseRequestOrigin("policy:x").ok());
+}
+
+TEST(RequestTest, FinishedMeansDoneFailedOrCancelled) {
+  EXPECT_FALSE(IsFinished(RequestState::kQueued));
+  EXPECT_FALSE(IsFinished(RequestState::kRunning));
+  EXPECT_TRUE(IsFinished(RequestState::kDone));
+  EXPECT_TRUE(IsFinished(RequestState::kFailed));
+  EXPECT_TRUE(IsFinished(RequestState::kCancelled));
+}
+
+TEST(RequestTest, APolicysRequestIsShownWithItsRule) {
+  RequestSpec spec;
+  spec.owner = "exp-in-japan";
+  EXPECT_EQ(DescribeOwner(spec), "exp-in-japan");
+  spec.origin = RequestOrigin::kPolicy;
+  EXPECT_EQ(DescribeOwner(spec), "policy:exp-in-japan");
+  spec.origin = RequestOrigin::kRepair;
+  spec.owner = "repair";
+  EXPECT_EQ(DescribeOwner(spec), "repair");
 }
 
 }  // namespace

@@ -73,8 +73,9 @@ using catalog::FileType;
 // A read-only federation: sites a and b with nodes a1 and b1, "/exp" holding "a.dat" with a
 // complete replica on a1 and a pending one on b1, request 7 copying it. Paths resolve as
 // the real catalog resolves them (SplitPath's refusals, kNotFound and kFailedPrecondition
-// naming the prefix); what the dashboard does not read is kUnimplemented.
-class FakeCatalog final : public catalog::Catalog {
+// naming the prefix); what the dashboard does not read is kUnimplemented. A view: the
+// dashboard cannot write.
+class FakeCatalog final : public catalog::CatalogView {
  public:
   FakeCatalog() {
     root_ = Entry(catalog::kRootInode, 0, "", FileType::kDirectory, 0);
@@ -222,67 +223,11 @@ class FakeCatalog final : public catalog::Catalog {
     return std::vector<catalog::Event>{};
   }
 
-  // Writes and everything else the dashboard does not call.
-  absl::StatusOr<Attributes> Mkdir(std::string_view, const catalog::MkdirOptions&) override {
-    return No();
-  }
-  absl::StatusOr<Attributes> CreateFile(std::string_view, const catalog::FileContent&) override {
-    return No();
-  }
-  absl::StatusOr<catalog::WriteReservation> BeginWrite(std::string_view,
-                                                       const catalog::FileContent&) override {
-    return No();
-  }
-  absl::StatusOr<Attributes> CommitFile(std::string_view, const catalog::FileContent&,
-                                        std::string_view, std::optional<std::uint64_t>) override {
-    return No();
-  }
-  absl::Status Remove(std::string_view, bool) override { return No(); }
-  absl::Status Rename(std::string_view, std::string_view) override { return No(); }
-  absl::Status PutReplica(const catalog::Replica&) override { return No(); }
-  absl::Status RemoveReplica(catalog::InodeId, std::string_view) override { return No(); }
-  absl::Status PutSite(const catalog::Site&) override { return No(); }
-  absl::Status RemoveSite(std::string_view) override { return No(); }
-  absl::Status RegisterNode(const catalog::Node&) override { return No(); }
-  absl::Status PutNodeDisk(std::string_view, const catalog::DiskProfile&) override { return No(); }
-  absl::Status RemoveNode(std::string_view) override { return No(); }
-  absl::Status SendHeartbeat(const catalog::Heartbeat&) override { return No(); }
-  absl::Status PutRoute(const catalog::Route&) override { return No(); }
-  absl::Status RemoveRoute(std::string_view, std::string_view) override { return No(); }
+  // What the dashboard does not read.
   absl::StatusOr<catalog::Route> GetRoute(std::string_view, std::string_view) override {
     return No();
   }
-  absl::StatusOr<catalog::Request> CreateRequest(const catalog::RequestSpec&) override {
-    return No();
-  }
-  absl::StatusOr<catalog::Request> UpdateRequest(const catalog::RequestUpdate&) override {
-    return No();
-  }
-  absl::StatusOr<std::vector<catalog::Task>> CreateTasks(
-      const std::vector<catalog::TaskSpec>&) override {
-    return No();
-  }
   absl::StatusOr<catalog::Task> GetTask(std::uint64_t) override { return No(); }
-  absl::StatusOr<catalog::Task> ClaimTask(std::string_view, std::string_view,
-                                          std::chrono::milliseconds) override {
-    return No();
-  }
-  absl::StatusOr<catalog::Task> RenewLease(std::uint64_t, std::string_view,
-                                           std::chrono::milliseconds) override {
-    return No();
-  }
-  absl::StatusOr<catalog::Task> CompleteTask(std::uint64_t, std::string_view) override {
-    return No();
-  }
-  absl::StatusOr<catalog::Task> FailTask(std::uint64_t, std::string_view, std::string_view, bool,
-                                         std::chrono::milliseconds) override {
-    return No();
-  }
-  absl::StatusOr<std::size_t> ExpireLeases() override { return No(); }
-  absl::StatusOr<catalog::Task> AbandonTask(std::uint64_t, std::string_view) override {
-    return No();
-  }
-  absl::Status CancelRequest(std::uint64_t) override { return No(); }
 
  private:
   static absl::Status No() { return absl::UnimplementedError("not in the fuzz catalog"); }

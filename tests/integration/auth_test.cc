@@ -572,7 +572,8 @@ TEST(CatalogAuthStartTest, AUsersOpenRequestsAreBoundedByItsQuota) {
   absl::StatusOr<catalog::Request> first = alice->CreateRequest(spec);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->spec.owner, "alice");
-  ASSERT_TRUE(alice->CreateRequest(spec).ok());
+  absl::StatusOr<catalog::Request> second = alice->CreateRequest(spec);
+  ASSERT_TRUE(second.ok()) << second.status();
   absl::Status over = alice->CreateRequest(spec).status();
   EXPECT_TRUE(absl::IsResourceExhausted(over)) << over;
   EXPECT_NE(over.message().find("user alice has 2 open replication requests"), absl::string_view::npos) << over;
@@ -586,6 +587,28 @@ TEST(CatalogAuthStartTest, AUsersOpenRequestsAreBoundedByItsQuota) {
   EXPECT_NE(not_hers.message().find("the request is bob's"), absl::string_view::npos) << not_hers;
   ASSERT_TRUE(alice->CancelRequest(first->id).ok());
   EXPECT_TRUE(alice->CreateRequest(spec).ok());
+  // A user never speaks for the repairer or a policy: the origin it sends is replaced.
+  catalog::RequestSpec claimed = spec;
+  claimed.origin = catalog::RequestOrigin::kRepair;
+  absl::StatusOr<catalog::Request> bobs_claim = bob->CreateRequest(claimed);
+  ASSERT_TRUE(bobs_claim.ok()) << bobs_claim.status();
+  EXPECT_EQ(bobs_claim->spec.origin, catalog::RequestOrigin::kUser);
+  // A policy rule that happens to be called "alice" is not alice's: she may not cancel its
+  // request, and it does not count against her quota.
+  catalog::RequestSpec rule = spec;
+  rule.origin = catalog::RequestOrigin::kPolicy;
+  rule.owner = "alice";
+  absl::StatusOr<catalog::Request> by_rule = root->CreateRequest(rule);
+  ASSERT_TRUE(by_rule.ok()) << by_rule.status();
+  EXPECT_EQ(by_rule->spec.origin, catalog::RequestOrigin::kPolicy);
+  absl::Status not_the_rules = alice->CancelRequest(by_rule->id);
+  EXPECT_TRUE(absl::IsPermissionDenied(not_the_rules)) << not_the_rules;
+  EXPECT_NE(not_the_rules.message().find("the request is policy:alice's"), absl::string_view::npos)
+      << not_the_rules;
+  ASSERT_TRUE(alice->CancelRequest(second->id).ok());
+  absl::StatusOr<catalog::Request> after_rule = alice->CreateRequest(spec);
+  EXPECT_TRUE(after_rule.ok()) << "the rule's request is not one of alice's: "
+                               << after_rule.status();
   p->Signal(SIGTERM);
   RunResult done = p->Wait(std::chrono::seconds(20));
   EXPECT_EQ(done.exit_code, 0) << done.err;

@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "transfer/checksum.h"
-#include "transfer/internal/commit.h"
+#include "transfer/durable_file.h"
 #include "transfer/internal/xxh.h"
 
 namespace gfrep::transfer::internal {
@@ -666,7 +666,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
               if (::unlink(dst->journal_path.c_str()) != 0 && errno != ENOENT) {
                 return ErrnoStatus(errno, fmt::format("remove {}", dst->journal_path.string()));
               }
-              absl::Status c = CommitFile(dst->part_path, dst->final_path, dst->create_only);
+              absl::Status c = InstallFile(dst->part_path, dst->final_path, dst->create_only);
               if (absl::IsAlreadyExists(c)) {
                 return absl::AlreadyExistsError(
                     fmt::format("{} already exists (replica files are written once)", dst->name));

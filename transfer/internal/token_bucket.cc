@@ -26,14 +26,14 @@ double TokenBucket::TokensAt(std::chrono::steady_clock::time_point now) const {
 }
 
 std::chrono::nanoseconds TokenBucket::WouldWait(std::uint64_t bytes) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const double after = TokensAt(clock_->Now()) - static_cast<double>(bytes);
   if (after >= 0) return std::chrono::nanoseconds(0);
   return std::chrono::nanoseconds(static_cast<std::int64_t>(-after / rate_ * 1e9));
 }
 
 std::chrono::nanoseconds TokenBucket::Reserve(std::uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto now = clock_->Now();
   double elapsed = std::chrono::duration<double>(now - last_).count();
   if (elapsed > 0) {
@@ -46,22 +46,22 @@ std::chrono::nanoseconds TokenBucket::Reserve(std::uint64_t bytes) {
 }
 
 void TokenBucket::SetRate(double rate) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   rate_ = rate;
 }
 
 double TokenBucket::rate() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return rate_;
 }
 
 std::shared_ptr<TokenBucket> RouteBucket(const std::string& name, double rate_bytes) {
-  static std::mutex mu;
+  static absl::Mutex mu(absl::kConstInit);
   // Kept for the process's life (a few per route): a bucket that died with its last copy
   // forgot its debt and came back with a full burst, so many short copies one after another
   // went faster than the route's rate.
   static std::map<std::string, std::shared_ptr<TokenBucket>> buckets;
-  std::lock_guard<std::mutex> lock(mu);
+  absl::MutexLock lock(&mu);
   std::shared_ptr<TokenBucket> b = buckets[name];
   if (b) {
     if (b->rate() != rate_bytes) b->SetRate(rate_bytes);

@@ -10,8 +10,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace gfrep::transfer::internal {
 
@@ -39,13 +41,14 @@ class TokenBucket {
 
  private:
   // Tokens now (negative: debt), from the stored count and the time since `last_`.
-  double TokensAt(std::chrono::steady_clock::time_point now) const;
+  double TokensAt(std::chrono::steady_clock::time_point now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  mutable std::mutex mu_;
-  double rate_;   // guarded by mu_
-  double burst_;  // guarded by mu_
-  double tokens_; // guarded by mu_; negative = debt
-  std::chrono::steady_clock::time_point last_;  // guarded by mu_
+  mutable absl::Mutex mu_;
+  double rate_ ABSL_GUARDED_BY(mu_);
+  double burst_ ABSL_GUARDED_BY(mu_);
+  double tokens_ ABSL_GUARDED_BY(mu_);  // negative = debt
+  std::chrono::steady_clock::time_point last_ ABSL_GUARDED_BY(mu_);
   Clock* clock_;
 };
 

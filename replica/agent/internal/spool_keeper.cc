@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "replica/core/spool.h"
+#include "transfer/durable_file.h"
 #include "transfer/spool_names.h"
 
 namespace gfrep::replica::agent::internal {
@@ -242,11 +243,12 @@ absl::Status SpoolKeeper::MigrateLegacyLayout() {
           }
         }
         fs::create_directories(target.parent_path(), ec);
-        if (absl::Status s = RenameNoReplace(old_file, target); !s.ok()) {
+        if (absl::Status s = transfer::RenameNoReplace(old_file, target); !s.ok()) {
           options_.logger->warn("migration: {}", s.ToString());
           continue;
         }
-        if (absl::Status s = SyncDirectoryChain(spool, target.parent_path()); !s.ok()) return s;
+        if (absl::Status s = transfer::SyncDirectoryChain(spool, target.parent_path()); !s.ok())
+          return s;
         ++moved;
       }
       if (page->size() < kKeeperPage) break;
@@ -266,7 +268,7 @@ absl::Status SpoolKeeper::MigrateLegacyLayout() {
         moved, corrupt, unlinked, left);
     fs::remove_all(spool / kLegacyIndexDir, ec);
   }
-  return WriteFileDurably(spool / kLayoutFile, "2\n");
+  return transfer::WriteFileDurably(spool / kLayoutFile, "2\n");
 }
 
 }  // namespace gfrep::replica::agent::internal

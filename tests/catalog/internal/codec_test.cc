@@ -228,11 +228,46 @@ TEST(CodecTest, EveryTruncationIsDataLoss) {
   std::string enc = EncodeRequest(r);
   ASSERT_TRUE(DecodeRequest(enc).ok());
   EXPECT_EQ(DecodeRequest(enc)->spec.parallel, 8u);
-  for (std::size_t n = 0; n < enc.size(); ++n) {
+  // One byte short is a record from before the origin (the next test); shorter is damage.
+  for (std::size_t n = 0; n + 1 < enc.size(); ++n) {
     EXPECT_EQ(DecodeRequest(enc.substr(0, n)).status().code(), absl::StatusCode::kDataLoss)
         << "truncated to " << n;
   }
   EXPECT_EQ(DecodeRequest(enc + "x").status().code(), absl::StatusCode::kDataLoss);
+}
+
+// The request's origin is stored; records written before it (no origin byte at the end)
+// named the repairer's and the policies' requests in their owner, and decode to the origin.
+TEST(CodecTest, ARequestsOriginIsStoredAndOlderRecordsGetItFromTheirOwner) {
+  Request r;
+  r.id = 3;
+  r.spec.paths = {"/a"};
+  r.spec.origin = RequestOrigin::kPolicy;
+  r.spec.owner = "exp-in-japan";
+  absl::StatusOr<Request> back = DecodeRequest(EncodeRequest(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->spec.origin, RequestOrigin::kPolicy);
+  EXPECT_EQ(back->spec.owner, "exp-in-japan");
+  auto old = [](Request x) {
+    std::string text = EncodeRequest(x);
+    text.resize(text.size() - 1);  // the origin: one varint byte
+    return DecodeRequest(text);
+  };
+  r.spec.origin = RequestOrigin::kUser;
+  r.spec.owner = "policy:exp-in-japan";
+  absl::StatusOr<Request> policy = old(r);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_EQ(policy->spec.origin, RequestOrigin::kPolicy);
+  EXPECT_EQ(policy->spec.owner, "exp-in-japan");
+  r.spec.owner = "repair";
+  EXPECT_EQ(old(r)->spec.origin, RequestOrigin::kRepair);
+  r.spec.owner = "alice";
+  EXPECT_EQ(old(r)->spec.origin, RequestOrigin::kUser);
+  EXPECT_EQ(old(r)->spec.owner, "alice");
+  // An origin out of range is damage, not a user's request.
+  std::string bad = EncodeRequest(r);
+  bad.back() = 9;
+  EXPECT_EQ(DecodeRequest(bad).status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST(CodecTest, RandomBytesNeverCrashTheDecoders) {

@@ -970,7 +970,7 @@ TEST_F(SiteAgentTest, ADamagedReplicaIsNeverReadAndIsRepairedWithoutAnyoneAsking
     made = done = 0;
     errors.clear();
     for (const catalog::Request& r : *repairs) {
-      if (r.spec.owner != plan::kRepairOwner) continue;
+      if (r.spec.origin != catalog::RequestOrigin::kRepair) continue;
       ++made;
       done += r.state == RequestState::kDone ? 1 : 0;
       errors += r.error;

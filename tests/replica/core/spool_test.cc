@@ -24,18 +24,6 @@ TEST(SpoolTest, LegacyPathsMapIntoTheSpoolAndRefuseEscapesAndReservedNames) {
   EXPECT_FALSE(LegacySpoolRelativePath("/.gfrep-tmp/x").ok());
 }
 
-TEST(SpoolTest, RenameNoReplaceNeverOverwrites) {
-  gfrep::testing::TempDir tmp;
-  gfrep::testing::WriteRandomFile(tmp.path() / "a", 10, 1);
-  gfrep::testing::WriteRandomFile(tmp.path() / "b", 20, 2);
-  absl::Status s = RenameNoReplace(tmp.path() / "a", tmp.path() / "b");
-  EXPECT_TRUE(absl::IsAlreadyExists(s)) << s;
-  EXPECT_EQ(std::filesystem::file_size(tmp.path() / "b"), 20u);
-  EXPECT_TRUE(std::filesystem::exists(tmp.path() / "a"));
-  EXPECT_TRUE(RenameNoReplace(tmp.path() / "a", tmp.path() / "c").ok());
-  EXPECT_EQ(std::filesystem::file_size(tmp.path() / "c"), 10u);
-}
-
 TEST(SpoolTest, VerifyFileComparesSizeAndChecksumWithTheCatalog) {
   gfrep::testing::TempDir tmp;
   std::filesystem::path f = tmp.path() / "f";
@@ -80,33 +68,6 @@ TEST(SpoolTest, CatalogChecksumUsesTheEngineSpelling) {
   a.checksum_algo = "xxh3-128";
   a.checksum = "00ff";
   EXPECT_EQ(CatalogChecksum(a), "xxh3-128:00ff");
-}
-
-TEST(SpoolTest, SyncDirectoryChainSyncsInsideTheSpoolOnly) {
-  gfrep::testing::TempDir tmp;
-  std::filesystem::path spool = tmp.path() / "spool";
-  std::filesystem::create_directories(spool / "a" / "b");
-  EXPECT_TRUE(SyncDirectoryChain(spool, spool / "a" / "b").ok());
-  EXPECT_TRUE(SyncDirectoryChain(spool, spool).ok());
-  EXPECT_TRUE(SyncDirectoryChain(spool / "", spool / "a" / "").ok());
-  absl::Status missing = SyncDirectoryChain(spool, spool / "a" / "nope");
-  EXPECT_TRUE(absl::IsNotFound(missing)) << missing;
-  EXPECT_TRUE(absl::IsInvalidArgument(SyncDirectoryChain(spool, tmp.path())));
-  EXPECT_TRUE(absl::IsInvalidArgument(SyncDirectoryChain(spool, spool / ".." / "x")));
-  EXPECT_TRUE(absl::IsInvalidArgument(SyncDirectoryChain(spool, tmp.path() / "spool2")));
-}
-
-TEST(SpoolTest, WriteFileDurablyReplacesTheWholeFileAndSaysWhatFailedByErrno) {
-  gfrep::testing::TempDir tmp;
-  const std::filesystem::path file = tmp.path() / "state.json";
-  ASSERT_TRUE(WriteFileDurably(file, "first\n").ok());
-  ASSERT_TRUE(WriteFileDurably(file, "second, longer\n").ok());
-  EXPECT_EQ(gfrep::testing::ReadFile(file), "second, longer\n");
-  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "state.json.tmp")) << "the temporary file is renamed";
-  // A missing directory is kNotFound (the errno mapping every library shares), not kInternal.
-  absl::Status missing = WriteFileDurably(tmp.path() / "no-such-dir" / "f", "x");
-  EXPECT_TRUE(absl::IsNotFound(missing)) << missing;
-  EXPECT_NE(missing.message().find("no-such-dir"), absl::string_view::npos) << missing;
 }
 
 }  // namespace

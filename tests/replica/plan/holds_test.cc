@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "replica/plan/policy_engine.h"
 #include "replica/plan/repairer.h"
 #include "tests/support/scratch_catalog.h"
 #include "tests/support/temp_dir.h"
@@ -34,11 +33,13 @@ class HoldIndexTest : public ::testing::Test {
   }
 
   std::uint64_t Request(std::vector<std::string> paths, bool recursive, const std::string& owner,
-                        std::uint32_t copies = 2) {
+                        std::uint32_t copies = 2,
+                        catalog::RequestOrigin origin = catalog::RequestOrigin::kUser) {
     catalog::RequestSpec spec;
     spec.paths = std::move(paths);
     spec.recursive = recursive;
     spec.owner = owner;
+    spec.origin = origin;
     spec.copies = copies;
     absl::StatusOr<catalog::Request> r = cat_->CreateRequest(spec);
     EXPECT_TRUE(r.ok()) << r.status();
@@ -66,12 +67,12 @@ TEST_F(HoldIndexTest, ARecursiveRequestHoldsEveryFileBelowItsDirectories) {
   EXPECT_EQ(Ids(holds.Of(inode_["/x"])), (std::vector<std::uint64_t>{one}));
   ASSERT_NE(holds.Request(dir), nullptr);
   EXPECT_EQ(holds.Request(dir)->copies, 3u);
-  EXPECT_EQ(holds.Request(dir)->owner, "alice");
+  EXPECT_EQ(holds.Request(dir)->rule, "") << "a user's request is no rule's";
   EXPECT_EQ(holds.files(), 3u);
 }
 
 TEST_F(HoldIndexTest, RepairsAndCancelledRequestsHoldNothingAndLaterRequestsAreAdded) {
-  Request({"/x"}, false, kRepairOwner);
+  Request({"/x"}, false, kRepairOwner, 2, catalog::RequestOrigin::kRepair);
   const std::uint64_t cancelled = Request({"/d/a"}, false, "carol");
   ASSERT_TRUE(cat_->CancelRequest(cancelled).ok());
   HoldIndex holds(cat_.get());
@@ -85,14 +86,29 @@ TEST_F(HoldIndexTest, RepairsAndCancelledRequestsHoldNothingAndLaterRequestsAreA
 }
 
 TEST_F(HoldIndexTest, AReleasedHoldIsGoneButRemembered) {
-  const std::uint64_t id = Request({"/x"}, false, std::string(kPolicyOwnerPrefix) + "r");
+  const std::uint64_t id = Request({"/x"}, false, "r", 2, catalog::RequestOrigin::kPolicy);
   HoldIndex holds(cat_.get());
   ASSERT_TRUE(holds.Update().ok());
-  EXPECT_EQ(RuleOfOwner(holds.Request(id)->owner), "r");
-  EXPECT_FALSE(holds.EverHeld(inode_["/d/a"], holds.Request(id)->owner));
+  EXPECT_EQ(holds.Request(id)->rule, "r");
+  EXPECT_FALSE(holds.EverHeld(inode_["/d/a"], "r"));
   holds.Release(inode_["/x"], id);
   EXPECT_TRUE(holds.Of(inode_["/x"]).empty());
-  EXPECT_TRUE(holds.EverHeld(inode_["/x"], holds.Request(id)->owner)) << "a lifetime applies once per file";
+  EXPECT_TRUE(holds.EverHeld(inode_["/x"], "r")) << "a lifetime applies once per file";
+}
+
+// The origin is a field, not a name: a user called "repair" holds what it asks for, and a user
+// named like a rule is no rule (before, owner "repair" meant the repairer's request and
+// "policy:r" rule r's, whoever had asked).
+TEST_F(HoldIndexTest, AUserNamedLikeTheRepairerOrARuleIsAUser) {
+  const std::uint64_t user_repair = Request({"/x"}, false, "repair");
+  const std::uint64_t user_rule = Request({"/d/a"}, false, "policy:r");
+  HoldIndex holds(cat_.get());
+  ASSERT_TRUE(holds.Update().ok());
+  EXPECT_EQ(Ids(holds.Of(inode_["/x"])), (std::vector<std::uint64_t>{user_repair}))
+      << "the user \"repair\" holds its file";
+  ASSERT_NE(holds.Request(user_rule), nullptr);
+  EXPECT_EQ(holds.Request(user_rule)->rule, "");
+  EXPECT_FALSE(holds.EverHeld(inode_["/d/a"], "r"));
 }
 
 }  // namespace

@@ -20,15 +20,7 @@ class PolicyEngineTest : public ::testing::Test {
     auto c = gfrep::testing::OpenScratchCatalog(dir_.Sub("db"), [this] { return now_ns_; });
     ASSERT_TRUE(c.ok()) << c.status();
     cat_ = std::move(*c);
-    for (const auto& [name, region] : std::vector<std::pair<std::string, std::string>>{
-             {"kek", "jp"}, {"tsukuba", "jp"}, {"sdsc", "us"}}) {
-      ASSERT_TRUE(cat_->PutSite({name, {{"region", region}}}).ok());
-      catalog::Node n;
-      n.name = name + "-n1";
-      n.site = name;
-      n.address = "127.0.0.1:1";
-      ASSERT_TRUE(cat_->RegisterNode(n).ok());
-    }
+    ASSERT_TRUE(gfrep::testing::AddJapanUsSites(*cat_).ok());
   }
 
   void Commit(const std::string& path, const std::string& node = "kek-n1") {
@@ -65,7 +57,7 @@ class PolicyEngineTest : public ::testing::Test {
     EXPECT_TRUE(all.ok());
     std::vector<catalog::Request> out;
     for (auto it = all->rbegin(); it != all->rend(); ++it) {
-      if (it->spec.owner.rfind(kPolicyOwnerPrefix, 0) == 0) out.push_back(*it);
+      if (it->spec.origin == catalog::RequestOrigin::kPolicy) out.push_back(*it);
     }
     return out;
   }
@@ -126,7 +118,8 @@ TEST_F(PolicyEngineTest, AContinuousRuleCoversOldFilesAtOnceAndNewFilesAsTheyApp
   EXPECT_EQ(reqs[0].spec.copies, 2u);
   EXPECT_EQ(reqs[0].spec.dst_sites, (std::vector<std::string>{"kek", "tsukuba"}));
   EXPECT_EQ(reqs[0].spec.priority, 5);
-  EXPECT_EQ(reqs[0].spec.owner, "policy:exp-in-japan");
+  EXPECT_EQ(reqs[0].spec.owner, "exp-in-japan");
+  EXPECT_EQ(catalog::DescribeOwner(reqs[0].spec), "policy:exp-in-japan");
 
   // New files: only those under the pattern, one request for all of a step's.
   Commit("/exp/new/b");
@@ -323,7 +316,7 @@ TEST_F(PolicyEngineTest, CopiesAnotherRuleOrAGfrepRequestNeedsStayAfterALifetime
   ASSERT_TRUE(engine->Step().ok());
   std::vector<catalog::Request> reqs = PolicyRequests();
   ASSERT_EQ(reqs.size(), 2u);
-  const std::uint64_t scratch = reqs[0].spec.owner == "policy:scratch" ? reqs[0].id : reqs[1].id;
+  const std::uint64_t scratch = reqs[0].spec.owner == "scratch" ? reqs[0].id : reqs[1].id;
   Copy(scratch, "/exp/a", "tsukuba-n1");
   Copy(scratch, "/exp/a", "sdsc-n1");
   Copy(scratch, "/exp/b", "tsukuba-n1");

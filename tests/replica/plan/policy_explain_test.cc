@@ -20,15 +20,7 @@ class PolicyExplainTest : public ::testing::Test {
         dir_.Sub("db"), [this] { return now_.now_ns; });  // the catalog and explain share "now"
     ASSERT_TRUE(c.ok()) << c.status();
     cat_ = std::move(*c);
-    for (const auto& [name, region] : std::vector<std::pair<std::string, std::string>>{
-             {"kek", "jp"}, {"tsukuba", "jp"}, {"sdsc", "us"}}) {
-      ASSERT_TRUE(cat_->PutSite({name, {{"region", region}}}).ok());
-      catalog::Node n;
-      n.name = name + "-n1";
-      n.site = name;
-      n.address = "127.0.0.1:1";
-      ASSERT_TRUE(cat_->RegisterNode(n).ok());
-    }
+    ASSERT_TRUE(gfrep::testing::AddJapanUsSites(*cat_).ok());
     ASSERT_TRUE(cat_->Mkdir("/exp", {}).ok());
     catalog::FileContent content;
     content.size = 10;
@@ -50,7 +42,8 @@ class PolicyExplainTest : public ::testing::Test {
     catalog::RequestSpec spec;
     spec.paths = {"/exp/f"};
     spec.dst_sites = {"sdsc"};
-    spec.owner = std::string(kPolicyOwnerPrefix) + "r";
+    spec.origin = catalog::RequestOrigin::kPolicy;
+    spec.owner = "r";
     auto req = cat_->CreateRequest(spec);
     EXPECT_TRUE(req.ok());
     return req->id;

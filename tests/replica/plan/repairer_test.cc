@@ -71,7 +71,7 @@ class RepairerTest : public ::testing::Test {
     EXPECT_TRUE(all.ok());
     std::vector<catalog::Request> out;
     for (const catalog::Request& r : *all) {
-      if (r.spec.owner == kRepairOwner) out.push_back(r);
+      if (r.spec.origin == catalog::RequestOrigin::kRepair) out.push_back(r);
     }
     return out;
   }

@@ -1,4 +1,4 @@
-#include "transfer/internal/commit.h"
+#include "transfer/durable_file.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -10,9 +10,9 @@
 #include <cstring>
 
 #include "absl/status/status.h"
-#include "transfer/internal/engine.h"
+#include "transfer/errno_status.h"
 
-namespace gfrep::transfer::internal {
+namespace gfrep::transfer {
 namespace fs = std::filesystem;
 
 absl::StatusOr<std::vector<fs::path>> CreateParents(const fs::path& dir) {
@@ -64,32 +64,51 @@ absl::Status SyncDirectories(const std::vector<fs::path>& dirs) {
   return absl::OkStatus();
 }
 
-namespace {
-
-// rename(2) that never replaces `to`: renameat2(RENAME_NOREPLACE), or where the file system
-// lacks it, link + unlink (link fails with EEXIST just the same).
-int RenameNoReplace(const fs::path& from, const fs::path& to) {
-  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return 0;
-  if (errno != EINVAL && errno != ENOSYS) return -1;
-  if (::link(from.c_str(), to.c_str()) != 0) return -1;
-  return ::unlink(from.c_str());
+absl::Status SyncDirectoryChain(const fs::path& root_dir, const fs::path& dir) {
+  fs::path root = root_dir.lexically_normal();
+  fs::path cur = dir.lexically_normal();
+  if (!root.empty() && !root.has_filename()) root = root.parent_path();  // "a/" -> "a"
+  if (!cur.empty() && !cur.has_filename()) cur = cur.parent_path();
+  fs::path rel = cur.lexically_relative(root);
+  if (root.empty() || rel.empty() || *rel.begin() == "..") {
+    return absl::InvalidArgumentError(
+        fmt::format("{} is not inside {}", dir.string(), root_dir.string()));
+  }
+  std::vector<fs::path> chain{cur};
+  while (chain.back() != root && chain.back().parent_path() != chain.back()) {
+    chain.push_back(chain.back().parent_path());
+  }
+  return SyncDirectories(chain);
 }
 
-}  // namespace
+absl::Status RenameNoReplace(const fs::path& from, const fs::path& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) != 0) {
+    if (errno != EINVAL && errno != ENOSYS) {
+      return ErrnoStatus(errno, fmt::format("rename {} -> {}", from.string(), to.string()));
+    }
+    // No RENAME_NOREPLACE here: link fails with EEXIST just the same.
+    if (::link(from.c_str(), to.c_str()) != 0) {
+      return ErrnoStatus(errno, fmt::format("link {} -> {}", from.string(), to.string()));
+    }
+    if (::unlink(from.c_str()) != 0) {
+      return ErrnoStatus(errno, fmt::format("unlink {} after linking it", from.string()));
+    }
+  }
+  return absl::OkStatus();
+}
 
-absl::Status CommitFile(const fs::path& part, const fs::path& final_path, bool create_only) {
+absl::Status InstallFile(const fs::path& part, const fs::path& final_path, bool create_only) {
   const fs::path dir = final_path.parent_path();
   absl::StatusOr<std::vector<fs::path>> created = CreateParents(dir);
   if (!created.ok()) return created.status();
   if (create_only) {
-    if (RenameNoReplace(part, final_path) != 0) {
-      int e = errno;
-      if (e == EEXIST) {
+    if (absl::Status s = RenameNoReplace(part, final_path); !s.ok()) {
+      if (absl::IsAlreadyExists(s)) {
         (void)::unlink(part.c_str());  // ignored: best-effort removal of the temporary
         return absl::AlreadyExistsError(
             fmt::format("{} already exists (replica files are written once)", final_path.string()));
       }
-      return ErrnoStatus(e, fmt::format("rename into {}", final_path.string()));
+      return s;
     }
   } else if (::rename(part.c_str(), final_path.c_str()) != 0) {
     return ErrnoStatus(errno, fmt::format("rename into {}", final_path.string()));
@@ -103,4 +122,24 @@ absl::Status CommitFile(const fs::path& part, const fs::path& final_path, bool c
   return SyncDirectories(sync);
 }
 
-}  // namespace gfrep::transfer::internal
+absl::Status WriteFileDurably(const fs::path& path, std::string_view content) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, fmt::format("create {}", tmp.string()));
+  const ssize_t n = ::write(fd, content.data(), content.size());
+  int err = n < 0 ? errno : ENOSPC;  // a short write: the disk is full
+  bool ok = n == static_cast<ssize_t>(content.size());
+  if (ok && ::fsync(fd) != 0) {
+    err = errno;
+    ok = false;
+  }
+  ::close(fd);
+  if (!ok) return ErrnoStatus(err, fmt::format("write {}", tmp.string()));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return ErrnoStatus(errno, fmt::format("rename {} -> {}", tmp.string(), path.string()));
+  }
+  return SyncDirectories({path.has_parent_path() ? path.parent_path() : fs::path(".")});
+}
+
+}  // namespace gfrep::transfer
