@@ -795,7 +795,9 @@ class Service final : public v1::Catalog::CallbackService {
     Caller caller;
     if (grpc::ServerUnaryReactor* denied = Deny(c, "CreateRequest", Access::kReplicate, {}, &caller)) return denied;
     return Offload(c, [this, req, resp, caller] {
-      RequestSpec spec = FromProto(*req);
+      absl::StatusOr<RequestSpec> asked = FromProto(*req);
+      if (!asked.ok()) return asked.status();
+      RequestSpec spec = std::move(*asked);
       if (!caller.user()) return Fill(catalog_.CreateRequest(spec), resp);
       if (spec.priority > kMaxUserRequestPriority) {
         return Refused(caller, absl::PermissionDeniedError(fmt::format(

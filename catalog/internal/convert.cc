@@ -251,10 +251,14 @@ void ToProto(const RequestSpec& in, v1::RequestSpec* out) {
   out->set_priority(in.priority);
   out->set_owner(in.owner);
   out->set_parallel(in.parallel);
-  out->set_origin(static_cast<v1::RequestOrigin>(in.origin));
+  switch (in.origin) {
+    case RequestOrigin::kUser: out->set_origin(v1::ORIGIN_USER); break;
+    case RequestOrigin::kPolicy: out->set_origin(v1::ORIGIN_POLICY); break;
+    case RequestOrigin::kRepair: out->set_origin(v1::ORIGIN_REPAIR); break;
+  }
 }
 
-RequestSpec FromProto(const v1::RequestSpec& in) {
+absl::StatusOr<RequestSpec> FromProto(const v1::RequestSpec& in) {
   RequestSpec s;
   s.paths.assign(in.paths().begin(), in.paths().end());
   s.copies = in.copies();
@@ -264,9 +268,13 @@ RequestSpec FromProto(const v1::RequestSpec& in) {
   s.priority = in.priority();
   s.owner = in.owner();
   s.parallel = in.parallel();
-  // Unset or unknown (a newer peer's): a user's, the origin that holds and may least.
-  if (in.origin() == v1::ORIGIN_POLICY || in.origin() == v1::ORIGIN_REPAIR) {
-    s.origin = static_cast<RequestOrigin>(in.origin());
+  switch (in.origin()) {
+    case v1::ORIGIN_USER: s.origin = RequestOrigin::kUser; break;
+    case v1::ORIGIN_POLICY: s.origin = RequestOrigin::kPolicy; break;
+    case v1::ORIGIN_REPAIR: s.origin = RequestOrigin::kRepair; break;
+    default:
+      return absl::InvalidArgumentError(
+          fmt::format("bad request origin {}", static_cast<int>(in.origin())));
   }
   return s;
 }
@@ -303,9 +311,11 @@ void ToProto(const Request& in, v1::Request* out) {
 absl::StatusOr<Request> FromProto(const v1::Request& in) {
   absl::StatusOr<RequestState> st = FromProto(in.state());
   if (!st.ok()) return st.status();
+  absl::StatusOr<RequestSpec> spec = FromProto(in.spec());
+  if (!spec.ok()) return spec.status();
   Request r;
   r.id = in.id();
-  r.spec = FromProto(in.spec());
+  r.spec = std::move(*spec);
   r.state = *st;
   r.error = in.error();
   r.files_total = in.files_total();

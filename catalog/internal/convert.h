@@ -36,7 +36,8 @@ Route FromProto(const v1::Route& in);
 void ToProto(const Heartbeat& in, v1::HeartbeatRequest* out);
 Heartbeat FromProto(const v1::HeartbeatRequest& in);
 void ToProto(const RequestSpec& in, v1::RequestSpec* out);
-RequestSpec FromProto(const v1::RequestSpec& in);
+// kInvalidArgument for an origin this version does not know.
+absl::StatusOr<RequestSpec> FromProto(const v1::RequestSpec& in);
 void ToProto(const Request& in, v1::Request* out);
 absl::StatusOr<Request> FromProto(const v1::Request& in);
 void ToProto(const TaskSpec& in, v1::TaskSpec* out);
