@@ -50,7 +50,18 @@ grep -q "adduser --system" "$work/control/postinst" || fail "postinst does not c
 
 # 3. Contents: every tool (tools/*.cc is one program each), nothing from tests/.
 listing=$(dpkg-deb -c "$deb" | awk '{print $6}')
-has() { echo "$listing" | grep -qx "\./$1" || fail "not in the package: /$1"; }
+# A file missing from the package says what cpack did and what /usr/bin held (a clean-clone
+# CI run once lacked /usr/bin/gfauth although the same tree packaged it alone and beside the
+# other build tests right after).
+has() {
+  echo "$listing" | grep -qx "\./$1" && return 0
+  echo "--- /usr/bin in the package:" >&2
+  echo "$listing" | grep '^\./usr/bin/' >&2 || true
+  echo "--- the end of cpack's log:" >&2
+  tail -n 40 "$work/cpack.log" >&2
+  ls -l "$build/bin" >&2 || true
+  fail "not in the package: /$1"
+}
 tools=0
 for cc in "$src"/tools/*.cc; do
   has "usr/bin/$(basename "$cc" .cc)"
