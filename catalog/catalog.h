@@ -473,6 +473,31 @@ class Catalog : public CatalogView,
       const std::vector<ReplicaTransition>& items) override;
 };
 
+// A catalog's roles, one pointer each: what a component that uses several roles takes (its
+// header says which it uses), so that a test can stand a fake in for one role and keep the
+// others real. Made from a Catalog, every pointer is that catalog; default: all null.
+struct Roles {
+  Roles() = default;
+  // Implicit: a whole catalog is each of its roles.
+  Roles(Catalog* catalog)  // NOLINT(google-explicit-constructor)
+      : view(catalog),
+        names(catalog),
+        replicas(catalog),
+        sites(catalog),
+        work(catalog),
+        governance(catalog),
+        monitoring(catalog) {}
+  Roles(Catalog& catalog) : Roles(&catalog) {}  // NOLINT(google-explicit-constructor)
+
+  CatalogView* view = nullptr;
+  NamespaceEditor* names = nullptr;
+  ReplicaRegistry* replicas = nullptr;
+  SiteRegistry* sites = nullptr;
+  WorkQueue* work = nullptr;
+  Governance* governance = nullptr;
+  Monitoring* monitoring = nullptr;
+};
+
 // Where the clock comes from (tests inject a fake one). Returns Unix time in ns.
 using Clock = std::function<std::int64_t()>;
 std::int64_t SystemNowNs();

@@ -8,8 +8,8 @@
 namespace gfrep::replica::agent {
 
 absl::StatusOr<FsckReport> RunFsck(const FsckOptions& options) {
-  catalog::Catalog& cat = *options.catalog;
-  absl::StatusOr<catalog::Node> node = cat.GetNode(options.node);
+  const catalog::Roles& cat = options.catalog;
+  absl::StatusOr<catalog::Node> node = cat.view->GetNode(options.node);
   if (!node.ok()) return node.status();
   const std::filesystem::path spool =
       options.spool.empty() ? std::filesystem::path(node->spool) : options.spool;
@@ -18,7 +18,7 @@ absl::StatusOr<FsckReport> RunFsck(const FsckOptions& options) {
         fmt::format("node {} registered no spool: name it with --spool", options.node));
   }
   ReplicaCheckerOptions o;
-  o.catalog = &cat;
+  o.catalog = cat;
   o.node = options.node;
   o.spool = spool;
   o.scrub_rate_bytes = options.rate_bytes;
@@ -29,7 +29,7 @@ absl::StatusOr<FsckReport> RunFsck(const FsckOptions& options) {
   if (!options.paths.empty()) {
     std::vector<catalog::InodeId> inodes;
     for (const std::string& p : options.paths) {
-      if (absl::Status s = CollectInodes(cat, p, options.recursive, inodes); !s.ok()) return s;
+      if (absl::Status s = CollectInodes(*cat.view, p, options.recursive, inodes); !s.ok()) return s;
     }
     absl::StatusOr<CheckSummary> s = checker.CheckFiles(inodes, options.checksum);
     if (!s.ok()) return s.status();
@@ -42,7 +42,7 @@ absl::StatusOr<FsckReport> RunFsck(const FsckOptions& options) {
   report.replicas = std::move(*s);
 
   internal::SpoolKeeperOptions k;
-  k.catalog = &cat;
+  k.catalog = cat;
   k.node = options.node;
   k.spool = spool;
   k.orphan_grace = options.orphan_grace;

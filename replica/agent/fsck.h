@@ -25,8 +25,8 @@
 namespace gfrep::replica::agent {
 
 struct FsckOptions {
-  // REQUIRES: non-null.
-  catalog::Catalog* catalog = nullptr;
+  // Uses view and replicas. REQUIRES: those non-null.
+  catalog::Roles catalog;
   std::string node;
   // Empty: the spool the node registered.
   std::filesystem::path spool;

@@ -49,7 +49,7 @@ void ReplicaChecker::Record(ReplicaFinding f, CheckSummary& summary) {
     case ReplicaVerdict::kSkipped: summary.skipped += 1; break;
   }
   if (f.verdict == ReplicaVerdict::kLost || f.verdict == ReplicaVerdict::kCorrupt) {
-    absl::StatusOr<std::string> path = options_.catalog->PathOf(f.replica.inode);
+    absl::StatusOr<std::string> path = options_.catalog.view->PathOf(f.replica.inode);
     options_.logger->warn("replica of {} (inode {} generation {}) on {} is {}: {}",
                           path.ok() ? *path : "(unknown path)", f.replica.inode,
                           f.replica.generation, f.replica.node,
@@ -63,7 +63,7 @@ absl::Status ReplicaChecker::Flush(CheckSummary& summary) {
   std::vector<catalog::ReplicaTransition> items;
   items.swap(queue_);
   if (items.empty() || !options_.report) return absl::OkStatus();
-  absl::StatusOr<std::vector<absl::Status>> results = options_.catalog->TransitionReplicas(items);
+  absl::StatusOr<std::vector<absl::Status>> results = options_.catalog.replicas->TransitionReplicas(items);
   if (!results.ok()) return results.status();
   for (std::size_t i = 0; i < results->size() && i < items.size(); ++i) {
     if ((*results)[i].ok()) {
@@ -82,7 +82,7 @@ void ReplicaChecker::CheckOne(const catalog::Replica& r, bool checksum, CheckSum
     Record(CheckReplicaFile(options_.spool, r, nullptr), summary);
     return;
   }
-  absl::StatusOr<catalog::Attributes> attrs = options_.catalog->StatInode(r.inode);
+  absl::StatusOr<catalog::Attributes> attrs = options_.catalog.view->StatInode(r.inode);
   if (!attrs.ok()) {
     ReplicaFinding f;
     f.replica = r;
@@ -100,7 +100,7 @@ absl::StatusOr<CheckSummary> ReplicaChecker::StatPass() {
   catalog::InodeId after = 0;
   while (!Stopping()) {
     absl::StatusOr<std::vector<catalog::Replica>> page =
-        options_.catalog->ListNodeReplicas(options_.node, after, kPage);
+        options_.catalog.view->ListNodeReplicas(options_.node, after, kPage);
     if (!page.ok()) return page.status();
     for (const catalog::Replica& r : *page) {
       after = r.inode;
@@ -123,7 +123,7 @@ absl::StatusOr<CheckSummary> ReplicaChecker::ScrubPass(bool everything,
   catalog::InodeId after = 0;
   while (!Stopping()) {
     absl::StatusOr<std::vector<catalog::Replica>> page =
-        options_.catalog->ListNodeReplicas(options_.node, after, kPage);
+        options_.catalog.view->ListNodeReplicas(options_.node, after, kPage);
     if (!page.ok()) return page.status();
     for (const catalog::Replica& r : *page) {
       if (Stopping()) break;
@@ -163,7 +163,7 @@ absl::StatusOr<CheckSummary> ReplicaChecker::CheckFiles(const std::vector<catalo
   paced_bytes_ = 0;
   for (catalog::InodeId inode : inodes) {
     if (Stopping()) break;
-    absl::StatusOr<std::vector<catalog::Replica>> all = options_.catalog->GetReplicas(inode);
+    absl::StatusOr<std::vector<catalog::Replica>> all = options_.catalog.view->GetReplicas(inode);
     if (!all.ok()) return all.status();
     for (const catalog::Replica& r : *all) {
       if (r.node == options_.node && r.state == catalog::ReplicaState::kComplete) {

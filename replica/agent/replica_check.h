@@ -51,8 +51,8 @@ struct CheckSummary {
 };
 
 struct ReplicaCheckerOptions {
-  // REQUIRES: non-null, outlives the checker.
-  catalog::Catalog* catalog = nullptr;
+  // Uses view and replicas. REQUIRES: those non-null, outliving the checker.
+  catalog::Roles catalog;
   std::string node;
   std::filesystem::path spool;
   // Scrub: bytes per second read (0: unlimited), and how old a verification may get before

@@ -77,7 +77,12 @@ constexpr int kCompleters = 2;
 }  // namespace
 
 absl::Status Validate(const SiteAgentOptions& o) {
-  if (o.catalog == nullptr) return absl::InvalidArgumentError("site agent needs a catalog");
+  const catalog::Roles& c = o.catalog;
+  if (c.view == nullptr || c.work == nullptr || c.replicas == nullptr || c.sites == nullptr ||
+      c.monitoring == nullptr) {
+    return absl::InvalidArgumentError(
+        "site agent needs a catalog (view, work, replicas, sites and monitoring)");
+  }
   if (absl::Status s = catalog::ValidateName(o.site); !s.ok()) {
     return absl::InvalidArgumentError(fmt::format("site: {}", std::string(s.message())));
   }
@@ -217,16 +222,16 @@ catalog::Heartbeat SiteAgent::MakeHeartbeat() const {
 }
 
 absl::Status SiteAgent::Register() {
-  catalog::Catalog& cat = *options_.catalog;
+  const catalog::Roles& cat = options_.catalog;
   if (options_.create_site) {
-    absl::StatusOr<std::vector<catalog::Site>> sites = cat.ListSites();
+    absl::StatusOr<std::vector<catalog::Site>> sites = cat.view->ListSites();
     if (!sites.ok()) return sites.status();
     bool found = false;
     for (const catalog::Site& s : *sites) found = found || s.name == options_.site;
     if (!found) {
       catalog::Site site;
       site.name = options_.site;
-      if (absl::Status s = cat.PutSite(site); !s.ok()) {
+      if (absl::Status s = cat.sites->PutSite(site); !s.ok()) {
         if (!absl::IsPermissionDenied(s)) return s;
         return absl::FailedPreconditionError(fmt::format(
             "site '{}' is not in the catalog, and this node may not add it ({}): an admin adds it "
@@ -250,13 +255,13 @@ absl::Status SiteAgent::Register() {
   node.active_transfers = hb.active_transfers;
   node.workers = static_cast<std::uint32_t>(options_.workers);
   node.requires_data_tls = options_.requires_data_tls;
-  if (absl::Status r = cat.RegisterNode(node); !r.ok()) return r;
+  if (absl::Status r = cat.sites->RegisterNode(node); !r.ok()) return r;
   LoadDiskProfile();
   return absl::OkStatus();
 }
 
 void SiteAgent::LoadDiskProfile() {
-  absl::StatusOr<catalog::Node> self = options_.catalog->GetNode(options_.node);
+  absl::StatusOr<catalog::Node> self = options_.catalog.view->GetNode(options_.node);
   if (!self.ok()) {
     log_->warn("disk profile not read: {}", self.status().ToString());
     return;
@@ -278,7 +283,7 @@ void SiteAgent::CleanTemporaryFiles() {
   catalog::TaskFilter f;
   f.dst_node = options_.node;
   f.limit = catalog::kMaxBatchPaths * 4;
-  absl::StatusOr<std::vector<catalog::Task>> tasks = options_.catalog->ListTasks(f);
+  absl::StatusOr<std::vector<catalog::Task>> tasks = options_.catalog.view->ListTasks(f);
   if (!tasks.ok()) {
     log_->warn("cleanup skipped: cannot list tasks: {}", tasks.status().ToString());
     return;
@@ -396,7 +401,7 @@ void SiteAgent::Stop() {
 
 void SiteAgent::GiveBack(std::deque<Claimed> tasks) {
   for (const Claimed& c : tasks) {
-    absl::StatusOr<catalog::Task> failed = options_.catalog->FailTask(
+    absl::StatusOr<catalog::Task> failed = options_.catalog.work->FailTask(
         c.task.id, c.owner, "the agent stopped before the copy began", true,
         std::chrono::milliseconds(0));
     if (!failed.ok()) log_->warn("task={} give back: {}", c.task.id, failed.status().ToString());
@@ -433,7 +438,7 @@ void SiteAgent::TelemetryLoop() {
     next_send = now + options_.telemetry_interval;
     std::optional<catalog::TelemetryBatch> batch = meter_.Take(options_.node, options_.site, catalog::SystemNowNs());
     if (!batch) continue;
-    absl::Status s = options_.catalog->PublishTelemetry(*batch);
+    absl::Status s = options_.catalog.monitoring->PublishTelemetry(*batch);
     if (absl::IsUnimplemented(s)) {
       log_->info("telemetry: the catalog serves no dashboard; not sending any ({})", s.ToString());
       return;
@@ -483,7 +488,7 @@ void SiteAgent::HeartbeatLoop() {
     // What the copies taught of their routes since the last heartbeat (lost with it if it
     // fails: the next one reports what came after).
     hb.routes = learner_.Report();
-    absl::Status s = options_.catalog->SendHeartbeat(hb);
+    absl::Status s = options_.catalog.sites->SendHeartbeat(hb);
     if (absl::IsNotFound(s)) {
       // The catalog forgot us (restored or rebuilt): register again.
       s = Register();
@@ -522,7 +527,7 @@ void SiteAgent::RenewLoop() {
       std::size_t end = std::min(claims.size(), begin + kWave);
       for (std::size_t i = begin; i < end; ++i) {
         renewals.push_back(std::async(std::launch::async, [this, claim = claims[i]] {
-          return options_.catalog->RenewLease(claim.second, claim.first, options_.lease);
+          return options_.catalog.work->RenewLease(claim.second, claim.first, options_.lease);
         }));
       }
       for (std::size_t i = begin; i < end; ++i) {
@@ -555,7 +560,7 @@ void SiteAgent::RenewLoop() {
 }
 
 void SiteAgent::WatchLoop() {
-  catalog::EventCursor cursor(*options_.catalog, 1000);
+  catalog::EventCursor cursor(*options_.catalog.view, 1000);
   while (!stop_) {
     absl::StatusOr<std::vector<catalog::Event>> events = cursor.Read(std::chrono::milliseconds(1000));
     if (!events.ok()) {
@@ -627,7 +632,7 @@ void SiteAgent::ClaimLoop() {
     for (std::size_t i = 0; i < want; ++i) owners.push_back(fmt::format("{}#{}", owner_, ++claims_));
     last_claim = std::chrono::steady_clock::now();
     absl::StatusOr<std::vector<catalog::Task>> claimed =
-        options_.catalog->ClaimTasks(options_.node, owners, options_.lease);
+        options_.catalog.work->ClaimTasks(options_.node, owners, options_.lease);
     if (!claimed.ok()) {
       log_->warn("claim: {}", claimed.status().ToString());
       more = false;
@@ -711,7 +716,7 @@ void SiteAgent::WorkerLoop(int index) {
 }
 
 void SiteAgent::CompleteLoop() {
-  catalog::Catalog& cat = *options_.catalog;
+  const catalog::Roles& cat = options_.catalog;
   for (;;) {
     std::vector<Completion> batch;
     {
@@ -735,7 +740,7 @@ void SiteAgent::CompleteLoop() {
     auto deadline = std::chrono::steady_clock::now() + options_.lease;
     std::vector<absl::StatusOr<catalog::Task>> results;
     while (true) {
-      absl::StatusOr<std::vector<absl::StatusOr<catalog::Task>>> done = cat.CompleteTasks(items);
+      absl::StatusOr<std::vector<absl::StatusOr<catalog::Task>>> done = cat.work->CompleteTasks(items);
       if (done.ok() && done->size() != items.size()) {
         done = absl::InternalError("the catalog answered a commit batch with another count");
       }
@@ -871,7 +876,7 @@ void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owne
     log_->warn("task={} attempt abandoned: lease lost ({})", task.id, result.ToString());
     return;
   }
-  catalog::Catalog& cat = *options_.catalog;
+  const catalog::Roles& cat = options_.catalog;
   if (result.ok()) {
     complete_wake_.Signal();
     return;
@@ -891,7 +896,7 @@ void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owne
              reason, retryable ? fmt::format(" (retry in {} ms)", delay.count()) : "");
   for (int i = 0; i < 20; ++i) {
     absl::StatusOr<catalog::Task> failed =
-        cat.FailTask(task.id, claim_owner, reason, retryable, delay);
+        cat.work->FailTask(task.id, claim_owner, reason, retryable, delay);
     if (failed.ok() || !IsRetryableDaemonCall(failed.status())) break;
     SleepFor(std::chrono::milliseconds(200));
   }
@@ -909,7 +914,7 @@ absl::StatusOr<catalog::Node> SiteAgent::LookupNode(const std::string& name) {
       return it->second.first;
     }
   }
-  absl::StatusOr<catalog::Node> n = options_.catalog->GetNode(name);
+  absl::StatusOr<catalog::Node> n = options_.catalog.view->GetNode(name);
   if (!n.ok()) return n.status();
   absl::MutexLock lock(&mu_);
   node_cache_[name] = {*n, now};
@@ -926,7 +931,7 @@ absl::StatusOr<catalog::Route> SiteAgent::LookupRoute(const std::string& src_sit
     }
   }
   catalog::Route route;
-  if (absl::StatusOr<catalog::Route> r = options_.catalog->GetRoute(src_site, options_.site);
+  if (absl::StatusOr<catalog::Route> r = options_.catalog.view->GetRoute(src_site, options_.site);
       r.ok()) {
     route = *r;
   } else if (absl::IsNotFound(r.status())) {
@@ -965,7 +970,7 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
       a.checksum = task.checksum;
       attrs_result = a;
     }
-    if (!attrs_result) attrs_result = options_.catalog->StatInode(task.inode);
+    if (!attrs_result) attrs_result = options_.catalog.view->StatInode(task.inode);
     const absl::StatusOr<catalog::Attributes>& attrs = *attrs_result;
     if (!attrs.ok()) {
       if (absl::IsNotFound(attrs.status())) {

@@ -112,8 +112,9 @@ class SpoolKeeper;
 }
 
 struct SiteAgentOptions {
-  // REQUIRES: non-null, outlives the agent (usually a catalog::CatalogClient).
-  catalog::Catalog* catalog = nullptr;
+  // Uses view, work, replicas, sites and monitoring (usually all one catalog::CatalogClient).
+  // REQUIRES: those non-null, outliving the agent.
+  catalog::Roles catalog;
   std::string site;
   std::string node;
   // host:port other agents reach this node's transfer agent at.

@@ -18,7 +18,7 @@ namespace gfrep::replica::agent {
 void SiteAgent::ReportBadSource(const catalog::Task& task, const std::string& note) {
   catalog::ReplicaTransition t = MarkBad(task.inode, task.spec.src_node, task.generation,
                                          catalog::ReplicaState::kCorrupt, note);
-  absl::StatusOr<std::vector<absl::Status>> r = options_.catalog->TransitionReplicas({t});
+  absl::StatusOr<std::vector<absl::Status>> r = options_.catalog.replicas->TransitionReplicas({t});
   absl::Status s = r.ok() ? (r->empty() ? absl::InternalError("no result") : r->front()) : r.status();
   if (s.ok()) {
     log_->warn("task={} source replica of {} on {} reported corrupt: {}", task.id, task.spec.path,

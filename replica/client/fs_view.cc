@@ -61,15 +61,15 @@ absl::StatusOr<std::size_t> OpenFile::ReadAt(std::uint64_t offset, void* buffer,
   return done;
 }
 
-FsView::FsView(catalog::Catalog& catalog, FsViewOptions options)
+FsView::FsView(const ReaderCatalog& catalog, FsViewOptions options)
     : catalog_(catalog), options_(std::move(options)) {}
 
-absl::StatusOr<std::unique_ptr<FsView>> FsView::Create(catalog::Catalog& catalog,
+absl::StatusOr<std::unique_ptr<FsView>> FsView::Create(const ReaderCatalog& catalog,
                                                        FsViewOptions options) {
   if (options.ttl.count() <= 0) return absl::InvalidArgumentError("fs view: ttl must be > 0");
   if (options.list_page == 0) return absl::InvalidArgumentError("fs view: list_page must be > 0");
   std::unique_ptr<FsView> view(new FsView(catalog, std::move(options)));
-  absl::StatusOr<std::uint64_t> seq = catalog.LastEventSeq();
+  absl::StatusOr<std::uint64_t> seq = catalog.view->LastEventSeq();
   if (!seq.ok()) return seq.status();
   absl::MutexLock lock(&view->mu_);
   view->event_seq_ = *seq;
@@ -141,7 +141,7 @@ absl::StatusOr<catalog::Attributes> FsView::GetAttr(std::string_view raw_path) {
     ++counters_.stat_calls;
     epoch = epoch_;
   }
-  absl::StatusOr<catalog::Attributes> a = catalog_.Stat(*path);
+  absl::StatusOr<catalog::Attributes> a = catalog_.view->Stat(*path);
   if (!a.ok() && !absl::IsNotFound(a.status())) return a.status();
   absl::MutexLock lock(&mu_);
   // An event dropped entries while the catalog answered: this answer may predate it, so it
@@ -177,7 +177,7 @@ absl::StatusOr<std::vector<catalog::DirEntry>> FsView::ReadDir(std::string_view 
       absl::MutexLock lock(&mu_);
       ++counters_.list_calls;
     }
-    absl::StatusOr<std::vector<catalog::DirEntry>> page = catalog_.List(*path, list);
+    absl::StatusOr<std::vector<catalog::DirEntry>> page = catalog_.view->List(*path, list);
     if (!page.ok()) return page.status();
     const std::size_t got = page->size();
     for (catalog::DirEntry& e : *page) children.push_back(std::move(e));
@@ -216,7 +216,7 @@ absl::StatusOr<std::unique_ptr<OpenFile>> FsView::Open(std::string_view raw_path
   } else {
     // Tell "no such file" and "a file without content" (readable: empty) from "no readable
     // replica" and "a directory" with the entry itself.
-    absl::StatusOr<catalog::Attributes> a = catalog_.Stat(*path);
+    absl::StatusOr<catalog::Attributes> a = catalog_.view->Stat(*path);
     {
       absl::MutexLock lock(&mu_);
       ++counters_.stat_calls;
@@ -277,11 +277,11 @@ absl::StatusOr<std::vector<catalog::InodeId>> FsView::PollEvents(std::chrono::mi
     after = event_seq_;
     ++counters_.event_polls;
   }
-  absl::StatusOr<std::vector<catalog::Event>> events = catalog_.ReadEvents(after, 10000, wait);
+  absl::StatusOr<std::vector<catalog::Event>> events = catalog_.view->ReadEvents(after, 10000, wait);
   if (!events.ok()) {
     // Changes may have been missed: trust nothing cached, and start again from now.
     InvalidateAll();
-    absl::StatusOr<std::uint64_t> seq = catalog_.LastEventSeq();
+    absl::StatusOr<std::uint64_t> seq = catalog_.view->LastEventSeq();
     absl::MutexLock lock(&mu_);
     ++counters_.event_polls;
     if (seq.ok()) event_seq_ = *seq;

@@ -128,7 +128,7 @@ class FsView {
 
   // `catalog` must outlive the view. Reads the event log's position (LastEventSeq): events
   // before it are not replayed. kInvalidArgument for a zero ttl or list_page.
-  static absl::StatusOr<std::unique_ptr<FsView>> Create(catalog::Catalog& catalog,
+  static absl::StatusOr<std::unique_ptr<FsView>> Create(const ReaderCatalog& catalog,
                                                         FsViewOptions options);
   // Stops the follower thread (waits up to about options.event_wait).
   ~FsView();
@@ -182,7 +182,7 @@ class FsView {
     std::int64_t expires_ns = 0;
   };
 
-  FsView(catalog::Catalog& catalog, FsViewOptions options);
+  FsView(const ReaderCatalog& catalog, FsViewOptions options);
   std::int64_t Now() const;
   // Cached attributes of `path` (fresh or not, when `fresh_only` is false), under mu_.
   const catalog::Attributes* CachedLocked(const std::string& path, bool fresh_only, bool* missing)
@@ -190,7 +190,7 @@ class FsView {
   // Drops `path`'s entry and its parent's listing, under mu_.
   void DropLocked(const std::string& path) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  catalog::Catalog& catalog_;
+  ReaderCatalog catalog_;
   const FsViewOptions options_;
 
   mutable absl::Mutex mu_;

@@ -51,14 +51,14 @@ absl::StatusOr<int> OpenChecked(const fs::path& file, std::uint64_t size,
 }
 
 // Tells the catalog that this node's replica `r` is not what its record says.
-void ReportLocal(catalog::Catalog& catalog, const catalog::Replica& r, const absl::Status& why) {
+void ReportLocal(const ReaderCatalog& catalog, const catalog::Replica& r, const absl::Status& why) {
   catalog::ReplicaTransition t =
       MarkBad(r.inode, r.node, r.generation,
               absl::IsNotFound(why) ? catalog::ReplicaState::kLost : catalog::ReplicaState::kCorrupt,
               fmt::format("found by a reader: {}", std::string(why.message())));
   // Best effort: the reader goes on with a remote replica either way, and the node's own
   // checks find the same again.
-  (void)catalog.TransitionReplicas({t});
+  (void)catalog.replicas->TransitionReplicas({t});
 }
 
 // Checks the checksum of the open replica `fd` against the catalog's (kDataLoss if not).
@@ -170,9 +170,9 @@ absl::Status FileReader::OpenStream(std::size_t from, absl::Status last) {
       fmt::format("{}: every source failed; last: {}", rel_, last.ToString()));
 }
 
-absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std::string_view path,
+absl::StatusOr<std::unique_ptr<FileReader>> Open(const ReaderCatalog& catalog, std::string_view path,
                                                  const ReaderOptions& options) {
-  absl::StatusOr<catalog::Location> loc = catalog.Locate(path);
+  absl::StatusOr<catalog::Location> loc = catalog.view->Locate(path);
   if (!loc.ok()) return loc.status();
   if (loc->attributes.type != catalog::FileType::kFile) {
     return absl::FailedPreconditionError(fmt::format("{}: is a directory", path));
@@ -191,7 +191,7 @@ absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std:
   if (!options.identity.node.empty()) {
     for (const catalog::Replica& r : current) {
       if (r.node != options.identity.node) continue;
-      absl::StatusOr<catalog::Node> self = catalog.GetNode(r.node);
+      absl::StatusOr<catalog::Node> self = catalog.view->GetNode(r.node);
       if (!self.ok()) break;
       absl::StatusOr<int> fd = OpenChecked(
           ReplicaFile(self->spool, loc->attributes.inode, loc->attributes.generation),
@@ -219,10 +219,10 @@ absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std:
   }
 
   Topology topology;
-  absl::StatusOr<std::vector<catalog::Node>> nodes = catalog.ListNodes("");
+  absl::StatusOr<std::vector<catalog::Node>> nodes = catalog.view->ListNodes("");
   if (!nodes.ok()) return nodes.status();
   topology.nodes = std::move(*nodes);
-  absl::StatusOr<std::vector<catalog::Route>> routes = catalog.ListRoutes();
+  absl::StatusOr<std::vector<catalog::Route>> routes = catalog.view->ListRoutes();
   if (!routes.ok()) return routes.status();
   topology.routes = std::move(*routes);
   LivenessOptions liveness;
@@ -240,7 +240,7 @@ absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std:
     spec.copies = 1;
     spec.dst_sites = {options.identity.site};
     spec.owner = fmt::format("read:{}", options.identity.node);
-    absl::StatusOr<catalog::Request> req = catalog.CreateRequest(spec);
+    absl::StatusOr<catalog::Request> req = catalog.work->CreateRequest(spec);
     if (req.ok()) {
       reader->replication_request_ = req->id;
     } else {

@@ -60,6 +60,21 @@
 
 namespace gfrep::replica::client {
 
+// The catalog roles a read uses: the views, the replica registry (a replica of this node
+// that fails its check is reported) and the work queue (replicate_on_read asks for a copy).
+// Never the namespace's writers.
+struct ReaderCatalog {
+  // Implicit: a whole catalog, or some roles of one.
+  ReaderCatalog(catalog::Catalog& c)  // NOLINT(google-explicit-constructor)
+      : view(&c), replicas(&c), work(&c) {}
+  ReaderCatalog(const catalog::Roles& r)  // NOLINT(google-explicit-constructor)
+      : view(r.view), replicas(r.replicas), work(r.work) {}
+
+  catalog::CatalogView* view;
+  catalog::ReplicaRegistry* replicas;
+  catalog::WorkQueue* work;
+};
+
 struct ReaderOptions {
   // Who reads: site and node names (empty: outside every site).
   Reader identity;
@@ -121,7 +136,7 @@ class FileReader {
   transfer::RemoteFile::Stats stream_stats() const;
 
  private:
-  friend absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog,
+  friend absl::StatusOr<std::unique_ptr<FileReader>> Open(const ReaderCatalog& catalog,
                                                           std::string_view path,
                                                           const ReaderOptions& options);
   FileReader() = default;
@@ -148,7 +163,7 @@ class FileReader {
   std::string source_node_;
 };
 
-absl::StatusOr<std::unique_ptr<FileReader>> Open(catalog::Catalog& catalog, std::string_view path,
+absl::StatusOr<std::unique_ptr<FileReader>> Open(const ReaderCatalog& catalog, std::string_view path,
                                                  const ReaderOptions& options);
 
 // The read-ahead of a streaming read over `route` (null: unknown): twice its bandwidth-delay

@@ -48,7 +48,7 @@ absl::Status Validate(const ReplicateOptions& options) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<catalog::Request> Replicate(catalog::Catalog& catalog, std::string_view path,
+absl::StatusOr<catalog::Request> Replicate(const catalog::Roles& catalog, std::string_view path,
                                            const ReplicateOptions& options) {
   if (absl::Status s = Validate(options); !s.ok()) return s;
   if (!path.starts_with('/')) {
@@ -63,23 +63,23 @@ absl::StatusOr<catalog::Request> Replicate(catalog::Catalog& catalog, std::strin
   spec.priority = options.priority;
   spec.owner = options.owner.empty() ? "gfrep-library" : options.owner;
   spec.parallel = options.parallel;
-  absl::StatusOr<catalog::Request> created = catalog.CreateRequest(spec);
+  absl::StatusOr<catalog::Request> created = catalog.work->CreateRequest(spec);
   if (!created.ok()) return created.status();
   return WaitForRequest(catalog, created->id, options);
 }
 
-absl::StatusOr<catalog::Request> WaitForRequest(catalog::Catalog& catalog, std::uint64_t id,
+absl::StatusOr<catalog::Request> WaitForRequest(const catalog::Roles& catalog, std::uint64_t id,
                                                 const ReplicateOptions& options) {
   if (options.timeout.count() < 0) return absl::InvalidArgumentError("timeout: negative");
   const Clock::time_point start = Clock::now();
   const bool bounded = options.timeout.count() > 0;
   const Clock::time_point deadline = start + options.timeout;
-  catalog::EventCursor events(catalog);
+  catalog::EventCursor events(*catalog.view);
   if (!events.Start().ok()) events.Seek(0);
   std::optional<catalog::Request> seen;
   Clock::time_point unavailable_since{};
   for (;;) {
-    absl::StatusOr<catalog::Request> r = catalog.GetRequest(id);
+    absl::StatusOr<catalog::Request> r = catalog.view->GetRequest(id);
     if (!r.ok()) {
       if (!IsRetryableCall(r.status())) return r.status();
       const Clock::time_point now = Clock::now();

@@ -64,12 +64,12 @@ absl::Status Validate(const ReplicateOptions& options);
 // that failed after their retries: the message names the request and its error);
 // kCancelled when the request was cancelled (`gfrep cancel ID`); kDeadlineExceeded after
 // options.timeout (the message names the request, which keeps running).
-absl::StatusOr<catalog::Request> Replicate(catalog::Catalog& catalog, std::string_view path,
+absl::StatusOr<catalog::Request> Replicate(const catalog::Roles& catalog, std::string_view path,
                                            const ReplicateOptions& options);
 
 // Waits for the existing request `id` as Replicate does (options.timeout and progress; the
 // other fields are not used). Also kNotFound for an unknown id.
-absl::StatusOr<catalog::Request> WaitForRequest(catalog::Catalog& catalog, std::uint64_t id,
+absl::StatusOr<catalog::Request> WaitForRequest(const catalog::Roles& catalog, std::uint64_t id,
                                                 const ReplicateOptions& options);
 
 }  // namespace gfrep::replica::client

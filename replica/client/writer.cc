@@ -11,10 +11,10 @@
 namespace gfrep::replica::client {
 namespace {
 
-absl::StatusOr<catalog::Node> ChooseNode(catalog::Catalog& catalog, std::uint64_t size,
+absl::StatusOr<catalog::Node> ChooseNode(const catalog::Roles& catalog, std::uint64_t size,
                                          const StoreOptions& options) {
   if (!options.node.empty()) {
-    absl::StatusOr<catalog::Node> n = catalog.GetNode(options.node);
+    absl::StatusOr<catalog::Node> n = catalog.view->GetNode(options.node);
     if (!n.ok()) return n.status();
     if (!options.site.empty() && n->site != options.site) {
       return absl::InvalidArgumentError(
@@ -23,7 +23,7 @@ absl::StatusOr<catalog::Node> ChooseNode(catalog::Catalog& catalog, std::uint64_
     return n;
   }
   Topology topology;
-  absl::StatusOr<std::vector<catalog::Node>> nodes = catalog.ListNodes(options.site);
+  absl::StatusOr<std::vector<catalog::Node>> nodes = catalog.view->ListNodes(options.site);
   if (!nodes.ok()) return nodes.status();
   topology.nodes = std::move(*nodes);
   PlacementRequest place;
@@ -42,7 +42,7 @@ absl::StatusOr<catalog::Node> ChooseNode(catalog::Catalog& catalog, std::uint64_
 
 }  // namespace
 
-absl::StatusOr<StoreResult> Store(catalog::Catalog& catalog, const std::filesystem::path& local,
+absl::StatusOr<StoreResult> Store(const catalog::Roles& catalog, const std::filesystem::path& local,
                                   std::string_view path, const StoreOptions& options) {
   absl::StatusOr<std::vector<std::string>> parts = catalog::SplitPath(path);
   if (!parts.ok()) return parts.status();
@@ -63,7 +63,7 @@ absl::StatusOr<StoreResult> Store(catalog::Catalog& catalog, const std::filesyst
     parts->pop_back();
     catalog::MkdirOptions m;
     m.parents = true;
-    if (absl::StatusOr<catalog::Attributes> d = catalog.Mkdir(catalog::JoinPath(*parts), m);
+    if (absl::StatusOr<catalog::Attributes> d = catalog.names->Mkdir(catalog::JoinPath(*parts), m);
         !d.ok()) {
       return d.status();
     }
@@ -71,7 +71,7 @@ absl::StatusOr<StoreResult> Store(catalog::Catalog& catalog, const std::filesyst
   catalog::FileContent content;
   content.owner = options.owner;
   content.mode = options.mode;
-  absl::StatusOr<catalog::WriteReservation> reserved = catalog.BeginWrite(path, content);
+  absl::StatusOr<catalog::WriteReservation> reserved = catalog.names->BeginWrite(path, content);
   if (!reserved.ok()) return reserved.status();
   const catalog::InodeId inode = reserved->attributes.inode;
   const std::uint64_t generation = reserved->generation;
@@ -105,10 +105,10 @@ absl::StatusOr<StoreResult> Store(catalog::Catalog& catalog, const std::filesyst
   content.generation = generation;
   content.inode = inode;
   absl::StatusOr<catalog::Attributes> committed =
-      catalog.CommitFile(path, content, node->name, std::nullopt);
+      catalog.names->CommitFile(path, content, node->name, std::nullopt);
   if (!committed.ok() && IsRetryableCall(committed.status())) {
     // The answer may have been lost after the commit: the generation tells.
-    absl::StatusOr<catalog::Attributes> now = catalog.Stat(path);
+    absl::StatusOr<catalog::Attributes> now = catalog.view->Stat(path);
     if (now.ok() && now->inode == inode && now->generation == generation) committed = now;
   }
   if (!committed.ok()) return committed.status();

@@ -53,7 +53,7 @@ struct StoreResult {
   transfer::TransferStats upload;
 };
 
-absl::StatusOr<StoreResult> Store(catalog::Catalog& catalog, const std::filesystem::path& local,
+absl::StatusOr<StoreResult> Store(const catalog::Roles& catalog, const std::filesystem::path& local,
                                   std::string_view path, const StoreOptions& options);
 
 }  // namespace gfrep::replica::client

@@ -46,7 +46,7 @@ struct HoldRequest {
 
 class HoldIndex {
  public:
-  explicit HoldIndex(catalog::Catalog* catalog) : catalog_(catalog) {}
+  explicit HoldIndex(catalog::CatalogView* catalog) : catalog_(catalog) {}
 
   // Indexes the requests created since the last call.
   absl::Status Update();
@@ -74,7 +74,7 @@ class HoldIndex {
   std::size_t requests() const { return requests_.size(); }
 
  private:
-  catalog::Catalog* catalog_;
+  catalog::CatalogView* catalog_;
   std::uint64_t last_id_ = 0;
   std::unordered_map<std::uint64_t, HoldRequest> requests_;
   struct Ref {

@@ -31,10 +31,10 @@ class Releaser {
       if (!ended.empty()) due.emplace_back(inode, std::move(ended));
     });
     if (due.empty()) return summary_;
-    absl::StatusOr<std::vector<catalog::Site>> sites = in_.catalog->ListSites();
+    absl::StatusOr<std::vector<catalog::Site>> sites = in_.catalog.view->ListSites();
     if (!sites.ok()) return sites.status();
     sites_ = std::move(*sites);
-    absl::StatusOr<std::vector<catalog::Node>> nodes = in_.catalog->ListNodes("");
+    absl::StatusOr<std::vector<catalog::Node>> nodes = in_.catalog.view->ListNodes("");
     if (!nodes.ok()) return nodes.status();
     for (const catalog::Node& n : *nodes) site_of_[n.name] = n.site;
     for (auto& [inode, ended] : due) {
@@ -69,7 +69,7 @@ class Releaser {
       f.any_state = false;
       f.state = catalog::TaskState::kDone;
       f.limit = std::numeric_limits<std::size_t>::max();
-      absl::StatusOr<std::vector<catalog::Task>> list = in_.catalog->ListTasks(f);
+      absl::StatusOr<std::vector<catalog::Task>> list = in_.catalog.view->ListTasks(f);
       if (!list.ok()) return list.status();
       it = tasks_.emplace(id, std::move(*list)).first;
     }
@@ -81,16 +81,16 @@ class Releaser {
   }
 
   absl::Status Release(catalog::InodeId inode, const std::vector<std::uint64_t>& ended) {
-    catalog::Catalog& cat = *in_.catalog;
+    const catalog::Roles& cat = in_.catalog;
     summary_.holds_ended += ended.size();
-    absl::StatusOr<catalog::Attributes> attrs = cat.StatInode(inode);
-    absl::StatusOr<std::string> path = attrs.ok() ? cat.PathOf(inode) : attrs.status();
+    absl::StatusOr<catalog::Attributes> attrs = cat.view->StatInode(inode);
+    absl::StatusOr<std::string> path = attrs.ok() ? cat.view->PathOf(inode) : attrs.status();
     if (!path.ok()) {
       if (!absl::IsNotFound(path.status())) return path.status();
       for (std::uint64_t id : ended) in_.holds->Release(inode, id);  // file removed: nothing to keep
       return absl::OkStatus();
     }
-    absl::StatusOr<std::vector<catalog::Replica>> replicas = cat.GetReplicas(inode);
+    absl::StatusOr<std::vector<catalog::Replica>> replicas = cat.view->GetReplicas(inode);
     if (!replicas.ok()) return replicas.status();
     const std::set<std::uint64_t> ended_set(ended.begin(), ended.end());
     absl::StatusOr<std::vector<Want>> wants =
@@ -134,7 +134,7 @@ class Releaser {
       }
     }
     if (!drop.empty()) {
-      absl::StatusOr<std::vector<absl::Status>> done = cat.TransitionReplicas(drop);
+      absl::StatusOr<std::vector<absl::Status>> done = cat.replicas->TransitionReplicas(drop);
       if (!done.ok()) return done.status();
       for (std::size_t i = 0; i < done->size(); ++i) {
         if ((*done)[i].ok()) {
@@ -160,7 +160,7 @@ class Releaser {
   absl::StatusOr<bool> Over(std::uint64_t id) {
     auto it = over_.find(id);
     if (it != over_.end()) return it->second;
-    absl::StatusOr<catalog::Request> r = in_.catalog->GetRequest(id);
+    absl::StatusOr<catalog::Request> r = in_.catalog.view->GetRequest(id);
     if (!r.ok() && !absl::IsNotFound(r.status())) return r.status();
     const bool over = !r.ok() || catalog::IsFinished(r->state);
     over_[id] = over;

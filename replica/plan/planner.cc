@@ -24,8 +24,8 @@ bool IsOpen(const Task& t) {
 
 // True if request `id` is done/failed/cancelled now (the catalog then refuses new tasks
 // or state changes with kFailedPrecondition): a cancel that raced this step.
-bool Finished(catalog::Catalog& cat, std::uint64_t id) {
-  absl::StatusOr<catalog::Request> r = cat.GetRequest(id);
+bool Finished(const catalog::Roles& cat, std::uint64_t id) {
+  absl::StatusOr<catalog::Request> r = cat.view->GetRequest(id);
   return r.ok() && catalog::IsFinished(r->state);
 }
 
@@ -81,13 +81,13 @@ bool HoldsComplete(const catalog::Location& loc, std::string_view node, std::uin
 
 // Plans one file. `window` false: ignore per-node/route/request limits (dry run).
 // `request_budget`: tasks this request may still open (-1: unlimited); decremented.
-absl::StatusOr<FileOutcome> PlanFile(catalog::Catalog& catalog, const std::string& path,
+absl::StatusOr<FileOutcome> PlanFile(const catalog::Roles& catalog, const std::string& path,
                                      const catalog::RequestSpec& spec,
                                      const std::vector<const Task*>& tasks, StepState& st,
                                      const PlannerOptions& options, bool window,
                                      int& request_budget) {
   FileOutcome out;
-  absl::StatusOr<catalog::Location> loc = catalog.Locate(path);
+  absl::StatusOr<catalog::Location> loc = catalog.view->Locate(path);
   if (!loc.ok()) {
     if (absl::IsNotFound(loc.status())) {
       out.status = FileStatus::kFailed;
@@ -277,7 +277,9 @@ std::string Summarize(const std::vector<FileFailure>& failures, std::uint64_t to
 }  // namespace
 
 absl::Status Validate(const PlannerOptions& options) {
-  if (options.catalog == nullptr) return absl::InvalidArgumentError("planner needs a catalog");
+  if (options.catalog.view == nullptr || options.catalog.work == nullptr) {
+    return absl::InvalidArgumentError("planner needs a catalog (view and work)");
+  };
   if (options.max_open_tasks_per_node < 1) {
     return absl::InvalidArgumentError("max_open_tasks_per_node must be >= 1");
   }
@@ -321,7 +323,7 @@ absl::StatusOr<Planner::FileList> Planner::Expand(const catalog::RequestSpec& sp
       continue;
     }
     std::string path = catalog::JoinPath(*parts);
-    absl::StatusOr<catalog::Attributes> st = options_.catalog->Stat(path);
+    absl::StatusOr<catalog::Attributes> st = options_.catalog.view->Stat(path);
     if (!st.ok()) {
       if (!absl::IsNotFound(st.status())) return st.status();
       out.failures.push_back({path, "no such file or directory"});
@@ -343,7 +345,7 @@ absl::StatusOr<Planner::FileList> Planner::Expand(const catalog::RequestSpec& sp
       list.limit = 10000;
       while (true) {
         absl::StatusOr<std::vector<catalog::DirEntry>> entries =
-            options_.catalog->List(dir, list);
+            options_.catalog.view->List(dir, list);
         if (!entries.ok()) {
           if (absl::IsNotFound(entries.status())) break;  // removed meanwhile
           return entries.status();
@@ -371,11 +373,11 @@ absl::StatusOr<Planner::FileList> Planner::Expand(const catalog::RequestSpec& sp
 
 absl::Status Planner::Step() {
   absl::MutexLock lock(&step_mu_);
-  catalog::Catalog& cat = *options_.catalog;
+  const catalog::Roles& cat = options_.catalog;
   absl::Status first_error = absl::OkStatus();
   // A node that died never claims again, and only its own claims used to expire its
   // leases: expire everyone's here.
-  if (absl::StatusOr<std::size_t> expired = cat.ExpireLeases(); !expired.ok()) {
+  if (absl::StatusOr<std::size_t> expired = cat.work->ExpireLeases(); !expired.ok()) {
     first_error = expired.status();
   } else if (*expired > 0) {
     log_->info("planner: expired {} lease(s)", *expired);
@@ -396,16 +398,16 @@ absl::Status Planner::Step() {
   }
   last_step_ns_ = st.liveness.now_ns;
   const bool judge_liveness = st.liveness.now_ns - first_step_ns_ > timeout_ns;
-  absl::StatusOr<std::vector<catalog::Node>> nodes = cat.ListNodes("");
+  absl::StatusOr<std::vector<catalog::Node>> nodes = cat.view->ListNodes("");
   if (!nodes.ok()) return nodes.status();
   st.topology.nodes = std::move(*nodes);
-  absl::StatusOr<std::vector<catalog::Route>> routes = cat.ListRoutes();
+  absl::StatusOr<std::vector<catalog::Route>> routes = cat.view->ListRoutes();
   if (!routes.ok()) return routes.status();
   st.topology.routes = std::move(*routes);
 
   std::vector<catalog::Request> active;
   for (catalog::RequestState s : {catalog::RequestState::kQueued, catalog::RequestState::kRunning}) {
-    absl::StatusOr<std::vector<catalog::Request>> list = cat.ListRequests(false, s, 10000);
+    absl::StatusOr<std::vector<catalog::Request>> list = cat.view->ListRequests(false, s, 10000);
     if (!list.ok()) return list.status();
     active.insert(active.end(), list->begin(), list->end());
   }
@@ -421,7 +423,7 @@ absl::Status Planner::Step() {
   catalog::TaskFilter open_filter;
   open_filter.open_only = true;
   open_filter.limit = std::numeric_limits<std::size_t>::max();
-  absl::StatusOr<std::vector<Task>> open = cat.ListTasks(open_filter);
+  absl::StatusOr<std::vector<Task>> open = cat.view->ListTasks(open_filter);
   if (!open.ok()) return open.status();
   if (absl::Status s = RefreshViews(active, *open); !s.ok()) return s;
   std::map<std::uint64_t, int> open_of_request;
@@ -435,7 +437,7 @@ absl::Status Planner::Step() {
     const catalog::Node* dst = st.topology.FindNode(t.spec.dst_node);
     if (IsOpen(t) && judge_liveness && (dst == nullptr || !IsLive(*dst, st.liveness))) {
       absl::StatusOr<Task> ended =
-          cat.AbandonTask(t.id, fmt::format("destination node {} is down", t.spec.dst_node));
+          cat.work->AbandonTask(t.id, fmt::format("destination node {} is down", t.spec.dst_node));
       if (!ended.ok()) {
         if (first_error.ok()) first_error = ended.status();
       } else {
@@ -482,7 +484,7 @@ absl::Status Planner::Step() {
           u.set_state = true;
           u.state = catalog::RequestState::kFailed;
           u.error = std::string(files.status().message());
-          (void)cat.UpdateRequest(u);  // ignored: retried next step if it did not stick
+          (void)cat.work->UpdateRequest(u);  // ignored: retried next step if it did not stick
           continue;
         }
         if (first_error.ok()) first_error = files.status();
@@ -580,7 +582,7 @@ absl::Status Planner::Step() {
     std::vector<FileFailure>& failures = p.failures;
     const std::uint64_t done = p.done, bytes_total = p.bytes_total, bytes_done = p.bytes_done;
     if (!specs.empty()) {
-      absl::StatusOr<std::vector<Task>> made = cat.CreateTasks(specs);
+      absl::StatusOr<std::vector<Task>> made = cat.work->CreateTasks(specs);
       if (!made.ok() && absl::IsFailedPrecondition(made.status()) && Finished(cat, r.id)) {
         // Cancelled (or finished) since we listed it: the catalog refuses new tasks and
         // state changes, so this request is skipped; it is not listed next step.
@@ -591,7 +593,7 @@ absl::Status Planner::Step() {
       if (!made.ok()) {
         // One bad file (removed meanwhile) must not block the others: retry one by one.
         for (const catalog::TaskSpec& spec : specs) {
-          absl::StatusOr<std::vector<Task>> one = cat.CreateTasks({spec});
+          absl::StatusOr<std::vector<Task>> one = cat.work->CreateTasks({spec});
           if (!one.ok()) {
             log_->warn("planner: cannot create task request={} path={} {}->{}: {}", r.id,
                        spec.path, spec.src_node, spec.dst_node, one.status().ToString());
@@ -627,7 +629,7 @@ absl::Status Planner::Step() {
     u.state = want;
     u.error = error;
     if (u.set_state || u.set_counters) {
-      absl::StatusOr<catalog::Request> updated = cat.UpdateRequest(u);
+      absl::StatusOr<catalog::Request> updated = cat.work->UpdateRequest(u);
       if (!updated.ok() && absl::IsFailedPrecondition(updated.status())) {
         // Cancelled (or finished) since we listed it: a final state is not overwritten.
         log_->info("planner: request={} ended meanwhile, skipped: {}", r.id,
@@ -658,7 +660,7 @@ void Planner::TaskView::Put(Task t) {
 
 absl::Status Planner::RefreshViews(const std::vector<catalog::Request>& active,
                                    const std::vector<Task>& open) {
-  catalog::Catalog& cat = *options_.catalog;
+  const catalog::Roles& cat = options_.catalog;
   const std::int64_t now = Now();
   std::set<std::uint64_t> open_ids;
   for (const Task& t : open) open_ids.insert(t.id);
@@ -668,7 +670,7 @@ absl::Status Planner::RefreshViews(const std::vector<catalog::Request>& active,
       catalog::TaskFilter f;
       f.request_id = r.id;
       f.limit = std::numeric_limits<std::size_t>::max();
-      absl::StatusOr<std::vector<Task>> tasks = cat.ListTasks(f);
+      absl::StatusOr<std::vector<Task>> tasks = cat.view->ListTasks(f);
       if (!tasks.ok()) return tasks.status();
       view = TaskView{};
       for (Task& t : *tasks) view.Put(std::move(t));
@@ -679,7 +681,7 @@ absl::Status Planner::RefreshViews(const std::vector<catalog::Request>& active,
     // A task the view has open that is no longer in the open list has finished: read once.
     for (auto& [id, t] : view.tasks) {
       if (!IsOpen(t) || open_ids.count(id) > 0) continue;
-      absl::StatusOr<Task> now_is = cat.GetTask(id);
+      absl::StatusOr<Task> now_is = cat.view->GetTask(id);
       if (!now_is.ok()) return now_is.status();
       t = std::move(*now_is);
     }
@@ -694,10 +696,10 @@ absl::StatusOr<PlanPreview> Planner::Preview(const catalog::RequestSpec& spec) {
   StepState st;
   st.liveness.now_ns = Now();
   st.liveness.heartbeat_timeout = options_.heartbeat_timeout;
-  absl::StatusOr<std::vector<catalog::Node>> nodes = options_.catalog->ListNodes("");
+  absl::StatusOr<std::vector<catalog::Node>> nodes = options_.catalog.view->ListNodes("");
   if (!nodes.ok()) return nodes.status();
   st.topology.nodes = std::move(*nodes);
-  absl::StatusOr<std::vector<catalog::Route>> routes = options_.catalog->ListRoutes();
+  absl::StatusOr<std::vector<catalog::Route>> routes = options_.catalog.view->ListRoutes();
   if (!routes.ok()) return routes.status();
   st.topology.routes = std::move(*routes);
   absl::StatusOr<FileList> files = Expand(spec);
@@ -707,7 +709,7 @@ absl::StatusOr<PlanPreview> Planner::Preview(const catalog::RequestSpec& spec) {
   int budget = -1;
   for (const std::string& path : files->files) {
     absl::StatusOr<FileOutcome> o =
-        PlanFile(*options_.catalog, path, spec, {}, st, options_, false, budget);
+        PlanFile(options_.catalog, path, spec, {}, st, options_, false, budget);
     if (!o.ok()) return o.status();
     if (o->status == FileStatus::kDone) out.satisfied.push_back(path);
     if (o->status == FileStatus::kFailed) out.failures.push_back({path, o->error});
@@ -735,7 +737,7 @@ void Planner::PurgeIfDue() {
   const std::int64_t cutoff =
       Now() - std::chrono::duration_cast<std::chrono::nanoseconds>(options_.finished_request_retention).count();
   for (int round = 0; round < 100 && !stop_; ++round) {  // 1000 a round, 100,000 at most per interval
-    absl::StatusOr<std::size_t> n = options_.catalog->PurgeFinishedRequests(cutoff, 1000);
+    absl::StatusOr<std::size_t> n = options_.catalog.work->PurgeFinishedRequests(cutoff, 1000);
     if (!n.ok()) {
       if (!absl::IsUnimplemented(n.status())) log_->warn("planner: purge finished requests: {}", n.status().ToString());
       return;
@@ -746,7 +748,7 @@ void Planner::PurgeIfDue() {
 }
 
 void Planner::Loop() {
-  catalog::EventCursor events(*options_.catalog);
+  catalog::EventCursor events(*options_.catalog.view);
   while (!stop_) {
     PurgeIfDue();
     const bool have_seq = events.Start().ok();

@@ -61,8 +61,8 @@
 namespace gfrep::replica::plan {
 
 struct PlannerOptions {
-  // The catalog to plan in. REQUIRES: non-null, outlives the planner.
-  catalog::Catalog* catalog = nullptr;
+  // The catalog to plan in: uses view and work. REQUIRES: those non-null, outliving the planner.
+  catalog::Roles catalog;
   // Unix ns; null: catalog::SystemNowNs.
   catalog::Clock clock;
   // Nodes silent for longer are not used as sources or destinations, and their open tasks

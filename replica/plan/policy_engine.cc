@@ -38,7 +38,7 @@ std::string SitesKey(const std::vector<catalog::Site>& sites) {
 PolicyEngine::PolicyEngine(PolicyEngineOptions options)
     : options_(std::move(options)),
       log_(options_.logger ? options_.logger : spdlog::default_logger()),
-      holds_(options_.catalog) {}
+      holds_(options_.catalog.view) {}
 
 PolicyEngine::~PolicyEngine() { Stop(); }
 
@@ -125,7 +125,7 @@ absl::Status PolicyEngine::Request(const PolicyRule& rule, const std::vector<std
     spec.paths.assign(paths.begin() + static_cast<std::ptrdiff_t>(i),
                       paths.begin() + static_cast<std::ptrdiff_t>(
                                           std::min(paths.size(), i + catalog::kMaxBatchPaths)));
-    absl::StatusOr<catalog::Request> r = options_.catalog->CreateRequest(spec);
+    absl::StatusOr<catalog::Request> r = options_.catalog.work->CreateRequest(spec);
     if (!r.ok()) return r.status();
     summary.requests_created += 1;
     summary.files_requested += spec.paths.size();
@@ -137,17 +137,17 @@ absl::Status PolicyEngine::Request(const PolicyRule& rule, const std::vector<std
 }
 
 absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
-  catalog::Catalog& cat = *options_.catalog;
+  const catalog::Roles& cat = options_.catalog;
   PolicyStepSummary summary;
   if (!started_) {
     if (absl::Status s = LoadState(); !s.ok()) return s;
     // Events from now on; existing files are covered by applying every rule once (below).
-    events_.emplace(cat, kEventBatch);
+    events_.emplace(*cat.view, kEventBatch);
     if (absl::Status s = events_->Start(); !s.ok()) return s;
     started_ = true;
   }
   // The catalog's policy document, when it changed.
-  if (absl::StatusOr<catalog::PolicyDocument> doc = cat.GetPolicies(); doc.ok()) {
+  if (absl::StatusOr<catalog::PolicyDocument> doc = cat.view->GetPolicies(); doc.ok()) {
     if (doc->version != document_version_) {
       document_version_ = doc->version;
       absl::StatusOr<std::vector<PolicyRule>> parsed =
@@ -174,7 +174,7 @@ absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
     reloaded_ = false;
     rules_known = rules_known_;
   }
-  absl::StatusOr<std::vector<catalog::Site>> sites = cat.ListSites();
+  absl::StatusOr<std::vector<catalog::Site>> sites = cat.view->ListSites();
   if (!sites.ok()) return sites.status();
   if (absl::Status s = holds_.Update(); !s.ok()) return s;
   if (apply_all) {
@@ -191,11 +191,11 @@ absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
         e.state != catalog::ToString(catalog::ReplicaState::kComplete)) {
       return;
     }
-    absl::StatusOr<catalog::Attributes> a = cat.StatInode(e.id);
+    absl::StatusOr<catalog::Attributes> a = cat.view->StatInode(e.id);
     if (!a.ok()) return;  // removed meanwhile
     if (seen_.size() >= kMaxSeen) seen_.clear();
     if (!seen_.insert({a->inode, a->generation}).second) return;
-    absl::StatusOr<std::string> path = cat.PathOf(e.id);
+    absl::StatusOr<std::string> path = cat.view->PathOf(e.id);
     if (!path.ok()) return;
     for (const PolicyRule& r : rules) {
       if (r.continuous && Matches(r, *path)) matched[r.name].push_back(*path);
@@ -207,7 +207,7 @@ absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
     if (apply_all && r.continuous) {
       // The generations walked count as seen (their copies completing later are not new
       // files); a rule with a lifetime asks once per file, not again for files it held.
-      absl::StatusOr<std::vector<std::string>> files = FilesOfRule(cat, r, [&](const catalog::Attributes& a) {
+      absl::StatusOr<std::vector<std::string>> files = FilesOfRule(*cat.view, r, [&](const catalog::Attributes& a) {
         if (seen_.size() < kMaxSeen) seen_.insert({a.inode, a.generation});
         return !r.lifetime || !holds_.EverHeld(a.inode, r.name);
       });
@@ -234,7 +234,7 @@ absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
     std::optional<absl::Time> due =
         r.schedule->Due(absl::FromUnixNanos(it->second), absl::FromUnixNanos(now));
     if (!due) continue;
-    absl::StatusOr<std::vector<std::string>> files = FilesOfRule(cat, r);
+    absl::StatusOr<std::vector<std::string>> files = FilesOfRule(*cat.view, r);
     if (!files.ok()) return files.status();
     std::vector<std::string> paths = std::move(*files);
     log_->info("policy {}: scheduled run of {} ({} {}), {} file(s)", r.name,
@@ -254,7 +254,7 @@ absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
   if (rules_known && now - last_release_ns_ >= std::chrono::nanoseconds(options_.release_interval).count()) {
     last_release_ns_ = now;
     ReleaseInput in;
-    in.catalog = &cat;
+    in.catalog = cat;
     in.holds = &holds_;
     in.rules = &rules;
     in.removed_since = &removed_since_;

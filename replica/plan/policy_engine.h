@@ -57,8 +57,8 @@
 namespace gfrep::replica::plan {
 
 struct PolicyEngineOptions {
-  // REQUIRES: non-null, outlives the engine.
-  catalog::Catalog* catalog = nullptr;
+  // Uses view and work. REQUIRES: those non-null, outliving the engine.
+  catalog::Roles catalog;
   // Where the last run of each scheduled rule is remembered (JSON; empty: not remembered,
   // a missed run is not made up).
   std::filesystem::path state_file;

@@ -21,22 +21,22 @@ constexpr std::size_t kRepairPage = 1000;
 Repairer::Repairer(RepairerOptions options)
     : options_(std::move(options)),
       log_(options_.logger ? options_.logger : spdlog::default_logger()),
-      holds_(options_.catalog) {}
+      holds_(options_.catalog.view) {}
 
 Repairer::~Repairer() { Stop(); }
 
 absl::Status Repairer::Recover() {
-  catalog::Catalog& cat = *options_.catalog;
+  const catalog::Roles& cat = options_.catalog;
   // Events from now on; what happened before is found by the first full scan.
-  events_.emplace(cat, kRepairEventBatch);
+  events_.emplace(*cat.view, kRepairEventBatch);
   if (absl::Status s = events_->Start(); !s.ok()) return s;
   for (catalog::RequestState state : {catalog::RequestState::kQueued, catalog::RequestState::kRunning}) {
     absl::StatusOr<std::vector<catalog::Request>> reqs =
-        cat.ListRequests(false, state, std::numeric_limits<std::size_t>::max());
+        cat.view->ListRequests(false, state, std::numeric_limits<std::size_t>::max());
     if (!reqs.ok()) return reqs.status();
     for (const catalog::Request& r : *reqs) {
       if (r.spec.origin != catalog::RequestOrigin::kRepair || r.spec.paths.size() != 1) continue;
-      absl::StatusOr<catalog::Location> loc = cat.Locate(r.spec.paths.front());
+      absl::StatusOr<catalog::Location> loc = cat.view->Locate(r.spec.paths.front());
       if (!loc.ok()) continue;  // gone: the request fails by itself
       Open& open = open_[loc->attributes.inode];
       open.request_ids.push_back(r.id);
@@ -51,13 +51,13 @@ absl::Status Repairer::Recover() {
 }
 
 absl::Status Repairer::Scan(std::set<catalog::InodeId>& out) {
-  catalog::Catalog& cat = *options_.catalog;
-  absl::StatusOr<std::vector<catalog::Node>> nodes = cat.ListNodes("");
+  const catalog::Roles& cat = options_.catalog;
+  absl::StatusOr<std::vector<catalog::Node>> nodes = cat.view->ListNodes("");
   if (!nodes.ok()) return nodes.status();
   for (const catalog::Node& n : *nodes) {
     catalog::InodeId after = 0;
     while (!stop_) {
-      absl::StatusOr<std::vector<catalog::Replica>> page = cat.ListNodeReplicas(n.name, after, kRepairPage);
+      absl::StatusOr<std::vector<catalog::Replica>> page = cat.view->ListNodeReplicas(n.name, after, kRepairPage);
       if (!page.ok()) return page.status();
       for (const catalog::Replica& r : *page) {
         after = r.inode;
@@ -70,11 +70,11 @@ absl::Status Repairer::Scan(std::set<catalog::InodeId>& out) {
 }
 
 absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summary) {
-  catalog::Catalog& cat = *options_.catalog;
-  absl::StatusOr<catalog::Attributes> attrs = cat.StatInode(inode);
+  const catalog::Roles& cat = options_.catalog;
+  absl::StatusOr<catalog::Attributes> attrs = cat.view->StatInode(inode);
   if (absl::IsNotFound(attrs.status())) return absl::OkStatus();  // removed: its records go too
   if (!attrs.ok()) return attrs.status();
-  absl::StatusOr<std::vector<catalog::Replica>> replicas = cat.GetReplicas(inode);
+  absl::StatusOr<std::vector<catalog::Replica>> replicas = cat.view->GetReplicas(inode);
   if (!replicas.ok()) return replicas.status();
   const std::uint64_t generation = attrs->generation;
   std::vector<const catalog::Replica*> bad;
@@ -92,13 +92,13 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
     }
   }
   if (!old.empty()) {
-    absl::StatusOr<std::vector<absl::Status>> done = cat.TransitionReplicas(old);
+    absl::StatusOr<std::vector<absl::Status>> done = cat.replicas->TransitionReplicas(old);
     if (!done.ok()) return done.status();
     summary.records_dropped +=
         static_cast<std::uint64_t>(std::count_if(done->begin(), done->end(), [](const absl::Status& s) { return s.ok(); }));
   }
   if (bad.empty()) return absl::OkStatus();
-  absl::StatusOr<std::string> path = cat.PathOf(inode);
+  absl::StatusOr<std::string> path = cat.view->PathOf(inode);
   if (!path.ok()) return absl::IsNotFound(path.status()) ? absl::OkStatus() : path.status();
   std::string what;
   for (const catalog::Replica* r : bad) {
@@ -112,7 +112,7 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
     return absl::OkStatus();
   }
   // Where the bad copies were: their sites, each getting its copies back.
-  absl::StatusOr<std::vector<catalog::Node>> nodes = cat.ListNodes("");
+  absl::StatusOr<std::vector<catalog::Node>> nodes = cat.view->ListNodes("");
   if (!nodes.ok()) return nodes.status();
   const std::int64_t now = options_.clock ? options_.clock() : catalog::SystemNowNs();
   const std::int64_t timeout = std::chrono::nanoseconds(options_.node_timeout).count();
@@ -161,7 +161,7 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
     for (const std::string& n : good) in_sites += sites.count(site_of[n]) > 0 ? 1 : 0;
     for (const catalog::Replica* r : bad) bad_in_sites += sites.count(site_of[r->node]) > 0 ? 1 : 0;
     spec.copies = in_sites + bad_in_sites;
-    absl::StatusOr<catalog::Request> req = cat.CreateRequest(spec);
+    absl::StatusOr<catalog::Request> req = cat.work->CreateRequest(spec);
     if (!req.ok()) return req.status();
     open.request_ids.push_back(req->id);
     summary.requests_created += 1;
@@ -170,7 +170,7 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
                fmt::join(spec.dst_sites, ","), spec.priority, complete);
   }
   if (elsewhere) {
-    absl::StatusOr<std::vector<catalog::Site>> all_sites = cat.ListSites();
+    absl::StatusOr<std::vector<catalog::Site>> all_sites = cat.view->ListSites();
     if (!all_sites.ok()) return all_sites.status();
     if (absl::Status s = RestoreHolders(inode, *path, *all_sites, live_sites, good, site_of, priority, open, summary);
         !s.ok()) {
@@ -230,7 +230,7 @@ absl::Status Repairer::RestoreHolders(catalog::InodeId inode, const std::string&
     spec.priority = priority;
     spec.copies = w.copies;
     spec.dst_sites.assign(w.sites.begin(), w.sites.end());
-    absl::StatusOr<catalog::Request> req = options_.catalog->CreateRequest(spec);
+    absl::StatusOr<catalog::Request> req = options_.catalog.work->CreateRequest(spec);
     if (!req.ok()) return req.status();
     open.request_ids.push_back(req->id);
     summary.requests_created += 1;
@@ -243,7 +243,7 @@ absl::Status Repairer::RestoreHolders(catalog::InodeId inode, const std::string&
 }
 
 absl::Status Repairer::LoadRules() {
-  absl::StatusOr<catalog::PolicyDocument> doc = options_.catalog->GetPolicies();
+  absl::StatusOr<catalog::PolicyDocument> doc = options_.catalog.view->GetPolicies();
   if (absl::IsUnimplemented(doc.status())) return absl::OkStatus();
   if (!doc.ok()) return doc.status();
   if (doc->version == rules_version_) return absl::OkStatus();
@@ -254,8 +254,8 @@ absl::Status Repairer::LoadRules() {
 }
 
 absl::Status Repairer::Finish(catalog::InodeId inode, Open& open, RepairStepSummary& summary) {
-  catalog::Catalog& cat = *options_.catalog;
-  absl::StatusOr<std::vector<catalog::Replica>> replicas = cat.GetReplicas(inode);
+  const catalog::Roles& cat = options_.catalog;
+  absl::StatusOr<std::vector<catalog::Replica>> replicas = cat.view->GetReplicas(inode);
   if (!replicas.ok()) return replicas.status();
   std::vector<catalog::ReplicaTransition> drop;
   for (const catalog::Replica& r : *replicas) {
@@ -265,7 +265,7 @@ absl::Status Repairer::Finish(catalog::InodeId inode, Open& open, RepairStepSumm
     }
   }
   if (drop.empty()) return absl::OkStatus();
-  absl::StatusOr<std::vector<absl::Status>> done = cat.TransitionReplicas(drop);
+  absl::StatusOr<std::vector<absl::Status>> done = cat.replicas->TransitionReplicas(drop);
   if (!done.ok()) return done.status();
   for (const absl::Status& s : *done) {
     if (s.ok()) summary.records_dropped += 1;
@@ -274,7 +274,7 @@ absl::Status Repairer::Finish(catalog::InodeId inode, Open& open, RepairStepSumm
 }
 
 absl::StatusOr<RepairStepSummary> Repairer::Step() {
-  catalog::Catalog& cat = *options_.catalog;
+  const catalog::Roles& cat = options_.catalog;
   RepairStepSummary summary;
   if (!recovered_) {
     if (absl::Status s = Recover(); !s.ok()) return s;
@@ -300,7 +300,7 @@ absl::StatusOr<RepairStepSummary> Repairer::Step() {
     bool running = false, all_done = true;
     std::string ended;
     for (std::uint64_t id : it->second.request_ids) {
-      absl::StatusOr<catalog::Request> r = cat.GetRequest(id);
+      absl::StatusOr<catalog::Request> r = cat.view->GetRequest(id);
       if (absl::IsNotFound(r.status())) continue;
       if (!r.ok()) return r.status();
       if (!catalog::IsFinished(r->state)) {

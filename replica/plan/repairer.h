@@ -62,8 +62,8 @@ static_assert(kRepairPriority > catalog::kMaxUserRequestPriority,
 inline constexpr const char* kRepairOwner = "repair";
 
 struct RepairerOptions {
-  // REQUIRES: non-null, outlives the repairer.
-  catalog::Catalog* catalog = nullptr;
+  // Uses view, work and replicas. REQUIRES: those non-null, outliving the repairer.
+  catalog::Roles catalog;
   // Full scan of every node's replica records this often (and at start).
   std::chrono::milliseconds scan_interval{std::chrono::minutes(10)};
   // A node without a heartbeat for this long is down (as the planner's --node-timeout).

@@ -69,12 +69,12 @@ std::chrono::nanoseconds Age(const fs::path& file) {
 SpoolKeeper::SpoolKeeper(SpoolKeeperOptions options) : options_(std::move(options)) {}
 
 absl::StatusOr<std::uint64_t> SpoolKeeper::SweepDeleting() {
-  catalog::Catalog& cat = *options_.catalog;
+  const catalog::Roles& cat = options_.catalog;
   std::uint64_t deleted = 0;
   catalog::InodeId after = 0;
   while (!Stopping()) {
     absl::StatusOr<std::vector<catalog::Replica>> page =
-        cat.ListNodeReplicas(options_.node, after, kKeeperPage);
+        cat.view->ListNodeReplicas(options_.node, after, kKeeperPage);
     if (!page.ok()) return page.status();
     for (const catalog::Replica& r : *page) {
       if (Stopping()) return deleted;
@@ -93,7 +93,7 @@ absl::StatusOr<std::uint64_t> SpoolKeeper::SweepDeleting() {
       if (!unlinked) continue;  // retried on the next pass
       std::error_code ec;
       fs::remove(dir, ec);  // ignored: only succeeds when empty
-      absl::Status s = cat.RemoveReplica(r.inode, options_.node);
+      absl::Status s = cat.replicas->RemoveReplica(r.inode, options_.node);
       if (!s.ok() && !absl::IsNotFound(s)) return s;
       options_.logger->info("inode={} generation={} replica deleted", r.inode, r.generation);
       ++deleted;
@@ -128,7 +128,7 @@ absl::StatusOr<std::vector<SpoolKeeper::DarkFile>> SpoolKeeper::FindGarbage() {
 }
 
 absl::Status SpoolKeeper::ScanGarbage(const std::function<void(const DarkFile&)>& found) {
-  catalog::Catalog& cat = *options_.catalog;
+  const catalog::Roles& cat = options_.catalog;
   std::vector<catalog::InodeId> inodes;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(DataDir(options_.spool), ec)) {
@@ -147,7 +147,7 @@ absl::Status SpoolKeeper::ScanGarbage(const std::function<void(const DarkFile&)>
     catalog::InodeId inode = inodes[next++];
     while (more && (pos == page.size() || page.back().inode < inode)) {
       absl::StatusOr<std::vector<catalog::Replica>> p =
-          cat.ListNodeReplicas(options_.node, after, kKeeperPage);
+          cat.view->ListNodeReplicas(options_.node, after, kKeeperPage);
       if (!p.ok()) return p.status();
       page = std::move(*p);
       pos = 0;
@@ -165,7 +165,7 @@ absl::Status SpoolKeeper::ScanGarbage(const std::function<void(const DarkFile&)>
     std::map<std::uint64_t, fs::path> gens = Generations(dir);
     bool inode_gone = false;
     if (record == nullptr) {
-      absl::StatusOr<catalog::Attributes> a = cat.StatInode(inode);
+      absl::StatusOr<catalog::Attributes> a = cat.view->StatInode(inode);
       if (!a.ok() && !absl::IsNotFound(a.status())) return a.status();
       inode_gone = !a.ok();
     }
@@ -197,13 +197,13 @@ absl::Status SpoolKeeper::MigrateLegacyLayout() {
     legacy = legacy || e.path().filename().string().rfind(".gfrep-", 0) != 0;
   }
   if (legacy || fs::exists(spool / kLegacyIndexDir, ec)) {
-    catalog::Catalog& cat = *options_.catalog;
+    const catalog::Roles& cat = options_.catalog;
     std::uint64_t moved = 0, corrupt = 0, unlinked = 0;
     catalog::InodeId after = 0;
     while (true) {
       if (Stopping()) return absl::CancelledError("stopped during the spool migration");
       absl::StatusOr<std::vector<catalog::Replica>> page =
-          cat.ListNodeReplicas(options_.node, after, kKeeperPage);
+          cat.view->ListNodeReplicas(options_.node, after, kKeeperPage);
       if (!page.ok()) return page.status();
       for (const catalog::Replica& r : *page) {
         after = r.inode;
@@ -220,7 +220,7 @@ absl::Status SpoolKeeper::MigrateLegacyLayout() {
             r.state != catalog::ReplicaState::kStale) {
           continue;
         }
-        absl::StatusOr<std::string> path = cat.PathOf(r.inode);
+        absl::StatusOr<std::string> path = cat.view->PathOf(r.inode);
         if (!path.ok()) continue;
         absl::StatusOr<std::string> rel = LegacySpoolRelativePath(*path);
         if (!rel.ok()) continue;
@@ -228,7 +228,7 @@ absl::Status SpoolKeeper::MigrateLegacyLayout() {
         if (!fs::is_regular_file(fs::symlink_status(old_file, ec))) continue;
         fs::path target = ReplicaFile(spool, r.inode, r.generation);
         if (r.state == catalog::ReplicaState::kComplete) {
-          absl::StatusOr<catalog::Attributes> attrs = cat.StatInode(r.inode);
+          absl::StatusOr<catalog::Attributes> attrs = cat.view->StatInode(r.inode);
           if (!attrs.ok()) continue;
           if (attrs->generation == r.generation) {
             if (absl::Status v = VerifyFile(old_file, *attrs); !v.ok()) {
@@ -236,7 +236,7 @@ absl::Status SpoolKeeper::MigrateLegacyLayout() {
                                     old_file.string(), std::string(v.message()));
               catalog::Replica bad = r;
               bad.state = catalog::ReplicaState::kCorrupt;
-              if (absl::Status s = cat.PutReplica(bad); !s.ok()) return s;
+              if (absl::Status s = cat.replicas->PutReplica(bad); !s.ok()) return s;
               ++corrupt;
               continue;
             }

@@ -32,8 +32,8 @@
 namespace gfrep::replica::agent::internal {
 
 struct SpoolKeeperOptions {
-  // REQUIRES: non-null, outlives the keeper.
-  catalog::Catalog* catalog = nullptr;
+  // Uses view and replicas. REQUIRES: those non-null, outliving the keeper.
+  catalog::Roles catalog;
   std::string node;
   std::filesystem::path spool;
   // Unrecorded files younger than this (by the later of mtime and ctime) are kept.

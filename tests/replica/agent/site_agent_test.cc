@@ -17,7 +17,7 @@
 #include "replica/core/spool.h"
 #include "replica/plan/planner.h"
 #include "replica/plan/repairer.h"
-#include "tests/replica/faulty_catalog.h"
+#include "tests/replica/faulty_roles.h"
 #include "tests/support/scratch_catalog.h"
 #include "tests/support/temp_dir.h"
 #include "transfer/agent.h"
@@ -70,7 +70,7 @@ class SiteAgentTest : public ::testing::Test {
 
   SiteAgentOptions AgentOptions(TestNode& n) {
     SiteAgentOptions a;
-    a.catalog = agent_catalog_ != nullptr ? agent_catalog_ : cat_.get();
+    a.catalog = agent_catalog_.view != nullptr ? agent_catalog_ : catalog::Roles(cat_.get());
     a.site = n.site;
     a.node = n.name;
     a.address = n.address;
@@ -295,7 +295,7 @@ class SiteAgentTest : public ::testing::Test {
 
   gfrep::testing::TempDir dir_{"siteagent"};
   std::unique_ptr<catalog::Catalog> cat_;
-  catalog::Catalog* agent_catalog_ = nullptr;  // what agents talk to (default: cat_)
+  catalog::Roles agent_catalog_;  // what agents talk to (default: cat_)
   std::map<std::string, std::unique_ptr<TestNode>> nodes_;
   std::unique_ptr<plan::Planner> planner_;
   std::unique_ptr<plan::Repairer> repairer_;
@@ -406,7 +406,8 @@ TEST_F(SiteAgentTest, SmallFilesAreClaimedAndCommittedInBatchesWithNoCatalogCall
   // The catalog is a WAN round trip away: every commit call takes 100 ms. One claim per
   // task and one commit per file (and a StatInode per file, for the checksum) made a small
   // file cost three round trips; batches make it a fraction of one.
-  testing::FaultyCatalog distant(cat_.get());
+  testing::FaultyWorkQueue distant(cat_.get());
+  testing::FaultyView counting(cat_.get());
   std::atomic<int> complete_calls{0};
   std::atomic<std::size_t> completed{0};
   std::atomic<int> stats_of_inodes{0};
@@ -415,8 +416,10 @@ TEST_F(SiteAgentTest, SmallFilesAreClaimedAndCommittedInBatchesWithNoCatalogCall
     completed += items;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   };
-  distant.before_stat_inode = [&](catalog::InodeId) { ++stats_of_inodes; };
-  agent_catalog_ = &distant;
+  counting.before_stat_inode = [&](catalog::InodeId) { ++stats_of_inodes; };
+  agent_catalog_ = cat_.get();
+  agent_catalog_.work = &distant;
+  agent_catalog_.view = &counting;
   StartNode("a1", "A");
   TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
   StartAgent(b1, [](SiteAgentOptions& o) { o.workers = 8; });
@@ -1231,8 +1234,7 @@ TEST_F(SiteAgentTest, AnInFlightCopyOfAnOlderGenerationNeverReplacesTheNewerByte
 
 TEST_F(SiteAgentTest, AFailedCommitLeavesThePreviousVersionInPlaceAndServed) {
   TestNode& a1 = StartNode("a1", "A", /*with_agent=*/false);
-  testing::FaultyCatalog faulty(cat_.get());
-  agent_catalog_ = &faulty;
+  testing::FaultyEditor faulty(cat_.get());
   StartAgent(a1, [](SiteAgentOptions& o) {
     o.gc_interval = std::chrono::milliseconds(200);
     o.orphan_grace = std::chrono::milliseconds(0);
@@ -1244,13 +1246,15 @@ TEST_F(SiteAgentTest, AFailedCommitLeavesThePreviousVersionInPlaceAndServed) {
   fs::path v2 = dir_.path() / "v2";
   gfrep::testing::WriteRandomFile(v1, 70000, 1);
   gfrep::testing::WriteRandomFile(v2, 70000, 2);  // same size: only the bytes tell
-  auto first = client::Store(faulty, v1, "/c/f", so);
+  catalog::Roles storing(cat_.get());
+  storing.names = &faulty;
+  auto first = client::Store(storing, v1, "/c/f", so);
   ASSERT_TRUE(first.ok()) << first.status();
 
   faulty.on_commit = [](std::string_view) -> std::optional<absl::Status> {
     return absl::UnavailableError("catalog restarting");
   };
-  auto second = client::Store(faulty, v2, "/c/f", so);
+  auto second = client::Store(storing, v2, "/c/f", so);
   EXPECT_FALSE(second.ok());
   faulty.on_commit = nullptr;
 
@@ -1273,7 +1277,7 @@ TEST_F(SiteAgentTest, AFailedCommitLeavesThePreviousVersionInPlaceAndServed) {
     return files == 1;
   }, std::chrono::seconds(10)));
   EXPECT_EQ(Bytes("a1", "/c/f"), gfrep::testing::ReadFile(v1));
-  agent_catalog_ = nullptr;
+  agent_catalog_ = {};
   a1.StopAll();
 }
 
@@ -1287,7 +1291,7 @@ TEST_F(SiteAgentTest, AnAttemptWhoseLeaseRanOutIsCancelledAndTheTaskRunsOnce) {
   route.route_rate_bps = 4'000'000;  // 2 MiB: about 4 s
   ASSERT_TRUE(cat_->PutRoute(route).ok());
   Store("a1", "/l/f", 2 << 20, 1);
-  testing::FaultyCatalog faulty(cat_.get());
+  testing::FaultyWorkQueue faulty(cat_.get());
   // The catalog cannot be reached for renewals (an outage) until the lease has run out and
   // another worker of the same agent has taken the task.
   std::atomic<bool> outage{true};
@@ -1295,7 +1299,8 @@ TEST_F(SiteAgentTest, AnAttemptWhoseLeaseRanOutIsCancelledAndTheTaskRunsOnce) {
     if (outage) return absl::UnavailableError("catalog unreachable");
     return std::nullopt;
   };
-  agent_catalog_ = &faulty;
+  agent_catalog_ = cat_.get();
+  agent_catalog_.work = &faulty;
   catalog::TaskSpec ts;
   ts.path = "/l/f";
   ts.src_node = "a1";
@@ -1325,7 +1330,7 @@ TEST_F(SiteAgentTest, AnAttemptWhoseLeaseRanOutIsCancelledAndTheTaskRunsOnce) {
   EXPECT_EQ(b1.agent->stats().tasks_done, 1u);
   EXPECT_EQ(Bytes("b1", "/l/f"), Bytes("a1", "/l/f"));
   b1.StopAll();
-  agent_catalog_ = nullptr;
+  agent_catalog_ = {};
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "replica/core/spool.h"
-#include "tests/replica/faulty_catalog.h"
+#include "tests/replica/faulty_roles.h"
 #include "tests/support/scratch_catalog.h"
 #include "tests/support/temp_dir.h"
 
@@ -21,12 +21,12 @@ namespace fs = std::filesystem;
 using catalog::ReplicaState;
 
 // Counts the namespace calls that reach the catalog.
-class CountingCatalog : public testing::FaultyCatalog {
+class CountingCatalog : public testing::FaultyView {
  public:
-  using FaultyCatalog::FaultyCatalog;
+  using FaultyView::FaultyView;
   absl::StatusOr<catalog::Attributes> Stat(std::string_view p) override {
     ++stats;
-    absl::StatusOr<catalog::Attributes> a = FaultyCatalog::Stat(p);
+    absl::StatusOr<catalog::Attributes> a = FaultyView::Stat(p);
     // Runs once, after the catalog answered and before the view has the answer: "an event
     // arrives while the view waits for the catalog".
     if (std::function<void()> hook = std::exchange(after_stat, nullptr)) hook();
@@ -35,7 +35,7 @@ class CountingCatalog : public testing::FaultyCatalog {
   std::function<void()> after_stat;
   absl::StatusOr<catalog::Location> Locate(std::string_view p) override {
     if (fail_locate) return absl::UnavailableError("test: catalog unreachable");
-    absl::StatusOr<catalog::Location> l = FaultyCatalog::Locate(p);
+    absl::StatusOr<catalog::Location> l = FaultyView::Locate(p);
     // Runs once, after the catalog located the file for an open: "an event arrives while the
     // open runs".
     if (std::function<void()> hook = std::exchange(after_locate, nullptr)) hook();
@@ -46,12 +46,12 @@ class CountingCatalog : public testing::FaultyCatalog {
   absl::StatusOr<std::vector<catalog::DirEntry>> List(std::string_view p,
                                                       const catalog::ListOptions& o) override {
     ++lists;
-    return FaultyCatalog::List(p, o);
+    return FaultyView::List(p, o);
   }
   absl::StatusOr<std::vector<absl::StatusOr<catalog::Attributes>>> StatMany(
       const std::vector<std::string>& paths) override {
     stats += paths.size();
-    return FaultyCatalog::StatMany(paths);
+    return FaultyView::StatMany(paths);
   }
   std::atomic<std::uint64_t> stats{0};
   std::atomic<std::uint64_t> lists{0};
@@ -81,7 +81,9 @@ class FsViewTest : public ::testing::Test {
     options.now_ns = [this] { return now_ns_.load(); };
     options.reader.identity = {"s", "n1"};
     options.reader.transfer.shared_key = std::string(32, 'k');
-    auto v = FsView::Create(*counting_, options);
+    catalog::Roles roles(rocks_.get());
+    roles.view = counting_.get();
+    auto v = FsView::Create(roles, options);
     ASSERT_TRUE(v.ok()) << v.status();
     view_ = std::move(*v);
   }

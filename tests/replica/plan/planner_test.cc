@@ -9,7 +9,7 @@
 #include <set>
 #include <utility>
 
-#include "tests/replica/faulty_catalog.h"
+#include "tests/replica/faulty_roles.h"
 #include "tests/support/scratch_catalog.h"
 #include "tests/support/temp_dir.h"
 
@@ -377,9 +377,10 @@ TEST_F(PlannerTest, ARouteWithoutABudgetLeavesStreamsToTheRouteAndPacesOneSource
 TEST_F(PlannerTest, AStepLooksUpOnlyFilesItCanPlanUntilTheFullSweep) {
   // 600 files, 8 open tasks per destination node (b1, b2): a step used to look up all 600.
   for (int i = 0; i < 600; ++i) Commit("/d/f" + std::to_string(i), 10, "a1");
-  testing::FaultyCatalog counting(cat_.get());
+  testing::FaultyView counting(cat_.get());
   PlannerOptions o;
-  o.catalog = &counting;
+  o.catalog = cat_.get();
+  o.catalog.view = &counting;
   o.clock = [this] { return now_.load(); };
   o.max_open_tasks_per_node = 8;
   auto planner = Planner::Create(o);
@@ -895,9 +896,10 @@ TEST_F(PlannerTest, ARestartedPlannerContinuesFromTheCatalog) {
 // request without an error, leaving it cancelled with no tasks.
 TEST_F(PlannerTest, ACancelRacingAStepIsNotUndone) {
   Commit("/d/f1", 100, "a1");
-  testing::FaultyCatalog racing(cat_.get());
+  testing::FaultyWorkQueue racing(cat_.get());
   PlannerOptions o;
-  o.catalog = &racing;
+  o.catalog = cat_.get();
+  o.catalog.work = &racing;
   o.clock = [this] { return now_.load(); };
   o.heartbeat_timeout = std::chrono::seconds(30);
   o.max_attempts = 3;
