@@ -11,7 +11,10 @@
 // (NamespaceView, ReplicaView, SiteView, WorkView, EventView; together CatalogView, what
 // the dashboard and gfpolicy explain take), the writers of each
 // concern (NamespaceEditor, ReplicaRegistry, SiteRegistry, WorkQueue, Governance) and
-// Monitoring. Catalog is their union: what gfcatalogd serves and the daemons' parts take.
+// Monitoring. Catalog is their union: what gfcatalogd serves and CatalogClient speaks. A
+// component takes the roles it uses: one interface, or catalog::Roles (a pointer per role)
+// when it uses several, so that a test stands a fake in for one role only. Live telemetry
+// is not a role: TelemetrySink.
 //
 // Durability: a mutation returns OK only after its single atomic write is durable (WAL
 // synced). A mutation that returns an error changed nothing.
@@ -114,7 +117,7 @@ class NamespaceView {
 
   // Stat of many paths in one call, one result per path (in order). At most kMaxBatchPaths.
   virtual absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> StatMany(
-      const std::vector<std::string>& paths);
+      const std::vector<std::string>& paths) = 0;
 
   // The entry of an inode (its path is rebuilt with PathOf). kNotFound if gone.
   virtual absl::StatusOr<Attributes> StatInode(InodeId inode) = 0;
@@ -200,8 +203,7 @@ class CatalogView : public NamespaceView,
   ~CatalogView() override = default;
 
   // The stored policy document (version 0 and no text before the first put).
-  // The default implementation (for fakes) is kUnimplemented.
-  virtual absl::StatusOr<PolicyDocument> GetPolicies();
+  virtual absl::StatusOr<PolicyDocument> GetPolicies() = 0;
 };
 
 // The namespace, written: writers (gfreg, gfmkdir, gfmv, gfrm, gfchmod) and gfcatalogd.
@@ -242,8 +244,7 @@ class NamespaceEditor {
   // Creates many file entries in one atomic write: all or none (kAlreadyExists names the
   // first taken path; the same path twice in one batch is kInvalidArgument). At most
   // kMaxBatchPaths. For bulk registration; one RPC instead of one per file.
-  // The default implementation (for fakes) calls CreateFile in a loop and is not atomic.
-  virtual absl::StatusOr<std::vector<Attributes>> CreateFiles(const std::vector<NewFile>& files);
+  virtual absl::StatusOr<std::vector<Attributes>> CreateFiles(const std::vector<NewFile>& files) = 0;
 
   // Removes a file or an empty directory; with `recursive` a whole subtree. Replicas of
   // removed files move to kDeleting (their nodes unlink and then call RemoveReplica).
@@ -257,9 +258,9 @@ class NamespaceEditor {
 
   // Changes an entry's mode, owner or group (the root's too) and returns the entry.
   // kInvalidArgument for a mode above 01777 or a bad name. Who may do it is the server's
-  // business (catalog/permissions.h). The default implementation (for fakes) is kUnimplemented.
+  // business (catalog/permissions.h).
   virtual absl::StatusOr<Attributes> SetAttributes(std::string_view path,
-                                                   const AttributeChange& change);
+                                                   const AttributeChange& change) = 0;
 };
 
 // Replica records, written: site agents (checks, scrub, deletes), readers that refuse a
@@ -337,9 +338,10 @@ class WorkQueue {
   // `finished_before_ns`, with their tasks: at most `max` requests, oldest first; returns how
   // many. A request with an open task stays. Ids are never given out twice, also after a
   // restart (the high-water marks are stored with the purge). One event (kind request,
-  // state "purged") per request. The default implementation (for
-  // fakes) is kUnimplemented.
-  virtual absl::StatusOr<std::size_t> PurgeFinishedRequests(std::int64_t finished_before_ns, std::size_t max);
+  // state "purged") per request. gfcatalogd's own housekeeping: CatalogClient answers
+  // kUnimplemented.
+  virtual absl::StatusOr<std::size_t> PurgeFinishedRequests(std::int64_t finished_before_ns,
+                                                            std::size_t max) = 0;
 
   // Creates tasks atomically (all or none). Each path must be a file; the task records its
   // inode, current generation and size. Both nodes must exist.
@@ -363,10 +365,9 @@ class WorkQueue {
   // Fewer (or none: an empty list, not an error) when fewer are claimable. Owners must be
   // distinct and at most kMaxBatchPaths. One call instead of one per task: a site agent
   // fills all its idle workers with one catalog round trip.
-  // The default implementation (for fakes) calls ClaimTask in a loop and is not atomic.
   virtual absl::StatusOr<std::vector<Task>> ClaimTasks(std::string_view node,
                                                        const std::vector<std::string>& owners,
-                                                       std::chrono::milliseconds lease);
+                                                       std::chrono::milliseconds lease) = 0;
 
   // Extends a lease. kFailedPrecondition if the task is not leased by `owner` (lease lost).
   virtual absl::StatusOr<Task> RenewLease(std::uint64_t id, std::string_view owner,
@@ -386,9 +387,9 @@ class WorkQueue {
   // what CompleteTask would have returned for it (an item's error does not affect the
   // others). The changes are made with as few durable writes as possible (one, unless two
   // items concern the same file). At most kMaxBatchPaths items; the same task twice is
-  // kInvalidArgument for the second. The default implementation calls CompleteTask in a loop.
+  // kInvalidArgument for the second.
   virtual absl::StatusOr<std::vector<absl::StatusOr<Task>>> CompleteTasks(
-      const std::vector<TaskCompletion>& items);
+      const std::vector<TaskCompletion>& items) = 0;
 
   // Records a failed attempt. If `retryable` and attempts < max_attempts the task goes
   // back to kQueued with next_attempt_ns = now + retry_after, else kFailed. The pending
@@ -422,22 +423,23 @@ class Governance {
   // Replaces the policy document (version + 1) and returns it. `expected_version`, if set,
   // must be the stored version (kAborted otherwise: someone else changed it meanwhile).
   // kInvalidArgument for more than kMaxPolicyBytes or text/source that is not UTF-8.
-  // The default implementation (for fakes) is kUnimplemented.
   virtual absl::StatusOr<PolicyDocument> PutPolicies(std::string_view text, std::string_view source,
-                                                     std::optional<std::uint64_t> expected_version);
+                                                     std::optional<std::uint64_t> expected_version) = 0;
 
   // Records that the token `id` is revoked; kept until `expires_unix` (after that the token
   // is refused as expired anyway: the next RevokeToken deletes the record). Durable before
-  // it returns. Default: kUnimplemented.
-  virtual absl::Status RevokeToken(std::string_view id, std::int64_t expires_unix);
+  // it returns.
+  virtual absl::Status RevokeToken(std::string_view id, std::int64_t expires_unix) = 0;
 
-  // Every revoked token still recorded: id -> its expiry (Unix seconds). Default: kUnimplemented.
-  virtual absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> RevokedTokens();
+  // Every revoked token still recorded: id -> its expiry (Unix seconds). What gfcatalogd
+  // loads: CatalogClient answers kUnimplemented.
+  virtual absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> RevokedTokens() = 0;
 
   // Appends an audit event (EventKind::kAudit: node = `who`, state = `what`, detail =
-  // `detail`), durable like any other. The default implementation (for fakes) is
+  // `detail`), durable like any other. What gfcatalogd records: CatalogClient answers
   // kUnimplemented.
-  virtual absl::Status RecordAudit(std::string_view who, std::string_view what, std::string_view detail);
+  virtual absl::Status RecordAudit(std::string_view who, std::string_view what,
+                                   std::string_view detail) = 0;
 };
 
 // Figures about the catalog that are not catalog state.
@@ -446,13 +448,18 @@ class Monitoring {
   virtual ~Monitoring() = default;
 
   // Figures of the storage engine worth watching (RocksDB: keys, SST and memtable bytes,
-  // pending compaction), name -> value, for gfcatalogd's /metrics. kUnimplemented (the
-  // default) where there are none.
-  virtual absl::StatusOr<std::map<std::string, std::uint64_t>> StorageStats();
+  // pending compaction), name -> value, for gfcatalogd's /metrics. kUnimplemented where there
+  // are none (CatalogClient).
+  virtual absl::StatusOr<std::map<std::string, std::uint64_t>> StorageStats() = 0;
+};
 
-  // Live telemetry of a site agent's copies (the dashboard's graphs). Not stored; a catalog
-  // without a dashboard answers kUnimplemented (the default).
-  virtual absl::Status PublishTelemetry(const TelemetryBatch& batch);
+// Where a site agent's live copy figures go (the dashboard's graphs): the Telemetry service
+// on the catalog's server (CatalogClient), or a test's sink. Not a catalog role: nothing is
+// stored. kUnimplemented from a server without a dashboard.
+class TelemetrySink {
+ public:
+  virtual ~TelemetrySink() = default;
+  virtual absl::Status Publish(const TelemetryBatch& batch) = 0;
 };
 
 // The whole catalog: every role. What gfcatalogd serves and CatalogClient speaks; a
@@ -466,11 +473,6 @@ class Catalog : public CatalogView,
                 public Monitoring {
  public:
   ~Catalog() override = default;
-
-  // ReplicaRegistry::TransitionReplicas for fakes of the whole catalog: reads and puts each
-  // record, not atomically. Implementations override it.
-  absl::StatusOr<std::vector<absl::Status>> TransitionReplicas(
-      const std::vector<ReplicaTransition>& items) override;
 };
 
 // A catalog's roles, one pointer each: what a component that uses several roles takes (its

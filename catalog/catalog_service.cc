@@ -154,6 +154,8 @@ class RefusedWatch final : public grpc::ServerWriteReactor<v1::EventList> {
 
 class Service final : public v1::Catalog::CallbackService {
  public:
+  friend class TelemetryService;
+
   Service(Catalog& catalog, const ServerOptions& options)
       : catalog_(catalog),
         options_(options),
@@ -178,6 +180,7 @@ class Service final : public v1::Catalog::CallbackService {
   void Join() { pool_.join(); }
 
   std::uint64_t denied() const { return denied_.load(); }
+  const ServerOptions& options() const { return options_; }
 
   // Loads the revoked tokens again if options_.revocation_refresh has passed since the last
   // time (a failed read leaves the set as it is, and is tried again after the interval).
@@ -1063,28 +1066,6 @@ class Service final : public v1::Catalog::CallbackService {
     });
   }
 
-  grpc::ServerUnaryReactor* PublishTelemetry(grpc::CallbackServerContext* c,
-                                             const v1::TelemetryBatch* req, v1::Empty*) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "PublishTelemetry", Access::kOwnNode, {req->node()})) return denied;
-    return Inline(c, [&]() -> absl::Status {
-      TelemetryBatch b;
-      b.node = req->node();
-      b.site = req->site();
-      b.sent_ns = req->sent_ns();
-      b.copies.reserve(static_cast<std::size_t>(req->copies_size()));
-      for (const v1::TelemetryCopy& c : req->copies()) {
-        b.copies.push_back({c.task_id(), c.request_id(), c.src_node(), c.src_site(), c.size(), c.streams(), c.received()});
-      }
-      b.points.reserve(static_cast<std::size_t>(req->points_size()));
-      for (const v1::TelemetryPoint& p : req->points()) {
-        b.points.push_back({p.time_ns(), std::vector<std::uint64_t>(p.bytes().begin(), p.bytes().end()),
-                            std::vector<std::uint64_t>(p.stream_bytes().begin(), p.stream_bytes().end())});
-      }
-      if (absl::Status s = Validate(b); !s.ok()) return s;
-      return options_.telemetry_sink ? options_.telemetry_sink(b) : catalog_.PublishTelemetry(b);
-    });
-  }
-
   grpc::ServerUnaryReactor* FailTask(grpc::CallbackServerContext* c,
                                      const v1::FailTaskRequest* req, v1::Task* resp) override {
     if (grpc::ServerUnaryReactor* denied = Deny(c, "FailTask", Access::kOwnNode, {NodeOfOwner(req->owner())})) return denied;
@@ -1194,6 +1175,49 @@ class Service final : public v1::Catalog::CallbackService {
   std::uint64_t audit_skipped_ ABSL_GUARDED_BY(audit_mu_) = 0;
 };
 
+// The Telemetry service: a site agent's batch, checked and handed to
+// ServerOptions::telemetry_sink (the dashboard's hub) on the gRPC thread. Authorized like the
+// Catalog service's calls (a node publishes only its own figures).
+using CatalogRpcs = Service;  // inside TelemetryService, "Service" is gRPC's base class
+
+class TelemetryService final : public v1::Telemetry::CallbackService {
+ public:
+  TelemetryService(CatalogRpcs& service, const ServerOptions& options)
+      : service_(service), options_(options) {}
+
+  grpc::ServerUnaryReactor* Publish(grpc::CallbackServerContext* c, const v1::TelemetryBatch* req,
+                                    v1::Empty*) override {
+    if (grpc::ServerUnaryReactor* denied =
+            service_.Deny(c, "PublishTelemetry", Access::kOwnNode, {req->node()})) {
+      return denied;
+    }
+    return service_.Inline(c, [&]() -> absl::Status {
+      if (!options_.telemetry_sink) {
+        return absl::UnimplementedError("this catalog server takes no telemetry (no dashboard)");
+      }
+      TelemetryBatch b;
+      b.node = req->node();
+      b.site = req->site();
+      b.sent_ns = req->sent_ns();
+      b.copies.reserve(static_cast<std::size_t>(req->copies_size()));
+      for (const v1::TelemetryCopy& c : req->copies()) {
+        b.copies.push_back({c.task_id(), c.request_id(), c.src_node(), c.src_site(), c.size(), c.streams(), c.received()});
+      }
+      b.points.reserve(static_cast<std::size_t>(req->points_size()));
+      for (const v1::TelemetryPoint& p : req->points()) {
+        b.points.push_back({p.time_ns(), std::vector<std::uint64_t>(p.bytes().begin(), p.bytes().end()),
+                            std::vector<std::uint64_t>(p.stream_bytes().begin(), p.stream_bytes().end())});
+      }
+      if (absl::Status s = Validate(b); !s.ok()) return s;
+      return options_.telemetry_sink(b);
+    });
+  }
+
+ private:
+  CatalogRpcs& service_;
+  const ServerOptions& options_;
+};
+
 }  // namespace
 
 // Per-method latency histograms (CatalogServer::RpcLatencies), kept by a server interceptor.
@@ -1244,13 +1268,20 @@ class TimingInterceptorFactory final : public grpc::experimental::ServerIntercep
   grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
     // Methods of our service by name; anything else a client sends under one name (the
     // names are labels on /metrics: a client must not be able to add them without end).
-    static constexpr std::string_view kPrefix = "/gfrep.catalog.v1.Catalog/";
-    static const google::protobuf::ServiceDescriptor* service =
-        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName("gfrep.catalog.v1.Catalog");
     const std::string_view m = info->method() != nullptr ? info->method() : "";
-    const bool ours = m.substr(0, kPrefix.size()) == kPrefix && service != nullptr &&
-                      service->FindMethodByName(std::string(m.substr(kPrefix.size()))) != nullptr;
+    const bool ours = Ours(m, "Catalog") || Ours(m, "Telemetry");
     return new TimingInterceptor(stats_, ours ? std::string(m) : "/other");
+  }
+
+ private:
+  // Whether `method` ("/gfrep.catalog.v1.SERVICE/NAME") is a method of our `service`.
+  static bool Ours(std::string_view method, std::string_view service) {
+    const std::string full = fmt::format("gfrep.catalog.v1.{}", service);
+    const std::string prefix = fmt::format("/{}/", full);
+    if (method.substr(0, prefix.size()) != prefix) return false;
+    const google::protobuf::ServiceDescriptor* d =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(full);
+    return d != nullptr && d->FindMethodByName(std::string(method.substr(prefix.size()))) != nullptr;
   }
 
  private:
@@ -1260,6 +1291,7 @@ class TimingInterceptorFactory final : public grpc::experimental::ServerIntercep
 struct CatalogServer::Impl {
   RpcStats rpc_stats;  // outlives the server (declared first, destroyed last)
   std::unique_ptr<Service> service;
+  std::unique_ptr<TelemetryService> telemetry;
   std::unique_ptr<grpc::Server> server;
   std::string address;
   int port = 0;
@@ -1297,6 +1329,7 @@ absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& cat
   }
   auto impl = std::make_unique<Impl>();
   impl->service = std::make_unique<Service>(catalog, options);
+  impl->telemetry = std::make_unique<TelemetryService>(*impl->service, impl->service->options());
   if (absl::Status s = impl->service->LoadRevokedTokens(); !s.ok()) {
     impl->service->Join();
     return s;
@@ -1343,6 +1376,7 @@ absl::StatusOr<std::unique_ptr<CatalogServer>> CatalogServer::Start(Catalog& cat
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options.listen, creds, &impl->port);
   builder.RegisterService(impl->service.get());
+  builder.RegisterService(impl->telemetry.get());
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
                              static_cast<int>(std::clamp<std::int64_t>(options.handshake_timeout.count(), 1, INT32_MAX)));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,

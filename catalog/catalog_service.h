@@ -1,7 +1,9 @@
 #pragma once
 
 // CatalogServer serves a Catalog (usually OpenRocksCatalog's) over gRPC: the service
-// gfrep.catalog.v1.Catalog of catalog/proto/catalog.proto, callback API. gfcatalogd is a
+// gfrep.catalog.v1.Catalog of catalog/proto/catalog.proto, and beside it
+// gfrep.catalog.v1.Telemetry (the agents' live figures, to ServerOptions::telemetry_sink),
+// callback API. gfcatalogd is a
 // thin main around it; tests and benchmarks start one in-process on 127.0.0.1:0.
 //
 // Threads: gRPC's callback threads only parse, convert and hand over. Everything that
@@ -86,8 +88,8 @@ struct ServerOptions {
   // Long polls (ReadEvents waiting, Watch streams) one identity (without mutual TLS: one
   // address) may hold at once; more are refused with RESOURCE_EXHAUSTED. They hold no thread.
   std::size_t max_long_polls_per_identity = 64;
-  // Where PublishTelemetry batches go (validated; called on a gRPC thread: keep it quick).
-  // Null: the catalog's own PublishTelemetry (kUnimplemented for RocksDB's).
+  // Where the Telemetry service's batches go (validated; called on a gRPC thread: keep it
+  // quick). Null: the service answers kUnimplemented (no dashboard).
   std::function<absl::Status(const TelemetryBatch&)> telemetry_sink;
   // Request::in_flight_bytes of the requests GetRequest and ListRequests return (null: 0).
   std::function<std::uint64_t(std::uint64_t request_id)> request_in_flight;

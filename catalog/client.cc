@@ -54,10 +54,22 @@ struct CatalogClient::Impl {
   // Replaced by ReloadCredentials; a call holds the one it started with.
   mutable absl::Mutex stub_mu;
   std::shared_ptr<v1::Catalog::Stub> stub ABSL_GUARDED_BY(stub_mu);
+  // The Telemetry service's, on the same channel.
+  std::shared_ptr<v1::Telemetry::Stub> telemetry_stub ABSL_GUARDED_BY(stub_mu);
 
   std::shared_ptr<v1::Catalog::Stub> Stub() const {
     absl::MutexLock lock(&stub_mu);
     return stub;
+  }
+  // The stub a method belongs to.
+  template <typename M>
+  std::shared_ptr<v1::Catalog::Stub> StubFor(M v1::Catalog::Stub::*) const {
+    return Stub();
+  }
+  template <typename M>
+  std::shared_ptr<v1::Telemetry::Stub> StubFor(M v1::Telemetry::Stub::*) const {
+    absl::MutexLock lock(&stub_mu);
+    return telemetry_stub;
   }
 
   // Calls one unary method; converts the status and, on success, the response. A call the
@@ -72,7 +84,7 @@ struct CatalogClient::Impl {
       grpc::ClientContext ctx;
       ctx.set_deadline(deadline);
       ctx.set_wait_for_ready(options.wait_for_ready);
-      const std::shared_ptr<v1::Catalog::Stub> current = Stub();
+      const auto current = StubFor(method);
       grpc::Status s = (current.get()->*method)(&ctx, req, resp);
       const std::optional<std::chrono::milliseconds> wait = RetryAfter(s, ctx);
       if (!wait || std::chrono::system_clock::now() + *wait >= deadline) return FromGrpc(s);
@@ -157,8 +169,8 @@ static absl::StatusOr<std::pair<std::string, bool>> GrpcTarget(std::string_view 
                    true};
 }
 
-// A channel and stub for `options` (validated by Create).
-static std::shared_ptr<v1::Catalog::Stub> MakeStub(const ClientOptions& options) {
+// A channel for `options` (validated by Create).
+static std::shared_ptr<grpc::Channel> MakeChannel(const ClientOptions& options) {
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (options.tls_root_pem.empty()) {
     creds = grpc::InsecureChannelCredentials();
@@ -188,7 +200,7 @@ static std::shared_ptr<v1::Catalog::Stub> MakeStub(const ClientOptions& options)
       args.SetSslTargetNameOverride(host);
     }
   }
-  return v1::Catalog::NewStub(grpc::CreateCustomChannel(target->first, creds, args));
+  return grpc::CreateCustomChannel(target->first, creds, args);
 }
 
 CatalogClient::CatalogClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -216,8 +228,10 @@ absl::StatusOr<std::unique_ptr<CatalogClient>> CatalogClient::Create(
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   {
+    const std::shared_ptr<grpc::Channel> channel = MakeChannel(options);
     absl::MutexLock lock(&impl->stub_mu);  // not shared yet; the lock is for the analysis
-    impl->stub = MakeStub(options);
+    impl->stub = v1::Catalog::NewStub(channel);
+    impl->telemetry_stub = v1::Telemetry::NewStub(channel);
   }
   return std::unique_ptr<CatalogClient>(new CatalogClient(std::move(impl)));
 }
@@ -235,9 +249,12 @@ absl::Status CatalogClient::ReloadCredentials(const std::string& root_pem, const
   next.tls_root_pem = root_pem;
   next.tls_cert_pem = cert_pem;
   next.tls_key_pem = key_pem;
-  std::shared_ptr<v1::Catalog::Stub> stub = MakeStub(next);
+  const std::shared_ptr<grpc::Channel> channel = MakeChannel(next);
+  std::shared_ptr<v1::Catalog::Stub> stub = v1::Catalog::NewStub(channel);
+  std::shared_ptr<v1::Telemetry::Stub> telemetry = v1::Telemetry::NewStub(channel);
   absl::MutexLock lock(&impl_->stub_mu);
   impl_->stub = std::move(stub);
+  impl_->telemetry_stub = std::move(telemetry);
   return absl::OkStatus();
 }
 
@@ -752,6 +769,38 @@ absl::StatusOr<Task> CatalogClient::ClaimTask(std::string_view node, std::string
   return FromProto(resp);
 }
 
+// ClaimTasks of a server that has only ClaimTask (older than the batch): one call per owner,
+// not atomic.
+absl::StatusOr<std::vector<Task>> CatalogClient::ClaimOneByOne(
+    std::string_view node, const std::vector<std::string>& owners, std::chrono::milliseconds lease) {
+  if (owners.size() > kMaxBatchPaths) {
+    return absl::InvalidArgumentError(fmt::format("more than {} owners", kMaxBatchPaths));
+  }
+  std::vector<Task> out;
+  for (const std::string& owner : owners) {
+    absl::StatusOr<Task> t = ClaimTask(node, owner, lease);
+    if (absl::IsNotFound(t.status())) break;
+    if (!t.ok()) {
+      if (out.empty()) return t.status();
+      break;  // what was claimed stays claimed: hand it out
+    }
+    out.push_back(std::move(*t));
+  }
+  return out;
+}
+
+// CompleteTasks of a server that has only CompleteTask: one call per task.
+absl::StatusOr<std::vector<absl::StatusOr<Task>>> CatalogClient::CompleteOneByOne(
+    const std::vector<TaskCompletion>& items) {
+  if (items.size() > kMaxBatchPaths) {
+    return absl::InvalidArgumentError(fmt::format("more than {} tasks", kMaxBatchPaths));
+  }
+  std::vector<absl::StatusOr<Task>> out;
+  out.reserve(items.size());
+  for (const TaskCompletion& c : items) out.push_back(CompleteTask(c.id, c.owner));
+  return out;
+}
+
 absl::StatusOr<std::vector<Task>> CatalogClient::ClaimTasks(std::string_view node,
                                                             const std::vector<std::string>& owners,
                                                             std::chrono::milliseconds lease) {
@@ -761,7 +810,7 @@ absl::StatusOr<std::vector<Task>> CatalogClient::ClaimTasks(std::string_view nod
   req.set_lease_ms(static_cast<std::uint64_t>(std::max<std::int64_t>(lease.count(), 0)));
   v1::TaskList resp;
   absl::Status s = impl_->Call(&v1::Catalog::Stub::ClaimTasks, req, &resp);
-  if (absl::IsUnimplemented(s)) return Catalog::ClaimTasks(node, owners, lease);
+  if (absl::IsUnimplemented(s)) return ClaimOneByOne(node, owners, lease);
   if (!s.ok()) return s;
   if (resp.tasks_size() > static_cast<int>(owners.size())) {
     return absl::InternalError("ClaimTasks: more tasks than owners");
@@ -802,7 +851,7 @@ absl::StatusOr<std::vector<absl::StatusOr<Task>>> CatalogClient::CompleteTasks(
   }
   v1::CompleteTasksResponse resp;
   absl::Status s = impl_->Call(&v1::Catalog::Stub::CompleteTasks, req, &resp);
-  if (absl::IsUnimplemented(s)) return Catalog::CompleteTasks(items);
+  if (absl::IsUnimplemented(s)) return CompleteOneByOne(items);
   if (!s.ok()) return s;
   if (resp.results_size() != static_cast<int>(items.size())) {
     return absl::InternalError("CompleteTasks: result count does not match the tasks");
@@ -868,7 +917,7 @@ absl::StatusOr<PolicyDocument> CatalogClient::GetPolicies() {
   return FromProto(resp);
 }
 
-absl::Status CatalogClient::PublishTelemetry(const TelemetryBatch& b) {
+absl::Status CatalogClient::Publish(const TelemetryBatch& b) {
   if (absl::Status s = Validate(b); !s.ok()) return s;
   v1::TelemetryBatch req;
   req.set_node(b.node);
@@ -891,7 +940,7 @@ absl::Status CatalogClient::PublishTelemetry(const TelemetryBatch& b) {
     out->mutable_stream_bytes()->Add(p.stream_bytes.begin(), p.stream_bytes.end());
   }
   v1::Empty resp;
-  return impl_->Call(&v1::Catalog::Stub::PublishTelemetry, req, &resp);
+  return impl_->Call(&v1::Telemetry::Stub::Publish, req, &resp);
 }
 
 absl::StatusOr<PolicyDocument> CatalogClient::PutPolicies(std::string_view text,
@@ -979,6 +1028,22 @@ absl::StatusOr<std::uint64_t> CatalogClient::LastEventSeq() {
     return s;
   }
   return resp.seq();
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> CatalogClient::RevokedTokens() {
+  return absl::UnimplementedError("RevokedTokens: not served over gRPC");
+}
+
+absl::Status CatalogClient::RecordAudit(std::string_view, std::string_view, std::string_view) {
+  return absl::UnimplementedError("RecordAudit: not served over gRPC");
+}
+
+absl::StatusOr<std::size_t> CatalogClient::PurgeFinishedRequests(std::int64_t, std::size_t) {
+  return absl::UnimplementedError("PurgeFinishedRequests: not served over gRPC");
+}
+
+absl::StatusOr<std::map<std::string, std::uint64_t>> CatalogClient::StorageStats() {
+  return absl::UnimplementedError("StorageStats: not served over gRPC");
 }
 
 }  // namespace gfrep::catalog

@@ -55,7 +55,7 @@ class WatchHandle {
   std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
 };
 
-class CatalogClient final : public Catalog {
+class CatalogClient final : public Catalog, public TelemetrySink {
  public:
   // Validates options and creates the channel (does not connect yet).
   static absl::StatusOr<std::unique_ptr<CatalogClient>> Create(const ClientOptions& options);
@@ -93,6 +93,13 @@ class CatalogClient final : public Catalog {
   absl::Status Rename(std::string_view from, std::string_view to) override;
   absl::StatusOr<Attributes> SetAttributes(std::string_view path, const AttributeChange& change) override;
   absl::Status RevokeToken(std::string_view id, std::int64_t expires_unix) override;
+  // gfcatalogd's own business, not served over gRPC: kUnimplemented.
+  absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> RevokedTokens() override;
+  absl::Status RecordAudit(std::string_view who, std::string_view what,
+                           std::string_view detail) override;
+  absl::StatusOr<std::size_t> PurgeFinishedRequests(std::int64_t finished_before_ns,
+                                                    std::size_t max) override;
+  absl::StatusOr<std::map<std::string, std::uint64_t>> StorageStats() override;
 
   absl::StatusOr<Location> Locate(std::string_view path) override;
   absl::StatusOr<std::vector<Replica>> GetReplicas(InodeId inode) override;
@@ -139,7 +146,8 @@ class CatalogClient final : public Catalog {
   absl::StatusOr<std::vector<absl::Status>> TransitionReplicas(
       const std::vector<ReplicaTransition>& items) override;
   absl::StatusOr<PolicyDocument> GetPolicies() override;
-  absl::Status PublishTelemetry(const TelemetryBatch& batch) override;
+  // TelemetrySink: to the Telemetry service of the same server.
+  absl::Status Publish(const TelemetryBatch& batch) override;
   absl::StatusOr<PolicyDocument> PutPolicies(std::string_view text, std::string_view source,
                                              std::optional<std::uint64_t> expected_version) override;
   absl::StatusOr<Task> FailTask(std::uint64_t id, std::string_view owner, std::string_view error,
@@ -153,6 +161,11 @@ class CatalogClient final : public Catalog {
   absl::StatusOr<std::uint64_t> LastEventSeq() override;
 
  private:
+  absl::StatusOr<std::vector<Task>> ClaimOneByOne(std::string_view node,
+                                                  const std::vector<std::string>& owners,
+                                                  std::chrono::milliseconds lease);
+  absl::StatusOr<std::vector<absl::StatusOr<Task>>> CompleteOneByOne(
+      const std::vector<TaskCompletion>& items);
   struct Impl;
   explicit CatalogClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -1,7 +1,7 @@
 #pragma once
 
 // The site agent's side of the dashboard's live telemetry: what each running copy receives,
-// sampled every 100 ms and sent as catalog::TelemetryBatch (Catalog::PublishTelemetry) to the
+// sampled every 100 ms and sent as catalog::TelemetryBatch (the catalog server's Telemetry service) to the
 // catalog's TelemetryHub (replica/web/telemetry.h).
 
 #include <atomic>
@@ -29,7 +29,7 @@ struct CopyCounters {
 // CopyMeter: the site agent's side. Each running copy counts the bytes it receives, in all and
 // per stream; every 100 ms Sample() records what each received since the previous sample, and
 // Take() hands the samples over as one batch (the agent sends it with
-// Catalog::PublishTelemetry).
+// the catalog server's Telemetry service).
 //
 // Thread safety: all methods from any thread (copies count with atomic adds, no lock).
 class CopyMeter {

@@ -78,10 +78,8 @@ constexpr int kCompleters = 2;
 
 absl::Status Validate(const SiteAgentOptions& o) {
   const catalog::Roles& c = o.catalog;
-  if (c.view == nullptr || c.work == nullptr || c.replicas == nullptr || c.sites == nullptr ||
-      c.monitoring == nullptr) {
-    return absl::InvalidArgumentError(
-        "site agent needs a catalog (view, work, replicas, sites and monitoring)");
+  if (c.view == nullptr || c.work == nullptr || c.replicas == nullptr || c.sites == nullptr) {
+    return absl::InvalidArgumentError("site agent needs a catalog (view, work, replicas and sites)");
   }
   if (absl::Status s = catalog::ValidateName(o.site); !s.ok()) {
     return absl::InvalidArgumentError(fmt::format("site: {}", std::string(s.message())));
@@ -357,7 +355,7 @@ absl::Status SiteAgent::Start() {
   for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this, i] { WorkerLoop(i); });
   for (int i = 0; i < kCompleters; ++i) threads_.emplace_back([this] { CompleteLoop(); });
   if (options_.adapt_in_flight) threads_.emplace_back([this] { TuneLoop(); });
-  if (options_.telemetry_interval.count() > 0) threads_.emplace_back([this] { TelemetryLoop(); });
+  if (options_.telemetry_interval.count() > 0 && options_.telemetry != nullptr) threads_.emplace_back([this] { TelemetryLoop(); });
   return absl::OkStatus();
 }
 
@@ -438,7 +436,7 @@ void SiteAgent::TelemetryLoop() {
     next_send = now + options_.telemetry_interval;
     std::optional<catalog::TelemetryBatch> batch = meter_.Take(options_.node, options_.site, catalog::SystemNowNs());
     if (!batch) continue;
-    absl::Status s = options_.catalog.monitoring->PublishTelemetry(*batch);
+    absl::Status s = options_.telemetry->Publish(*batch);
     if (absl::IsUnimplemented(s)) {
       log_->info("telemetry: the catalog serves no dashboard; not sending any ({})", s.ToString());
       return;

@@ -112,7 +112,7 @@ class SpoolKeeper;
 }
 
 struct SiteAgentOptions {
-  // Uses view, work, replicas, sites and monitoring (usually all one catalog::CatalogClient).
+  // Uses view, work, replicas and sites (usually all one catalog::CatalogClient).
   // REQUIRES: those non-null, outliving the agent.
   catalog::Roles catalog;
   std::string site;
@@ -164,9 +164,12 @@ struct SiteAgentOptions {
   std::uint64_t scrub_rate_bytes = 32ull << 20;
   std::chrono::seconds scrub_period{std::chrono::hours(24 * 7)};
   // Live telemetry for the dashboard (replica/web/telemetry.h): the running copies' received
-  // bytes sampled every 100 ms, sent to the catalog this often (0: never). A catalog that
-  // serves no dashboard answers kUnimplemented: the agent then stops sending.
+  // bytes sampled every 100 ms, sent to `telemetry` this often (0: never). A catalog server
+  // without a dashboard answers kUnimplemented: the agent then stops sending.
   std::chrono::milliseconds telemetry_interval{250};
+  // Usually the CatalogClient (the catalog server's Telemetry service); null: none sent.
+  // Outlives the agent.
+  catalog::TelemetrySink* telemetry = nullptr;
   RetryOptions retry;
   // Engine settings for pulls (shared key, TLS, checksum, timeouts); route fields are the
   // defaults that the catalog's route table overrides.

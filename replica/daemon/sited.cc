@@ -95,6 +95,7 @@ absl::StatusOr<std::unique_ptr<Sited>> Sited::Create(SitedOptions options) {
     self->catalog_ = std::move(*client);
     agent::SiteAgentOptions so = o.site_agent;
     so.catalog = self->catalog_.get();
+    so.telemetry = self->catalog_.get();
     so.site = o.site;
     so.node = o.node;
     so.address = o.advertise.empty() ? bound->ToString() : o.advertise;

@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
         for (auto& c : b.copies) c.received += 12'500'000ull * static_cast<std::uint64_t>(n);
         batch_bytes += b.copies.size() * 40 +
                        b.points.size() * (b.copies.size() * (4 + 3 * static_cast<std::size_t>(streams)) + 12);
-        absl::Status s = (*client)->PublishTelemetry(b);
+        absl::Status s = (*client)->Publish(b);
         (s.ok() ? sent : failed) += 1;
       }
     });
@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
         std::lock_guard<std::mutex> lock(mu);
         marks[value] = Clock::now();
       }
-      (void)(*client)->PublishTelemetry(b);
+      (void)(*client)->Publish(b);
     }
   });
   settle(2);  // channels set up

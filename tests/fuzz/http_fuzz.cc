@@ -103,6 +103,12 @@ class FakeCatalog final : public catalog::CatalogView {
     }
     return *cur;
   }
+  absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> StatMany(
+      const std::vector<std::string>& paths) override {
+    std::vector<absl::StatusOr<Attributes>> out;
+    for (const std::string& p : paths) out.push_back(Stat(p));
+    return out;
+  }
   absl::StatusOr<catalog::Location> Locate(std::string_view path) override {
     absl::StatusOr<Attributes> a = Stat(path);
     if (!a.ok()) return a.status();

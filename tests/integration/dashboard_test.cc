@@ -164,7 +164,7 @@ TEST_F(DashboardTest, HealthAndMetricsAreServedByBothDaemons) {
   auto raw = catalog::CatalogClient::Create(co);
   ASSERT_TRUE(raw.ok());
   // The client checks it first; the server checks it too (a client that does not).
-  EXPECT_TRUE(absl::IsInvalidArgument((*raw)->PublishTelemetry(bad)));
+  EXPECT_TRUE(absl::IsInvalidArgument((*raw)->Publish(bad)));
   EXPECT_EQ(Get(http_, "/healthz").status, 200);
 
   // A public address without --http-public is refused at start.
