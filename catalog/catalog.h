@@ -519,7 +519,7 @@ struct CatalogOptions {
   // Null: SystemNowNs.
   Clock clock;
   // PostgreSQL only: this process is one of several front ends serving the database
-  // (gfcatalogd --shared; internal/shared_catalog.h). Mutations are serialized across the
+  // (gfcatalogd --shared; the write gate of internal/kv_catalog.h). Mutations are serialized across the
   // front ends by a lock in the database; reads are not. kInvalidArgument for RocksDB.
   bool shared = false;
   // Test-only fault seam: if set, called before every storage write; a non-OK result is

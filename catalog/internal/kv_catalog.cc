@@ -6,7 +6,6 @@
 
 #include "catalog/internal/kv_catalog_impl.h"
 #include "catalog/internal/rocks_store.h"
-#include "catalog/internal/shared_catalog.h"
 #include "catalog/storage.h"
 
 namespace gfrep::catalog {
@@ -125,6 +124,32 @@ absl::Status KvCatalog::Resync() {
   return ReloadMarksLocked();
 }
 
+namespace {
+// The catalog whose write gate this thread holds (nested gates of it are no-ops).
+thread_local const KvCatalog* t_gate_holder = nullptr;
+}  // namespace
+
+KvCatalog::WriteGate::WriteGate(KvCatalog* catalog) {
+  if (!catalog->store_->shared() || t_gate_holder == catalog) return;
+  absl::StatusOr<std::unique_ptr<KvWriteLock>> lock = catalog->store_->LockWrites();
+  if (!lock.ok()) {
+    status_ = lock.status();
+    return;
+  }
+  lock_ = std::move(*lock);
+  t_gate_holder = catalog;
+  outer_ = true;
+  status_ = catalog->Resync();
+}
+
+KvCatalog::WriteGate::~WriteGate() {
+  if (outer_) t_gate_holder = nullptr;
+}
+
+void KvCatalog::WatchOtherFrontEnds() {
+  watch_ = store_->WatchWrites([this] { OnExternalWrite(); });
+}
+
 void KvCatalog::OnExternalWrite() {
   WorkLock l(this);
   (void)ReloadMarksLocked();  // ignored: the next mutation re-reads (Resync) and reports
@@ -207,6 +232,8 @@ absl::StatusOr<Attributes> KvCatalog::CreateEntry(const Attributes& parent,
 
 absl::StatusOr<Attributes> KvCatalog::Mkdir(std::string_view path,
                                                const MkdirOptions& options) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
   if (!parts.ok()) return parts.status();
   if (absl::Status s = ValidateLabel("owner", options.owner); !s.ok()) return s;
@@ -258,6 +285,8 @@ absl::StatusOr<Attributes> KvCatalog::Mkdir(std::string_view path,
 
 absl::StatusOr<Attributes> KvCatalog::CreateFile(std::string_view path,
                                                     const FileContent& content) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
   if (!parts.ok()) return parts.status();
   if (parts->empty()) return absl::AlreadyExistsError("/: already exists");
@@ -277,6 +306,8 @@ absl::StatusOr<Attributes> KvCatalog::CreateFile(std::string_view path,
 
 absl::StatusOr<std::vector<Attributes>> KvCatalog::CreateFiles(
     const std::vector<NewFile>& files) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (files.size() > kMaxBatchPaths) {
     return absl::InvalidArgumentError(fmt::format("more than {} files", kMaxBatchPaths));
   }
@@ -377,6 +408,8 @@ absl::StatusOr<std::uint64_t> KvCatalog::ReservedGeneration(InodeId inode) {
 
 absl::StatusOr<WriteReservation> KvCatalog::BeginWrite(std::string_view path,
                                                           const FileContent& content) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
   if (!parts.ok()) return parts.status();
   if (parts->empty()) return absl::FailedPreconditionError("/: is a directory");
@@ -428,6 +461,8 @@ absl::StatusOr<WriteReservation> KvCatalog::BeginWrite(std::string_view path,
 absl::StatusOr<Attributes> KvCatalog::CommitFile(
     std::string_view path, const FileContent& content, std::string_view writer_node,
     std::optional<std::uint64_t> expected_generation) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
   if (!parts.ok()) return parts.status();
   if (parts->empty()) return absl::FailedPreconditionError("/: is a directory");
@@ -695,6 +730,8 @@ absl::Status KvCatalog::MarkSubtreeDeleted(KvBatch& batch, const Attributes& a,
 }
 
 absl::Status KvCatalog::Remove(std::string_view path, bool recursive) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
   if (!parts.ok()) return parts.status();
   if (parts->empty()) return absl::FailedPreconditionError("/: cannot remove the root");
@@ -723,6 +760,8 @@ absl::Status KvCatalog::Remove(std::string_view path, bool recursive) {
 }
 
 absl::Status KvCatalog::Rename(std::string_view from, std::string_view to) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   absl::StatusOr<std::vector<std::string>> src = SplitPath(from);
   if (!src.ok()) return src.status();
   absl::StatusOr<std::vector<std::string>> dst = SplitPath(to);
@@ -769,6 +808,8 @@ absl::Status KvCatalog::Rename(std::string_view from, std::string_view to) {
 }
 
 absl::StatusOr<Attributes> KvCatalog::SetAttributes(std::string_view path, const AttributeChange& change) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   absl::StatusOr<std::vector<std::string>> parts = SplitPath(path);
   if (!parts.ok()) return parts.status();
   if (change.mode) {
@@ -795,6 +836,8 @@ absl::StatusOr<Attributes> KvCatalog::SetAttributes(std::string_view path, const
 }
 
 absl::Status KvCatalog::RevokeToken(std::string_view id, std::int64_t expires_unix) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (id.empty() || id.size() > 64) return absl::InvalidArgumentError("token id: 1-64 characters");
   KvBatch batch;
   batch.Put(kMeta, fmt::format("{}{}", kRevokedTokenPrefix, id), U64Key(static_cast<std::uint64_t>(expires_unix)));
@@ -833,9 +876,6 @@ absl::StatusOr<std::string> GetDbProperty(Catalog& catalog, std::string_view pro
 
 KvStore* StoreOf(Catalog& catalog) {
   auto* kv = dynamic_cast<KvCatalog*>(&catalog);
-  if (kv == nullptr) {
-    if (auto* shared = dynamic_cast<SharedCatalog*>(&catalog)) kv = &shared->inner();
-  }
   return kv == nullptr ? nullptr : &kv->store();
 }
 
@@ -853,7 +893,8 @@ absl::StatusOr<std::unique_ptr<Catalog>> OpenKvCatalog(const CatalogOptions& opt
     if (!lock.ok()) return lock.status();
     if (absl::Status init = catalog->Init(); !init.ok()) return init;
   }
-  return std::unique_ptr<Catalog>(std::make_unique<SharedCatalog>(std::move(catalog)));
+  catalog->WatchOtherFrontEnds();
+  return std::unique_ptr<Catalog>(std::move(catalog));
 }
 
 absl::StatusOr<std::map<std::string, std::uint64_t>> KvCatalog::StorageStats() {

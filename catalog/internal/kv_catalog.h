@@ -8,6 +8,13 @@
 // PostgreSQL: COMMIT with synchronous_commit).
 //
 // Concurrency (lock order top to bottom), in this process:
+//   write gate    every mutation opens it first and holds it to its end (KvCatalog::
+//                 WriteGate). On a shared store (PostgreSQL, several gfcatalogd front
+//                 ends: CatalogOptions::shared) it is the store's federation-wide write
+//                 lock (KvStore::LockWrites), after which the marks other front ends may
+//                 have moved (event seq, request and task ids, the inode block, the claim
+//                 queues) are read again, so the mutation decides on the database as the
+//                 last writer, whichever process, left it. On a store of its own: nothing.
 //   tree_mu_      shared by entry creation; exclusive for Remove and Rename, so a subtree
 //                 cannot change under a cycle check or a recursive delete.
 //   name_locks_   striped by (parent, name): two creates of the same name serialize.
@@ -16,7 +23,10 @@
 //                 and event seq order = commit order).
 // Reads take no locks (each Get/Scan sees committed batches; StatInode/PathOf read one
 // snapshot). These locks are the concurrency control: one catalog process per store (the
-// PostgreSQL store refuses a second process on the same database).
+// PostgreSQL store refuses a second process on the same database), unless the store is
+// shared; then the write gate serializes the mutations of every front end (reads are not
+// serialized), and another front end's writes wake this one's waiters (ReadEvents' long
+// poll) through KvStore::WatchWrites (LISTEN/NOTIFY on PostgreSQL).
 //
 // Thread safety: fully thread-safe; blocking (disk I/O, fsync, database round trips) on the
 // caller's thread.

@@ -145,15 +145,38 @@ class KvCatalog final : public Catalog {
   absl::StatusOr<std::string> Property(std::string_view name) { return store_->Property(name); }
   KvStore& store() { return *store_; }
 
-  // Shared stores (shared_catalog.h): re-reads the marks other processes may have moved
-  // (event seq, request and task ids) and forgets the claim queues. Called under the
-  // store's write lock before each mutation.
+  // Shared stores: wakes this front end's waiters when another one writes (until destroyed).
+  // Called once, after Init.
+  void WatchOtherFrontEnds();
+
+ private:
+  // The write gate (kv_catalog.h): opened first by every mutation, held to its end.
+  // Re-entrant on one thread: a mutation made of others (ClaimTask of ClaimTasks) opens it
+  // once.
+  class WriteGate {
+   public:
+    explicit WriteGate(KvCatalog* catalog);
+    ~WriteGate();
+    WriteGate(const WriteGate&) = delete;
+    WriteGate& operator=(const WriteGate&) = delete;
+    // Not OK: the lock or the marks could not be had; the mutation returns this and
+    // changes nothing.
+    const absl::Status& status() const { return status_; }
+
+   private:
+    std::unique_ptr<KvWriteLock> lock_;
+    bool outer_ = false;
+    absl::Status status_;
+  };
+
+  // Shared stores: re-reads the marks other processes may have moved (event seq, request
+  // and task ids) and forgets the claim queues. Called by the write gate, under the store's
+  // write lock.
   absl::Status Resync();
   // Another process wrote: re-reads the event seq (waking ReadEvents' waiters). Errors are
   // left for the next call that needs the marks.
   void OnExternalWrite();
 
- private:
   std::int64_t Now() const { return options_.clock(); }
 
   absl::Status Write(KvBatch* batch, std::string_view what) {
@@ -321,6 +344,10 @@ class KvCatalog final : public Catalog {
   std::map<std::string, std::uint64_t, std::less<>> first_open_task_ ABSL_GUARDED_BY(work_mu_);
   // Claim order of each node's open tasks (hints; see claim_queue.h).
   ClaimQueue claim_queue_ ABSL_GUARDED_BY(work_mu_);
+
+  // Shared stores: other front ends' writes (WatchOtherFrontEnds). Declared last: destroyed
+  // first, as its callback uses the members above.
+  std::unique_ptr<KvWatch> watch_;
 };
 
 }  // namespace gfrep::catalog::internal

@@ -120,6 +120,8 @@ absl::Status KvCatalog::DropPendingReplicaLocked(KvBatch& batch, InodeId inode,
 }
 
 absl::Status KvCatalog::PutReplica(const Replica& replica) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (absl::Status s = ValidateName(replica.node); !s.ok()) return s;
   WorkLock work(this);
   absl::StatusOr<Attributes> a = StatInode(replica.inode);
@@ -142,6 +144,8 @@ absl::Status KvCatalog::PutReplica(const Replica& replica) {
 
 absl::StatusOr<std::vector<absl::Status>> KvCatalog::TransitionReplicas(
     const std::vector<ReplicaTransition>& items) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (items.size() > kMaxBatchPaths) {
     return absl::InvalidArgumentError(fmt::format("more than {} replicas", kMaxBatchPaths));
   }
@@ -215,6 +219,8 @@ absl::StatusOr<std::vector<absl::Status>> KvCatalog::TransitionReplicas(
 }
 
 absl::Status KvCatalog::RemoveReplica(InodeId inode, std::string_view node) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (absl::Status s = ValidateName(node); !s.ok()) return s;
   WorkLock work(this);
   absl::StatusOr<std::string> existing = Get(kReplicas, ReplicaKey(inode, node), "replica");
@@ -252,6 +258,8 @@ absl::StatusOr<std::vector<Replica>> KvCatalog::ListNodeReplicas(std::string_vie
 }
 
 absl::Status KvCatalog::PutSite(const Site& site) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (absl::Status s = ValidateName(site.name); !s.ok()) return s;
   if (site.labels.size() > kMaxLabels) return absl::InvalidArgumentError("too many labels");
   for (const auto& [k, v] : site.labels) {
@@ -267,6 +275,8 @@ absl::Status KvCatalog::PutSite(const Site& site) {
 }
 
 absl::Status KvCatalog::RemoveSite(std::string_view name) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (absl::Status s = ValidateName(name); !s.ok()) return s;
   WorkLock work(this);
   if (absl::StatusOr<std::string> v = Get(kSites, name, fmt::format("site {}", name)); !v.ok()) {
@@ -295,6 +305,8 @@ absl::StatusOr<std::vector<Site>> KvCatalog::ListSites() {
 }
 
 absl::Status KvCatalog::RegisterNode(const Node& node) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (absl::Status s = ValidateName(node.name); !s.ok()) return s;
   if (absl::Status s = ValidateName(node.site); !s.ok()) return s;
   for (auto [what, v] : {std::pair<std::string_view, std::string_view>{"address", node.address},
@@ -324,6 +336,8 @@ absl::Status KvCatalog::RegisterNode(const Node& node) {
 }
 
 absl::Status KvCatalog::PutNodeDisk(std::string_view name, const DiskProfile& disk) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (absl::Status s = ValidateName(name); !s.ok()) return s;
   if (absl::Status s = Validate(disk); !s.ok()) return s;
   WorkLock work(this);
@@ -339,6 +353,8 @@ absl::Status KvCatalog::PutNodeDisk(std::string_view name, const DiskProfile& di
 }
 
 absl::Status KvCatalog::RemoveNode(std::string_view name) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (absl::Status s = ValidateName(name); !s.ok()) return s;
   WorkLock work(this);
   if (absl::StatusOr<std::string> v = Get(kNodes, name, fmt::format("node {}", name)); !v.ok()) {
@@ -351,6 +367,8 @@ absl::Status KvCatalog::RemoveNode(std::string_view name) {
 }
 
 absl::Status KvCatalog::RecordAudit(std::string_view who, std::string_view what, std::string_view detail) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   WorkLock work(this);
   KvBatch batch;
   AddEvent(batch, EventKind::kAudit, 0, TruncateUtf8(who, kMaxNameBytes), what, detail);
@@ -371,6 +389,8 @@ absl::StatusOr<std::vector<Node>> KvCatalog::ListNodes(std::string_view site) {
 }
 
 absl::Status KvCatalog::SendHeartbeat(const Heartbeat& hb) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (absl::Status s = ValidateName(hb.node); !s.ok()) return s;
   if (hb.routes.size() > kMaxRouteObservations) {
     return absl::InvalidArgumentError(
@@ -411,6 +431,8 @@ absl::Status KvCatalog::SendHeartbeat(const Heartbeat& hb) {
 }
 
 absl::Status KvCatalog::PutRoute(const Route& route) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (absl::Status s = ValidateName(route.src_site); !s.ok()) return s;
   if (absl::Status s = ValidateName(route.dst_site); !s.ok()) return s;
   if (absl::Status s = ValidateLabel("congestion control", route.congestion_control); !s.ok()) {
@@ -438,6 +460,8 @@ absl::Status KvCatalog::PutRoute(const Route& route) {
 }
 
 absl::Status KvCatalog::RemoveRoute(std::string_view src, std::string_view dst) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   WorkLock work(this);
   if (absl::StatusOr<Route> r = GetRoute(src, dst); !r.ok()) return r.status();
   KvBatch batch;
@@ -468,6 +492,8 @@ absl::StatusOr<PolicyDocument> KvCatalog::GetPolicies() {
 absl::StatusOr<PolicyDocument> KvCatalog::PutPolicies(std::string_view text,
                                                          std::string_view source,
                                                          std::optional<std::uint64_t> expected) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (text.size() > kMaxPolicyBytes) {
     return absl::InvalidArgumentError(
         fmt::format("policy document of {} bytes: at most {}", text.size(), kMaxPolicyBytes));

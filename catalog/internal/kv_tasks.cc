@@ -10,6 +10,8 @@
 namespace gfrep::catalog::internal {
 
 absl::StatusOr<Request> KvCatalog::CreateRequest(const RequestSpec& spec) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (spec.paths.empty()) return absl::InvalidArgumentError("request without paths");
   if (spec.paths.size() > kMaxBatchPaths) {
     return absl::InvalidArgumentError(fmt::format("more than {} paths", kMaxBatchPaths));
@@ -77,6 +79,8 @@ absl::StatusOr<std::vector<Request>> KvCatalog::ListRequests(bool any_state,
 
 
 absl::StatusOr<std::size_t> KvCatalog::PurgeFinishedRequests(std::int64_t finished_before_ns, std::size_t max) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   WorkLock work(this);
   KvBatch batch;
   std::size_t purged = 0;
@@ -141,6 +145,8 @@ absl::StatusOr<std::size_t> KvCatalog::PurgeFinishedRequests(std::int64_t finish
 }
 
 absl::StatusOr<Request> KvCatalog::UpdateRequest(const RequestUpdate& u) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (absl::Status s = ValidateLabel("error", u.error); !s.ok()) return s;
   WorkLock work(this);
   absl::StatusOr<Request> r = GetRequest(u.id);
@@ -190,6 +196,8 @@ void KvCatalog::PutTaskLocked(KvBatch& batch, const Task& t) {
 }
 
 absl::StatusOr<std::vector<Task>> KvCatalog::CreateTasks(const std::vector<TaskSpec>& specs) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (specs.size() > kMaxBatchPaths) {
     return absl::InvalidArgumentError(fmt::format("more than {} tasks", kMaxBatchPaths));
   }
@@ -326,6 +334,8 @@ absl::StatusOr<std::vector<Task>> KvCatalog::ListTasks(const TaskFilter& f) {
 
 absl::StatusOr<Task> KvCatalog::ClaimTask(std::string_view node, std::string_view owner,
                                              std::chrono::milliseconds lease) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   std::vector<std::string> owners;
   owners.emplace_back(owner);
   absl::StatusOr<std::vector<Task>> claimed = ClaimTasks(node, owners, lease);
@@ -357,6 +367,8 @@ absl::StatusOr<std::vector<std::uint64_t>> KvCatalog::OpenTaskIdsLocked(std::str
 absl::StatusOr<std::vector<Task>> KvCatalog::ClaimTasks(std::string_view node,
                                                            const std::vector<std::string>& owners,
                                                            std::chrono::milliseconds lease) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (absl::Status s = ValidateName(node); !s.ok()) return s;
   if (owners.size() > kMaxBatchPaths) {
     return absl::InvalidArgumentError(fmt::format("more than {} owners", kMaxBatchPaths));
@@ -519,6 +531,8 @@ absl::StatusOr<std::string> KvCatalog::ObsoleteReason(const Task& t, Attributes*
 }
 
 absl::StatusOr<std::size_t> KvCatalog::ExpireLeases() {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   WorkLock work(this);
   std::int64_t now = Now();
   ClaimQueue::ResetOnError reset(claim_queue_);
@@ -561,6 +575,8 @@ absl::StatusOr<std::size_t> KvCatalog::ExpireLeases() {
 }
 
 absl::StatusOr<Task> KvCatalog::AbandonTask(std::uint64_t id, std::string_view reason) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   WorkLock work(this);
   absl::StatusOr<Task> t = GetTask(id);
   if (!t.ok()) return t.status();
@@ -595,6 +611,8 @@ absl::StatusOr<Task> KvCatalog::LeasedTask(std::uint64_t id, std::string_view ow
 
 absl::StatusOr<Task> KvCatalog::RenewLease(std::uint64_t id, std::string_view owner,
                                               std::chrono::milliseconds lease) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (absl::Status s = ValidateDelay("lease", lease, false); !s.ok()) return s;
   WorkLock work(this);
   absl::StatusOr<Task> t = LeasedTask(id, owner);
@@ -611,6 +629,8 @@ absl::StatusOr<Task> KvCatalog::RenewLease(std::uint64_t id, std::string_view ow
 }
 
 absl::StatusOr<Task> KvCatalog::CompleteTask(std::uint64_t id, std::string_view owner) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   WorkLock work(this);
   absl::StatusOr<Task> t = LeasedTask(id, owner);
   if (!t.ok()) return t.status();
@@ -624,6 +644,8 @@ absl::StatusOr<Task> KvCatalog::CompleteTask(std::uint64_t id, std::string_view 
 
 absl::StatusOr<std::vector<absl::StatusOr<Task>>> KvCatalog::CompleteTasks(
     const std::vector<TaskCompletion>& items) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (items.size() > kMaxBatchPaths) {
     return absl::InvalidArgumentError(fmt::format("more than {} tasks", kMaxBatchPaths));
   }
@@ -737,6 +759,8 @@ absl::Status KvCatalog::CompleteLeasedLocked(KvBatch& batch, Task& t,
 absl::StatusOr<Task> KvCatalog::FailTask(std::uint64_t id, std::string_view owner,
                                             std::string_view error, bool retryable,
                                             std::chrono::milliseconds retry_after) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   if (absl::Status s = ValidateDelay("retry delay", retry_after, true); !s.ok()) return s;
   WorkLock work(this);
   absl::StatusOr<Task> t = LeasedTask(id, owner);
@@ -763,6 +787,8 @@ absl::StatusOr<Task> KvCatalog::FailTask(std::uint64_t id, std::string_view owne
 }
 
 absl::Status KvCatalog::CancelRequest(std::uint64_t id) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
   TaskFilter f;
   f.request_id = id;
   f.limit = std::numeric_limits<std::size_t>::max();

@@ -1883,7 +1883,7 @@ TEST_P(CatalogTest, PurgeForgetsOldFinishedRequestsWithTheirTasksAndNeverReusesA
 }
 
 // postgresql_shared: the same database opened as one of several front ends (every mutation
-// under the database's write lock, internal/shared_catalog.h).
+// under the database's write lock: the write gate of internal/kv_catalog.h).
 INSTANTIATE_TEST_SUITE_P(Backends, CatalogTest,
                          ::testing::Values("rocksdb", "postgresql", "postgresql_shared"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
