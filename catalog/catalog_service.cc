@@ -17,11 +17,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "catalog/authorization.h"
 #include "catalog/identity.h"
 #include "catalog/internal/convert.h"
 #include "catalog/internal/event_waiters.h"
 #include "catalog/internal/rate_limiter.h"
-#include "catalog/permissions.h"
 #include "catalog/proto/catalog.grpc.pb.h"
 #include "catalog/token.h"
 
@@ -72,12 +72,11 @@ std::size_t Limit(std::uint64_t requested, std::size_t max) {
 
 class Service;
 
-// Who made a call, once it passed its role check: namespace calls of users then check the
-// entries' permissions (catalog/permissions.h). `who` is empty without mutual TLS.
+// Who makes a call, as the transport tells (what it may do: authorization.h).
 struct Caller {
-  std::optional<Identity> who;
+  std::optional<Identity> who;  // nullopt: none given (or none checked)
   std::string peer;
-  bool user() const { return who.has_value() && who->role == Role::kUser; }
+  bool checked = false;  // the server checks identities (it has a client CA)
 };
 
 // One Watch stream: reads the event log on the worker pool, writes one EventList per batch,
@@ -159,6 +158,7 @@ class Service final : public v1::Catalog::CallbackService {
   Service(Catalog& catalog, const ServerOptions& options)
       : catalog_(catalog),
         options_(options),
+        authorizer_(catalog, AuthorizerOptions{.max_open_requests_per_user = options.max_open_requests_per_user}),
         pool_(static_cast<std::size_t>(options.worker_threads)),
         waiters_(catalog, [this](std::function<void()> fn) { boost::asio::post(pool_, std::move(fn)); },
                  internal::EventWaitersOptions{.max_per_identity = options.max_long_polls_per_identity}) {
@@ -260,44 +260,12 @@ class Service final : public v1::Catalog::CallbackService {
     return std::optional<Identity>(std::move(id));
   }
 
-  // A refusal by the namespace's permissions, counted and audited like a role refusal.
-  absl::Status Refused(const Caller& caller, absl::Status s) {
-    if (absl::IsPermissionDenied(s)) {
-      denied_ += 1;
-      if (options_.on_denied) options_.on_denied(s);
-      Audit(caller.who ? caller.who->ToString() : "unidentified",
-            fmt::format("{} [from {}]", std::string(s.message()), caller.peer));
-    }
-    return s;
-  }
-  // Users change and cancel only their own requests.
-  absl::Status OwnRequest(const Caller& caller, std::string_view action, std::uint64_t id) {
-    if (!caller.user()) return absl::OkStatus();
-    absl::StatusOr<Request> r = catalog_.GetRequest(id);
-    if (!r.ok()) return r.status();
-    if (r->spec.origin == RequestOrigin::kUser && r->spec.owner == caller.who->name)
-      return absl::OkStatus();
-    return Refused(
-        caller, absl::PermissionDeniedError(fmt::format(
-                    "{} {}: {} may not (the request is {}'s)", action, id, caller.who->ToString(),
-                    r->spec.owner.empty() ? "an admin" : DescribeOwner(r->spec))));
-  }
-
-  NamespaceGuard Guard(const Caller& caller) {
-    return NamespaceGuard(catalog_, Principal{caller.who->name, caller.who->groups, caller.who->ToString()});
-  }
-
-  template <typename Items, typename NodeOf>
-  static std::vector<std::string_view> NodesOf(const Items& items, NodeOf node_of) {
-    std::vector<std::string_view> out;
-    for (const auto& i : items) out.push_back(node_of(i));
-    return out;
-  }
-
-  // nullptr when the caller may do `action`; otherwise the call, finished with
-  // PERMISSION_DENIED. Without client certificates (no CA configured) everything is allowed.
-  grpc::ServerUnaryReactor* Deny(grpc::CallbackServerContext* c, std::string_view action, Access access,
-                                 const std::vector<std::string_view>& nodes = {}, Caller* caller = nullptr) {
+  // Lets the call of `c` in: nullptr, with *caller set, when it may go on (its identity is
+  // known, or the server checks none, and it is within its rate); otherwise the call,
+  // finished (UNAUTHENTICATED: a bad token, audited; RESOURCE_EXHAUSTED: over its rate).
+  // What the caller may do is the AuthorizedCatalog's business (As).
+  grpc::ServerUnaryReactor* Admit(grpc::CallbackServerContext* c, std::string_view action,
+                                  Caller* caller) {
     if (options_.tls_client_ca_pem.empty()) return nullptr;
     absl::StatusOr<std::optional<Identity>> identified = IdentityOf(c);
     if (!identified.ok()) {
@@ -308,21 +276,42 @@ class Service final : public v1::Catalog::CallbackService {
       reactor->Finish(ToGrpc(identified.status()));
       return reactor;
     }
-    const std::optional<Identity>& who = *identified;
-    absl::Status s = Authorize(who, action, access, nodes);
-    if (s.ok()) {
-      if (caller != nullptr) {
-        caller->who = who;
-        caller->peer = c->peer();
-      }
-      return OverRate(c, action, *who);
-    }
-    denied_ += 1;
-    if (options_.on_denied) options_.on_denied(s);
-    Audit(who ? who->ToString() : "unidentified", fmt::format("{} [from {}]", std::string(s.message()), c->peer()));
-    grpc::ServerUnaryReactor* reactor = c->DefaultReactor();
-    reactor->Finish(ToGrpc(s));
-    return reactor;
+    caller->who = *identified;
+    caller->peer = c->peer();
+    caller->checked = true;
+    if (!caller->who.has_value()) return nullptr;  // refused by the AuthorizedCatalog
+    return OverRate(c, action, *caller->who);
+  }
+
+  // The catalog as `caller` may use it; its refusals are counted, logged and audited.
+  AuthorizedCatalog As(const Caller& caller) {
+    return authorizer_.As(caller.who, caller.checked, [this, caller](const absl::Status& s) {
+      denied_ += 1;
+      if (options_.on_denied) options_.on_denied(s);
+      Audit(caller.who ? caller.who->ToString() : "unidentified",
+            fmt::format("{} [from {}]", std::string(s.message()), caller.peer));
+    });
+  }
+
+  // Admits the call and runs fn(catalog as the caller may use it) on the worker pool.
+  template <typename Fn>
+  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* c, std::string_view action, Fn fn) {
+    Caller caller;
+    if (grpc::ServerUnaryReactor* refused = Admit(c, action, &caller)) return refused;
+    return Offload(c, [this, caller = std::move(caller), fn = std::move(fn)]() mutable {
+      AuthorizedCatalog cat = As(caller);
+      return fn(static_cast<Catalog&>(cat));
+    });
+  }
+  // The same on the gRPC thread, for short point lookups.
+  template <typename Fn>
+  grpc::ServerUnaryReactor* RunInline(grpc::CallbackServerContext* c, std::string_view action, Fn fn) {
+    Caller caller;
+    if (grpc::ServerUnaryReactor* refused = Admit(c, action, &caller)) return refused;
+    return Inline(c, [&] {
+      AuthorizedCatalog cat = As(caller);
+      return fn(static_cast<Catalog&>(cat));
+    });
   }
 
   // The rate limit of an authorized caller: nullptr while it is within its rate; otherwise
@@ -399,56 +388,30 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* Mkdir(grpc::CallbackServerContext* c, const v1::MkdirRequest* req,
                                   v1::Attributes* resp) override {
-    Caller caller;
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "Mkdir", Access::kNamespace, {}, &caller)) return denied;
-    return Offload(c, [this, req, resp, caller] {
+    return Run(c, "Mkdir", [req, resp](Catalog& cat) {
       MkdirOptions o;
       o.parents = req->parents();
-      if (req->mode() != 0) o.mode = req->mode();
+      o.mode = req->mode();
       o.owner = req->owner();
-      if (caller.user()) {
-        if (absl::Status s = Guard(caller).MayCreate("Mkdir", req->path(), false).status(); !s.ok()) {
-          return Refused(caller, s);
-        }
-        o.owner = caller.who->name;
-      }
-      return Fill(catalog_.Mkdir(req->path(), o), resp);
+      return Fill(cat.Mkdir(req->path(), o), resp);
     });
   }
 
   grpc::ServerUnaryReactor* CreateFile(grpc::CallbackServerContext* c,
                                        const v1::CreateFileRequest* req,
                                        v1::Attributes* resp) override {
-    Caller caller;
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "CreateFile", Access::kNamespace, {}, &caller)) return denied;
-    return Offload(c, [this, req, resp, caller] {
+    return Run(c, "CreateFile", [req, resp](Catalog& cat) {
       FileContent content = FromProto(req->content());
-      if (content.mode == 0) content.mode = 0644;
-      if (caller.user()) {
-        if (absl::Status s = Guard(caller).MayCreate("CreateFile", req->path(), false).status(); !s.ok()) {
-          return Refused(caller, s);
-        }
-        content.owner = caller.who->name;
-      }
-      return Fill(catalog_.CreateFile(req->path(), content), resp);
+      return Fill(cat.CreateFile(req->path(), content), resp);
     });
   }
 
   grpc::ServerUnaryReactor* BeginWrite(grpc::CallbackServerContext* c,
                                        const v1::CreateFileRequest* req,
                                        v1::WriteReservation* resp) override {
-    Caller caller;
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "BeginWrite", Access::kNamespace, {}, &caller)) return denied;
-    return Offload(c, [this, req, resp, caller] {
+    return Run(c, "BeginWrite", [req, resp](Catalog& cat) {
       FileContent content = FromProto(req->content());
-      if (content.mode == 0) content.mode = 0644;
-      if (caller.user()) {
-        if (absl::Status s = Guard(caller).MayCreate("BeginWrite", req->path(), true).status(); !s.ok()) {
-          return Refused(caller, s);
-        }
-        content.owner = caller.who->name;
-      }
-      absl::StatusOr<WriteReservation> r = catalog_.BeginWrite(req->path(), content);
+      absl::StatusOr<WriteReservation> r = cat.BeginWrite(req->path(), content);
       if (r.ok()) {
         ToProto(r->attributes, resp->mutable_attributes());
         resp->set_generation(r->generation);
@@ -460,48 +423,25 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* CommitFile(grpc::CallbackServerContext* c,
                                        const v1::CommitFileRequest* req,
                                        v1::Attributes* resp) override {
-    Caller caller;
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "CommitFile", Access::kNamespace, {}, &caller)) return denied;
-    return Offload(c, [this, req, resp, caller] {
+    return Run(c, "CommitFile", [req, resp](Catalog& cat) {
       FileContent content = FromProto(req->content());
-      if (content.mode == 0) content.mode = 0644;
-      if (caller.user()) {
-        absl::StatusOr<std::optional<Attributes>> existing = Guard(caller).MayCreate("CommitFile", req->path(), true);
-        if (!existing.ok()) return Refused(caller, existing.status());
-        // A new file is the writer's; new content of someone else's file keeps its owner and mode.
-        content.owner = existing->has_value() ? "" : caller.who->name;
-        if (existing->has_value()) content.mode = (*existing)->mode;
-      }
       std::optional<std::uint64_t> expected;
       if (req->has_expected_generation()) expected = req->expected_generation();
-      return Fill(catalog_.CommitFile(req->path(), content, req->writer_node(), expected), resp);
+      return Fill(cat.CommitFile(req->path(), content, req->writer_node(), expected), resp);
     });
   }
 
   grpc::ServerUnaryReactor* CreateFiles(grpc::CallbackServerContext* c,
                                         const v1::CreateFilesRequest* req,
                                         v1::AttributesList* resp) override {
-    Caller caller;
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "CreateFiles", Access::kNamespace, {}, &caller)) return denied;
-    return Offload(c, [this, req, resp, caller] {
+    return Run(c, "CreateFiles", [req, resp](Catalog& cat) {
       std::vector<NewFile> files;
       files.reserve(static_cast<std::size_t>(req->files_size()));
-      std::string checked_parent;  // a batch usually fills one directory: check it once
       for (const v1::CreateFileRequest& f : req->files()) {
         NewFile n{f.path(), FromProto(f.content())};
-        if (n.content.mode == 0) n.content.mode = 0644;
-        if (caller.user()) {
-          const std::string parent = f.path().substr(0, f.path().rfind('/'));
-          if (parent != checked_parent || parent.empty()) {
-            absl::StatusOr<std::optional<Attributes>> existing = Guard(caller).MayCreate("CreateFiles", f.path(), false);
-            if (!existing.ok()) return Refused(caller, existing.status());
-            if (!existing->has_value()) checked_parent = parent;  // the parent's rights were checked
-          }
-          n.content.owner = caller.who->name;
-        }
         files.push_back(std::move(n));
       }
-      return FillList<Attributes, v1::Attributes>(catalog_.CreateFiles(files),
+      return FillList<Attributes, v1::Attributes>(cat.CreateFiles(files),
                                                   [resp] { return resp->add_attributes(); });
     });
   }
@@ -509,28 +449,10 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* StatMany(grpc::CallbackServerContext* c,
                                      const v1::StatManyRequest* req,
                                      v1::StatManyResponse* resp) override {
-    Caller caller;
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "StatMany", Access::kRead, {}, &caller)) return denied;
-    return Offload(c, [this, req, resp, caller] {
+    return Run(c, "StatMany", [req, resp](Catalog& cat) {
       std::vector<std::string> paths(req->paths().begin(), req->paths().end());
-      absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> results = catalog_.StatMany(paths);
+      absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> results = cat.StatMany(paths);
       if (!results.ok()) return results.status();
-      if (caller.user()) {
-        // Looking up a path needs search rights on the directories above it only: one walk
-        // per parent directory (a batch usually stats the files of a few directories).
-        NamespaceGuard guard = Guard(caller);
-        absl::flat_hash_map<std::string, absl::Status> by_parent;
-        for (std::size_t i = 0; i < paths.size() && i < results->size(); ++i) {
-          const std::size_t slash = paths[i].rfind('/');
-          const std::string parent = slash == std::string::npos ? std::string() : paths[i].substr(0, slash);
-          auto [it, fresh] = by_parent.try_emplace(parent);
-          if (fresh) it->second = guard.MayLookup("StatMany", paths[i]);
-          if (!it->second.ok()) {
-            // The refusal names the first path of its directory; audited once per directory.
-            (*results)[i] = fresh ? Refused(caller, it->second) : it->second;
-          }
-        }
-      }
       return FillResults(*results, [resp] { return resp->add_results(); },
                          [](v1::StatResult* out) { return out->mutable_attributes(); });
     });
@@ -538,27 +460,20 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* Stat(grpc::CallbackServerContext* c, const v1::PathRequest* req,
                                  v1::Attributes* resp) override {
-    Caller caller;
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "Stat", Access::kRead, {}, &caller)) return denied;
-    return Inline(c, [&] {
-      if (caller.user()) {
-        if (absl::Status s = Guard(caller).MayLookup("Stat", req->path()); !s.ok()) return Refused(caller, s);
-      }
-      return Fill(catalog_.Stat(req->path()), resp);
+    return RunInline(c, "Stat", [&](Catalog& cat) {
+      return Fill(cat.Stat(req->path()), resp);
     });
   }
 
   grpc::ServerUnaryReactor* StatInode(grpc::CallbackServerContext* c, const v1::InodeRequest* req,
                                       v1::Attributes* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "StatInode", Access::kRead)) return denied;
-    return Inline(c, [&] { return Fill(catalog_.StatInode(req->inode()), resp); });
+    return RunInline(c, "StatInode", [&](Catalog& cat) { return Fill(cat.StatInode(req->inode()), resp); });
   }
 
   grpc::ServerUnaryReactor* PathOf(grpc::CallbackServerContext* c, const v1::InodeRequest* req,
                                    v1::PathResponse* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "PathOf", Access::kRead)) return denied;
-    return Inline(c, [&] {
-      absl::StatusOr<std::string> p = catalog_.PathOf(req->inode());
+    return RunInline(c, "PathOf", [&](Catalog& cat) {
+      absl::StatusOr<std::string> p = cat.PathOf(req->inode());
       if (p.ok()) resp->set_path(*p);
       return p.status();
     });
@@ -566,16 +481,11 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* c, const v1::ListRequest* req,
                                  v1::ListResponse* resp) override {
-    Caller caller;
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "List", Access::kRead, {}, &caller)) return denied;
-    return Offload(c, [this, req, resp, caller] {
-      if (caller.user()) {
-        if (absl::Status s = Guard(caller).MayList("List", req->path()); !s.ok()) return Refused(caller, s);
-      }
+    return Run(c, "List", [req, resp](Catalog& cat) {
       ListOptions o;
       o.start_after = req->start_after();
       o.limit = Limit(req->limit(), kMaxListEntries);
-      absl::StatusOr<std::vector<DirEntry>> list = catalog_.List(req->path(), o);
+      absl::StatusOr<std::vector<DirEntry>> list = cat.List(req->path(), o);
       if (!list.ok()) return list.status();
       resp->mutable_entries()->Reserve(static_cast<int>(list->size()));
       for (const DirEntry& e : *list) {
@@ -589,55 +499,33 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* Remove(grpc::CallbackServerContext* c, const v1::RemoveRequest* req,
                                    v1::Empty*) override {
-    Caller caller;
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "Remove", Access::kNamespace, {}, &caller)) return denied;
-    return Offload(c, [this, req, caller] {
-      if (caller.user()) {
-        if (absl::Status s = Guard(caller).MayRemove("Remove", req->path(), req->recursive()); !s.ok()) {
-          return Refused(caller, s);
-        }
-      }
-      return catalog_.Remove(req->path(), req->recursive());
+    return Run(c, "Remove", [req](Catalog& cat) {
+      return cat.Remove(req->path(), req->recursive());
     });
   }
 
   grpc::ServerUnaryReactor* Rename(grpc::CallbackServerContext* c, const v1::RenameRequest* req,
                                    v1::Empty*) override {
-    Caller caller;
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "Rename", Access::kNamespace, {}, &caller)) return denied;
-    return Offload(c, [this, req, caller] {
-      if (caller.user()) {
-        if (absl::Status s = Guard(caller).MayRename("Rename", req->from(), req->to()); !s.ok()) {
-          return Refused(caller, s);
-        }
-      }
-      return catalog_.Rename(req->from(), req->to());
+    return Run(c, "Rename", [req](Catalog& cat) {
+      return cat.Rename(req->from(), req->to());
     });
   }
 
   grpc::ServerUnaryReactor* SetAttributes(grpc::CallbackServerContext* c, const v1::SetAttributesRequest* req,
                                           v1::Attributes* resp) override {
-    Caller caller;
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "SetAttributes", Access::kNamespace, {}, &caller)) return denied;
-    return Offload(c, [this, req, resp, caller] {
+    return Run(c, "SetAttributes", [req, resp](Catalog& cat) {
       AttributeChange change;
       if (req->has_mode()) change.mode = req->mode();
       if (req->has_owner()) change.owner = req->owner();
       if (req->has_group()) change.group = req->group();
-      if (caller.user()) {
-        if (absl::Status s = Guard(caller).MaySetAttributes("SetAttributes", req->path(), change); !s.ok()) {
-          return Refused(caller, s);
-        }
-      }
-      return Fill(catalog_.SetAttributes(req->path(), change), resp);
+      return Fill(cat.SetAttributes(req->path(), change), resp);
     });
   }
 
   grpc::ServerUnaryReactor* RevokeToken(grpc::CallbackServerContext* c, const v1::RevokeTokenRequest* req,
                                         v1::Empty*) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "RevokeToken", Access::kAdmin)) return denied;
-    return Offload(c, [this, req] {
-      if (absl::Status s = catalog_.RevokeToken(req->id(), req->expires_unix()); !s.ok()) return s;
+    return Run(c, "RevokeToken", [this, req](Catalog& cat) {
+      if (absl::Status s = cat.RevokeToken(req->id(), req->expires_unix()); !s.ok()) return s;
       absl::MutexLock l(&revoked_mu_);
       revoked_[req->id()] = req->expires_unix();
       // Expired tokens are refused as such: their revocations need not be held (the catalog
@@ -657,50 +545,41 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* Locate(grpc::CallbackServerContext* c, const v1::PathRequest* req,
                                    v1::Location* resp) override {
-    Caller caller;
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "Locate", Access::kRead, {}, &caller)) return denied;
-    return Offload(c, [this, req, resp, caller] {
-      if (caller.user()) {
-        if (absl::Status s = Guard(caller).MayRead("Locate", req->path()); !s.ok()) return Refused(caller, s);
-      }
-      return Fill(catalog_.Locate(req->path()), resp);
+    return Run(c, "Locate", [req, resp](Catalog& cat) {
+      return Fill(cat.Locate(req->path()), resp);
     });
   }
 
   grpc::ServerUnaryReactor* GetReplicas(grpc::CallbackServerContext* c,
                                         const v1::InodeRequest* req,
                                         v1::ReplicaList* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "GetReplicas", Access::kRead)) return denied;
-    return Offload(c, [this, req, resp] {
-      return FillList<Replica, v1::Replica>(catalog_.GetReplicas(req->inode()),
+    return Run(c, "GetReplicas", [req, resp](Catalog& cat) {
+      return FillList<Replica, v1::Replica>(cat.GetReplicas(req->inode()),
                                             [resp] { return resp->add_replicas(); });
     });
   }
 
   grpc::ServerUnaryReactor* PutReplica(grpc::CallbackServerContext* c, const v1::Replica* req,
                                        v1::Empty*) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "PutReplica", Access::kOwnNode, {req->node()})) return denied;
-    return Offload(c, [this, req] {
+    return Run(c, "PutReplica", [req](Catalog& cat) {
       absl::StatusOr<Replica> r = FromProto(*req);
       if (!r.ok()) return r.status();
-      return catalog_.PutReplica(*r);
+      return cat.PutReplica(*r);
     });
   }
 
   grpc::ServerUnaryReactor* RemoveReplica(grpc::CallbackServerContext* c,
                                           const v1::RemoveReplicaRequest* req,
                                           v1::Empty*) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "RemoveReplica", Access::kOwnNode, {req->node()})) return denied;
-    return Offload(c, [this, req] { return catalog_.RemoveReplica(req->inode(), req->node()); });
+    return Run(c, "RemoveReplica", [req](Catalog& cat) { return cat.RemoveReplica(req->inode(), req->node()); });
   }
 
   grpc::ServerUnaryReactor* ListNodeReplicas(grpc::CallbackServerContext* c,
                                              const v1::ListNodeReplicasRequest* req,
                                              v1::ReplicaList* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "ListNodeReplicas", Access::kRead)) return denied;
-    return Offload(c, [this, req, resp] {
+    return Run(c, "ListNodeReplicas", [req, resp](Catalog& cat) {
       return FillList<Replica, v1::Replica>(
-          catalog_.ListNodeReplicas(req->node(), req->start_after(),
+          cat.ListNodeReplicas(req->node(), req->start_after(),
                                     Limit(req->limit(), kMaxListEntries)),
           [resp] { return resp->add_replicas(); });
     });
@@ -708,138 +587,92 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* PutSite(grpc::CallbackServerContext* c, const v1::Site* req,
                                     v1::Empty*) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "PutSite", Access::kAdmin)) return denied;
-    return Offload(c, [this, req] { return catalog_.PutSite(FromProto(*req)); });
+    return Run(c, "PutSite", [req](Catalog& cat) { return cat.PutSite(FromProto(*req)); });
   }
 
   grpc::ServerUnaryReactor* RemoveSite(grpc::CallbackServerContext* c, const v1::NameRequest* req,
                                        v1::Empty*) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "RemoveSite", Access::kAdmin)) return denied;
-    return Offload(c, [this, req] { return catalog_.RemoveSite(req->name()); });
+    return Run(c, "RemoveSite", [req](Catalog& cat) { return cat.RemoveSite(req->name()); });
   }
 
   grpc::ServerUnaryReactor* ListSites(grpc::CallbackServerContext* c, const v1::Empty*,
                                       v1::SiteList* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "ListSites", Access::kRead)) return denied;
-    return Offload(c, [this, resp] {
-      return FillList<Site, v1::Site>(catalog_.ListSites(), [resp] { return resp->add_sites(); });
+    return Run(c, "ListSites", [resp](Catalog& cat) {
+      return FillList<Site, v1::Site>(cat.ListSites(), [resp] { return resp->add_sites(); });
     });
   }
 
   grpc::ServerUnaryReactor* RegisterNode(grpc::CallbackServerContext* c, const v1::Node* req,
                                          v1::Empty*) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "RegisterNode", Access::kOwnNode, {req->name()})) return denied;
-    return Offload(c, [this, req] { return catalog_.RegisterNode(FromProto(*req)); });
+    return Run(c, "RegisterNode", [req](Catalog& cat) { return cat.RegisterNode(FromProto(*req)); });
   }
 
   grpc::ServerUnaryReactor* PutNodeDisk(grpc::CallbackServerContext* c, const v1::PutNodeDiskRequest* req,
                                         v1::Empty*) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "PutNodeDisk", Access::kOwnNode, {req->node()})) return denied;
-    return Offload(c, [this, req] { return catalog_.PutNodeDisk(req->node(), FromProto(req->disk())); });
+    return Run(c, "PutNodeDisk", [req](Catalog& cat) { return cat.PutNodeDisk(req->node(), FromProto(req->disk())); });
   }
 
   grpc::ServerUnaryReactor* RemoveNode(grpc::CallbackServerContext* c, const v1::NameRequest* req,
                                        v1::Empty*) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "RemoveNode", Access::kAdmin)) return denied;
-    return Offload(c, [this, req] { return catalog_.RemoveNode(req->name()); });
+    return Run(c, "RemoveNode", [req](Catalog& cat) { return cat.RemoveNode(req->name()); });
   }
 
   grpc::ServerUnaryReactor* GetNode(grpc::CallbackServerContext* c, const v1::NameRequest* req,
                                     v1::Node* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "GetNode", Access::kRead)) return denied;
-    return Inline(c, [&] { return Fill(catalog_.GetNode(req->name()), resp); });
+    return RunInline(c, "GetNode", [&](Catalog& cat) { return Fill(cat.GetNode(req->name()), resp); });
   }
 
   grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* c,
                                       const v1::ListNodesRequest* req,
                                       v1::NodeList* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "ListNodes", Access::kRead)) return denied;
-    return Offload(c, [this, req, resp] {
-      return FillList<Node, v1::Node>(catalog_.ListNodes(req->site()),
+    return Run(c, "ListNodes", [req, resp](Catalog& cat) {
+      return FillList<Node, v1::Node>(cat.ListNodes(req->site()),
                                       [resp] { return resp->add_nodes(); });
     });
   }
 
   grpc::ServerUnaryReactor* SendHeartbeat(grpc::CallbackServerContext* c,
                                           const v1::HeartbeatRequest* req, v1::Empty*) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "SendHeartbeat", Access::kOwnNode, {req->node()})) return denied;
-    return Offload(c, [this, req] { return catalog_.SendHeartbeat(FromProto(*req)); });
+    return Run(c, "SendHeartbeat", [req](Catalog& cat) { return cat.SendHeartbeat(FromProto(*req)); });
   }
 
   grpc::ServerUnaryReactor* PutRoute(grpc::CallbackServerContext* c, const v1::Route* req,
                                      v1::Empty*) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "PutRoute", Access::kAdmin)) return denied;
-    return Offload(c, [this, req] { return catalog_.PutRoute(FromProto(*req)); });
+    return Run(c, "PutRoute", [req](Catalog& cat) { return cat.PutRoute(FromProto(*req)); });
   }
 
   grpc::ServerUnaryReactor* RemoveRoute(grpc::CallbackServerContext* c, const v1::RouteKey* req,
                                         v1::Empty*) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "RemoveRoute", Access::kAdmin)) return denied;
-    return Offload(c, [this, req] { return catalog_.RemoveRoute(req->src_site(), req->dst_site()); });
+    return Run(c, "RemoveRoute", [req](Catalog& cat) { return cat.RemoveRoute(req->src_site(), req->dst_site()); });
   }
 
   grpc::ServerUnaryReactor* GetRoute(grpc::CallbackServerContext* c, const v1::RouteKey* req,
                                      v1::Route* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "GetRoute", Access::kRead)) return denied;
-    return Inline(c, [&] { return Fill(catalog_.GetRoute(req->src_site(), req->dst_site()), resp); });
+    return RunInline(c, "GetRoute", [&](Catalog& cat) { return Fill(cat.GetRoute(req->src_site(), req->dst_site()), resp); });
   }
 
   grpc::ServerUnaryReactor* ListRoutes(grpc::CallbackServerContext* c, const v1::Empty*,
                                        v1::RouteList* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "ListRoutes", Access::kRead)) return denied;
-    return Offload(c, [this, resp] {
-      return FillList<Route, v1::Route>(catalog_.ListRoutes(), [resp] { return resp->add_routes(); });
+    return Run(c, "ListRoutes", [resp](Catalog& cat) {
+      return FillList<Route, v1::Route>(cat.ListRoutes(), [resp] { return resp->add_routes(); });
     });
   }
 
   grpc::ServerUnaryReactor* CreateRequest(grpc::CallbackServerContext* c,
                                           const v1::RequestSpec* req,
                                           v1::Request* resp) override {
-    Caller caller;
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "CreateRequest", Access::kReplicate, {}, &caller)) return denied;
-    return Offload(c, [this, req, resp, caller] {
+    return Run(c, "CreateRequest", [req, resp](Catalog& cat) {
       absl::StatusOr<RequestSpec> asked = FromProto(*req);
       if (!asked.ok()) return asked.status();
       RequestSpec spec = std::move(*asked);
-      if (!caller.user()) return Fill(catalog_.CreateRequest(spec), resp);
-      if (spec.priority > kMaxUserRequestPriority) {
-        return Refused(caller, absl::PermissionDeniedError(fmt::format(
-            "CreateRequest: priority {} is above {}, the most a user may ask (repairs run "
-            "above it); an admin may ask more",
-            spec.priority, kMaxUserRequestPriority)));
-      }
-      for (const std::string& path : spec.paths) {  // what you may not read you may not copy
-        if (absl::Status s = Guard(caller).MayRead("CreateRequest", path); !s.ok()) return Refused(caller, s);
-      }
-      spec.owner = caller.who->name;
-      spec.origin = RequestOrigin::kUser;  // a user never speaks for a policy or the repairer
-      if (options_.max_open_requests_per_user == 0) return Fill(catalog_.CreateRequest(spec), resp);
-      // Count and create under one lock, so concurrent calls cannot both take the last place.
-      absl::MutexLock quota(&request_quota_mu_);
-      std::size_t open = 0;
-      for (RequestState state : {RequestState::kQueued, RequestState::kRunning}) {
-        absl::StatusOr<std::vector<Request>> list = catalog_.ListRequests(false, state, kMaxListEntries);
-        if (!list.ok()) return list.status();
-        open += static_cast<std::size_t>(
-            std::count_if(list->begin(), list->end(), [&](const Request& r) {
-              return r.spec.origin == RequestOrigin::kUser && r.spec.owner == spec.owner;
-            }));
-      }
-      if (open >= options_.max_open_requests_per_user) {
-        return absl::ResourceExhaustedError(fmt::format(
-            "CreateRequest: user {} has {} open replication requests, its quota (gfcatalogd "
-            "--max-open-requests-per-user); wait for some to finish or cancel them",
-            spec.owner, open));
-      }
-      return Fill(catalog_.CreateRequest(spec), resp);
+      return Fill(cat.CreateRequest(spec), resp);
     });
   }
 
   grpc::ServerUnaryReactor* GetRequest(grpc::CallbackServerContext* c, const v1::IdRequest* req,
                                        v1::Request* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "GetRequest", Access::kRead)) return denied;
-    return Inline(c, [&] {
-      absl::StatusOr<Request> r = catalog_.GetRequest(req->id());
+    return RunInline(c, "GetRequest", [&](Catalog& cat) {
+      absl::StatusOr<Request> r = cat.GetRequest(req->id());
       if (r.ok() && options_.request_in_flight) r->in_flight_bytes = options_.request_in_flight(r->id);
       return Fill(std::move(r), resp);
     });
@@ -848,8 +681,7 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* ListRequests(grpc::CallbackServerContext* c,
                                          const v1::ListRequestsRequest* req,
                                          v1::RequestList* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "ListRequests", Access::kRead)) return denied;
-    return Offload(c, [this, req, resp] {
+    return Run(c, "ListRequests", [this, req, resp](Catalog& cat) {
       RequestState state = RequestState::kQueued;
       if (!req->any_state()) {
         absl::StatusOr<RequestState> s = FromProto(req->state());
@@ -857,7 +689,7 @@ class Service final : public v1::Catalog::CallbackService {
         state = *s;
       }
       absl::StatusOr<std::vector<Request>> list =
-          catalog_.ListRequests(req->any_state(), state, Limit(req->limit(), kMaxListEntries));
+          cat.ListRequests(req->any_state(), state, Limit(req->limit(), kMaxListEntries));
       if (list.ok() && options_.request_in_flight) {
         for (Request& r : *list) {
           if (r.state == RequestState::kRunning) r.in_flight_bytes = options_.request_in_flight(r.id);
@@ -870,10 +702,7 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* UpdateRequest(grpc::CallbackServerContext* c,
                                           const v1::UpdateRequestRequest* req,
                                           v1::Request* resp) override {
-    Caller caller;
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "UpdateRequest", Access::kReplicate, {}, &caller)) return denied;
-    return Offload(c, [this, req, resp, caller] {
-      if (absl::Status s = OwnRequest(caller, "UpdateRequest", req->id()); !s.ok()) return s;
+    return Run(c, "UpdateRequest", [req, resp](Catalog& cat) {
       RequestUpdate u;
       u.id = req->id();
       u.set_state = req->set_state();
@@ -889,44 +718,38 @@ class Service final : public v1::Catalog::CallbackService {
       u.files_failed = req->files_failed();
       u.bytes_total = req->bytes_total();
       u.bytes_done = req->bytes_done();
-      return Fill(catalog_.UpdateRequest(u), resp);
+      return Fill(cat.UpdateRequest(u), resp);
     });
   }
 
   grpc::ServerUnaryReactor* CancelRequest(grpc::CallbackServerContext* c,
                                           const v1::IdRequest* req, v1::Empty*) override {
-    Caller caller;
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "CancelRequest", Access::kReplicate, {}, &caller)) return denied;
-    return Offload(c, [this, req, caller] {
-      if (absl::Status s = OwnRequest(caller, "CancelRequest", req->id()); !s.ok()) return s;
-      return catalog_.CancelRequest(req->id());
+    return Run(c, "CancelRequest", [req](Catalog& cat) {
+      return cat.CancelRequest(req->id());
     });
   }
 
   grpc::ServerUnaryReactor* CreateTasks(grpc::CallbackServerContext* c,
                                         const v1::CreateTasksRequest* req,
                                         v1::TaskList* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "CreateTasks", Access::kAdmin)) return denied;
-    return Offload(c, [this, req, resp] {
+    return Run(c, "CreateTasks", [req, resp](Catalog& cat) {
       std::vector<TaskSpec> specs;
       specs.reserve(static_cast<std::size_t>(req->specs_size()));
       for (const v1::TaskSpec& s : req->specs()) specs.push_back(FromProto(s));
-      return FillList<Task, v1::Task>(catalog_.CreateTasks(specs),
+      return FillList<Task, v1::Task>(cat.CreateTasks(specs),
                                       [resp] { return resp->add_tasks(); });
     });
   }
 
   grpc::ServerUnaryReactor* GetTask(grpc::CallbackServerContext* c, const v1::IdRequest* req,
                                     v1::Task* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "GetTask", Access::kRead)) return denied;
-    return Inline(c, [&] { return Fill(catalog_.GetTask(req->id()), resp); });
+    return RunInline(c, "GetTask", [&](Catalog& cat) { return Fill(cat.GetTask(req->id()), resp); });
   }
 
   grpc::ServerUnaryReactor* ListTasks(grpc::CallbackServerContext* c,
                                       const v1::ListTasksRequest* req,
                                       v1::TaskList* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "ListTasks", Access::kRead)) return denied;
-    return Offload(c, [this, req, resp] {
+    return Run(c, "ListTasks", [req, resp](Catalog& cat) {
       TaskFilter f;
       f.request_id = req->request_id();
       f.dst_node = req->dst_node();
@@ -938,15 +761,14 @@ class Service final : public v1::Catalog::CallbackService {
       }
       f.open_only = req->open_only();
       f.limit = Limit(req->limit(), kMaxListEntries);
-      return FillList<Task, v1::Task>(catalog_.ListTasks(f), [resp] { return resp->add_tasks(); });
+      return FillList<Task, v1::Task>(cat.ListTasks(f), [resp] { return resp->add_tasks(); });
     });
   }
 
   grpc::ServerUnaryReactor* ClaimTask(grpc::CallbackServerContext* c,
                                       const v1::ClaimTaskRequest* req, v1::Task* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "ClaimTask", Access::kOwnNode, {req->node()})) return denied;
-    return Offload(c, [this, req, resp] {
-      return Fill(catalog_.ClaimTask(req->node(), req->owner(),
+    return Run(c, "ClaimTask", [req, resp](Catalog& cat) {
+      return Fill(cat.ClaimTask(req->node(), req->owner(),
                                      std::chrono::milliseconds(req->lease_ms())),
                   resp);
     });
@@ -954,20 +776,18 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* ClaimTasks(grpc::CallbackServerContext* c,
                                        const v1::ClaimTasksRequest* req, v1::TaskList* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "ClaimTasks", Access::kOwnNode, {req->node()})) return denied;
-    return Offload(c, [this, req, resp] {
+    return Run(c, "ClaimTasks", [req, resp](Catalog& cat) {
       std::vector<std::string> owners(req->owners().begin(), req->owners().end());
       return FillList<Task, v1::Task>(
-          catalog_.ClaimTasks(req->node(), owners, std::chrono::milliseconds(req->lease_ms())),
+          cat.ClaimTasks(req->node(), owners, std::chrono::milliseconds(req->lease_ms())),
           [resp] { return resp->add_tasks(); });
     });
   }
 
   grpc::ServerUnaryReactor* RenewLease(grpc::CallbackServerContext* c,
                                        const v1::RenewLeaseRequest* req, v1::Task* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "RenewLease", Access::kOwnNode, {NodeOfOwner(req->owner())})) return denied;
-    return Offload(c, [this, req, resp] {
-      return Fill(catalog_.RenewLease(req->id(), req->owner(),
+    return Run(c, "RenewLease", [req, resp](Catalog& cat) {
+      return Fill(cat.RenewLease(req->id(), req->owner(),
                                       std::chrono::milliseconds(req->lease_ms())),
                   resp);
     });
@@ -976,23 +796,21 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* CompleteTask(grpc::CallbackServerContext* c,
                                          const v1::CompleteTaskRequest* req,
                                          v1::Task* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "CompleteTask", Access::kOwnNode, {NodeOfOwner(req->owner())})) return denied;
-    return Offload(c, [this, req, resp] {
-      return Fill(catalog_.CompleteTask(req->id(), req->owner()), resp);
+    return Run(c, "CompleteTask", [req, resp](Catalog& cat) {
+      return Fill(cat.CompleteTask(req->id(), req->owner()), resp);
     });
   }
 
   grpc::ServerUnaryReactor* CompleteTasks(grpc::CallbackServerContext* c,
                                           const v1::CompleteTasksRequest* req,
                                           v1::CompleteTasksResponse* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "CompleteTasks", Access::kOwnNode, NodesOf(req->items(), [](const auto& i) { return NodeOfOwner(i.owner()); }))) return denied;
-    return Offload(c, [this, req, resp] {
+    return Run(c, "CompleteTasks", [req, resp](Catalog& cat) {
       std::vector<TaskCompletion> items;
       items.reserve(static_cast<std::size_t>(req->items_size()));
       for (const v1::CompleteTaskRequest& i : req->items()) {
         items.push_back({i.id(), i.owner(), i.mtime_ns()});
       }
-      absl::StatusOr<std::vector<absl::StatusOr<Task>>> results = catalog_.CompleteTasks(items);
+      absl::StatusOr<std::vector<absl::StatusOr<Task>>> results = cat.CompleteTasks(items);
       if (!results.ok()) return results.status();
       return FillResults(*results, [resp] { return resp->add_results(); },
                          [](v1::TaskResult* out) { return out->mutable_task(); });
@@ -1002,8 +820,7 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* TransitionReplicas(grpc::CallbackServerContext* c,
                                                const v1::TransitionReplicasRequest* req,
                                                v1::TransitionReplicasResponse* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "TransitionReplicas", Access::kOwnNode, NodesOf(req->items(), [](const auto& i) { return std::string_view(i.node()); }))) return denied;
-    return Offload(c, [this, req, resp]() -> absl::Status {
+    return Run(c, "TransitionReplicas", [req, resp](Catalog& cat) -> absl::Status {
       std::vector<ReplicaTransition> items;
       items.reserve(static_cast<std::size_t>(req->items_size()));
       for (const v1::ReplicaTransition& i : req->items()) {
@@ -1023,7 +840,7 @@ class Service final : public v1::Catalog::CallbackService {
         t.note = i.note();
         items.push_back(std::move(t));
       }
-      absl::StatusOr<std::vector<absl::Status>> results = catalog_.TransitionReplicas(items);
+      absl::StatusOr<std::vector<absl::Status>> results = cat.TransitionReplicas(items);
       if (!results.ok()) return results.status();
       for (const absl::Status& r : *results) {
         v1::TransitionResult* out = resp->add_results();
@@ -1043,9 +860,8 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* GetPolicies(grpc::CallbackServerContext* c, const v1::Empty*,
                                         v1::PolicyDocument* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "GetPolicies", Access::kRead)) return denied;
-    return Offload(c, [this, resp]() -> absl::Status {
-      absl::StatusOr<PolicyDocument> d = catalog_.GetPolicies();
+    return Run(c, "GetPolicies", [resp](Catalog& cat) -> absl::Status {
+      absl::StatusOr<PolicyDocument> d = cat.GetPolicies();
       if (!d.ok()) return d.status();
       PolicyToProto(*d, resp);
       return absl::OkStatus();
@@ -1055,11 +871,10 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* PutPolicies(grpc::CallbackServerContext* c,
                                         const v1::PutPoliciesRequest* req,
                                         v1::PolicyDocument* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "PutPolicies", Access::kAdmin)) return denied;
-    return Offload(c, [this, req, resp]() -> absl::Status {
+    return Run(c, "PutPolicies", [req, resp](Catalog& cat) -> absl::Status {
       std::optional<std::uint64_t> expected;
       if (req->has_expected_version()) expected = req->expected_version();
-      absl::StatusOr<PolicyDocument> d = catalog_.PutPolicies(req->text(), req->source(), expected);
+      absl::StatusOr<PolicyDocument> d = cat.PutPolicies(req->text(), req->source(), expected);
       if (!d.ok()) return d.status();
       PolicyToProto(*d, resp);
       return absl::OkStatus();
@@ -1068,9 +883,8 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* FailTask(grpc::CallbackServerContext* c,
                                      const v1::FailTaskRequest* req, v1::Task* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "FailTask", Access::kOwnNode, {NodeOfOwner(req->owner())})) return denied;
-    return Offload(c, [this, req, resp] {
-      return Fill(catalog_.FailTask(req->id(), req->owner(), req->error(), req->retryable(),
+    return Run(c, "FailTask", [req, resp](Catalog& cat) {
+      return Fill(cat.FailTask(req->id(), req->owner(), req->error(), req->retryable(),
                                     std::chrono::milliseconds(req->retry_after_ms())),
                   resp);
     });
@@ -1078,9 +892,8 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* ExpireLeases(grpc::CallbackServerContext* c, const v1::Empty*,
                                          v1::ExpireLeasesResponse* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "ExpireLeases", Access::kAdmin)) return denied;
-    return Offload(c, [this, resp] {
-      absl::StatusOr<std::size_t> n = catalog_.ExpireLeases();
+    return Run(c, "ExpireLeases", [resp](Catalog& cat) {
+      absl::StatusOr<std::size_t> n = cat.ExpireLeases();
       if (n.ok()) resp->set_expired(*n);
       return n.status();
     });
@@ -1089,16 +902,22 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* AbandonTask(grpc::CallbackServerContext* c,
                                         const v1::AbandonTaskRequest* req,
                                         v1::Task* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "AbandonTask", Access::kAdmin)) return denied;
-    return Offload(c, [this, req, resp] {
-      return Fill(catalog_.AbandonTask(req->id(), req->reason()), resp);
+    return Run(c, "AbandonTask", [req, resp](Catalog& cat) {
+      return Fill(cat.AbandonTask(req->id(), req->reason()), resp);
     });
   }
 
   grpc::ServerUnaryReactor* ReadEvents(grpc::CallbackServerContext* c,
                                        const v1::ReadEventsRequest* req,
                                        v1::EventList* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "ReadEvents", Access::kRead)) return denied;
+    Caller caller;
+    if (grpc::ServerUnaryReactor* refused = Admit(c, "ReadEvents", &caller)) return refused;
+    if (absl::Status s = As(caller).Check("ReadEvents", Access::kRead); !s.ok()) {
+      grpc::ServerUnaryReactor* reactor = c->DefaultReactor();
+      reactor->Finish(ToGrpc(s));
+      return reactor;
+    }
+    // The caller may read the event log: the reads below go to the catalog itself.
     const std::size_t max = Limit(req->max(), kMaxEventBatch);
     const std::uint64_t after = req->after_seq();
     const std::chrono::milliseconds wait(std::min<std::uint64_t>(
@@ -1133,9 +952,8 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* LastEventSeq(grpc::CallbackServerContext* c, const v1::Empty*,
                                          v1::SeqResponse* resp) override {
-    if (grpc::ServerUnaryReactor* denied = Deny(c, "LastEventSeq", Access::kRead)) return denied;
-    return Inline(c, [&] {
-      absl::StatusOr<std::uint64_t> seq = catalog_.LastEventSeq();
+    return RunInline(c, "LastEventSeq", [&](Catalog& cat) {
+      absl::StatusOr<std::uint64_t> seq = cat.LastEventSeq();
       if (seq.ok()) resp->set_seq(*seq);
       return seq.status();
     });
@@ -1143,27 +961,32 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerWriteReactor<v1::EventList>* Watch(grpc::CallbackServerContext* c,
                                                  const v1::WatchRequest* req) override {
+    Caller caller;
     if (!options_.tls_client_ca_pem.empty()) {
       absl::StatusOr<std::optional<Identity>> who = IdentityOf(c);
-      absl::Status s = who.ok() ? Authorize(*who, "Watch", Access::kRead) : who.status();
-      if (!s.ok()) {
+      if (!who.ok()) {
         denied_ += 1;
-        Audit(who.ok() && who->has_value() ? (*who)->ToString() : "unidentified",
-              fmt::format("{} [from {}]", std::string(s.message()), c->peer()));
-        return new RefusedWatch(ToGrpc(s));
+        Audit("unidentified", fmt::format("Watch: {} [from {}]", std::string(who.status().message()), c->peer()));
+        return new RefusedWatch(ToGrpc(who.status()));
       }
+      caller.who = *who;
+      caller.peer = c->peer();
+      caller.checked = true;
+    }
+    if (absl::Status s = As(caller).Check("Watch", Access::kRead); !s.ok()) {
+      return new RefusedWatch(ToGrpc(s));
     }
     return new WatchReactor(catalog_, pool_, waiters_, PollerOf(c), req->after_seq(), stopping_);
   }
 
   Catalog& catalog_;
   ServerOptions options_;
+  Authorizer authorizer_;
   boost::asio::thread_pool pool_;
   // Long polls (ReadEvents with a wait, Watch streams) between events: no thread each.
   internal::EventWaiters waiters_;
   std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> denied_{0};
-  absl::Mutex request_quota_mu_;  // users' CreateRequest with a quota
   absl::Mutex revoked_mu_;
   absl::flat_hash_map<std::string, std::int64_t> revoked_ ABSL_GUARDED_BY(revoked_mu_);  // token id -> expiry
   std::chrono::steady_clock::time_point revoked_loaded_ ABSL_GUARDED_BY(revoked_mu_);
@@ -1187,11 +1010,15 @@ class TelemetryService final : public v1::Telemetry::CallbackService {
 
   grpc::ServerUnaryReactor* Publish(grpc::CallbackServerContext* c, const v1::TelemetryBatch* req,
                                     v1::Empty*) override {
-    if (grpc::ServerUnaryReactor* denied =
-            service_.Deny(c, "PublishTelemetry", Access::kOwnNode, {req->node()})) {
-      return denied;
+    Caller caller;
+    if (grpc::ServerUnaryReactor* refused = service_.Admit(c, "PublishTelemetry", &caller)) {
+      return refused;
     }
     return service_.Inline(c, [&]() -> absl::Status {
+      if (absl::Status s = service_.As(caller).Check("PublishTelemetry", Access::kOwnNode, {req->node()});
+          !s.ok()) {
+        return s;
+      }
       if (!options_.telemetry_sink) {
         return absl::UnimplementedError("this catalog server takes no telemetry (no dashboard)");
       }

@@ -6,6 +6,10 @@
 // callback API. gfcatalogd is a
 // thin main around it; tests and benchmarks start one in-process on 127.0.0.1:0.
 //
+// The service converts and carries: it identifies the caller (certificate or token), applies
+// the caller's rate, and makes the call on an AuthorizedCatalog (authorization.h), which
+// decides what the caller may do.
+//
 // Threads: gRPC's callback threads only parse, convert and hand over. Everything that
 // touches the disk (every mutation waits for a WAL fsync; scans) runs on a worker pool
 // (options.worker_threads); short point lookups (Stat, Get*) run inline. A ReadEvents long
@@ -33,7 +37,7 @@ struct ServerOptions {
   std::string tls_cert_pem;
   std::string tls_key_pem;
   // PEM of the CA whose certificates clients must present (mutual TLS; needs the pair
-  // above). Set: every call is authorized by the caller's identity (catalog/identity.h) and
+  // above). Set: every call is authorized by the caller's identity (catalog/authorization.h) and
   // a refusal is PERMISSION_DENIED naming the action and the identity. Empty: no client
   // certificates, no identities, everything allowed (development on loopback).
   std::string tls_client_ca_pem;

@@ -131,12 +131,11 @@ struct RemoteFile::Impl {
     return true;
   }
 
-  // Wakes the readers and closes the connections after a failure.
+  // Wakes the readers and closes the connections after a failure. The failure was recorded
+  // under mu before (FailLocked): a reader either saw it or is already waiting, so the signal
+  // needs no lock.
   void Closed() {
-    {
-      absl::MutexLock lk(&mu);
-      cv.SignalAll();
-    }
+    cv.SignalAll();
     asio::post(io, [this] { CloseAll(); });
   }
 

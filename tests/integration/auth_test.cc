@@ -261,6 +261,15 @@ TEST_F(CatalogAuthTest, EachIdentityMayDoOnlyWhatItsRoleAllows) {
   ExpectDenied(kek1->PutReplica(forged), "PutReplica", "node kek1");
   ExpectDenied(kek1->RemoveReplica(1, "sdsc1"), "RemoveReplica", "node kek1");
   ExpectDenied(kek1->PutRoute(catalog::Route{}), "PutRoute", "node kek1");
+  // The Telemetry service (beside the Catalog service on the same server) is authorized the
+  // same way: a node publishes only its own figures.
+  catalog::TelemetryBatch figures;
+  figures.node = "sdsc1";
+  figures.site = "sdsc";
+  ExpectDenied(kek1->Publish(figures), "PublishTelemetry", "node kek1");
+  figures.node = "kek1";
+  figures.site = me->site;
+  EXPECT_FALSE(absl::IsPermissionDenied(kek1->Publish(figures))) << "its own figures";
   ExpectDenied(kek1->Remove("/alice", true), "Remove", "node kek1");
   // Its reads work.
   EXPECT_TRUE(kek1->ListSites().ok());
