@@ -25,6 +25,7 @@
 #include "catalog/event_cursor.h"
 #include "replica/agent/in_flight.h"
 #include "replica/agent/internal/spool_keeper.h"
+#include "replica/agent/pull_options.h"
 #include "replica/core/spool.h"
 #include "transfer/agent.h"
 #include "transfer/checksum.h"
@@ -56,14 +57,6 @@ std::optional<std::uint64_t> TaskIdOf(const std::string& name) {
 }
 
 }  // namespace
-
-int StreamsWithinPeerLimit(int workers) {
-  return std::max(1, transfer::kDefaultMaxConnectionsPerPeer / std::max(1, workers) - 1);
-}
-
-// A copy without a route-budget share gets no more streams than its file has of these (the
-// engine's smallest block, internal/sender.h BlockSize).
-constexpr std::uint64_t kMinStreamBytes = 256 * 1024;
 
 std::size_t ClaimAhead(int workers) {
   const std::size_t w = static_cast<std::size_t>(std::max(1, workers));
@@ -1014,50 +1007,22 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   absl::StatusOr<catalog::Route> route = LookupRoute(src->site);
   if (!route.ok()) return route.status();
 
-  transfer::TransferOptions topts = options_.transfer;
-  topts.route = ToRouteOptions(*route, topts.route);
-  // Data in TLS when the route asks for it or the source refuses clear data.
-  if (route->data_tls || src->requires_data_tls) topts.tls = true;
-  // How this node's spool likes to be written (its disk profile, when measured).
-  if (std::uint64_t w = disk_write_io_size_.load(); w >= 4096 && w <= (1ull << 30)) {
-    topts.write_io_size = w;
-  }
-  if (std::uint64_t f = disk_flush_interval_.load(); f > 0) topts.journal_interval = f;
-  // The task's share of the route's budget (route_budget.h) wins over the route's settings;
-  // the source agent paces all it sends on the route with one token bucket, by this name.
-  if (task.spec.streams > 0) {
-    topts.route.streams = static_cast<int>(task.spec.streams);
-  } else {
-    // No share from a route budget: still no stream without a block of its own (the engine
-    // cuts blocks of at least kMinStreamBytes; a 64 KiB file over 4 streams was one block and
-    // three idle connections to set up and keep).
-    topts.route.streams = static_cast<int>(std::min<std::uint64_t>(
-        static_cast<std::uint64_t>(std::max(1, topts.route.streams)),
-        std::max<std::uint64_t>(1, (task.size + kMinStreamBytes - 1) / kMinStreamBytes)));
-  }
-  if (task.spec.route_rate_bps > 0) topts.route.route_rate_bps = task.spec.route_rate_bps;
-  if (topts.route.route_rate_bps > 0) {
-    topts.route.route_name = fmt::format("{}->{}", route->src_site, route->dst_site);
-  }
-  if (!topts.logger) topts.logger = log_;
-  // Every copy allowed at once may set up a session (1 + streams connections) to the same
-  // source agent at the same moment: keep them all within a source agent's default per-peer
-  // limit, or it would close the excess connections at once and copies would fail.
   int at_once;
   {
     absl::MutexLock lock(&mu_);
     at_once = LimitLocked();
   }
-  const int max_streams = StreamsWithinPeerLimit(at_once);
-  if (topts.route.streams > max_streams) {
-    if (!warned_stream_cap_.exchange(true)) {
-      log_->warn("route {}->{} asks for {} streams; using {} so that {} copies x (streams + 1) "
-                 "connections stay within a source agent's limit of {} per peer",
-                 route->src_site, route->dst_site, topts.route.streams, max_streams,
-                 at_once, transfer::kDefaultMaxConnectionsPerPeer);
-    }
-    topts.route.streams = max_streams;
+  PullSettings settings = PullOptionsFor(
+      options_.transfer, task, *route, *src,
+      {disk_write_io_size_.load(), disk_flush_interval_.load()}, at_once);
+  transfer::TransferOptions& topts = settings.options;
+  if (settings.streams_cut_from > 0 && !warned_stream_cap_.exchange(true)) {
+    log_->warn("route {}->{} asks for {} streams; using {} so that {} copies x (streams + 1) "
+               "connections stay within a source agent's limit of {} per peer",
+               route->src_site, route->dst_site, settings.streams_cut_from, topts.route.streams,
+               at_once, transfer::kDefaultMaxConnectionsPerPeer);
   }
+  if (!topts.logger) topts.logger = log_;
   // The dashboard's counters of this copy (telemetry.h), ended when the copy returns.
   std::shared_ptr<CopyCounters> metered = meter_.Begin(
       {task.id, task.spec.request_id, src->name, src->site, task.size,

@@ -180,12 +180,6 @@ struct SiteAgentOptions {
 
 absl::Status Validate(const SiteAgentOptions& options);
 
-// The most streams per copy for which `workers` sessions to one source agent (1 + streams
-// connections each) stay within transfer::kDefaultMaxConnectionsPerPeer (the agent passes
-// the copies it allows at once now, see adapt_in_flight): a route asking for
-// more is reduced to this (logged once). At least 1.
-int StreamsWithinPeerLimit(int workers);
-
 // Tasks the claim thread keeps claimed ahead for `workers` copies at once: as many again (at
 // most 128 more), claiming again when half are left. A claim is a catalog round trip (across
 // the WAN for a remote catalog); with only `workers` ahead, small files used them up before
