@@ -11,6 +11,8 @@
 #include <cstring>
 #include <memory>
 
+#include "absl/strings/cord.h"
+
 #include <fmt/format.h>
 
 #include "absl/status/status.h"
@@ -57,6 +59,20 @@ __attribute__((target("sse4.2"))) std::uint32_t Crc32cHw(std::uint32_t crc, cons
 #endif
 
 }  // namespace
+
+namespace {
+constexpr char kExpectedMismatchPayload[] = "gfrep/expected-checksum-mismatch";
+}  // namespace
+
+absl::Status ExpectedChecksumMismatch(std::string_view message) {
+  absl::Status s = absl::FailedPreconditionError(std::string(message));
+  s.SetPayload(kExpectedMismatchPayload, absl::Cord("1"));
+  return s;
+}
+
+bool IsExpectedChecksumMismatch(const absl::Status& status) {
+  return status.GetPayload(kExpectedMismatchPayload).has_value();
+}
 
 absl::StatusOr<ChecksumAlgorithm> ParseChecksumAlgorithm(std::string_view name) {
   if (name == "xxh3-tree") return ChecksumAlgorithm::kXxh3Tree;

@@ -35,6 +35,12 @@ enum class BlockChecksumAlgorithm { kXxh3_64, kCrc32c };
 
 // "xxh3-tree", "xxh3-128" (also "xxh3"), "adler32", "sha256". kInvalidArgument otherwise.
 absl::StatusOr<ChecksumAlgorithm> ParseChecksumAlgorithm(std::string_view name);
+
+// A pull's bytes are not what TransferOptions::expected_checksum/expected_size say: the
+// source's file differs from what its owner recorded (kFailedPrecondition: the same source
+// gives the same bytes again). IsExpectedChecksumMismatch tells it from other errors.
+absl::Status ExpectedChecksumMismatch(std::string_view message);
+bool IsExpectedChecksumMismatch(const absl::Status& status);
 std::string_view ChecksumAlgorithmName(ChecksumAlgorithm algorithm);
 // "xxh3-64" (also "xxh3"), "crc32c".
 absl::StatusOr<BlockChecksumAlgorithm> ParseBlockChecksumAlgorithm(std::string_view name);

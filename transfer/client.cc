@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "transfer/checksum.h"
 #include "transfer/internal/engine.h"
 #include "transfer/internal/pull.h"
 #include "transfer/internal/receiver.h"
@@ -310,6 +311,19 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
                                                             std::filesystem::path tmp_dir,
                                                             TransferOptions options, bool create_only,
                                                             std::string name, SessionCache* cache) {
+  if (!options.expected_checksum.empty()) {
+    // The end-to-end checksum in the expected one's algorithm; a name for known content is
+    // written once.
+    const std::string& e = options.expected_checksum;
+    const std::size_t colon = e.find(':');
+    if (colon == std::string::npos || colon + 1 == e.size() ||
+        !ParseChecksumAlgorithm(std::string_view(e).substr(0, colon)).ok()) {
+      co_return absl::InvalidArgumentError(
+          fmt::format("expected checksum '{}': want ALGO:HEX with a known ALGO", e));
+    }
+    options.checksum = e.substr(0, colon);
+    create_only = true;
+  }
   absl::StatusOr<Prepared> p = Prepare(options, agent);
   if (!p.ok()) co_return p.status();
   auto log = LoggerOf(p->options.logger);

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,14 @@ struct TransferOptions {
   std::string checksum = "xxh3-tree";
   // Checksum carried by each data frame.
   std::string block_checksum = "xxh3-64";
+  // Pulls: the file's checksum as its owner recorded it ("ALGO:HEX", ALGO one of checksum.h's;
+  // empty: none known) and its size. The end-to-end checksum is then computed in ALGO, and
+  // the file is installed only if it and the size match: otherwise nothing is installed and
+  // the pull fails with ExpectedChecksumMismatch (checksum.h). Such an install never
+  // replaces an existing file (kAlreadyExists): a name for known content is written once. As
+  // XrdCl's checkSumPreset and gfal2's user checksum; a site agent passes the catalog's.
+  std::string expected_checksum;
+  std::optional<std::uint64_t> expected_size;
   // Encrypt the control and data connections with TLS. Never falls back to clear text.
   bool tls = false;
   // TLS on the control connection only (implied by `tls`): the agent is verified against

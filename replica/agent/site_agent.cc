@@ -40,8 +40,10 @@ namespace {
 namespace asio = boost::asio;
 namespace fs = std::filesystem;
 
-constexpr std::string_view kStagingDir = ".gfrep-staging";
+// A copy's partial file and journal, kept for a resume while its task is open.
 constexpr std::string_view kTmpDir = ".gfrep-tmp";
+// Where versions before the engine installed replicas itself staged them; only swept now.
+constexpr std::string_view kOldStagingDir = ".gfrep-staging";
 
 // "task-<id>" -> id, or nullopt.
 std::optional<std::uint64_t> TaskIdOf(const std::string& name) {
@@ -286,7 +288,7 @@ void SiteAgent::CleanTemporaryFiles() {
     }
   }
   int removed = 0;
-  for (std::string_view dir : {kStagingDir, kTmpDir}) {
+  for (std::string_view dir : {kOldStagingDir, kTmpDir}) {
     std::error_code ec;
     fs::path base = options_.spool / dir;
     if (!fs::is_directory(base, ec)) continue;
@@ -1051,11 +1053,21 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
       }
     }
   };
-  std::string task_name = fmt::format("task-{}", task.id);
-  fs::path staging = options_.spool / kStagingDir / task_name;
-  fs::path tmp = options_.spool / kTmpDir / task_name;
-  fs::create_directories(staging.parent_path(), ec);
-  if (ec) return transfer::ErrnoStatus(ec.value(), fmt::format("create {}", staging.parent_path().string()));
+  // The engine checks the bytes against the catalog's checksum and size, and installs them
+  // at the replica's own name, durably and create-only: nothing else finishes the copy.
+  absl::StatusOr<catalog::Attributes> attrs = attributes();
+  if (!attrs.ok()) return attrs.status();
+  topts.expected_checksum = CatalogChecksum(*attrs);
+  topts.expected_size = task.size;
+  // The directories down to the replica's must survive a crash before its name does (the
+  // engine syncs the final directory after its rename; one made by an attempt that died
+  // before it synced its parent would not be).
+  if (absl::Status s = transfer::CreateParents(final_path.parent_path()).status(); !s.ok()) return s;
+  if (absl::Status s = transfer::SyncDirectoryChain(options_.spool, final_path.parent_path());
+      !s.ok()) {
+    return s;
+  }
+  fs::path tmp = options_.spool / kTmpDir / fmt::format("task-{}", task.id);
 
   // The pull runs on the I/O thread; this worker sleeps until it has ended. The handler owns
   // what it touches (the promise, the signal), whatever this frame does meanwhile.
@@ -1064,7 +1076,7 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   asio::co_spawn(
       run.io.io,
       transfer::AsyncPull(*endpoint, transfer::ReplicaRelativePath(task.inode, task.generation),
-                          staging, tmp, topts, options_.reuse_sessions ? &run.io.sessions : nullptr),
+                          final_path, tmp, topts, options_.reuse_sessions ? &run.io.sessions : nullptr),
       asio::bind_cancellation_slot(
           run.cancel->slot(),
           [done, signal = run.cancel](std::exception_ptr e,
@@ -1083,74 +1095,45 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
       });
     }
   }
-  std::optional<absl::StatusOr<transfer::TransferStats>> result = finished.get();
-  if (!result) return absl::InternalError("bug: copy ended without a result");
-  if (!result->ok()) {
-    absl::MutexLock lock(&mu_);
-    if (run.cancelled) {
-      return absl::CancelledError(fmt::format("copy cancelled (agent stopping or lease lost): {}",
-                                              result->status().ToString()));
+  absl::StatusOr<transfer::TransferStats> result = finished.get();
+  if (!result.ok()) {
+    const absl::Status& failed = result.status();
+    {
+      absl::MutexLock lock(&mu_);
+      if (run.cancelled) {
+        return absl::CancelledError(
+            fmt::format("copy cancelled (agent stopping or lease lost): {}", failed.ToString()));
+      }
     }
-    return result->status();
+    if (transfer::IsExpectedChecksumMismatch(failed)) {
+      // The engine checked end to end that these are the bytes the source read from its
+      // replica file: the source's replica is what is wrong. Report it, and fail this task
+      // for good: the planner copies the file again from a good replica.
+      std::string note = fmt::format("{} (to {}, generation {})", std::string(failed.message()), options_.node,
+                                     task.generation);
+      ReportBadSource(task, note);
+      return absl::FailedPreconditionError(fmt::format(
+          "source replica on {} does not match the catalog: {}", task.spec.src_node, note));
+    }
+    if (absl::IsAlreadyExists(failed)) {
+      // Another attempt put the replica there meanwhile: keep it if it is right.
+      if (absl::Status v = VerifyFile(final_path, *attrs); !v.ok()) {
+        std::error_code rm;
+        fs::remove(final_path, rm);
+        return absl::UnavailableError(
+            fmt::format("{} was in place but wrong ({}): removed, copying again",
+                        final_path.string(), v.ToString()));
+      }
+      return stamp(final_path);
+    }
+    return failed;
   }
-  const transfer::TransferStats& stats = **result;
+  const transfer::TransferStats& stats = *result;
   bytes_received = stats.bytes_transferred;
   learner_.AddCopy(route->src_site, stats.tcp, stats.congestion);
   {
     absl::MutexLock lock(&mu_);
     (stats.reused_session ? stats_.pulls_on_warm_sessions : stats_.pulls_on_new_sessions) += 1;
-  }
-  absl::StatusOr<catalog::Attributes> attrs = attributes();
-  if (!attrs.ok()) {
-    fs::remove(staging, ec);
-    return attrs.status();
-  }
-  std::string expected = CatalogChecksum(*attrs);
-
-  std::string got = stats.checksum;
-  if (got.rfind(attrs->checksum_algo + ":", 0) != 0) {
-    absl::StatusOr<transfer::ChecksumAlgorithm> algo =
-        transfer::ParseChecksumAlgorithm(attrs->checksum_algo);
-    if (!algo.ok()) {
-      fs::remove(staging, ec);
-      return absl::FailedPreconditionError(
-          fmt::format("unknown checksum algorithm '{}' in the catalog", attrs->checksum_algo));
-    }
-    absl::StatusOr<std::string> sum = transfer::ComputeFileChecksum(staging, *algo);
-    if (!sum.ok()) return sum.status();
-    got = *sum;
-  }
-  if (got != expected || stats.bytes != task.size) {
-    fs::remove(staging, ec);
-    // The engine checked end to end that these are the bytes the source read from its
-    // replica file: the source's replica is what is wrong. Report it, and fail this task for
-    // good: the planner copies the file again from a good replica.
-    std::string note = fmt::format(
-        "sent {} bytes {} to {}; the catalog says {} bytes {} (generation {})", stats.bytes,
-        got, options_.node, task.size, expected, task.generation);
-    ReportBadSource(task, note);
-    return absl::FailedPreconditionError(
-        fmt::format("source replica on {} does not match the catalog: {}", task.spec.src_node, note));
-  }
-  fs::create_directories(final_path.parent_path(), ec);
-  if (ec) return transfer::ErrnoStatus(ec.value(), fmt::format("create {}", final_path.parent_path().string()));
-  // Never replaces: the name belongs to this (inode, generation) alone. If another attempt
-  // put it there meanwhile, keep whichever is right.
-  if (absl::Status s = transfer::RenameNoReplace(staging, final_path); !s.ok()) {
-    if (!absl::IsAlreadyExists(s)) return s;
-    if (absl::Status v = VerifyFile(final_path, *attrs); !v.ok()) {
-      fs::rename(staging, final_path, ec);
-      if (ec) return transfer::ErrnoStatus(ec.value(), fmt::format("replace {}", final_path.string()));
-    } else {
-      fs::remove(staging, ec);
-    }
-  }
-  // The rename and any directories made for it must survive a crash before the catalog
-  // calls the replica complete.
-  if (absl::Status s = transfer::SyncDirectoryChain(options_.spool, final_path.parent_path());
-      !s.ok()) {
-    return absl::Status(s.code(), fmt::format("make {} durable: {}", final_path.string(),
-                                              std::string(s.message())));
   }
   fs::remove_all(tmp, ec);  // ignored: only leftovers of a finished copy
   return stamp(final_path);

@@ -10,16 +10,16 @@
 // (replica/core/retry.h) come back after an exponential backoff, up to the task's attempts.
 //
 // Files on disk (see replica/core/spool.h): replicas by identity, "<spool>/.gfrep-data/<inode>/
-// <generation>". A copy is pulled (from the source's file of the same name) into
-// "<spool>/.gfrep-staging/task-<id>" with its partial data and restart markers in
-// "<spool>/.gfrep-tmp/task-<id>/" (so a re-claimed task resumes where the previous attempt
-// stopped, also across agent restarts), checked against the catalog's checksum, renamed
-// to its identity name without replacing anything (a file already there is verified and
-// kept if it matches: an earlier attempt got that far), the directories fsynced, and only
-// then CompleteTask is called. The name is unique to (inode, generation), so a late copy
+// <generation>". A copy is pulled (from the source's file of the same name) straight to
+// that name, with its partial data and restart markers in "<spool>/.gfrep-tmp/task-<id>/"
+// (so a re-claimed task resumes where the previous attempt stopped, also across agent
+// restarts); the engine checks it against the catalog's checksum and size and installs it
+// create-only and durably (TransferOptions::expected_checksum; a file already there is
+// verified and kept if it matches: an earlier attempt got that far), and only then
+// CompleteTask is called. The name is unique to (inode, generation), so a late copy
 // of an older generation can never overwrite newer bytes; the catalog's generation checks
-// in CompleteTask decide whether the copy becomes the node's replica. At Start(), staging
-// and temporary files of tasks that are no longer open for this node are removed, and a
+// in CompleteTask decide whether the copy becomes the node's replica. At Start(), temporary
+// files (and staging files older versions left) of tasks that are no longer open for this node are removed, and a
 // spool of the old path-keyed layout is migrated (internal/spool_keeper.h).
 //
 // Leases: every claim has its own lease owner ("<agent owner>#<n>"), so when a lease runs

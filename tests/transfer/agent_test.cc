@@ -3,6 +3,7 @@
 // the wrong types, resource bounds before authentication, concurrent and hand-written
 // (misbehaving) senders, reserved spool names and cancellation of a pull.
 #include "transfer/agent.h"
+#include "transfer/checksum.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -1044,6 +1045,47 @@ TEST_F(AgentTest, ReservedSpoolNamesAreRefusedAndReplicaFilesAreWrittenOnce) {
   ASSERT_TRUE(fresh.ok()) << fresh.status();
   EXPECT_TRUE(SameBytes(testing::ReadFile(dir_.path() / "spool" / ".gfrep-data/5/8"),
                         testing::ReadFile(dir_.path() / "spool" / "f.dat")));
+}
+
+// A pull told the file's checksum and size (TransferOptions::expected_checksum, as a site
+// agent passes the catalog's) computes its end-to-end checksum in that algorithm, installs
+// only bytes that match, never replaces the name, and tells a mismatch apart.
+TEST_F(AgentTest, APullWithAnExpectedChecksumInstallsOnlyMatchingBytesAndNeverReplaces) {
+  const std::filesystem::path src = dir_.path() / "spool" / "f.dat";
+  absl::StatusOr<std::string> sha = ComputeFileChecksum(src, ChecksumAlgorithm::kSha256);
+  ASSERT_TRUE(sha.ok()) << sha.status();
+  TransferOptions o = options_;
+  o.expected_checksum = *sha;
+  o.expected_size = 3 << 20;
+  const std::filesystem::path good = dir_.path() / "expected" / "good";
+  absl::StatusOr<TransferStats> pulled = Pull(endpoint_, "f.dat", good, o);
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_EQ(pulled->checksum, *sha) << "not computed in the expected checksum's algorithm";
+  EXPECT_TRUE(SameBytes(testing::ReadFile(good), testing::ReadFile(src)));
+  absl::StatusOr<TransferStats> again = Pull(endpoint_, "f.dat", good, o);
+  EXPECT_TRUE(absl::IsAlreadyExists(again.status())) << again.status();
+
+  // The source's bytes are not what their owner recorded: nothing is installed.
+  const std::filesystem::path bad = dir_.path() / "expected" / "bad";
+  o.expected_checksum = "sha256:" + std::string(64, '0');
+  absl::StatusOr<TransferStats> wrong = Pull(endpoint_, "f.dat", bad, o);
+  EXPECT_TRUE(IsExpectedChecksumMismatch(wrong.status())) << wrong.status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(wrong.status())) << wrong.status();
+  EXPECT_FALSE(std::filesystem::exists(bad));
+  // The right checksum but another size: the same.
+  o.expected_checksum = *sha;
+  o.expected_size = (3 << 20) + 1;
+  wrong = Pull(endpoint_, "f.dat", bad, o);
+  EXPECT_TRUE(IsExpectedChecksumMismatch(wrong.status())) << wrong.status();
+  EXPECT_FALSE(std::filesystem::exists(bad));
+  // A transport failure is not a mismatch.
+  EXPECT_FALSE(IsExpectedChecksumMismatch(absl::DataLossError("end-to-end checksum mismatch")));
+  // A malformed expected checksum is refused before anything is asked.
+  for (const char* malformed : {"nope", "md4:00", "sha256:"}) {
+    o.expected_checksum = malformed;
+    absl::StatusOr<TransferStats> refused = Pull(endpoint_, "f.dat", bad, o);
+    EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << malformed << ": " << refused.status();
+  }
 }
 
 // What a site agent does to stop a copy: a terminal cancellation emitted on the copy's own

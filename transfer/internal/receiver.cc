@@ -656,6 +656,15 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
             s = absl::DataLossError(fmt::format(
                 "end-to-end checksum mismatch: sender {} receiver {}; partial file discarded",
                 fin->checksum, *got));
+          } else if (!o.expected_checksum.empty() &&
+                     (*got != o.expected_checksum ||
+                      (o.expected_size && dst->size != *o.expected_size))) {
+            Discard(*dst);
+            keep_partial = false;
+            s = ExpectedChecksumMismatch(fmt::format(
+                "the source sent {} bytes {}; expected {} bytes {}", dst->size, *got,
+                o.expected_size ? fmt::format("{}", *o.expected_size) : std::string("any"),
+                o.expected_checksum));
           } else if (co_await CancellationRequested()) {
             s = absl::CancelledError("transfer cancelled before the commit");
           } else {

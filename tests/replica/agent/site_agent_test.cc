@@ -329,10 +329,12 @@ TEST_F(SiteAgentTest, ReplicatesFilesToEverySiteWithMatchingBytes) {
     ASSERT_TRUE(loc.ok());
     EXPECT_EQ(CurrentReplicas(*loc).size(), 3u) << path;
   }
-  // Nothing is left behind in the work directories.
+  // Nothing is left behind in the work directories, and nothing was staged: the engine
+  // installs each copy at its replica's name.
   for (const char* n : {"b1", "c1"}) {
-    fs::path staging = nodes_.at(n)->spool / ".gfrep-staging";
-    EXPECT_TRUE(!fs::exists(staging) || fs::is_empty(staging)) << n;
+    EXPECT_FALSE(fs::exists(nodes_.at(n)->spool / ".gfrep-staging")) << n;
+    fs::path tmp = nodes_.at(n)->spool / ".gfrep-tmp";
+    EXPECT_TRUE(!fs::exists(tmp) || fs::is_empty(tmp)) << n;
   }
 }
 
@@ -900,7 +902,9 @@ TEST_F(SiteAgentTest, BytesThatDoNotMatchTheCatalogNeverBecomeACompleteReplica) 
     EXPECT_NE(rep.node, "b1");
     if (rep.node == "a1") {
       EXPECT_EQ(rep.state, catalog::ReplicaState::kCorrupt);
-      EXPECT_NE(rep.note.find("the catalog says"), std::string::npos) << rep.note;
+      // What the source sent and what the catalog has (the engine's expected checksum).
+      EXPECT_NE(rep.note.find("the source sent 70000 bytes"), std::string::npos) << rep.note;
+      EXPECT_NE(rep.note.find("expected 70000 bytes"), std::string::npos) << rep.note;
     }
   }
   EXPECT_FALSE(HasFilesOf("b1", loc->attributes.inode));
