@@ -48,7 +48,8 @@ absl::Status AuthorizedCatalog::NewContent(std::string_view action, std::string_
                                            bool write_existing, FileContent& content) {
   if (content.mode == 0) content.mode = 0644;
   if (!user()) return absl::OkStatus();
-  absl::StatusOr<std::optional<Attributes>> existing = Guard().MayCreate(action, path, write_existing);
+  absl::StatusOr<std::optional<Attributes>> existing =
+      Guard().MayCreate(action, path, write_existing);
   if (!existing.ok()) return Refused(existing.status());
   content.owner = who_->name;
   return absl::OkStatus();
@@ -75,7 +76,8 @@ absl::StatusOr<std::vector<absl::StatusOr<Attributes>>> AuthorizedCatalog::StatM
   absl::flat_hash_map<std::string, absl::Status> by_parent;
   for (std::size_t i = 0; i < paths.size() && i < results->size(); ++i) {
     const std::size_t slash = paths[i].rfind('/');
-    const std::string parent = slash == std::string::npos ? std::string() : paths[i].substr(0, slash);
+    const std::string parent =
+        slash == std::string::npos ? std::string() : paths[i].substr(0, slash);
     auto [it, fresh] = by_parent.try_emplace(parent);
     if (fresh) it->second = guard.MayLookup("StatMany", paths[i]);
     if (!it->second.ok()) {
@@ -97,7 +99,7 @@ absl::StatusOr<std::string> AuthorizedCatalog::PathOf(InodeId inode) {
 }
 
 absl::StatusOr<std::vector<DirEntry>> AuthorizedCatalog::List(std::string_view path,
-                                                               const ListOptions& options) {
+                                                              const ListOptions& options) {
   if (absl::Status s = Check("List", Access::kRead); !s.ok()) return s;
   if (user()) {
     if (absl::Status s = Guard().MayList("List", path); !s.ok()) return Refused(s);
@@ -119,8 +121,8 @@ absl::StatusOr<std::vector<Replica>> AuthorizedCatalog::GetReplicas(InodeId inod
 }
 
 absl::StatusOr<std::vector<Replica>> AuthorizedCatalog::ListNodeReplicas(std::string_view node,
-                                                                          InodeId start_after,
-                                                                          std::size_t limit) {
+                                                                         InodeId start_after,
+                                                                         std::size_t limit) {
   if (absl::Status s = Check("ListNodeReplicas", Access::kRead); !s.ok()) return s;
   return inner().ListNodeReplicas(node, start_after, limit);
 }
@@ -229,7 +231,8 @@ absl::StatusOr<Attributes> AuthorizedCatalog::CommitFile(
   FileContent c = content;
   if (c.mode == 0) c.mode = 0644;
   if (user()) {
-    absl::StatusOr<std::optional<Attributes>> existing = Guard().MayCreate("CommitFile", path, true);
+    absl::StatusOr<std::optional<Attributes>> existing =
+        Guard().MayCreate("CommitFile", path, true);
     if (!existing.ok()) return Refused(existing.status());
     // A new file is the writer's; new content of someone else's file keeps its owner and mode.
     c.owner = existing->has_value() ? "" : who_->name;
@@ -248,7 +251,8 @@ absl::StatusOr<std::vector<Attributes>> AuthorizedCatalog::CreateFiles(
     if (!user()) continue;
     const std::string parent = n.path.substr(0, n.path.rfind('/'));
     if (parent != checked_parent || parent.empty()) {
-      absl::StatusOr<std::optional<Attributes>> existing = Guard().MayCreate("CreateFiles", n.path, false);
+      absl::StatusOr<std::optional<Attributes>> existing =
+          Guard().MayCreate("CreateFiles", n.path, false);
       if (!existing.ok()) return Refused(existing.status());
       if (!existing->has_value()) checked_parent = parent;  // the parent's rights were checked
     }
@@ -329,7 +333,8 @@ absl::StatusOr<Task> AuthorizedCatalog::ClaimTask(std::string_view node, std::st
 }
 
 absl::StatusOr<std::vector<Task>> AuthorizedCatalog::ClaimTasks(
-    std::string_view node, const std::vector<std::string>& owners, std::chrono::milliseconds lease) {
+    std::string_view node, const std::vector<std::string>& owners,
+    std::chrono::milliseconds lease) {
   if (absl::Status s = Check("ClaimTasks", Access::kOwnNode, {node}); !s.ok()) return s;
   return inner().ClaimTasks(node, owners, lease);
 }
@@ -392,11 +397,13 @@ absl::StatusOr<Request> AuthorizedCatalog::CreateRequest(const RequestSpec& aske
   absl::MutexLock lock(&a_.quota_mu_);
   std::size_t open = 0;
   for (RequestState state : {RequestState::kQueued, RequestState::kRunning}) {
-    absl::StatusOr<std::vector<Request>> list = inner().ListRequests(false, state, kOpenRequestsListed);
+    absl::StatusOr<std::vector<Request>> list =
+        inner().ListRequests(false, state, kOpenRequestsListed);
     if (!list.ok()) return list.status();
-    open += static_cast<std::size_t>(std::count_if(list->begin(), list->end(), [&](const Request& r) {
-      return r.spec.origin == RequestOrigin::kUser && r.spec.owner == spec.owner;
-    }));
+    open +=
+        static_cast<std::size_t>(std::count_if(list->begin(), list->end(), [&](const Request& r) {
+          return r.spec.origin == RequestOrigin::kUser && r.spec.owner == spec.owner;
+        }));
   }
   if (open >= quota) {
     return absl::ResourceExhaustedError(fmt::format(
@@ -446,13 +453,14 @@ absl::Status AuthorizedCatalog::RemoveRoute(std::string_view src_site, std::stri
   return inner().RemoveRoute(src_site, dst_site);
 }
 
-absl::StatusOr<std::size_t> AuthorizedCatalog::PurgeFinishedRequests(std::int64_t finished_before_ns,
-                                                                     std::size_t max) {
+absl::StatusOr<std::size_t> AuthorizedCatalog::PurgeFinishedRequests(
+    std::int64_t finished_before_ns, std::size_t max) {
   if (absl::Status s = Check("PurgeFinishedRequests", Access::kAdmin); !s.ok()) return s;
   return inner().PurgeFinishedRequests(finished_before_ns, max);
 }
 
-absl::StatusOr<std::vector<Task>> AuthorizedCatalog::CreateTasks(const std::vector<TaskSpec>& specs) {
+absl::StatusOr<std::vector<Task>> AuthorizedCatalog::CreateTasks(
+    const std::vector<TaskSpec>& specs) {
   if (absl::Status s = Check("CreateTasks", Access::kAdmin); !s.ok()) return s;
   return inner().CreateTasks(specs);
 }
@@ -478,7 +486,8 @@ absl::Status AuthorizedCatalog::RevokeToken(std::string_view id, std::int64_t ex
   return inner().RevokeToken(id, expires_unix);
 }
 
-absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> AuthorizedCatalog::RevokedTokens() {
+absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>>
+AuthorizedCatalog::RevokedTokens() {
   if (absl::Status s = Check("RevokedTokens", Access::kAdmin); !s.ok()) return s;
   return inner().RevokedTokens();
 }

@@ -52,8 +52,7 @@ class AuthorizedCatalog;
 class Authorizer {
  public:
   // `catalog` outlives the authorizer and every AuthorizedCatalog made from it.
-  Authorizer(Catalog& catalog, AuthorizerOptions options)
-      : catalog_(catalog), options_(options) {}
+  Authorizer(Catalog& catalog, AuthorizerOptions options) : catalog_(catalog), options_(options) {}
 
   // The catalog as `who` (nullopt: the caller named no identity) may use it. With `enforce`
   // false (the server checks no identities) every call goes through as asked.
@@ -88,8 +87,7 @@ class AuthorizedCatalog final : public Catalog {
   // ReplicaView
   absl::StatusOr<Location> Locate(std::string_view path) override;
   absl::StatusOr<std::vector<Replica>> GetReplicas(InodeId inode) override;
-  absl::StatusOr<std::vector<Replica>> ListNodeReplicas(std::string_view node,
-                                                        InodeId start_after,
+  absl::StatusOr<std::vector<Replica>> ListNodeReplicas(std::string_view node, InodeId start_after,
                                                         std::size_t limit) override;
   // SiteView
   absl::StatusOr<std::vector<Site>> ListSites() override;
@@ -110,8 +108,7 @@ class AuthorizedCatalog final : public Catalog {
   absl::StatusOr<PolicyDocument> GetPolicies() override;
   // NamespaceEditor
   absl::StatusOr<Attributes> Mkdir(std::string_view path, const MkdirOptions& options) override;
-  absl::StatusOr<Attributes> CreateFile(std::string_view path,
-                                        const FileContent& content) override;
+  absl::StatusOr<Attributes> CreateFile(std::string_view path, const FileContent& content) override;
   absl::StatusOr<WriteReservation> BeginWrite(std::string_view path,
                                               const FileContent& content) override;
   absl::StatusOr<Attributes> CommitFile(std::string_view path, const FileContent& content,
@@ -158,8 +155,9 @@ class AuthorizedCatalog final : public Catalog {
   absl::StatusOr<Task> AbandonTask(std::uint64_t id, std::string_view reason) override;
   absl::Status CancelRequest(std::uint64_t id) override;
   // Governance
-  absl::StatusOr<PolicyDocument> PutPolicies(std::string_view text, std::string_view source,
-                                             std::optional<std::uint64_t> expected_version) override;
+  absl::StatusOr<PolicyDocument> PutPolicies(
+      std::string_view text, std::string_view source,
+      std::optional<std::uint64_t> expected_version) override;
   absl::Status RevokeToken(std::string_view id, std::int64_t expires_unix) override;
   absl::StatusOr<std::vector<std::pair<std::string, std::int64_t>>> RevokedTokens() override;
   absl::Status RecordAudit(std::string_view who, std::string_view what,

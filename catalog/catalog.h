@@ -244,7 +244,8 @@ class NamespaceEditor {
   // Creates many file entries in one atomic write: all or none (kAlreadyExists names the
   // first taken path; the same path twice in one batch is kInvalidArgument). At most
   // kMaxBatchPaths. For bulk registration; one RPC instead of one per file.
-  virtual absl::StatusOr<std::vector<Attributes>> CreateFiles(const std::vector<NewFile>& files) = 0;
+  virtual absl::StatusOr<std::vector<Attributes>> CreateFiles(
+      const std::vector<NewFile>& files) = 0;
 
   // Removes a file or an empty directory; with `recursive` a whole subtree. Replicas of
   // removed files move to kDeleting (their nodes unlink and then call RemoveReplica).
@@ -423,8 +424,9 @@ class Governance {
   // Replaces the policy document (version + 1) and returns it. `expected_version`, if set,
   // must be the stored version (kAborted otherwise: someone else changed it meanwhile).
   // kInvalidArgument for more than kMaxPolicyBytes or text/source that is not UTF-8.
-  virtual absl::StatusOr<PolicyDocument> PutPolicies(std::string_view text, std::string_view source,
-                                                     std::optional<std::uint64_t> expected_version) = 0;
+  virtual absl::StatusOr<PolicyDocument> PutPolicies(
+      std::string_view text, std::string_view source,
+      std::optional<std::uint64_t> expected_version) = 0;
 
   // Records that the token `id` is revoked; kept until `expires_unix` (after that the token
   // is refused as expired anyway: the next RevokeToken deletes the record). Durable before
@@ -519,8 +521,8 @@ struct CatalogOptions {
   // Null: SystemNowNs.
   Clock clock;
   // PostgreSQL only: this process is one of several front ends serving the database
-  // (gfcatalogd --shared; the write gate of internal/kv_catalog.h). Mutations are serialized across the
-  // front ends by a lock in the database; reads are not. kInvalidArgument for RocksDB.
+  // (gfcatalogd --shared; the write gate of internal/kv_catalog.h). Mutations are serialized across
+  // the front ends by a lock in the database; reads are not. kInvalidArgument for RocksDB.
   bool shared = false;
   // Test-only fault seam: if set, called before every storage write; a non-OK result is
   // returned instead of writing (as a failed write would be). Null in production.

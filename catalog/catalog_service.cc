@@ -158,10 +158,13 @@ class Service final : public v1::Catalog::CallbackService {
   Service(Catalog& catalog, const ServerOptions& options)
       : catalog_(catalog),
         options_(options),
-        authorizer_(catalog, AuthorizerOptions{.max_open_requests_per_user = options.max_open_requests_per_user}),
+        authorizer_(catalog, AuthorizerOptions{.max_open_requests_per_user =
+                                                   options.max_open_requests_per_user}),
         pool_(static_cast<std::size_t>(options.worker_threads)),
-        waiters_(catalog, [this](std::function<void()> fn) { boost::asio::post(pool_, std::move(fn)); },
-                 internal::EventWaitersOptions{.max_per_identity = options.max_long_polls_per_identity}) {
+        waiters_(
+            catalog, [this](std::function<void()> fn) { boost::asio::post(pool_, std::move(fn)); },
+            internal::EventWaitersOptions{.max_per_identity =
+                                              options.max_long_polls_per_identity}) {
     if (options.max_calls_per_identity > 0) {
       const double burst = options.max_call_burst_per_identity > 0 ? options.max_call_burst_per_identity
                                                                    : 2 * options.max_calls_per_identity;
@@ -305,7 +308,8 @@ class Service final : public v1::Catalog::CallbackService {
   }
   // The same on the gRPC thread, for short point lookups.
   template <typename Fn>
-  grpc::ServerUnaryReactor* RunInline(grpc::CallbackServerContext* c, std::string_view action, Fn fn) {
+  grpc::ServerUnaryReactor* RunInline(grpc::CallbackServerContext* c, std::string_view action,
+                                      Fn fn) {
     Caller caller;
     if (grpc::ServerUnaryReactor* refused = Admit(c, action, &caller)) return refused;
     return Inline(c, [&] {
@@ -460,14 +464,13 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* Stat(grpc::CallbackServerContext* c, const v1::PathRequest* req,
                                  v1::Attributes* resp) override {
-    return RunInline(c, "Stat", [&](Catalog& cat) {
-      return Fill(cat.Stat(req->path()), resp);
-    });
+    return RunInline(c, "Stat", [&](Catalog& cat) { return Fill(cat.Stat(req->path()), resp); });
   }
 
   grpc::ServerUnaryReactor* StatInode(grpc::CallbackServerContext* c, const v1::InodeRequest* req,
                                       v1::Attributes* resp) override {
-    return RunInline(c, "StatInode", [&](Catalog& cat) { return Fill(cat.StatInode(req->inode()), resp); });
+    return RunInline(c, "StatInode",
+                     [&](Catalog& cat) { return Fill(cat.StatInode(req->inode()), resp); });
   }
 
   grpc::ServerUnaryReactor* PathOf(grpc::CallbackServerContext* c, const v1::InodeRequest* req,
@@ -499,16 +502,13 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* Remove(grpc::CallbackServerContext* c, const v1::RemoveRequest* req,
                                    v1::Empty*) override {
-    return Run(c, "Remove", [req](Catalog& cat) {
-      return cat.Remove(req->path(), req->recursive());
-    });
+    return Run(c, "Remove",
+               [req](Catalog& cat) { return cat.Remove(req->path(), req->recursive()); });
   }
 
   grpc::ServerUnaryReactor* Rename(grpc::CallbackServerContext* c, const v1::RenameRequest* req,
                                    v1::Empty*) override {
-    return Run(c, "Rename", [req](Catalog& cat) {
-      return cat.Rename(req->from(), req->to());
-    });
+    return Run(c, "Rename", [req](Catalog& cat) { return cat.Rename(req->from(), req->to()); });
   }
 
   grpc::ServerUnaryReactor* SetAttributes(grpc::CallbackServerContext* c, const v1::SetAttributesRequest* req,
@@ -545,9 +545,8 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* Locate(grpc::CallbackServerContext* c, const v1::PathRequest* req,
                                    v1::Location* resp) override {
-    return Run(c, "Locate", [req, resp](Catalog& cat) {
-      return Fill(cat.Locate(req->path()), resp);
-    });
+    return Run(c, "Locate",
+               [req, resp](Catalog& cat) { return Fill(cat.Locate(req->path()), resp); });
   }
 
   grpc::ServerUnaryReactor* GetReplicas(grpc::CallbackServerContext* c,
@@ -571,7 +570,8 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* RemoveReplica(grpc::CallbackServerContext* c,
                                           const v1::RemoveReplicaRequest* req,
                                           v1::Empty*) override {
-    return Run(c, "RemoveReplica", [req](Catalog& cat) { return cat.RemoveReplica(req->inode(), req->node()); });
+    return Run(c, "RemoveReplica",
+               [req](Catalog& cat) { return cat.RemoveReplica(req->inode(), req->node()); });
   }
 
   grpc::ServerUnaryReactor* ListNodeReplicas(grpc::CallbackServerContext* c,
@@ -580,7 +580,7 @@ class Service final : public v1::Catalog::CallbackService {
     return Run(c, "ListNodeReplicas", [req, resp](Catalog& cat) {
       return FillList<Replica, v1::Replica>(
           cat.ListNodeReplicas(req->node(), req->start_after(),
-                                    Limit(req->limit(), kMaxListEntries)),
+                               Limit(req->limit(), kMaxListEntries)),
           [resp] { return resp->add_replicas(); });
     });
   }
@@ -604,12 +604,15 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* RegisterNode(grpc::CallbackServerContext* c, const v1::Node* req,
                                          v1::Empty*) override {
-    return Run(c, "RegisterNode", [req](Catalog& cat) { return cat.RegisterNode(FromProto(*req)); });
+    return Run(c, "RegisterNode",
+               [req](Catalog& cat) { return cat.RegisterNode(FromProto(*req)); });
   }
 
   grpc::ServerUnaryReactor* PutNodeDisk(grpc::CallbackServerContext* c, const v1::PutNodeDiskRequest* req,
                                         v1::Empty*) override {
-    return Run(c, "PutNodeDisk", [req](Catalog& cat) { return cat.PutNodeDisk(req->node(), FromProto(req->disk())); });
+    return Run(c, "PutNodeDisk", [req](Catalog& cat) {
+      return cat.PutNodeDisk(req->node(), FromProto(req->disk()));
+    });
   }
 
   grpc::ServerUnaryReactor* RemoveNode(grpc::CallbackServerContext* c, const v1::NameRequest* req,
@@ -619,7 +622,8 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* GetNode(grpc::CallbackServerContext* c, const v1::NameRequest* req,
                                     v1::Node* resp) override {
-    return RunInline(c, "GetNode", [&](Catalog& cat) { return Fill(cat.GetNode(req->name()), resp); });
+    return RunInline(c, "GetNode",
+                     [&](Catalog& cat) { return Fill(cat.GetNode(req->name()), resp); });
   }
 
   grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* c,
@@ -633,7 +637,8 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* SendHeartbeat(grpc::CallbackServerContext* c,
                                           const v1::HeartbeatRequest* req, v1::Empty*) override {
-    return Run(c, "SendHeartbeat", [req](Catalog& cat) { return cat.SendHeartbeat(FromProto(*req)); });
+    return Run(c, "SendHeartbeat",
+               [req](Catalog& cat) { return cat.SendHeartbeat(FromProto(*req)); });
   }
 
   grpc::ServerUnaryReactor* PutRoute(grpc::CallbackServerContext* c, const v1::Route* req,
@@ -643,12 +648,15 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* RemoveRoute(grpc::CallbackServerContext* c, const v1::RouteKey* req,
                                         v1::Empty*) override {
-    return Run(c, "RemoveRoute", [req](Catalog& cat) { return cat.RemoveRoute(req->src_site(), req->dst_site()); });
+    return Run(c, "RemoveRoute",
+               [req](Catalog& cat) { return cat.RemoveRoute(req->src_site(), req->dst_site()); });
   }
 
   grpc::ServerUnaryReactor* GetRoute(grpc::CallbackServerContext* c, const v1::RouteKey* req,
                                      v1::Route* resp) override {
-    return RunInline(c, "GetRoute", [&](Catalog& cat) { return Fill(cat.GetRoute(req->src_site(), req->dst_site()), resp); });
+    return RunInline(c, "GetRoute", [&](Catalog& cat) {
+      return Fill(cat.GetRoute(req->src_site(), req->dst_site()), resp);
+    });
   }
 
   grpc::ServerUnaryReactor* ListRoutes(grpc::CallbackServerContext* c, const v1::Empty*,
@@ -673,7 +681,8 @@ class Service final : public v1::Catalog::CallbackService {
                                        v1::Request* resp) override {
     return RunInline(c, "GetRequest", [&](Catalog& cat) {
       absl::StatusOr<Request> r = cat.GetRequest(req->id());
-      if (r.ok() && options_.request_in_flight) r->in_flight_bytes = options_.request_in_flight(r->id);
+      if (r.ok() && options_.request_in_flight)
+        r->in_flight_bytes = options_.request_in_flight(r->id);
       return Fill(std::move(r), resp);
     });
   }
@@ -692,7 +701,8 @@ class Service final : public v1::Catalog::CallbackService {
           cat.ListRequests(req->any_state(), state, Limit(req->limit(), kMaxListEntries));
       if (list.ok() && options_.request_in_flight) {
         for (Request& r : *list) {
-          if (r.state == RequestState::kRunning) r.in_flight_bytes = options_.request_in_flight(r.id);
+          if (r.state == RequestState::kRunning)
+            r.in_flight_bytes = options_.request_in_flight(r.id);
         }
       }
       return FillList<Request, v1::Request>(std::move(list), [resp] { return resp->add_requests(); });
@@ -724,9 +734,7 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* CancelRequest(grpc::CallbackServerContext* c,
                                           const v1::IdRequest* req, v1::Empty*) override {
-    return Run(c, "CancelRequest", [req](Catalog& cat) {
-      return cat.CancelRequest(req->id());
-    });
+    return Run(c, "CancelRequest", [req](Catalog& cat) { return cat.CancelRequest(req->id()); });
   }
 
   grpc::ServerUnaryReactor* CreateTasks(grpc::CallbackServerContext* c,
@@ -736,14 +744,14 @@ class Service final : public v1::Catalog::CallbackService {
       std::vector<TaskSpec> specs;
       specs.reserve(static_cast<std::size_t>(req->specs_size()));
       for (const v1::TaskSpec& s : req->specs()) specs.push_back(FromProto(s));
-      return FillList<Task, v1::Task>(cat.CreateTasks(specs),
-                                      [resp] { return resp->add_tasks(); });
+      return FillList<Task, v1::Task>(cat.CreateTasks(specs), [resp] { return resp->add_tasks(); });
     });
   }
 
   grpc::ServerUnaryReactor* GetTask(grpc::CallbackServerContext* c, const v1::IdRequest* req,
                                     v1::Task* resp) override {
-    return RunInline(c, "GetTask", [&](Catalog& cat) { return Fill(cat.GetTask(req->id()), resp); });
+    return RunInline(c, "GetTask",
+                     [&](Catalog& cat) { return Fill(cat.GetTask(req->id()), resp); });
   }
 
   grpc::ServerUnaryReactor* ListTasks(grpc::CallbackServerContext* c,
@@ -768,9 +776,9 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* ClaimTask(grpc::CallbackServerContext* c,
                                       const v1::ClaimTaskRequest* req, v1::Task* resp) override {
     return Run(c, "ClaimTask", [req, resp](Catalog& cat) {
-      return Fill(cat.ClaimTask(req->node(), req->owner(),
-                                     std::chrono::milliseconds(req->lease_ms())),
-                  resp);
+      return Fill(
+          cat.ClaimTask(req->node(), req->owner(), std::chrono::milliseconds(req->lease_ms())),
+          resp);
     });
   }
 
@@ -787,9 +795,9 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* RenewLease(grpc::CallbackServerContext* c,
                                        const v1::RenewLeaseRequest* req, v1::Task* resp) override {
     return Run(c, "RenewLease", [req, resp](Catalog& cat) {
-      return Fill(cat.RenewLease(req->id(), req->owner(),
-                                      std::chrono::milliseconds(req->lease_ms())),
-                  resp);
+      return Fill(
+          cat.RenewLease(req->id(), req->owner(), std::chrono::milliseconds(req->lease_ms())),
+          resp);
     });
   }
 
@@ -885,7 +893,7 @@ class Service final : public v1::Catalog::CallbackService {
                                      const v1::FailTaskRequest* req, v1::Task* resp) override {
     return Run(c, "FailTask", [req, resp](Catalog& cat) {
       return Fill(cat.FailTask(req->id(), req->owner(), req->error(), req->retryable(),
-                                    std::chrono::milliseconds(req->retry_after_ms())),
+                               std::chrono::milliseconds(req->retry_after_ms())),
                   resp);
     });
   }
@@ -966,7 +974,8 @@ class Service final : public v1::Catalog::CallbackService {
       absl::StatusOr<std::optional<Identity>> who = IdentityOf(c);
       if (!who.ok()) {
         denied_ += 1;
-        Audit("unidentified", fmt::format("Watch: {} [from {}]", std::string(who.status().message()), c->peer()));
+        Audit("unidentified",
+              fmt::format("Watch: {} [from {}]", std::string(who.status().message()), c->peer()));
         return new RefusedWatch(ToGrpc(who.status()));
       }
       caller.who = *who;
@@ -1015,7 +1024,8 @@ class TelemetryService final : public v1::Telemetry::CallbackService {
       return refused;
     }
     return service_.Inline(c, [&]() -> absl::Status {
-      if (absl::Status s = service_.As(caller).Check("PublishTelemetry", Access::kOwnNode, {req->node()});
+      if (absl::Status s =
+              service_.As(caller).Check("PublishTelemetry", Access::kOwnNode, {req->node()});
           !s.ok()) {
         return s;
       }
@@ -1028,12 +1038,14 @@ class TelemetryService final : public v1::Telemetry::CallbackService {
       b.sent_ns = req->sent_ns();
       b.copies.reserve(static_cast<std::size_t>(req->copies_size()));
       for (const v1::TelemetryCopy& c : req->copies()) {
-        b.copies.push_back({c.task_id(), c.request_id(), c.src_node(), c.src_site(), c.size(), c.streams(), c.received()});
+        b.copies.push_back({c.task_id(), c.request_id(), c.src_node(), c.src_site(), c.size(),
+                            c.streams(), c.received()});
       }
       b.points.reserve(static_cast<std::size_t>(req->points_size()));
       for (const v1::TelemetryPoint& p : req->points()) {
-        b.points.push_back({p.time_ns(), std::vector<std::uint64_t>(p.bytes().begin(), p.bytes().end()),
-                            std::vector<std::uint64_t>(p.stream_bytes().begin(), p.stream_bytes().end())});
+        b.points.push_back(
+            {p.time_ns(), std::vector<std::uint64_t>(p.bytes().begin(), p.bytes().end()),
+             std::vector<std::uint64_t>(p.stream_bytes().begin(), p.stream_bytes().end())});
       }
       if (absl::Status s = Validate(b); !s.ok()) return s;
       return options_.telemetry_sink(b);
@@ -1108,7 +1120,8 @@ class TimingInterceptorFactory final : public grpc::experimental::ServerIntercep
     if (method.substr(0, prefix.size()) != prefix) return false;
     const google::protobuf::ServiceDescriptor* d =
         google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(full);
-    return d != nullptr && d->FindMethodByName(std::string(method.substr(prefix.size()))) != nullptr;
+    return d != nullptr &&
+           d->FindMethodByName(std::string(method.substr(prefix.size()))) != nullptr;
   }
 
  private:

@@ -772,7 +772,8 @@ absl::StatusOr<Task> CatalogClient::ClaimTask(std::string_view node, std::string
 // ClaimTasks of a server that has only ClaimTask (older than the batch): one call per owner,
 // not atomic.
 absl::StatusOr<std::vector<Task>> CatalogClient::ClaimOneByOne(
-    std::string_view node, const std::vector<std::string>& owners, std::chrono::milliseconds lease) {
+    std::string_view node, const std::vector<std::string>& owners,
+    std::chrono::milliseconds lease) {
   if (owners.size() > kMaxBatchPaths) {
     return absl::InvalidArgumentError(fmt::format("more than {} owners", kMaxBatchPaths));
   }

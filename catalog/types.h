@@ -400,8 +400,8 @@ struct Event {
 };
 
 // Live telemetry for the dashboard (replica/web/telemetry.h): what one site agent's running copies
-// had received, sampled every 100 ms and sent in batches (the catalog server's Telemetry service). Not
-// stored: the catalog's process keeps the last minutes in memory.
+// had received, sampled every 100 ms and sent in batches (the catalog server's Telemetry service).
+// Not stored: the catalog's process keeps the last minutes in memory.
 struct TelemetryCopy {
   std::uint64_t task_id = 0;
   std::uint64_t request_id = 0;

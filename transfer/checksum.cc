@@ -1,6 +1,7 @@
 #include "transfer/checksum.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,11 +12,8 @@
 #include <cstring>
 #include <memory>
 
-#include "absl/strings/cord.h"
-
-#include <fmt/format.h>
-
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "transfer/internal/xxh.h"
 
 namespace gfrep::transfer {

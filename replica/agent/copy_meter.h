@@ -1,8 +1,8 @@
 #pragma once
 
 // The site agent's side of the dashboard's live telemetry: what each running copy receives,
-// sampled every 100 ms and sent as catalog::TelemetryBatch (the catalog server's Telemetry service) to the
-// catalog's TelemetryHub (replica/web/telemetry.h).
+// sampled every 100 ms and sent as catalog::TelemetryBatch (the catalog server's Telemetry service)
+// to the catalog's TelemetryHub (replica/web/telemetry.h).
 
 #include <atomic>
 #include <cstdint>

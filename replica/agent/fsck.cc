@@ -29,7 +29,8 @@ absl::StatusOr<FsckReport> RunFsck(const FsckOptions& options) {
   if (!options.paths.empty()) {
     std::vector<catalog::InodeId> inodes;
     for (const std::string& p : options.paths) {
-      if (absl::Status s = CollectInodes(*cat.view, p, options.recursive, inodes); !s.ok()) return s;
+      if (absl::Status s = CollectInodes(*cat.view, p, options.recursive, inodes); !s.ok())
+        return s;
     }
     absl::StatusOr<CheckSummary> s = checker.CheckFiles(inodes, options.checksum);
     if (!s.ok()) return s.status();

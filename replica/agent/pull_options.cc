@@ -25,11 +25,13 @@ PullSettings PullOptionsFor(const transfer::TransferOptions& defaults, const cat
   }
   if (disk.flush_interval > 0) o.journal_interval = disk.flush_interval;
   if (task.spec.streams > 0) {
-    o.route.streams = static_cast<int>(std::min<std::uint32_t>(task.spec.streams, transfer::kMaxStreams));
+    o.route.streams =
+        static_cast<int>(std::min<std::uint32_t>(task.spec.streams, transfer::kMaxStreams));
   } else {
     // Without a share: no stream without a block of its own (a 64 KiB file over 4 streams
     // was one block and three idle connections to set up and keep).
-    const std::uint64_t blocks = std::max<std::uint64_t>(1, (task.size + kMinStreamBytes - 1) / kMinStreamBytes);
+    const std::uint64_t blocks =
+        std::max<std::uint64_t>(1, (task.size + kMinStreamBytes - 1) / kMinStreamBytes);
     o.route.streams = static_cast<int>(
         std::min<std::uint64_t>(static_cast<std::uint64_t>(std::max(1, o.route.streams)), blocks));
   }

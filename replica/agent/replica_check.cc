@@ -63,7 +63,8 @@ absl::Status ReplicaChecker::Flush(CheckSummary& summary) {
   std::vector<catalog::ReplicaTransition> items;
   items.swap(queue_);
   if (items.empty() || !options_.report) return absl::OkStatus();
-  absl::StatusOr<std::vector<absl::Status>> results = options_.catalog.replicas->TransitionReplicas(items);
+  absl::StatusOr<std::vector<absl::Status>> results =
+      options_.catalog.replicas->TransitionReplicas(items);
   if (!results.ok()) return results.status();
   for (std::size_t i = 0; i < results->size() && i < items.size(); ++i) {
     if ((*results)[i].ok()) {

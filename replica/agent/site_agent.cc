@@ -74,7 +74,8 @@ constexpr int kCompleters = 2;
 absl::Status Validate(const SiteAgentOptions& o) {
   const catalog::Roles& c = o.catalog;
   if (c.view == nullptr || c.work == nullptr || c.replicas == nullptr || c.sites == nullptr) {
-    return absl::InvalidArgumentError("site agent needs a catalog (view, work, replicas and sites)");
+    return absl::InvalidArgumentError(
+        "site agent needs a catalog (view, work, replicas and sites)");
   }
   if (absl::Status s = catalog::ValidateName(o.site); !s.ok()) {
     return absl::InvalidArgumentError(fmt::format("site: {}", std::string(s.message())));
@@ -350,7 +351,8 @@ absl::Status SiteAgent::Start() {
   for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this, i] { WorkerLoop(i); });
   for (int i = 0; i < kCompleters; ++i) threads_.emplace_back([this] { CompleteLoop(); });
   if (options_.adapt_in_flight) threads_.emplace_back([this] { TuneLoop(); });
-  if (options_.telemetry_interval.count() > 0 && options_.telemetry != nullptr) threads_.emplace_back([this] { TelemetryLoop(); });
+  if (options_.telemetry_interval.count() > 0 && options_.telemetry != nullptr)
+    threads_.emplace_back([this] { TelemetryLoop(); });
   return absl::OkStatus();
 }
 
@@ -733,7 +735,8 @@ void SiteAgent::CompleteLoop() {
     auto deadline = std::chrono::steady_clock::now() + options_.lease;
     std::vector<absl::StatusOr<catalog::Task>> results;
     while (true) {
-      absl::StatusOr<std::vector<absl::StatusOr<catalog::Task>>> done = cat.work->CompleteTasks(items);
+      absl::StatusOr<std::vector<absl::StatusOr<catalog::Task>>> done =
+          cat.work->CompleteTasks(items);
       if (done.ok() && done->size() != items.size()) {
         done = absl::InternalError("the catalog answered a commit batch with another count");
       }
@@ -1014,15 +1017,16 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
     absl::MutexLock lock(&mu_);
     at_once = LimitLocked();
   }
-  PullSettings settings = PullOptionsFor(
-      options_.transfer, task, *route, *src,
-      {disk_write_io_size_.load(), disk_flush_interval_.load()}, at_once);
+  PullSettings settings =
+      PullOptionsFor(options_.transfer, task, *route, *src,
+                     {disk_write_io_size_.load(), disk_flush_interval_.load()}, at_once);
   transfer::TransferOptions& topts = settings.options;
   if (settings.streams_cut_from > 0 && !warned_stream_cap_.exchange(true)) {
-    log_->warn("route {}->{} asks for {} streams; using {} so that {} copies x (streams + 1) "
-               "connections stay within a source agent's limit of {} per peer",
-               route->src_site, route->dst_site, settings.streams_cut_from, topts.route.streams,
-               at_once, transfer::kDefaultMaxConnectionsPerPeer);
+    log_->warn(
+        "route {}->{} asks for {} streams; using {} so that {} copies x (streams + 1) "
+        "connections stay within a source agent's limit of {} per peer",
+        route->src_site, route->dst_site, settings.streams_cut_from, topts.route.streams, at_once,
+        transfer::kDefaultMaxConnectionsPerPeer);
   }
   if (!topts.logger) topts.logger = log_;
   // The dashboard's counters of this copy (telemetry.h), ended when the copy returns.
@@ -1062,7 +1066,8 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   // The directories down to the replica's must survive a crash before its name does (the
   // engine syncs the final directory after its rename; one made by an attempt that died
   // before it synced its parent would not be).
-  if (absl::Status s = transfer::CreateParents(final_path.parent_path()).status(); !s.ok()) return s;
+  if (absl::Status s = transfer::CreateParents(final_path.parent_path()).status(); !s.ok())
+    return s;
   if (absl::Status s = transfer::SyncDirectoryChain(options_.spool, final_path.parent_path());
       !s.ok()) {
     return s;
@@ -1076,11 +1081,11 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   asio::co_spawn(
       run.io.io,
       transfer::AsyncPull(*endpoint, transfer::ReplicaRelativePath(task.inode, task.generation),
-                          final_path, tmp, topts, options_.reuse_sessions ? &run.io.sessions : nullptr),
+                          final_path, tmp, topts,
+                          options_.reuse_sessions ? &run.io.sessions : nullptr),
       asio::bind_cancellation_slot(
-          run.cancel->slot(),
-          [done, signal = run.cancel](std::exception_ptr e,
-                                      absl::StatusOr<transfer::TransferStats> r) {
+          run.cancel->slot(), [done, signal = run.cancel](
+                                  std::exception_ptr e, absl::StatusOr<transfer::TransferStats> r) {
             signal->slot().clear();
             done->set_value(e ? absl::InternalError("bug: exception escaped AsyncPull")
                               : std::move(r));
@@ -1109,8 +1114,8 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
       // The engine checked end to end that these are the bytes the source read from its
       // replica file: the source's replica is what is wrong. Report it, and fail this task
       // for good: the planner copies the file again from a good replica.
-      std::string note = fmt::format("{} (to {}, generation {})", std::string(failed.message()), options_.node,
-                                     task.generation);
+      std::string note = fmt::format("{} (to {}, generation {})", std::string(failed.message()),
+                                     options_.node, task.generation);
       ReportBadSource(task, note);
       return absl::FailedPreconditionError(fmt::format(
           "source replica on {} does not match the catalog: {}", task.spec.src_node, note));

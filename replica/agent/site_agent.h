@@ -19,8 +19,8 @@
 // CompleteTask is called. The name is unique to (inode, generation), so a late copy
 // of an older generation can never overwrite newer bytes; the catalog's generation checks
 // in CompleteTask decide whether the copy becomes the node's replica. At Start(), temporary
-// files (and staging files older versions left) of tasks that are no longer open for this node are removed, and a
-// spool of the old path-keyed layout is migrated (internal/spool_keeper.h).
+// files (and staging files older versions left) of tasks that are no longer open for this node are
+// removed, and a spool of the old path-keyed layout is migrated (internal/spool_keeper.h).
 //
 // Leases: every claim has its own lease owner ("<agent owner>#<n>"), so when a lease runs
 // out (a catalog outage or a pause longer than the lease) and the task is claimed again,

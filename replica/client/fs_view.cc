@@ -277,7 +277,8 @@ absl::StatusOr<std::vector<catalog::InodeId>> FsView::PollEvents(std::chrono::mi
     after = event_seq_;
     ++counters_.event_polls;
   }
-  absl::StatusOr<std::vector<catalog::Event>> events = catalog_.view->ReadEvents(after, 10000, wait);
+  absl::StatusOr<std::vector<catalog::Event>> events =
+      catalog_.view->ReadEvents(after, 10000, wait);
   if (!events.ok()) {
     // Changes may have been missed: trust nothing cached, and start again from now.
     InvalidateAll();

@@ -170,7 +170,8 @@ absl::Status FileReader::OpenStream(std::size_t from, absl::Status last) {
       fmt::format("{}: every source failed; last: {}", rel_, last.ToString()));
 }
 
-absl::StatusOr<std::unique_ptr<FileReader>> Open(const ReaderCatalog& catalog, std::string_view path,
+absl::StatusOr<std::unique_ptr<FileReader>> Open(const ReaderCatalog& catalog,
+                                                 std::string_view path,
                                                  const ReaderOptions& options) {
   absl::StatusOr<catalog::Location> loc = catalog.view->Locate(path);
   if (!loc.ok()) return loc.status();

@@ -163,7 +163,8 @@ class FileReader {
   std::string source_node_;
 };
 
-absl::StatusOr<std::unique_ptr<FileReader>> Open(const ReaderCatalog& catalog, std::string_view path,
+absl::StatusOr<std::unique_ptr<FileReader>> Open(const ReaderCatalog& catalog,
+                                                 std::string_view path,
                                                  const ReaderOptions& options);
 
 // The read-ahead of a streaming read over `route` (null: unknown): twice its bandwidth-delay

@@ -46,7 +46,7 @@ struct ReleaseSummary {
 };
 
 struct ReleaseInput {
-  catalog::Roles catalog;  // uses view and replicas (REQUIRES non-null)
+  catalog::Roles catalog;               // uses view and replicas (REQUIRES non-null)
   HoldIndex* holds = nullptr;           // REQUIRES non-null, updated
   const std::vector<PolicyRule>* rules = nullptr;  // in force; REQUIRES non-null
   // Rules no longer in force -> when the engine first saw them gone (Unix ns). Rules found

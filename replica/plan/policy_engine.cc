@@ -207,10 +207,11 @@ absl::StatusOr<PolicyStepSummary> PolicyEngine::Step() {
     if (apply_all && r.continuous) {
       // The generations walked count as seen (their copies completing later are not new
       // files); a rule with a lifetime asks once per file, not again for files it held.
-      absl::StatusOr<std::vector<std::string>> files = FilesOfRule(*cat.view, r, [&](const catalog::Attributes& a) {
-        if (seen_.size() < kMaxSeen) seen_.insert({a.inode, a.generation});
-        return !r.lifetime || !holds_.EverHeld(a.inode, r.name);
-      });
+      absl::StatusOr<std::vector<std::string>> files =
+          FilesOfRule(*cat.view, r, [&](const catalog::Attributes& a) {
+            if (seen_.size() < kMaxSeen) seen_.insert({a.inode, a.generation});
+            return !r.lifetime || !holds_.EverHeld(a.inode, r.name);
+          });
       if (!files.ok()) return files.status();
       paths = std::move(*files);
       log_->info("policy {}: applied to {} existing file(s)", r.name, paths.size());

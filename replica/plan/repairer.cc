@@ -57,7 +57,8 @@ absl::Status Repairer::Scan(std::set<catalog::InodeId>& out) {
   for (const catalog::Node& n : *nodes) {
     catalog::InodeId after = 0;
     while (!stop_) {
-      absl::StatusOr<std::vector<catalog::Replica>> page = cat.view->ListNodeReplicas(n.name, after, kRepairPage);
+      absl::StatusOr<std::vector<catalog::Replica>> page =
+          cat.view->ListNodeReplicas(n.name, after, kRepairPage);
       if (!page.ok()) return page.status();
       for (const catalog::Replica& r : *page) {
         after = r.inode;

@@ -2,7 +2,8 @@
 
 // TelemetryHub: the last minutes of what moved where, at 0.1-s resolution, for the dashboard
 // (replica/web/dashboard.h) and /metrics, fed by the site agents' telemetry batches
-// (catalog::TelemetryBatch via the catalog server's Telemetry service, sampled every 100 ms by each agent).
+// (catalog::TelemetryBatch via the catalog server's Telemetry service, sampled every 100 ms by each
+// agent).
 //
 // Each point's per-copy byte counts go into 100-ms bins (by the point's time, corrected by
 // the batch's send time against the hub's clock, so agents' clock offsets do not matter) of

@@ -30,7 +30,8 @@ class AuthorizationTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<Catalog>> c = OpenRocksCatalog(o);
     ASSERT_TRUE(c.ok()) << c.status();
     catalog_ = std::move(*c);
-    authorizer_ = std::make_unique<Authorizer>(*catalog_, AuthorizerOptions{.max_open_requests_per_user = 2});
+    authorizer_ =
+        std::make_unique<Authorizer>(*catalog_, AuthorizerOptions{.max_open_requests_per_user = 2});
     MkdirOptions home;
     home.owner = "alice";
     home.mode = 0755;
@@ -62,7 +63,8 @@ TEST_F(AuthorizationTest, EachRoleCallsOnlyWhatItMayAndEveryRefusalIsReportedOnc
   Heartbeat other;
   other.node = "n2";
   EXPECT_TRUE(absl::IsPermissionDenied(node.SendHeartbeat(other)));
-  EXPECT_TRUE(absl::IsPermissionDenied(node.RenewLease(1, "n2/w0", std::chrono::seconds(1)).status()));
+  EXPECT_TRUE(
+      absl::IsPermissionDenied(node.RenewLease(1, "n2/w0", std::chrono::seconds(1)).status()));
   EXPECT_EQ(refusals_.size(), 4u);
   // Reads are anyone's; a node's own call reaches the catalog (which says the node is unknown).
   EXPECT_TRUE(node.Stat("/home").ok());
@@ -110,7 +112,8 @@ TEST_F(AuthorizationTest, AUsersNewContentIsItsOwnWithDefaultModesAndSomeoneElse
   FileContent update;
   update.size = 5;
   update.mode = 0600;
-  absl::StatusOr<Attributes> c = alice.CommitFile("/home/alice/data/shared", update, "", std::nullopt);
+  absl::StatusOr<Attributes> c =
+      alice.CommitFile("/home/alice/data/shared", update, "", std::nullopt);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->owner, "carol");
   EXPECT_EQ(c->mode, 0666u);

@@ -140,9 +140,8 @@ class FaultyWorkQueue : public catalog::WorkQueue {
     if (before_complete_tasks) before_complete_tasks(items.size());
     return c_->CompleteTasks(items);
   }
-  absl::StatusOr<catalog::Task> FailTask(std::uint64_t id, std::string_view o,
-                                         std::string_view e, bool r,
-                                         std::chrono::milliseconds a) override {
+  absl::StatusOr<catalog::Task> FailTask(std::uint64_t id, std::string_view o, std::string_view e,
+                                         bool r, std::chrono::milliseconds a) override {
     return c_->FailTask(id, o, e, r, a);
   }
   absl::StatusOr<std::size_t> ExpireLeases() override { return c_->ExpireLeases(); }
@@ -186,8 +185,7 @@ class FaultyEditor : public catalog::NamespaceEditor {
   }
   absl::Status Remove(std::string_view p, bool r) override { return c_->Remove(p, r); }
   absl::Status Rename(std::string_view f, std::string_view t) override { return c_->Rename(f, t); }
-  absl::StatusOr<A> SetAttributes(std::string_view p,
-                                  const catalog::AttributeChange& c) override {
+  absl::StatusOr<A> SetAttributes(std::string_view p, const catalog::AttributeChange& c) override {
     return c_->SetAttributes(p, c);
   }
 

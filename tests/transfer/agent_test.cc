@@ -3,7 +3,6 @@
 // the wrong types, resource bounds before authentication, concurrent and hand-written
 // (misbehaving) senders, reserved spool names and cancellation of a pull.
 #include "transfer/agent.h"
-#include "transfer/checksum.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -15,9 +14,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <condition_variable>
 #include <fstream>
 #include <future>
 #include <mutex>
@@ -25,6 +24,7 @@
 #include <utility>
 
 #include "tests/support/temp_dir.h"
+#include "transfer/checksum.h"
 #include "transfer/client.h"
 #include "transfer/internal/engine.h"
 

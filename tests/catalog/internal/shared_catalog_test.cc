@@ -1,7 +1,7 @@
-// Two front ends on one PostgreSQL database (CatalogOptions::shared: the write gate of internal/kv_catalog.h),
-// as two gfcatalogd processes would have them: two catalogs, each with its own connections,
-// in one test. What each may decide alone in one process (a free name, the next id, which
-// task to lease) must hold across both. The PostgreSQL server is private to the binary
+// Two front ends on one PostgreSQL database (CatalogOptions::shared: the write gate of
+// internal/kv_catalog.h), as two gfcatalogd processes would have them: two catalogs, each with its
+// own connections, in one test. What each may decide alone in one process (a free name, the next
+// id, which task to lease) must hold across both. The PostgreSQL server is private to the binary
 // (tests/support/postgres_server.h); skipped, saying why, where it cannot start.
 
 #include <gtest/gtest.h>

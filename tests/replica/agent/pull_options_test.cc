@@ -12,9 +12,9 @@ namespace {
 struct Case {
   const char* name;
   std::uint64_t size = 64ull << 20;
-  std::uint32_t task_streams = 0;       // the task's route-budget share (0: none)
+  std::uint32_t task_streams = 0;  // the task's route-budget share (0: none)
   std::uint64_t task_rate = 0;
-  std::uint32_t route_streams = 0;      // the catalog's route (0: unset)
+  std::uint32_t route_streams = 0;  // the catalog's route (0: unset)
   std::uint64_t route_rate = 0;
   bool route_tls = false;
   bool source_requires_tls = false;
@@ -62,23 +62,54 @@ INSTANTIATE_TEST_SUITE_P(
         // The route's streams over the defaults.
         Case{.name = "route", .route_streams = 16, .streams = 16, .rate = 0, .tls = false},
         // The task's share wins over the route's, rate too.
-        Case{.name = "share", .task_streams = 6, .task_rate = 300'000'000, .route_streams = 16,
-             .route_rate = 900'000'000, .streams = 6, .rate = 300'000'000, .tls = false},
+        Case{.name = "share",
+             .task_streams = 6,
+             .task_rate = 300'000'000,
+             .route_streams = 16,
+             .route_rate = 900'000'000,
+             .streams = 6,
+             .rate = 300'000'000,
+             .tls = false},
         // Without a share a small file gets no stream without a block: 64 KiB -> 1, 600 KiB -> 3.
-        Case{.name = "small", .size = 64 << 10, .route_streams = 16, .streams = 1, .rate = 0, .tls = false},
-        Case{.name = "three_blocks", .size = 600 << 10, .route_streams = 16, .streams = 3, .rate = 0,
+        Case{.name = "small",
+             .size = 64 << 10,
+             .route_streams = 16,
+             .streams = 1,
+             .rate = 0,
+             .tls = false},
+        Case{.name = "three_blocks",
+             .size = 600 << 10,
+             .route_streams = 16,
+             .streams = 3,
+             .rate = 0,
              .tls = false},
         // ...but a share is the planner's decision, also for a small file.
-        Case{.name = "small_share", .size = 64 << 10, .task_streams = 2, .streams = 2, .rate = 0,
+        Case{.name = "small_share",
+             .size = 64 << 10,
+             .task_streams = 2,
+             .streams = 2,
+             .rate = 0,
              .tls = false},
         // Data in TLS when the route asks or the source requires it.
         Case{.name = "route_tls", .route_tls = true, .streams = 4, .rate = 0, .tls = true},
-        Case{.name = "source_tls", .source_requires_tls = true, .streams = 4, .rate = 0, .tls = true},
+        Case{.name = "source_tls",
+             .source_requires_tls = true,
+             .streams = 4,
+             .rate = 0,
+             .tls = true},
         // 128 copies at once x (streams + 1) connections within a source's per-peer limit.
-        Case{.name = "peer_limit", .route_streams = 32, .copies = 128, .streams = 15, .rate = 0,
-             .tls = false, .cut_from = 32},
+        Case{.name = "peer_limit",
+             .route_streams = 32,
+             .copies = 128,
+             .streams = 15,
+             .rate = 0,
+             .tls = false,
+             .cut_from = 32},
         // A share above the engine's most streams is cut to it first.
-        Case{.name = "engine_max", .task_streams = 1000, .streams = transfer::kMaxStreams, .rate = 0,
+        Case{.name = "engine_max",
+             .task_streams = 1000,
+             .streams = transfer::kMaxStreams,
+             .rate = 0,
              .tls = false}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 

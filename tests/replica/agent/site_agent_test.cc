@@ -8,8 +8,8 @@
 #include <csignal>
 #include <fstream>
 #include <functional>
-#include <optional>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "replica/client/reader.h"

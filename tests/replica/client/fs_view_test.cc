@@ -2,12 +2,11 @@
 
 #include <gtest/gtest.h>
 
-#include <functional>
-#include <utility>
-
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <utility>
 
 #include "replica/core/spool.h"
 #include "tests/replica/faulty_roles.h"

@@ -2,11 +2,10 @@
 
 #include <gtest/gtest.h>
 
-#include <thread>
-
 #include <atomic>
 #include <functional>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "tests/replica/faulty_roles.h"
