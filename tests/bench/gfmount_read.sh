@@ -44,7 +44,7 @@ export GFREP_CATALOG=$(sed -n 's/^listening on //p' "$W/cat.out" | head -1)
 "$BIN/gfsited" --listen 127.0.0.1:0 --spool "$W/spool" --site S --node n1 --catalog "$GFREP_CATALOG" \
   --key-file "$W/key" >"$W/agent.out" 2>"$W/agent.log" &
 AGENT_PID=$!
-for _ in $(seq 100); do "$BIN/gfnode" list 2>/dev/null | grep -q n1 && break; sleep 0.1; done
+for _ in $(seq 100); do grep -q n1 <<<"$("$BIN/gfnode" list 2>/dev/null)" && break; sleep 0.1; done
 
 head -c $((SIZE_MB << 20)) /dev/urandom >"$W/src"
 "$BIN/gfreg" "$W/src" /bench/big --node n1 --key-file "$W/key" >/dev/null

@@ -30,7 +30,7 @@ for mode in plain mtls; do
   "$BIN/gfsited" --listen 127.0.0.1:0 --spool "$W/spool-$mode" --site s1 --node n1 --catalog "$GFREP_CATALOG" \
     --key-file "$W/key" "${AF[@]}" > "$W/agent-$mode.out" 2>"$W/agent-$mode.log" &
   PIDS+=($!)
-  for _ in $(seq 100); do "$BIN/gfnode" list 2>/dev/null | grep -q '^n1' && break; sleep 0.1; done
+  for _ in $(seq 100); do grep -q '^n1' <<<"$("$BIN/gfnode" list 2>/dev/null)" && break; sleep 0.1; done
   echo "$mode: load $(cut -d' ' -f1-3 /proc/loadavg)"
   s=$(date +%s.%N)
   "$BIN/gfreg" -r -j 8 "$W/small" /small --node n1 --key-file "$W/key"

@@ -81,7 +81,7 @@ serve() {
     pid=$!
     PIDS+=("$pid")
     for _ in $(seq 1 300); do
-      if ss -Hltnp "sport = :$PORT" | grep -q "pid=$pid,"; then return 0; fi
+      if grep -q "pid=$pid," <<<"$(ss -Hltnp "sport = :$PORT")"; then return 0; fi
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.1
     done

@@ -38,5 +38,5 @@ CC
 status=0
 got=$("$check" --build "$build" --file "$work/planted.cc" 2>&1) || status=$?
 [ "$status" -eq 1 ] || fail "the planted unlocked read: exit $status, not 1: $got"
-echo "$got" | grep -q "planted.cc:6:.*value_" || fail "the report does not name planted.cc:6 and value_: $got"
+grep -q "planted.cc:6:.*value_" <<<"$got" || fail "the report does not name planted.cc:6 and value_: $got"
 echo "found: $(echo "$got" | grep -m1 'planted.cc:6')"

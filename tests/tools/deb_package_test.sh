@@ -28,18 +28,19 @@ echo "built $(basename "$deb") ($(du -h "$deb" | cut -f1)) in $(($(date +%s) - s
 [ "$(basename "$deb")" = "gfrep_${version}_$(dpkg --print-architecture).deb" ] || fail "file name $(basename "$deb")"
 
 # zstd members (tools/packaging/cpack.cmake), which dpkg -x below must read.
-ar t "$deb" | grep -qx 'data.tar.zst' || fail "data member is not zstd: $(ar t "$deb" | tr '\n' ' ')"
+members=$(ar t "$deb")
+grep -qx 'data.tar.zst' <<<"$members" || fail "data member is not zstd: $(tr '\n' ' ' <<<"$members")"
 
 # 2. Control data.
 info=$(dpkg-deb -I "$deb")
-echo "$info" | grep -q "^ Package: gfrep$" || fail "Package: $info"
-echo "$info" | grep -q "^ Version: ${version}$" || fail "Version: $info"
+grep -q "^ Package: gfrep$" <<<"$info" || fail "Package: $info"
+grep -q "^ Version: ${version}$" <<<"$info" || fail "Version: $info"
 depends=$(echo "$info" | sed -n 's/^ Depends: //p')
 for dep in adduser libc6 libstdc++6 'libgrpc++1.51' libprotobuf32 libssl3; do
-  echo "$depends" | tr ',' '\n' | grep -q "^ *${dep}\b" || fail "Depends lacks $dep (dpkg-shlibdeps): $depends"
+  grep -q "^ *${dep}\b" <<<"${depends//,/$'\n'}" || fail "Depends lacks $dep (dpkg-shlibdeps): $depends"
 done
 for script in postinst prerm postrm; do
-  echo "$info" | grep -Eq "^ +[0-9]+ bytes, +[0-9]+ lines +\* +$script " ||
+  grep -Eq "^ +[0-9]+ bytes, +[0-9]+ lines +\* +$script " <<<"$info" ||
     fail "maintainer script $script missing or not executable: $info"
 done
 dpkg-deb -e "$deb" "$work/control"
@@ -50,11 +51,13 @@ grep -q "adduser --system" "$work/control/postinst" || fail "postinst does not c
 
 # 3. Contents: every tool (tools/*.cc is one program each), nothing from tests/.
 listing=$(dpkg-deb -c "$deb" | awk '{print $6}')
-# A file missing from the package says what cpack did and what /usr/bin held (a clean-clone
-# CI run once lacked /usr/bin/gfauth although the same tree packaged it alone and beside the
-# other build tests right after).
+# Every check reads the listing from a here-string, never `echo | grep -q`: under pipefail
+# that pipe fails when grep quits at its match before echo's last write (bash writes 4096 bytes,
+# then line by line), and three clean-clone CI runs reported /usr/bin/gfprobe, /usr/bin/gfauth
+# and gfrepConfig.cmake missing, each in the listing's first 4096 bytes. A file missing from the
+# package says what cpack did and what /usr/bin held.
 has() {
-  echo "$listing" | grep -qx "\./$1" && return 0
+  grep -qx "\./$1" <<<"$listing" && return 0
   echo "--- /usr/bin in the package:" >&2
   echo "$listing" | grep '^\./usr/bin/' >&2 || true
   echo "--- the end of cpack's log:" >&2
@@ -68,19 +71,19 @@ for cc in "$src"/tools/*.cc; do
   tools=$((tools + 1))
 done
 [ "$tools" -ge 20 ] || fail "only $tools tools found in $src/tools"
-echo "$listing" | grep -E '_test|_tests|/bench' && fail "test programs are packaged"
+grep -E '_test|_tests|/bench' <<<"$listing" && fail "test programs are packaged"
 has usr/lib/systemd/system/gfsited.service
 has usr/lib/systemd/system/gfcatalogd.service
 has usr/share/gfrep/examples/gfsited.toml
 has usr/share/gfrep/examples/gfcatalogd.toml
 for lib in transfer catalog netprobe replica_core replica_plan replica_agent replica_client replica_web replica_daemon; do
-  echo "$listing" | grep -Eq "^\./usr/lib/([^/]+/)?libgfrep_${lib}\.a$" || fail "libgfrep_${lib}.a not packaged"
+  grep -Eq "^\./usr/lib/([^/]+/)?libgfrep_${lib}\.a$" <<<"$listing" || fail "libgfrep_${lib}.a not packaged"
 done
 # Public headers (tools/packaging/library.cmake puts them under include/gfrep/), never internal/.
-echo "$listing" | grep -Eq '^\./usr/include/(gfrep/)?transfer/client\.h$' || fail "transfer/client.h not packaged"
-echo "$listing" | grep -Eq '^\./usr/include/(gfrep/)?catalog/client\.h$' || fail "catalog/client.h not packaged"
-echo "$listing" | grep -q '^\./usr/include/.*/internal/.' && fail "internal headers are packaged"
-echo "$listing" | grep -Eq '^\./usr/lib/([^/]+/)?cmake/gfrep/gfrepConfig\.cmake$' || fail "CMake package not packaged"
+grep -Eq '^\./usr/include/(gfrep/)?transfer/client\.h$' <<<"$listing" || fail "transfer/client.h not packaged"
+grep -Eq '^\./usr/include/(gfrep/)?catalog/client\.h$' <<<"$listing" || fail "catalog/client.h not packaged"
+grep -q '^\./usr/include/.*/internal/.' <<<"$listing" && fail "internal headers are packaged"
+grep -Eq '^\./usr/lib/([^/]+/)?cmake/gfrep/gfrepConfig\.cmake$' <<<"$listing" || fail "CMake package not packaged"
 
 # 4. Unpacked into a scratch root: binaries run, read the packaged settings, units match.
 root="$work/root"
@@ -106,4 +109,4 @@ if command -v systemd-analyze >/dev/null; then
   msgs=$(systemd-analyze verify "$work"/units/*.service 2>&1) || fail "systemd-analyze verify: $msgs"
   [ -z "$msgs" ] || fail "systemd-analyze verify complained: $msgs"
 fi
-echo "PASS: $(echo "$listing" | grep -vc '/$') files, $tools tools"
+echo "PASS: $(grep -vc '/$' <<<"$listing") files, $tools tools"

@@ -55,7 +55,7 @@ pkg-config --exists gfrep || fail "pkg-config does not accept gfrep.pc"
 step "public headers only, and self-sufficient"
 [[ -f $prefix/include/gfrep/transfer/copy.h ]] || fail "transfer/copy.h not installed"
 [[ -f $prefix/include/gfrep/replica/client/replicate.h ]] || fail "replica/client/replicate.h not installed"
-if find "$prefix/include" -path '*internal*' | grep -q .; then
+if [ -n "$(find "$prefix/include" -path '*internal*')" ]; then
   fail "internal headers installed: $(find "$prefix/include" -path '*internal*' | head -n 3)"
 fi
 headers=$(cd "$prefix/include/gfrep" && find . -name '*.h' | sed 's|^\./||' | sort)
