@@ -175,6 +175,12 @@ absl::StatusOr<std::vector<Task>> AuthorizedCatalog::ListTasks(const TaskFilter&
   return inner().ListTasks(filter);
 }
 
+absl::StatusOr<std::vector<RequestFile>> AuthorizedCatalog::ListRequestFiles(
+    std::uint64_t request_id, const RequestFileFilter& filter) {
+  if (absl::Status s = Check("ListRequestFiles", Access::kRead); !s.ok()) return s;
+  return inner().ListRequestFiles(request_id, filter);
+}
+
 absl::StatusOr<std::vector<Event>> AuthorizedCatalog::ReadEvents(std::uint64_t after_seq,
                                                                  std::size_t max,
                                                                  std::chrono::milliseconds wait) {
@@ -451,6 +457,21 @@ absl::Status AuthorizedCatalog::PutRoute(const Route& route) {
 absl::Status AuthorizedCatalog::RemoveRoute(std::string_view src_site, std::string_view dst_site) {
   if (absl::Status s = Check("RemoveRoute", Access::kAdmin); !s.ok()) return s;
   return inner().RemoveRoute(src_site, dst_site);
+}
+
+// The planner's: an admin's (gfcatalogd's own planner is the catalog's, never a caller).
+absl::StatusOr<Request> AuthorizedCatalog::AddRequestFiles(
+    std::uint64_t request_id, const std::vector<RequestFileInput>& files, bool last) {
+  if (absl::Status s = Check("AddRequestFiles", Access::kAdmin); !s.ok()) return s;
+  return inner().AddRequestFiles(request_id, files, last);
+}
+
+absl::StatusOr<RequestFile> AuthorizedCatalog::SettleRequestFile(std::uint64_t request_id,
+                                                                 std::uint64_t file_id,
+                                                                 RequestFileState state,
+                                                                 std::string_view reason) {
+  if (absl::Status s = Check("SettleRequestFile", Access::kAdmin); !s.ok()) return s;
+  return inner().SettleRequestFile(request_id, file_id, state, reason);
 }
 
 absl::StatusOr<std::size_t> AuthorizedCatalog::PurgeFinishedRequests(

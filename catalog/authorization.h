@@ -101,6 +101,8 @@ class AuthorizedCatalog final : public Catalog {
                                                     std::size_t limit) override;
   absl::StatusOr<Task> GetTask(std::uint64_t id) override;
   absl::StatusOr<std::vector<Task>> ListTasks(const TaskFilter& filter) override;
+  absl::StatusOr<std::vector<RequestFile>> ListRequestFiles(
+      std::uint64_t request_id, const RequestFileFilter& filter) override;
   // EventView
   absl::StatusOr<std::vector<Event>> ReadEvents(std::uint64_t after_seq, std::size_t max,
                                                 std::chrono::milliseconds wait) override;
@@ -136,6 +138,12 @@ class AuthorizedCatalog final : public Catalog {
   // WorkQueue
   absl::StatusOr<Request> CreateRequest(const RequestSpec& spec) override;
   absl::StatusOr<Request> UpdateRequest(const RequestUpdate& update) override;
+  absl::StatusOr<Request> AddRequestFiles(std::uint64_t request_id,
+                                          const std::vector<RequestFileInput>& files,
+                                          bool last) override;
+  absl::StatusOr<RequestFile> SettleRequestFile(std::uint64_t request_id, std::uint64_t file_id,
+                                                RequestFileState state,
+                                                std::string_view reason) override;
   absl::StatusOr<std::size_t> PurgeFinishedRequests(std::int64_t finished_before_ns,
                                                     std::size_t max) override;
   absl::StatusOr<std::vector<Task>> CreateTasks(const std::vector<TaskSpec>& specs) override;

@@ -172,6 +172,11 @@ class WorkView {
   virtual absl::StatusOr<std::vector<Request>> ListRequests(bool any_state, RequestState state,
                                                             std::size_t limit) = 0;
 
+  // A request's files (RequestFile) in id order, as `filter` selects: kNotFound for an
+  // unknown request. A request the planner has not expanded yet has none.
+  virtual absl::StatusOr<std::vector<RequestFile>> ListRequestFiles(
+      std::uint64_t request_id, const RequestFileFilter& filter) = 0;
+
   virtual absl::StatusOr<Task> GetTask(std::uint64_t id) = 0;
 
   virtual absl::StatusOr<std::vector<Task>> ListTasks(const TaskFilter& filter) = 0;
@@ -335,6 +340,25 @@ class WorkQueue {
 
   virtual absl::StatusOr<Request> UpdateRequest(const RequestUpdate& update) = 0;
 
+  // The planner's expansion of a queued or running request: adds its files (RequestFile), a
+  // part at a time (at most kMaxBatchPaths files per call; a path already listed is skipped)
+  // and moves the totals; `last` marks the request expanded. Files already settled (errors)
+  // count as failed at once. kFailedPrecondition for a finished request or one already
+  // expanded. A request whose every file is settled when `last` comes ends in this write.
+  // Returns the request as written.
+  virtual absl::StatusOr<Request> AddRequestFiles(std::uint64_t request_id,
+                                                  const std::vector<RequestFileInput>& files,
+                                                  bool last) = 0;
+
+  // The planner's verdict on a wanted file it needs no task for: `state` done (it has its
+  // copies) or failed (with `reason`: no live destination can take it, ...). Moves the
+  // counters and ends the request if it was the last file, in one write.
+  // kFailedPrecondition unless the file is wanted (a task opened or settled it meanwhile).
+  virtual absl::StatusOr<RequestFile> SettleRequestFile(std::uint64_t request_id,
+                                                        std::uint64_t file_id,
+                                                        RequestFileState state,
+                                                        std::string_view reason) = 0;
+
   // Forgets finished requests (done, failed, cancelled) last changed before
   // `finished_before_ns`, with their tasks: at most `max` requests, oldest first; returns how
   // many. A request with an open task stays. Ids are never given out twice, also after a
@@ -345,7 +369,9 @@ class WorkQueue {
                                                             std::size_t max) = 0;
 
   // Creates tasks atomically (all or none). Each path must be a file; the task records its
-  // inode, current generation and size. Both nodes must exist.
+  // inode, current generation and size. Both nodes must exist. A task of an expanded request
+  // opens its file there (RequestFile: wanted -> copying) and a queued request runs, in the
+  // same write.
   virtual absl::StatusOr<std::vector<Task>> CreateTasks(const std::vector<TaskSpec>& specs) = 0;
 
   // Leases the best claimable task whose destination is `node`: queued with

@@ -722,13 +722,25 @@ class Service final : public v1::Catalog::CallbackService {
         u.state = *s;
       }
       u.error = req->error();
-      u.set_counters = req->set_counters();
-      u.files_total = req->files_total();
-      u.files_done = req->files_done();
-      u.files_failed = req->files_failed();
-      u.bytes_total = req->bytes_total();
-      u.bytes_done = req->bytes_done();
       return Fill(cat.UpdateRequest(u), resp);
+    });
+  }
+
+  grpc::ServerUnaryReactor* ListRequestFiles(grpc::CallbackServerContext* c,
+                                             const v1::ListRequestFilesRequest* req,
+                                             v1::RequestFileList* resp) override {
+    return Run(c, "ListRequestFiles", [req, resp](Catalog& cat) {
+      RequestFileFilter f;
+      f.any_state = req->any_state();
+      if (!f.any_state) {
+        absl::StatusOr<RequestFileState> s = FromProto(req->state());
+        if (!s.ok()) return s.status();
+        f.state = *s;
+      }
+      f.after = req->after();
+      f.limit = Limit(req->limit(), kMaxListEntries);
+      return FillList<RequestFile, v1::RequestFile>(cat.ListRequestFiles(req->request_id(), f),
+                                                    [resp] { return resp->add_files(); });
     });
   }
 

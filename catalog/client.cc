@@ -704,12 +704,6 @@ absl::StatusOr<Request> CatalogClient::UpdateRequest(const RequestUpdate& u) {
   req.set_set_state(u.set_state);
   req.set_state(static_cast<v1::RequestState>(u.state));
   req.set_error(u.error);
-  req.set_set_counters(u.set_counters);
-  req.set_files_total(u.files_total);
-  req.set_files_done(u.files_done);
-  req.set_files_failed(u.files_failed);
-  req.set_bytes_total(u.bytes_total);
-  req.set_bytes_done(u.bytes_done);
   v1::Request resp;
   if (absl::Status s = impl_->Call(&v1::Catalog::Stub::UpdateRequest, req, &resp); !s.ok()) {
     return s;
@@ -756,6 +750,37 @@ absl::StatusOr<std::vector<Task>> CatalogClient::ListTasks(const TaskFilter& f) 
   v1::TaskList resp;
   if (absl::Status s = impl_->Call(&v1::Catalog::Stub::ListTasks, req, &resp); !s.ok()) return s;
   return Tasks(resp);
+}
+
+absl::StatusOr<std::vector<RequestFile>> CatalogClient::ListRequestFiles(
+    std::uint64_t request_id, const RequestFileFilter& f) {
+  v1::ListRequestFilesRequest req;
+  req.set_request_id(request_id);
+  req.set_any_state(f.any_state);
+  req.set_state(static_cast<v1::RequestFileState>(f.state));
+  req.set_after(f.after);
+  req.set_limit(f.limit);
+  v1::RequestFileList resp;
+  if (absl::Status s = impl_->Call(&v1::Catalog::Stub::ListRequestFiles, req, &resp); !s.ok()) {
+    return s;
+  }
+  std::vector<RequestFile> out;
+  for (const v1::RequestFile& x : resp.files()) {
+    absl::StatusOr<RequestFile> f = FromProto(x);
+    if (!f.ok()) return f.status();
+    out.push_back(std::move(*f));
+  }
+  return out;
+}
+
+absl::StatusOr<Request> CatalogClient::AddRequestFiles(std::uint64_t,
+                                                       const std::vector<RequestFileInput>&, bool) {
+  return absl::UnimplementedError("AddRequestFiles: not served over gRPC (gfcatalogd's planner)");
+}
+
+absl::StatusOr<RequestFile> CatalogClient::SettleRequestFile(std::uint64_t, std::uint64_t,
+                                                             RequestFileState, std::string_view) {
+  return absl::UnimplementedError("SettleRequestFile: not served over gRPC (gfcatalogd's planner)");
 }
 
 absl::StatusOr<Task> CatalogClient::ClaimTask(std::string_view node, std::string_view owner,

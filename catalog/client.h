@@ -128,6 +128,15 @@ class CatalogClient final : public Catalog, public TelemetrySink {
   absl::StatusOr<std::vector<Request>> ListRequests(bool any_state, RequestState state,
                                                     std::size_t limit) override;
   absl::StatusOr<Request> UpdateRequest(const RequestUpdate& update) override;
+  absl::StatusOr<std::vector<RequestFile>> ListRequestFiles(
+      std::uint64_t request_id, const RequestFileFilter& filter) override;
+  // The planner's (gfcatalogd's own): kUnimplemented, as PurgeFinishedRequests.
+  absl::StatusOr<Request> AddRequestFiles(std::uint64_t request_id,
+                                          const std::vector<RequestFileInput>& files,
+                                          bool last) override;
+  absl::StatusOr<RequestFile> SettleRequestFile(std::uint64_t request_id, std::uint64_t file_id,
+                                                RequestFileState state,
+                                                std::string_view reason) override;
   absl::StatusOr<std::vector<Task>> CreateTasks(const std::vector<TaskSpec>& specs) override;
   absl::StatusOr<Task> GetTask(std::uint64_t id) override;
   absl::StatusOr<std::vector<Task>> ListTasks(const TaskFilter& filter) override;

@@ -53,6 +53,25 @@ absl::StatusOr<RequestState> ParseRequestState(std::string_view text) {
   return absl::InvalidArgumentError(fmt::format("unknown request state '{}'", text));
 }
 
+std::string_view ToString(RequestFileState state) {
+  switch (state) {
+    case RequestFileState::kWanted: return "wanted";
+    case RequestFileState::kCopying: return "copying";
+    case RequestFileState::kDone: return "done";
+    case RequestFileState::kFailed: return "failed";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<RequestFileState> ParseRequestFileState(std::string_view text) {
+  for (RequestFileState s : {RequestFileState::kWanted, RequestFileState::kCopying,
+                             RequestFileState::kDone, RequestFileState::kFailed}) {
+    if (ToString(s) == text) return s;
+  }
+  return absl::InvalidArgumentError(
+      fmt::format("unknown request file state '{}' (wanted, copying, done, failed)", text));
+}
+
 std::string_view ToString(RequestOrigin origin) {
   switch (origin) {
     case RequestOrigin::kUser:

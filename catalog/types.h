@@ -294,23 +294,79 @@ struct Request {
   std::uint64_t bytes_done = 0;
   std::int64_t created_ns = 0;
   std::int64_t updated_ns = 0;
+  // The planner has listed every file of the request (AddRequestFiles with `last`): the
+  // counters' totals are final, and the catalog ends the request (done or failed) in the
+  // write that settles its last file.
+  bool expanded = false;
   // Received so far by the request's running copies (from the agents' live telemetry; not
   // stored: filled in by a gfcatalogd that keeps telemetry, 0 elsewhere).
   std::uint64_t in_flight_bytes = 0;
 };
 
-// Partial update of a request by the planner; unset (nullopt-like) fields are kept.
+// A request's state set by the planner: only to fail a request that cannot be expanded
+// (more than kMaxBatchPaths files). Counters and done/failed move with the request's files
+// (RequestFile), in the catalog's own writes.
 struct RequestUpdate {
   std::uint64_t id = 0;
   bool set_state = false;
   RequestState state = RequestState::kQueued;
   std::string error;  // replaces the error when set_state
-  bool set_counters = false;
-  std::uint64_t files_total = 0;
-  std::uint64_t files_done = 0;
-  std::uint64_t files_failed = 0;
-  std::uint64_t bytes_total = 0;
-  std::uint64_t bytes_done = 0;
+};
+
+// One file of a request, as the catalog follows it (table request_files). Written once when
+// the planner expands the request (AddRequestFiles), then moved by the catalog in the same
+// atomic write as the task changes that concern it:
+//   wanted  -> copying  CreateTasks made a task of the request for the file;
+//   copying -> done     its last open task settled and the file has its copies
+//                       (complete, current, in the requested sites);
+//   copying -> failed   its last open task settled, one of its copies gave up (FailTask after
+//                       max_attempts, the last lease expired) from a source that still holds
+//                       the file, and it has not its copies; or it was removed mid-copy;
+//   copying -> wanted   its last open task settled otherwise (abandoned, cancelled as
+//                       obsolete, the file changed generation, a bad source): planned again;
+//   wanted  -> done/failed  the planner found it already has its copies or cannot get them
+//                       (SettleRequestFile).
+// Each move to done or failed moves the request's counters in the same write, and the one
+// that settles the request's last file (once expanded) ends the request.
+enum class RequestFileState : std::uint8_t { kWanted = 1, kCopying = 2, kDone = 3, kFailed = 4 };
+std::string_view ToString(RequestFileState state);
+absl::StatusOr<RequestFileState> ParseRequestFileState(std::string_view text);
+constexpr bool IsSettled(RequestFileState state) {
+  return state == RequestFileState::kDone || state == RequestFileState::kFailed;
+}
+
+// Ids of request files that named nothing at expansion (no such path, a directory without
+// -r): this bit and an ordinal; otherwise the id is the file's inode.
+inline constexpr std::uint64_t kUnresolvedRequestFile = std::uint64_t{1} << 63;
+
+struct RequestFile {
+  std::uint64_t request_id = 0;
+  std::uint64_t id = 0;  // the inode, or kUnresolvedRequestFile | ordinal
+  std::string path;      // as expanded (a rename later does not change it)
+  std::uint64_t size = 0;
+  RequestFileState state = RequestFileState::kWanted;
+  // failed: why; otherwise the error of its last failed attempt ("" if none).
+  std::string reason;
+  std::uint32_t attempts = 0;       // failed attempts of the request's copies of the file
+  std::uint32_t open_tasks = 0;     // the request's open (queued or leased) tasks for it
+  std::uint32_t failed_copies = 0;  // its copies that gave up from a source still holding it
+  std::int64_t updated_ns = 0;
+};
+
+// One file the planner lists for a request (AddRequestFiles).
+struct RequestFileInput {
+  std::string path;
+  // Empty: the catalog looks the path up (a file: wanted; gone meanwhile: failed).
+  // Otherwise the file fails with this reason (no such path, a directory without -r).
+  std::string error;
+};
+
+// Which of a request's files ListRequestFiles returns: in id order after `after`.
+struct RequestFileFilter {
+  bool any_state = true;
+  RequestFileState state = RequestFileState::kWanted;  // when !any_state
+  std::uint64_t after = 0;
+  std::size_t limit = 1000;
 };
 
 enum class TaskState : std::uint8_t {

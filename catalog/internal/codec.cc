@@ -172,6 +172,10 @@ std::string RequestTaskKey(std::uint64_t request, std::uint64_t task) {
   return k;
 }
 
+std::string RequestFileKey(std::uint64_t request, std::uint64_t file) {
+  return RequestTaskKey(request, file);  // the same layout: BE64(request) BE64(file)
+}
+
 std::string ReservedGenerationKey(InodeId inode) {
   std::string k = "reserved_generation";
   PutBigEndian64(k, inode);
@@ -453,6 +457,7 @@ std::string EncodeRequest(const Request& x) {
   w.I64(x.created_ns);
   w.I64(x.updated_ns);
   w.U64(static_cast<std::uint8_t>(x.spec.origin));
+  w.U64(x.expanded ? 1 : 0);
   return w.Take();
 }
 
@@ -482,6 +487,8 @@ absl::StatusOr<Request> DecodeRequest(std::string_view in) {
   x.updated_ns = r.I64();
   if (!r.AtEnd()) {
     x.spec.origin = EnumIn<RequestOrigin>(r, 1, 3, ok);
+    // Older records end here: not expanded (the planner lists their files again).
+    if (!r.AtEnd()) x.expanded = r.U64() != 0;
   } else if (x.spec.owner == "repair") {  // older records end here and name it in the owner
     x.spec.origin = RequestOrigin::kRepair;
   } else if (std::string_view owner = x.spec.owner;
@@ -491,6 +498,40 @@ absl::StatusOr<Request> DecodeRequest(std::string_view in) {
   }
   if (!ok) return absl::DataLossError("corrupt request record: bad state or origin");
   if (absl::Status s = r.Finish("request"); !s.ok()) return s;
+  return x;
+}
+
+std::string EncodeRequestFile(const RequestFile& x) {
+  Writer w;
+  w.U64(x.request_id);
+  w.U64(x.id);
+  w.Str(x.path);
+  w.U64(x.size);
+  w.U64(static_cast<std::uint8_t>(x.state));
+  w.Str(x.reason);
+  w.U64(x.attempts);
+  w.U64(x.open_tasks);
+  w.U64(x.failed_copies);
+  w.I64(x.updated_ns);
+  return w.Take();
+}
+
+absl::StatusOr<RequestFile> DecodeRequestFile(std::string_view in) {
+  Reader r(in);
+  RequestFile x;
+  bool ok = true;
+  x.request_id = r.U64();
+  x.id = r.U64();
+  x.path = r.Str();
+  x.size = r.U64();
+  x.state = EnumIn<RequestFileState>(r, 1, 4, ok);
+  x.reason = r.Str();
+  x.attempts = r.U32();
+  x.open_tasks = r.U32();
+  x.failed_copies = r.U32();
+  x.updated_ns = r.I64();
+  if (!ok) return absl::DataLossError("corrupt request file record: bad state");
+  if (absl::Status s = r.Finish("request file"); !s.ok()) return s;
   return x;
 }
 

@@ -18,6 +18,8 @@
 //   node_tasks     dst_node \0 BE64(id)               -> ""           (open tasks only)
 //   request_tasks  BE64(request) BE64(task)           -> ""
 //   events         BE64(seq)                          -> Event
+//   request_files  BE64(request) BE64(file id)        -> RequestFile
+//   request_wanted BE64(request) BE64(file id)        -> ""           (wanted files only)
 //   default        "inode_hwm"                        -> BE64(next unused inode block end)
 //   default        "reserved_generation" BE64(inode)  -> BE64(highest generation reserved
 //                                                        by BeginWrite; absent: none above
@@ -50,6 +52,8 @@ std::string NodePrefix(std::string_view node);  // node \0
 std::string RouteKey(std::string_view src, std::string_view dst);
 std::string NodeTaskKey(std::string_view node, std::uint64_t task);
 std::string RequestTaskKey(std::uint64_t request, std::uint64_t task);
+// request_files and request_wanted (file: RequestFile::id).
+std::string RequestFileKey(std::uint64_t request, std::uint64_t file);
 // Key (in the default column family) of an inode's generation reservation mark.
 std::string ReservedGenerationKey(InodeId inode);
 
@@ -72,6 +76,8 @@ std::string EncodePolicyDocument(const PolicyDocument& d);
 absl::StatusOr<PolicyDocument> DecodePolicyDocument(std::string_view in);
 std::string EncodeRequest(const Request& r);
 absl::StatusOr<Request> DecodeRequest(std::string_view in);
+std::string EncodeRequestFile(const RequestFile& f);
+absl::StatusOr<RequestFile> DecodeRequestFile(std::string_view in);
 std::string EncodeTask(const Task& t);
 absl::StatusOr<Task> DecodeTask(std::string_view in);
 std::string EncodeEvent(const Event& e);

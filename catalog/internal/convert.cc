@@ -306,6 +306,45 @@ void ToProto(const Request& in, v1::Request* out) {
   out->set_created_ns(in.created_ns);
   out->set_updated_ns(in.updated_ns);
   out->set_in_flight_bytes(in.in_flight_bytes);
+  out->set_expanded(in.expanded);
+}
+
+void ToProto(const RequestFile& in, v1::RequestFile* out) {
+  out->set_request_id(in.request_id);
+  out->set_id(in.id);
+  out->set_path(in.path);
+  out->set_size(in.size);
+  out->set_state(static_cast<v1::RequestFileState>(in.state));
+  out->set_reason(in.reason);
+  out->set_attempts(in.attempts);
+  out->set_open_tasks(in.open_tasks);
+  out->set_failed_copies(in.failed_copies);
+  out->set_updated_ns(in.updated_ns);
+}
+
+absl::StatusOr<RequestFileState> FromProto(v1::RequestFileState s) {
+  if (s < v1::FILE_WANTED || s > v1::FILE_FAILED) {
+    return absl::InvalidArgumentError(
+        fmt::format("bad request file state {}", static_cast<int>(s)));
+  }
+  return static_cast<RequestFileState>(s);
+}
+
+absl::StatusOr<RequestFile> FromProto(const v1::RequestFile& in) {
+  absl::StatusOr<RequestFileState> st = FromProto(in.state());
+  if (!st.ok()) return st.status();
+  RequestFile f;
+  f.request_id = in.request_id();
+  f.id = in.id();
+  f.path = in.path();
+  f.size = in.size();
+  f.state = *st;
+  f.reason = in.reason();
+  f.attempts = in.attempts();
+  f.open_tasks = in.open_tasks();
+  f.failed_copies = in.failed_copies();
+  f.updated_ns = in.updated_ns();
+  return f;
 }
 
 absl::StatusOr<Request> FromProto(const v1::Request& in) {
@@ -326,6 +365,7 @@ absl::StatusOr<Request> FromProto(const v1::Request& in) {
   r.created_ns = in.created_ns();
   r.updated_ns = in.updated_ns();
   r.in_flight_bytes = in.in_flight_bytes();
+  r.expanded = in.expanded();
   return r;
 }
 

@@ -108,6 +108,14 @@ class KvCatalog final : public Catalog {
   absl::StatusOr<std::vector<Request>> ListRequests(bool any_state, RequestState state,
                                                     std::size_t limit) override;
   absl::StatusOr<Request> UpdateRequest(const RequestUpdate& update) override;
+  absl::StatusOr<Request> AddRequestFiles(std::uint64_t request_id,
+                                          const std::vector<RequestFileInput>& files,
+                                          bool last) override;
+  absl::StatusOr<RequestFile> SettleRequestFile(std::uint64_t request_id, std::uint64_t file_id,
+                                                RequestFileState state,
+                                                std::string_view reason) override;
+  absl::StatusOr<std::vector<RequestFile>> ListRequestFiles(
+      std::uint64_t request_id, const RequestFileFilter& filter) override;
   absl::StatusOr<std::vector<Task>> CreateTasks(const std::vector<TaskSpec>& specs) override;
   absl::StatusOr<Task> GetTask(std::uint64_t id) override;
   absl::StatusOr<std::vector<Task>> ListTasks(const TaskFilter& filter) override;
@@ -198,6 +206,7 @@ class KvCatalog final : public Catalog {
     ~WorkLock() ABSL_UNLOCK_FUNCTION() {
       c_->last_seq_ = c_->committed_seq_;
       c_->claim_queue_.DiscardStaged();  // notes of a batch never written
+      c_->staged_ = {};
       c_->work_mu_.Unlock();
     }
     WorkLock(const WorkLock&) = delete;
@@ -225,6 +234,7 @@ class KvCatalog final : public Catalog {
           reload.ok() ? "the catalog has re-read its ids" : std::string(reload.message())));
     }
     absl::Status s = Write(batch, what);
+    staged_ = {};  // written: the store has them; failed: read them again
     if (s.ok()) {
       committed_seq_ = last_seq_;
       claim_queue_.Commit();
@@ -317,6 +327,39 @@ class KvCatalog final : public Catalog {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   absl::StatusOr<Task> LeasedTask(std::uint64_t id, std::string_view owner)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+
+  // Requests and request files (kv_request_files.cc). Reads do not see the batch being
+  // built, so the records a batch changes are kept in staged_ until it is written: a second
+  // task of the same request in one batch moves the counters the first one moved.
+  //
+  // The request `id` as the batch will leave it (kNotFound if there is none).
+  absl::StatusOr<Request*> StagedRequestLocked(std::uint64_t id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // The request file (request, file) as the batch will leave it; null if there is none.
+  absl::StatusOr<RequestFile*> StagedFileLocked(std::uint64_t request, std::uint64_t file)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  void PutRequestLocked(KvBatch& batch, const Request& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  void PutRequestFileLocked(KvBatch& batch, const RequestFile& f)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // Moves file `f` of `r` to done or failed, the counters with it, and ends `r` when this
+  // was its last unsettled file and it is expanded.
+  absl::Status SettleFileLocked(KvBatch& batch, Request& r, RequestFile& f, RequestFileState to,
+                                std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // Complete current replicas of `inode` on nodes of r's destination sites (any site if it
+  // names none), counting `also_node` as one if it is not among them.
+  absl::StatusOr<int> CopiesForLocked(const Request& r, const Attributes& file,
+                                      std::string_view also_node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // CreateTasks made task `t`: its request file opens (wanted -> copying), its request runs.
+  absl::Status TaskOpenedLocked(KvBatch& batch, const Task& t)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // Open task `t` has just become done, failed or cancelled (as the batch will write it):
+  // its request file follows (see RequestFile).
+  absl::Status TaskSettledLocked(KvBatch& batch, const Task& t)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // An attempt of open task `t` failed and it was queued again: its file counts the attempt.
+  absl::Status TaskRetriedLocked(KvBatch& batch, const Task& t)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   absl::Status MarkSubtreeDeleted(KvBatch& batch, const Attributes& a,
                                   std::size_t& count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
 
@@ -344,6 +387,13 @@ class KvCatalog final : public Catalog {
   std::map<std::string, std::uint64_t, std::less<>> first_open_task_ ABSL_GUARDED_BY(work_mu_);
   // Claim order of each node's open tasks (hints; see claim_queue.h).
   ClaimQueue claim_queue_ ABSL_GUARDED_BY(work_mu_);
+  // Requests and request files changed by the batch being built (cleared when it is written
+  // and when the lock is released).
+  struct Staged {
+    std::map<std::uint64_t, Request> requests;
+    std::map<std::pair<std::uint64_t, std::uint64_t>, std::optional<RequestFile>> files;
+  };
+  Staged staged_ ABSL_GUARDED_BY(work_mu_);
 
   // Shared stores: other front ends' writes (WatchOtherFrontEnds). Declared last: destroyed
   // first, as its callback uses the members above.

@@ -55,14 +55,17 @@ enum Table : int {
   kNodeTasks,
   kRequestTasks,
   kEvents,
+  kRequestFiles,  // since PostgreSQL schema 3 (RocksDB: column families made on open)
+  kRequestWanted,
   kNumTables
 };
 
 // Table names: RocksDB column families and PostgreSQL tables. kMeta is RocksDB's "default"
 // column family (existing databases keep opening) and PostgreSQL's "meta".
 inline constexpr const char* kTableNames[kNumTables] = {
-    "default", "dentries", "inodes",   "replicas",  "node_replicas", "sites",  "nodes",
-    "routes",  "requests", "tasks",    "node_tasks", "request_tasks", "events"};
+    "default",    "dentries",      "inodes", "replicas",      "node_replicas",
+    "sites",      "nodes",         "routes", "requests",      "tasks",
+    "node_tasks", "request_tasks", "events", "request_files", "request_wanted"};
 
 // An ordered list of puts and deletes, applied atomically by KvStore::Write.
 class KvBatch {

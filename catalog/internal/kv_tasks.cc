@@ -131,6 +131,8 @@ absl::StatusOr<std::size_t> KvCatalog::PurgeFinishedRequests(std::int64_t finish
       batch.Delete(kRequestTasks, RequestTaskKey(r->id, id));
     }
     batch.Delete(kRequests, U64Key(r->id));
+    batch.DeleteRange(kRequestFiles, U64Key(r->id), U64Key(r->id + 1));
+    batch.DeleteRange(kRequestWanted, U64Key(r->id), U64Key(r->id + 1));
     AddEvent(batch, EventKind::kRequest, r->id, "", "purged",
              fmt::format("finished {} ({}), {} tasks", ToString(r->state), DescribeOwner(r->spec),
                          tasks.size()));
@@ -163,17 +165,10 @@ absl::StatusOr<Request> KvCatalog::UpdateRequest(const RequestUpdate& u) {
     r->state = u.state;
     r->error = u.error;
   }
-  if (u.set_counters) {
-    r->files_total = u.files_total;
-    r->files_done = u.files_done;
-    r->files_failed = u.files_failed;
-    r->bytes_total = u.bytes_total;
-    r->bytes_done = u.bytes_done;
-  }
   r->updated_ns = Now();
   KvBatch batch;
   batch.Put(kRequests, U64Key(r->id), EncodeRequest(*r));
-  if (state_changed || u.set_counters) {
+  if (state_changed) {
     AddEvent(batch, EventKind::kRequest, r->id, "", ToString(r->state),
              fmt::format("files {}/{} failed {}", r->files_done, r->files_total, r->files_failed));
   }
@@ -251,6 +246,7 @@ absl::StatusOr<std::vector<Task>> KvCatalog::CreateTasks(const std::vector<TaskS
     if (spec.request_id != 0) {
       batch.Put(kRequestTasks, RequestTaskKey(spec.request_id, t.id), "");
     }
+    if (absl::Status s = TaskOpenedLocked(batch, t); !s.ok()) return s;
     out.push_back(std::move(t));
   }
   if (absl::Status s = WriteLocked(&batch, "create tasks"); !s.ok()) return s;
@@ -460,6 +456,7 @@ absl::StatusOr<std::vector<Task>> KvCatalog::ClaimTasks(std::string_view node,
       t.last_error = std::move(*obsolete);
       t.updated_ns = now;
       PutTaskLocked(batch, t);
+      if (absl::Status s = TaskSettledLocked(batch, t); !s.ok()) return s;
       continue;
     }
     inodes.insert(t.inode);
@@ -511,7 +508,7 @@ absl::Status KvCatalog::ExpireLeaseLocked(KvBatch& batch, Task& t,
   t.state = t.attempts >= t.spec.max_attempts ? TaskState::kFailed : TaskState::kQueued;
   t.next_attempt_ns = now;
   PutTaskLocked(batch, t);
-  return absl::OkStatus();
+  return t.state == TaskState::kFailed ? TaskSettledLocked(batch, t) : TaskRetriedLocked(batch, t);
 }
 
 absl::StatusOr<std::string> KvCatalog::ObsoleteReason(const Task& t, Attributes* attrs) {
@@ -594,6 +591,7 @@ absl::StatusOr<Task> KvCatalog::AbandonTask(std::uint64_t id, std::string_view r
   t->lease_owner.clear();
   t->updated_ns = Now();
   PutTaskLocked(batch, *t);
+  if (absl::Status s = TaskSettledLocked(batch, *t); !s.ok()) return s;
   if (absl::Status s = WriteLocked(&batch, "abandon task"); !s.ok()) return s;
   return t;
 }
@@ -753,7 +751,7 @@ absl::Status KvCatalog::CompleteLeasedLocked(KvBatch& batch, Task& t,
     outcome = absl::AbortedError(fmt::format("task {}: {}", t.id, t.last_error));
   }
   PutTaskLocked(batch, t);
-  return absl::OkStatus();
+  return TaskSettledLocked(batch, t);
 }
 
 absl::StatusOr<Task> KvCatalog::FailTask(std::uint64_t id, std::string_view owner,
@@ -782,6 +780,11 @@ absl::StatusOr<Task> KvCatalog::FailTask(std::uint64_t id, std::string_view owne
     return s;
   }
   PutTaskLocked(batch, *t);
+  if (absl::Status s = t->state == TaskState::kFailed ? TaskSettledLocked(batch, *t)
+                                                      : TaskRetriedLocked(batch, *t);
+      !s.ok()) {
+    return s;
+  }
   if (absl::Status s = WriteLocked(&batch, "fail task"); !s.ok()) return s;
   return t;
 }

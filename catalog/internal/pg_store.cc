@@ -52,7 +52,7 @@ const std::vector<Migration>& Migrations() {
   static const std::vector<Migration>* const migrations = [] {
     auto* m = new std::vector<Migration>;
     Migration v1{1, {}};
-    for (int t = 0; t < kNumTables; ++t) {
+    for (int t = 0; t <= kEvents; ++t) {
       v1.statements.push_back(fmt::format("CREATE TABLE {} (k bytea PRIMARY KEY, v bytea NOT NULL)",
                                           PgTableName(static_cast<Table>(t))));
     }
@@ -64,6 +64,13 @@ const std::vector<Migration>& Migrations() {
                   {"CREATE TABLE serve_epoch (one boolean PRIMARY KEY DEFAULT true CHECK (one), "
                    "epoch bigint NOT NULL)",
                    "INSERT INTO serve_epoch (epoch) VALUES (0)"}});
+    // A request's files, followed by the catalog (issue 39).
+    Migration v3{3, {}};
+    for (Table t : {kRequestFiles, kRequestWanted}) {
+      v3.statements.push_back(
+          fmt::format("CREATE TABLE {} (k bytea PRIMARY KEY, v bytea NOT NULL)", PgTableName(t)));
+    }
+    m->push_back(std::move(v3));
     return m;
   }();
   return *migrations;

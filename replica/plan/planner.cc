@@ -31,10 +31,10 @@ bool Finished(const catalog::Roles& cat, std::uint64_t id) {
 
 using RouteKey = std::pair<std::string, std::string>;
 
-// Planner::FileList: how often a step looks at every file of a request, and after how many
-// files in a row that could not get a copy (windows full) a step stops looking.
-constexpr std::int64_t kFullSweepNs = 10'000'000'000;
+// After how many wanted files in a row that could not get a copy (windows full) a step stops
+// looking at a request's files; and how many it reads at a time.
 constexpr int kStarvedFiles = 64;
+constexpr std::size_t kWantedPage = 256;
 
 // Shared by all files planned in one step: what is open or planned where.
 struct StepState {
@@ -72,18 +72,15 @@ int OpenTaskCap(const Topology& topology, const PlannerOptions& options, std::st
   return std::max(options.max_open_tasks_per_node, 5 * static_cast<int>(workers));
 }
 
-// True if `node` holds a complete replica of `generation` of the located file.
-bool HoldsComplete(const catalog::Location& loc, std::string_view node, std::uint64_t generation) {
-  return std::any_of(loc.replicas.begin(), loc.replicas.end(), [&](const catalog::Replica& r) {
-    return r.node == node && r.state == catalog::ReplicaState::kComplete && r.generation == generation;
-  });
-}
-
-// Plans one file. `window` false: ignore per-node/route/request limits (dry run).
-// `request_budget`: tasks this request may still open (-1: unlimited); decremented.
+// Plans one file: done (it has its copies), failed (it cannot get them), or pending with the
+// copies to make now (none while the windows are full). A copy that gave up is not judged
+// here: the catalog settles the file when its task settles (catalog::RequestFile).
+// `open_tasks`: the file's open tasks, of any request. `window` false: ignore
+// per-node/route/request limits (dry run). `request_budget`: tasks this request may still
+// open (-1: unlimited); decremented.
 absl::StatusOr<FileOutcome> PlanFile(const catalog::Roles& catalog, const std::string& path,
                                      const catalog::RequestSpec& spec,
-                                     const std::vector<const Task*>& tasks, StepState& st,
+                                     const std::vector<const Task*>& open_tasks, StepState& st,
                                      const PlannerOptions& options, bool window,
                                      int& request_budget) {
   FileOutcome out;
@@ -122,22 +119,14 @@ absl::StatusOr<FileOutcome> PlanFile(const catalog::Roles& catalog, const std::s
     if (!site.empty() && eligible_site(site)) ++complete;
   }
   int inflight = 0;
-  const Task* failed = nullptr;
-  for (const Task* t : tasks) {
-    if (IsOpen(*t)) {
-      // Whatever its generation, the node is busy with this file: never plan a second copy
-      // onto it meanwhile.
-      holders.insert(t->spec.dst_node);
-      std::string site = SiteOf(st.topology, t->spec.dst_node);
-      if (t->generation == generation) {
-        per_site[site] += 1;
-        if (eligible_site(site)) ++inflight;
-      }
-    } else if (t->state == TaskState::kFailed && t->generation == generation &&
-               HoldsComplete(*loc, t->spec.src_node, generation)) {
-      // A copy that failed from a source whose replica has since been found bad (lost,
-      // corrupt) or dropped is not the file's failure: plan it again from a good one.
-      if (failed == nullptr || t->id > failed->id) failed = t;
+  for (const Task* t : open_tasks) {
+    // Whatever its generation, the node is busy with this file: never plan a second copy
+    // onto it meanwhile.
+    holders.insert(t->spec.dst_node);
+    std::string site = SiteOf(st.topology, t->spec.dst_node);
+    if (t->generation == generation) {
+      per_site[site] += 1;
+      if (eligible_site(site)) ++inflight;
     }
   }
   for (const std::string& node : st.planned_for_path[path]) {
@@ -150,12 +139,6 @@ absl::StatusOr<FileOutcome> PlanFile(const catalog::Roles& catalog, const std::s
   const int copies = static_cast<int>(std::max<std::uint32_t>(spec.copies, 1));
   if (complete >= copies) {
     out.status = FileStatus::kDone;
-    return out;
-  }
-  if (failed != nullptr && complete + inflight < copies) {
-    out.status = FileStatus::kFailed;
-    out.error = fmt::format("copy {} -> {} failed after {} attempts: {}", failed->spec.src_node,
-                            failed->spec.dst_node, failed->attempts, failed->last_error);
     return out;
   }
   int need = copies - complete - inflight;
@@ -259,21 +242,6 @@ absl::StatusOr<FileOutcome> PlanFile(const catalog::Roles& catalog, const std::s
   return out;
 }
 
-std::string Summarize(const std::vector<FileFailure>& failures, std::uint64_t total) {
-  std::string s = fmt::format("{} of {} files failed", failures.size(), total);
-  std::size_t shown = 0;
-  for (const FileFailure& f : failures) {
-    if (shown == 5) {
-      s += "; ...";
-      break;
-    }
-    s += fmt::format("{} {}: {}", shown == 0 ? ":" : ";", f.path, f.error);
-    ++shown;
-  }
-  if (s.size() > catalog::kMaxLabelBytes) s.resize(catalog::kMaxLabelBytes);
-  return s;
-}
-
 }  // namespace
 
 absl::Status Validate(const PlannerOptions& options) {
@@ -307,34 +275,32 @@ std::int64_t Planner::Now() const {
   return options_.clock ? options_.clock() : catalog::SystemNowNs();
 }
 
-absl::StatusOr<Planner::FileList> Planner::Expand(const catalog::RequestSpec& spec) {
-  FileList out;
+absl::StatusOr<std::vector<catalog::RequestFileInput>> Planner::Expand(
+    const catalog::RequestSpec& spec) {
+  std::vector<catalog::RequestFileInput> out;
   std::set<std::string> seen;
-  auto add = [&](std::string path, std::uint64_t size) {
-    if (seen.insert(path).second) {
-      out.files.push_back(std::move(path));
-      out.sizes.push_back(size);
-    }
+  auto add = [&](std::string path, std::string error) {
+    if (seen.insert(path).second) out.push_back({std::move(path), std::move(error)});
   };
   for (const std::string& raw : spec.paths) {
     absl::StatusOr<std::vector<std::string>> parts = catalog::SplitPath(raw);
     if (!parts.ok()) {
-      out.failures.push_back({raw, std::string(parts.status().message())});
+      add(raw, std::string(parts.status().message()));
       continue;
     }
     std::string path = catalog::JoinPath(*parts);
     absl::StatusOr<catalog::Attributes> st = options_.catalog.view->Stat(path);
     if (!st.ok()) {
       if (!absl::IsNotFound(st.status())) return st.status();
-      out.failures.push_back({path, "no such file or directory"});
+      add(path, "no such file or directory");
       continue;
     }
     if (st->type == catalog::FileType::kFile) {
-      add(path, st->size);
+      add(path, "");
       continue;
     }
     if (!spec.recursive) {
-      out.failures.push_back({path, "is a directory (use -r)"});
+      add(path, "is a directory (use -r)");
       continue;
     }
     std::vector<std::string> stack{path};
@@ -355,30 +321,48 @@ absl::StatusOr<Planner::FileList> Planner::Expand(const catalog::RequestSpec& sp
           if (e.attributes.type == catalog::FileType::kDirectory) {
             stack.push_back(std::move(child));
           } else {
-            add(std::move(child), e.attributes.size);
+            add(std::move(child), "");
           }
         }
         if (entries->size() < list.limit) break;
         list.start_after = entries->back().name;
       }
-      if (out.files.size() > catalog::kMaxBatchPaths) {
+      if (out.size() > catalog::kMaxBatchPaths) {
         return absl::InvalidArgumentError(
             fmt::format("{}: more than {} files", path, catalog::kMaxBatchPaths));
       }
     }
   }
-  out.done.assign(out.files.size(), false);
   return out;
+}
+
+absl::StatusOr<catalog::Request> Planner::ExpandInCatalog(const catalog::Request& r) {
+  const catalog::Roles& cat = options_.catalog;
+  absl::StatusOr<std::vector<catalog::RequestFileInput>> files = Expand(r.spec);
+  if (absl::IsInvalidArgument(files.status())) {
+    catalog::RequestUpdate u;
+    u.id = r.id;
+    u.set_state = true;
+    u.state = catalog::RequestState::kFailed;
+    u.error = std::string(files.status().message());
+    return cat.work->UpdateRequest(u);
+  }
+  if (!files.ok()) return files.status();
+  // One write: a planner that stops midway leaves the request unexpanded, with no files.
+  return cat.work->AddRequestFiles(r.id, *files, /*last=*/true);
 }
 
 absl::Status Planner::Step() {
   absl::MutexLock lock(&step_mu_);
   const catalog::Roles& cat = options_.catalog;
   absl::Status first_error = absl::OkStatus();
+  auto note = [&first_error](absl::Status s) {
+    if (first_error.ok()) first_error = std::move(s);
+  };
   // A node that died never claims again, and only its own claims used to expire its
   // leases: expire everyone's here.
   if (absl::StatusOr<std::size_t> expired = cat.work->ExpireLeases(); !expired.ok()) {
-    first_error = expired.status();
+    note(expired.status());
   } else if (*expired > 0) {
     log_->info("planner: expired {} lease(s)", *expired);
   }
@@ -415,39 +399,30 @@ absl::Status Planner::Step() {
     return a.spec.priority != b.spec.priority ? a.spec.priority > b.spec.priority : a.id < b.id;
   });
 
-  // First all open tasks, so that limits see every request's load. They come from the
-  // catalog's open-task index (cheap however many tasks have finished); each request's view
-  // of its other tasks is kept between steps (see TaskView).
-  std::set<std::uint64_t> active_ids;
-  for (const catalog::Request& r : active) active_ids.insert(r.id);
+  // First every open task (the catalog's open-task index), so that limits see every
+  // request's load. A dead destination never finishes its tasks: they are abandoned (not a
+  // failed attempt of the file; the catalog wants the file again) and planned elsewhere.
   catalog::TaskFilter open_filter;
   open_filter.open_only = true;
   open_filter.limit = std::numeric_limits<std::size_t>::max();
   absl::StatusOr<std::vector<Task>> open = cat.view->ListTasks(open_filter);
   if (!open.ok()) return open.status();
-  if (absl::Status s = RefreshViews(active, *open); !s.ok()) return s;
   std::map<std::uint64_t, int> open_of_request;
   std::map<std::string, std::vector<const Task*>> open_by_path;
-  for (const Task& listed : *open) {
-    if (!active_ids.count(listed.spec.request_id)) continue;
-    TaskView& view = views_[listed.spec.request_id];
-    Task& t = view.tasks[listed.id];  // the view holds it now (RefreshViews)
-    // A dead destination never finishes its tasks: end them (not a failed attempt of the
-    // file), so that the file is planned again below, onto a live node.
+  for (const Task& t : *open) {
     const catalog::Node* dst = st.topology.FindNode(t.spec.dst_node);
-    if (IsOpen(t) && judge_liveness && (dst == nullptr || !IsLive(*dst, st.liveness))) {
+    if (judge_liveness && (dst == nullptr || !IsLive(*dst, st.liveness))) {
       absl::StatusOr<Task> ended =
           cat.work->AbandonTask(t.id, fmt::format("destination node {} is down", t.spec.dst_node));
       if (!ended.ok()) {
-        if (first_error.ok()) first_error = ended.status();
+        note(ended.status());
       } else {
         log_->warn("planner: request={} task={} path={}: {} ({})", t.spec.request_id, t.id,
                    t.spec.path, ended->last_error, catalog::ToString(ended->state));
-        t = std::move(*ended);
+        if (!IsOpen(*ended)) continue;
       }
     }
-    if (!IsOpen(t)) continue;
-    open_of_request[t.spec.request_id] += 1;
+    if (t.spec.request_id != 0) open_of_request[t.spec.request_id] += 1;
     open_by_path[t.spec.path].push_back(&t);
     st.open_per_dst[t.spec.dst_node] += 1;
     const RouteKey route{SiteOf(st.topology, t.spec.src_node), SiteOf(st.topology, t.spec.dst_node)};
@@ -461,109 +436,89 @@ absl::Status Planner::Step() {
 
   // What one request's pass planned, created once every request has been planned.
   struct Pending {
-    const catalog::Request* request;
+    std::uint64_t request_id;
     std::vector<catalog::TaskSpec> specs;
-    bool incomplete_view;
-    std::uint64_t total;
-    std::uint64_t done;
-    std::vector<FileFailure> failures;
-    std::uint64_t bytes_total;
-    std::uint64_t bytes_done;
   };
   std::vector<Pending> pending;
-  std::set<std::uint64_t> live_ids;
-  for (const catalog::Request& r : active) {
-    live_ids.insert(r.id);
-    auto it = expanded_.find(r.id);
-    if (it == expanded_.end()) {
-      absl::StatusOr<FileList> files = Expand(r.spec);
+  for (catalog::Request& r : active) {
+    if (!r.expanded) {
+      // Listed once; from then on the catalog follows the files (and a restarted planner
+      // reads the wanted ones, never the namespace again).
+      absl::StatusOr<catalog::Request> expanded = ExpandInCatalog(r);
+      if (!expanded.ok()) {
+        if (!absl::IsFailedPrecondition(expanded.status())) note(expanded.status());
+        continue;  // cancelled meanwhile (FailedPrecondition), or retried next step
+      }
+      r = std::move(*expanded);
+      if (catalog::IsFinished(r.state)) {
+        log_->info("planner: request={} {} at expansion: {} files{}", r.id,
+                   catalog::ToString(r.state), r.files_total,
+                   r.error.empty() ? "" : ", " + r.error);
+        continue;
+      }
+    }
+    int budget = r.spec.parallel > 0
+                     ? std::max(0, static_cast<int>(r.spec.parallel) - open_of_request[r.id])
+                     : -1;
+    std::vector<catalog::TaskSpec> specs;
+    int starved = 0;  // wanted files in a row that got no copy: the windows are full
+    catalog::RequestFileFilter wanted;
+    wanted.any_state = false;
+    wanted.state = catalog::RequestFileState::kWanted;
+    wanted.limit = kWantedPage;
+    bool more = true;
+    while (more && starved < kStarvedFiles && budget != 0) {
+      absl::StatusOr<std::vector<catalog::RequestFile>> files =
+          cat.view->ListRequestFiles(r.id, wanted);
       if (!files.ok()) {
-        if (absl::IsInvalidArgument(files.status())) {
-          catalog::RequestUpdate u;
-          u.id = r.id;
-          u.set_state = true;
-          u.state = catalog::RequestState::kFailed;
-          u.error = std::string(files.status().message());
-          (void)cat.work->UpdateRequest(u);  // ignored: retried next step if it did not stick
+        note(files.status());
+        break;
+      }
+      more = files->size() == wanted.limit;
+      for (const catalog::RequestFile& f : *files) {
+        wanted.after = f.id;
+        if (starved >= kStarvedFiles || budget == 0) break;
+        std::vector<const Task*> tasks;
+        if (auto o = open_by_path.find(f.path); o != open_by_path.end()) tasks = o->second;
+        absl::StatusOr<FileOutcome> o =
+            PlanFile(cat, f.path, r.spec, tasks, st, options_, true, budget);
+        if (!o.ok()) {
+          note(o.status());
           continue;
         }
-        if (first_error.ok()) first_error = files.status();
-        continue;
-      }
-      it = expanded_.emplace(r.id, std::move(*files)).first;
-    }
-    FileList& files = it->second;
-    const bool full_sweep = st.liveness.now_ns - files.last_full_ns >= kFullSweepNs;
-    if (full_sweep) files.last_full_ns = st.liveness.now_ns;
-    // Open tasks of every request count for a file (copies are a property of the file, and
-    // two requests must not copy it to the same node twice); failures only of this one.
-    const TaskView& view = views_[r.id];
-    auto tasks_for = [&](const std::string& path) {
-      std::vector<const Task*> here;
-      if (auto o = open_by_path.find(path); o != open_by_path.end()) here = o->second;
-      if (auto ids = view.by_path.find(path); ids != view.by_path.end()) {
-        for (std::uint64_t id : ids->second) {
-          const Task& t = view.tasks.at(id);
-          if (!IsOpen(t)) here.push_back(&t);
+        if (o->status != FileStatus::kPending) {
+          const bool done = o->status == FileStatus::kDone;
+          absl::StatusOr<catalog::RequestFile> settled = cat.work->SettleRequestFile(
+              r.id, f.id,
+              done ? catalog::RequestFileState::kDone : catalog::RequestFileState::kFailed,
+              o->error);
+          // FailedPrecondition: a task opened or settled it meanwhile, or the request ended.
+          if (!settled.ok() && !absl::IsFailedPrecondition(settled.status()))
+            note(settled.status());
+          if (!done && settled.ok()) {
+            log_->warn("planner: request={} path={} failed: {}", r.id, f.path, o->error);
+          }
+          continue;
+        }
+        if (!o->copies.empty()) {
+          starved = 0;
+        } else if (tasks.empty()) {
+          ++starved;  // wanted a copy (none in flight) and the windows gave none
+        }
+        for (const PlannedCopy& c : o->copies) {
+          catalog::TaskSpec spec;
+          spec.request_id = r.id;
+          spec.path = c.path;
+          spec.src_node = c.src_node;
+          spec.dst_node = c.dst_node;
+          spec.priority = r.spec.priority;
+          spec.max_attempts = options_.max_attempts;
+          spec.streams = c.streams;
+          specs.push_back(std::move(spec));
         }
       }
-      return here;
-    };
-    const int open_in_request = open_of_request[r.id];
-    int parallel = static_cast<int>(r.spec.parallel);
-    int budget = parallel > 0 ? std::max(0, parallel - open_in_request) : -1;
-
-    std::vector<FileFailure> failures = files.failures;
-    std::uint64_t done = 0, bytes_total = 0, bytes_done = 0;
-    std::vector<catalog::TaskSpec> specs;
-    bool incomplete_view = false;
-    int starved = 0;  // files in a row that wanted a copy and got none: the windows are full
-    for (std::size_t i = 0; i < files.files.size(); ++i) {
-      const std::string& path = files.files[i];
-      if (!full_sweep && files.done[i]) {
-        ++done;
-        bytes_total += files.sizes[i];
-        bytes_done += files.sizes[i];
-        continue;
-      }
-      if (!full_sweep && starved >= kStarvedFiles) {
-        bytes_total += files.sizes[i];  // pending; looked at when the windows open again
-        continue;
-      }
-      const std::vector<const Task*> tasks = tasks_for(path);
-      absl::StatusOr<FileOutcome> o = PlanFile(cat, path, r.spec, tasks, st, options_, true, budget);
-      if (!o.ok()) {
-        if (first_error.ok()) first_error = o.status();
-        incomplete_view = true;
-        continue;
-      }
-      files.sizes[i] = o->size;
-      files.done[i] = o->status == FileStatus::kDone;
-      bytes_total += o->size;
-      if (o->status == FileStatus::kDone) {
-        ++done;
-        bytes_done += o->size;
-      } else if (o->status == FileStatus::kFailed) {
-        failures.push_back({path, o->error});
-      } else if (!o->copies.empty()) {
-        starved = 0;
-      } else if (std::none_of(tasks.begin(), tasks.end(), [](const Task* t) { return IsOpen(*t); })) {
-        ++starved;  // wanted a copy (none in flight) and the windows gave none
-      }
-      for (const PlannedCopy& c : o->copies) {
-        catalog::TaskSpec spec;
-        spec.request_id = r.id;
-        spec.path = c.path;
-        spec.src_node = c.src_node;
-        spec.dst_node = c.dst_node;
-        spec.priority = r.spec.priority;
-        spec.max_attempts = options_.max_attempts;
-        spec.streams = c.streams;
-        specs.push_back(std::move(spec));
-      }
     }
-    pending.push_back({&r, std::move(specs), incomplete_view, files.files.size() + files.failures.size(), done,
-                       std::move(failures), bytes_total, bytes_done});
+    if (!specs.empty()) pending.push_back({r.id, std::move(specs)});
   }
 
   // Every copy of this step is planned: each new task gets its source node's share of its
@@ -577,119 +532,26 @@ absl::Status Planner::Step() {
     }
   }
   for (Pending& p : pending) {
-    const catalog::Request& r = *p.request;
-    std::vector<catalog::TaskSpec>& specs = p.specs;
-    std::vector<FileFailure>& failures = p.failures;
-    const std::uint64_t done = p.done, bytes_total = p.bytes_total, bytes_done = p.bytes_done;
-    if (!specs.empty()) {
-      absl::StatusOr<std::vector<Task>> made = cat.work->CreateTasks(specs);
-      if (!made.ok() && absl::IsFailedPrecondition(made.status()) && Finished(cat, r.id)) {
-        // Cancelled (or finished) since we listed it: the catalog refuses new tasks and
-        // state changes, so this request is skipped; it is not listed next step.
-        log_->info("planner: request={} ended meanwhile, skipped: {}", r.id,
-                   made.status().ToString());
-        continue;
-      }
-      if (!made.ok()) {
-        // One bad file (removed meanwhile) must not block the others: retry one by one.
-        for (const catalog::TaskSpec& spec : specs) {
-          absl::StatusOr<std::vector<Task>> one = cat.work->CreateTasks({spec});
-          if (!one.ok()) {
-            log_->warn("planner: cannot create task request={} path={} {}->{}: {}", r.id,
-                       spec.path, spec.src_node, spec.dst_node, one.status().ToString());
-            continue;
-          }
-          for (Task& t : *one) views_[r.id].Put(std::move(t));
-        }
-      } else {
-        log_->debug("planner: request={} planned {} tasks", r.id, made->size());
-        // Known at once: one that finished before the next step is not in the open list.
-        for (Task& t : *made) views_[r.id].Put(std::move(t));
-      }
-    }
-    if (p.incomplete_view) continue;
-    const std::uint64_t total = p.total;
-    catalog::RequestUpdate u;
-    u.id = r.id;
-    u.set_counters = r.files_total != total || r.files_done != done ||
-                     r.files_failed != failures.size() || r.bytes_total != bytes_total ||
-                     r.bytes_done != bytes_done;
-    u.files_total = total;
-    u.files_done = done;
-    u.files_failed = failures.size();
-    u.bytes_total = bytes_total;
-    u.bytes_done = bytes_done;
-    catalog::RequestState want = catalog::RequestState::kRunning;
-    std::string error;
-    if (done + failures.size() == total) {
-      want = failures.empty() ? catalog::RequestState::kDone : catalog::RequestState::kFailed;
-      if (!failures.empty()) error = Summarize(failures, total);
-    }
-    u.set_state = want != r.state;
-    u.state = want;
-    u.error = error;
-    if (u.set_state || u.set_counters) {
-      absl::StatusOr<catalog::Request> updated = cat.work->UpdateRequest(u);
-      if (!updated.ok() && absl::IsFailedPrecondition(updated.status())) {
-        // Cancelled (or finished) since we listed it: a final state is not overwritten.
-        log_->info("planner: request={} ended meanwhile, skipped: {}", r.id,
-                   updated.status().ToString());
-      } else if (!updated.ok()) {
-        if (first_error.ok()) first_error = updated.status();
-      } else if (u.set_state && want != catalog::RequestState::kRunning) {
-        log_->info("planner: request={} {} files={}/{} failed={}{}", r.id,
-                   catalog::ToString(want), done, total, failures.size(),
-                   error.empty() ? "" : " error=" + error);
-      }
-    }
-  }
-  for (auto it = expanded_.begin(); it != expanded_.end();) {
-    it = live_ids.count(it->first) ? std::next(it) : expanded_.erase(it);
-  }
-  for (auto it = views_.begin(); it != views_.end();) {
-    it = live_ids.count(it->first) ? std::next(it) : views_.erase(it);
-  }
-  return first_error;
-}
-
-void Planner::TaskView::Put(Task t) {
-  auto [it, fresh] = tasks.try_emplace(t.id);
-  if (fresh) by_path[t.spec.path].push_back(t.id);
-  it->second = std::move(t);
-}
-
-absl::Status Planner::RefreshViews(const std::vector<catalog::Request>& active,
-                                   const std::vector<Task>& open) {
-  const catalog::Roles& cat = options_.catalog;
-  const std::int64_t now = Now();
-  std::set<std::uint64_t> open_ids;
-  for (const Task& t : open) open_ids.insert(t.id);
-  for (const catalog::Request& r : active) {
-    TaskView& view = views_[r.id];
-    if (!view.loaded || now - view.loaded_ns >= kFullSweepNs) {
-      catalog::TaskFilter f;
-      f.request_id = r.id;
-      f.limit = std::numeric_limits<std::size_t>::max();
-      absl::StatusOr<std::vector<Task>> tasks = cat.view->ListTasks(f);
-      if (!tasks.ok()) return tasks.status();
-      view = TaskView{};
-      for (Task& t : *tasks) view.Put(std::move(t));
-      view.loaded = true;
-      view.loaded_ns = now;
+    absl::StatusOr<std::vector<Task>> made = cat.work->CreateTasks(p.specs);
+    if (made.ok()) {
+      log_->debug("planner: request={} planned {} tasks", p.request_id, made->size());
       continue;
     }
-    // A task the view has open that is no longer in the open list has finished: read once.
-    for (auto& [id, t] : view.tasks) {
-      if (!IsOpen(t) || open_ids.count(id) > 0) continue;
-      absl::StatusOr<Task> now_is = cat.view->GetTask(id);
-      if (!now_is.ok()) return now_is.status();
-      t = std::move(*now_is);
+    if (absl::IsFailedPrecondition(made.status()) && Finished(cat, p.request_id)) {
+      // Cancelled (or finished) since we listed it: the catalog refuses new tasks.
+      log_->info("planner: request={} ended meanwhile, skipped: {}", p.request_id,
+                 made.status().ToString());
+      continue;
+    }
+    // One bad file (removed meanwhile) must not block the others: one by one.
+    for (const catalog::TaskSpec& spec : p.specs) {
+      if (absl::StatusOr<std::vector<Task>> one = cat.work->CreateTasks({spec}); !one.ok()) {
+        log_->warn("planner: cannot create task request={} path={} {}->{}: {}", p.request_id,
+                   spec.path, spec.src_node, spec.dst_node, one.status().ToString());
+      }
     }
   }
-  for (const Task& t : open) {
-    if (auto v = views_.find(t.spec.request_id); v != views_.end()) v->second.Put(t);
-  }
-  return absl::OkStatus();
+  return first_error;
 }
 
 absl::StatusOr<PlanPreview> Planner::Preview(const catalog::RequestSpec& spec) {
@@ -702,17 +564,20 @@ absl::StatusOr<PlanPreview> Planner::Preview(const catalog::RequestSpec& spec) {
   absl::StatusOr<std::vector<catalog::Route>> routes = options_.catalog.view->ListRoutes();
   if (!routes.ok()) return routes.status();
   st.topology.routes = std::move(*routes);
-  absl::StatusOr<FileList> files = Expand(spec);
+  absl::StatusOr<std::vector<catalog::RequestFileInput>> files = Expand(spec);
   if (!files.ok()) return files.status();
   PlanPreview out;
-  out.failures = files->failures;
   int budget = -1;
-  for (const std::string& path : files->files) {
+  for (const catalog::RequestFileInput& f : *files) {
+    if (!f.error.empty()) {
+      out.failures.push_back({f.path, f.error});
+      continue;
+    }
     absl::StatusOr<FileOutcome> o =
-        PlanFile(options_.catalog, path, spec, {}, st, options_, false, budget);
+        PlanFile(options_.catalog, f.path, spec, {}, st, options_, false, budget);
     if (!o.ok()) return o.status();
-    if (o->status == FileStatus::kDone) out.satisfied.push_back(path);
-    if (o->status == FileStatus::kFailed) out.failures.push_back({path, o->error});
+    if (o->status == FileStatus::kDone) out.satisfied.push_back(f.path);
+    if (o->status == FileStatus::kFailed) out.failures.push_back({f.path, o->error});
     out.copies.insert(out.copies.end(), o->copies.begin(), o->copies.end());
   }
   return out;

@@ -1,41 +1,43 @@
 #pragma once
 
-// Planner: turns replication requests into transfer tasks and follows them to the end.
+// Planner: turns replication requests into transfer tasks. It only plans; the catalog
+// follows each request's files and ends the request (catalog::RequestFile).
 //
-// It reconciles instead of remembering: each Step() reads the active requests (queued or
-// running), their tasks and the files' replicas from the catalog, and for every file
-// compares the wanted number of complete current replicas (`copies`, counted in the
-// destination sites when `-D` was given) with what exists plus what is in flight. Missing
-// copies become new tasks: destinations from PlaceReplicas(), each with the best source
-// for that destination from SelectSource(). Because all state is in the catalog, a
-// restarted planner continues where the previous one stopped.
+// Expansion, once per request: the request's paths are walked (-r) and its files listed in
+// the catalog in one write (Catalog::AddRequestFiles); a path that names nothing (or a
+// directory without -r) is a failed file at once. A restarted planner finds the request
+// expanded and never walks it again.
+//
+// Each Step() then reads the active requests (queued or running) and, of each, the files the
+// catalog wants copied (RequestFileState::kWanted, an index: cheap however many files have
+// settled), and for each compares the wanted number of complete current replicas (`copies`,
+// counted in the destination sites when `-D` was given) with what exists plus what is in
+// flight. Missing copies become new tasks: destinations from PlaceReplicas(), each with the
+// best source for that destination from SelectSource(); creating them opens the file in the
+// catalog (wanted -> copying). A file that already has its copies, or cannot get them (no
+// live destination with room, no source), is settled by the planner
+// (Catalog::SettleRequestFile); every other verdict is the catalog's, in the same write as
+// the task change: a file is done when its last task settles with the copies there, failed
+// when a copy gave up after max_attempts from a source that still holds it, and wanted
+// again otherwise (abandoned, obsolete, the file changed generation). The write that
+// settles a request's last file ends the request (done, or failed with a summary) and moves
+// its counters: the planner writes no counters.
 //
 // Spreading and limits: tasks are created only while the destination node has fewer than
 // `max_open_tasks_per_node` open (queued or leased) tasks and the route (source site ->
 // destination site) has fewer than its `max_concurrent_tasks` (route table; 0 = no
 // limit). Busyness of planned tasks feeds back into placement and source choice, so the
 // files of one request spread over all node pairs that can carry them. Requests are
-// served in priority order (then oldest first).
-//
-// Retries are per task, in the catalog: the agent fails an attempt with FailTask and a
-// backoff delay (replica/core/retry.h); after max_attempts the task is kFailed with its last
-// error, and the planner marks the file failed with that reason (it does not re-plan a
-// failure of the same generation). A task that failed because the file changed generation
-// is ignored and the file is planned again. Files the request names that do not exist
-// (or directories without -r) fail at once. A request ends kDone when every file has its
-// copies, kFailed (with a summary of up to a few failed paths and reasons) when every
-// file has finished and some failed. Counters (files/bytes total/done/failed) are
-// updated whenever they change.
-//
-// `-j` (RequestSpec::parallel) caps the open tasks of one request.
+// served in priority order (then oldest first). `-j` (RequestSpec::parallel) caps the open
+// tasks of one request.
 //
 // Dead destinations: each step first expires every run-out lease in the catalog
 // (Catalog::ExpireLeases; a node that died would never claim again, and only its own
 // claims expired its leases), then abandons (Catalog::AbandonTask, "destination node X is
 // down") every open task whose destination is not live: unregistered, or silent for longer
 // than `heartbeat_timeout`, the same rule placement uses. An abandoned task is not a failed
-// attempt of the file; the file is planned again in the same step, onto a live node (of the
-// requested sites).
+// attempt of the file; the catalog wants the file again and it is planned in the same step,
+// onto a live node (of the requested sites).
 //
 // Threading: Step() is synchronous (blocking catalog calls). Start() runs Step() on an
 // own thread whenever catalog events arrive (long poll) or every `interval`; Stop() joins.
@@ -130,37 +132,15 @@ class Planner {
   void Stop();
 
  private:
-  // A request's files, and what earlier steps learned about them. A step looks up (Locate)
-  // only the files not known done, and of those only until the windows are full (a step runs
-  // after every finished copy: it must not cost a lookup per file of a large request). Every
-  // `kFullSweep` a step looks at all of them again (a done file whose replica went stale
-  // meanwhile is planned again then).
-  struct FileList {
-    std::vector<std::string> files;
-    std::vector<std::uint64_t> sizes;  // as listed; corrected by each lookup
-    std::vector<bool> done;            // had its copies at its last lookup
-    std::vector<FileFailure> failures;
-    std::int64_t last_full_ns = 0;     // when a step last looked at every file
-  };
-  // A request's tasks as the planner last saw them. Loaded whole once (and every
-  // kFullSweep); then each step refreshes only what can have changed: the open tasks, from
-  // the catalog's open-task index, and a task that left it (finished), read once. Listing
-  // every task of a 10,000-file request in every step made a step cost O(files) and the
-  // request O(files^2).
-  struct TaskView {
-    std::map<std::uint64_t, catalog::Task> tasks;  // id -> task
-    std::map<std::string, std::vector<std::uint64_t>> by_path;
-    bool loaded = false;
-    std::int64_t loaded_ns = 0;
-    void Put(catalog::Task t);
-  };
-  // Brings views_ of the `active` requests up to date with `open` (every open task).
-  absl::Status RefreshViews(const std::vector<catalog::Request>& active,
-                            const std::vector<catalog::Task>& open)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   explicit Planner(PlannerOptions options);
   std::int64_t Now() const;
-  absl::StatusOr<FileList> Expand(const catalog::RequestSpec& spec);
+  // The request's files: the paths it names, directories walked (-r); an entry with an error
+  // for a path that names nothing to copy. kInvalidArgument past kMaxBatchPaths files.
+  absl::StatusOr<std::vector<catalog::RequestFileInput>> Expand(const catalog::RequestSpec& spec);
+  // Expands `r` into the catalog (AddRequestFiles), or fails it (too many files); returns
+  // the request as written.
+  absl::StatusOr<catalog::Request> ExpandInCatalog(const catalog::Request& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   void Loop();
   // Forgets old finished requests when `purge_interval` has passed since the last time.
   void PurgeIfDue();
@@ -179,8 +159,6 @@ class Planner {
   // timeout apart.
   std::int64_t first_step_ns_ ABSL_GUARDED_BY(step_mu_) = 0;
   std::int64_t last_step_ns_ ABSL_GUARDED_BY(step_mu_) = 0;
-  std::map<std::uint64_t, FileList> expanded_ ABSL_GUARDED_BY(step_mu_);  // request id -> files
-  std::map<std::uint64_t, TaskView> views_ ABSL_GUARDED_BY(step_mu_);     // request id -> tasks
 
   std::atomic<bool> stop_{false};
   std::thread thread_;

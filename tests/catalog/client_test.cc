@@ -261,9 +261,21 @@ TEST_F(CatalogClientTest, RequestAndTaskCalls) {
   u.id = req->id;
   u.set_state = true;
   u.state = RequestState::kRunning;
-  u.set_counters = true;
-  u.files_total = 1;
   EXPECT_EQ(client_->UpdateRequest(u)->state, RequestState::kRunning);
+  // A request's files: read over gRPC; listed and settled only by gfcatalogd's own planner.
+  EXPECT_TRUE(client_->ListRequestFiles(req->id, {})->empty());
+  EXPECT_EQ(client_->ListRequestFiles(req->id + 100, {}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->AddRequestFiles(req->id, {{"/f", ""}}, true).status().code(),
+            absl::StatusCode::kUnimplemented);
+  ASSERT_TRUE(local_->AddRequestFiles(req->id, {{"/f", ""}}, true).ok());
+  absl::StatusOr<std::vector<RequestFile>> files = client_->ListRequestFiles(req->id, {});
+  ASSERT_TRUE(files.ok()) << files.status();
+  ASSERT_EQ(files->size(), 1u);
+  EXPECT_EQ((*files)[0].path, "/f");
+  EXPECT_EQ((*files)[0].size, 42u);
+  EXPECT_EQ((*files)[0].state, RequestFileState::kWanted);
+  EXPECT_TRUE(client_->GetRequest(req->id)->expanded);
   TaskSpec ts;
   ts.request_id = req->id;
   ts.path = "/f";

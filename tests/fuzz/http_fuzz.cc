@@ -234,6 +234,10 @@ class FakeCatalog final : public catalog::CatalogView {
     return No();
   }
   absl::StatusOr<catalog::Task> GetTask(std::uint64_t) override { return No(); }
+  absl::StatusOr<std::vector<catalog::RequestFile>> ListRequestFiles(
+      std::uint64_t, const catalog::RequestFileFilter&) override {
+    return No();
+  }
 
  private:
   static absl::Status No() { return absl::UnimplementedError("not in the fuzz catalog"); }

@@ -25,9 +25,14 @@ class FaultyView : public catalog::CatalogView {
   std::atomic<std::uint64_t> locates{0};
   // Tasks read so far: each GetTask, and each task a ListTasks returned.
   std::atomic<std::uint64_t> tasks_read{0};
+  // Calls of Stat and List so far (the planner's walks of a request's paths).
+  std::atomic<std::uint64_t> walks{0};
 
   using A = catalog::Attributes;
-  absl::StatusOr<A> Stat(std::string_view p) override { return c_->Stat(p); }
+  absl::StatusOr<A> Stat(std::string_view p) override {
+    ++walks;
+    return c_->Stat(p);
+  }
   absl::StatusOr<std::vector<absl::StatusOr<A>>> StatMany(
       const std::vector<std::string>& paths) override {
     return c_->StatMany(paths);
@@ -39,6 +44,7 @@ class FaultyView : public catalog::CatalogView {
   absl::StatusOr<std::string> PathOf(catalog::InodeId i) override { return c_->PathOf(i); }
   absl::StatusOr<std::vector<catalog::DirEntry>> List(std::string_view p,
                                                       const catalog::ListOptions& o) override {
+    ++walks;
     return c_->List(p, o);
   }
   absl::StatusOr<catalog::Location> Locate(std::string_view p) override {
@@ -72,6 +78,10 @@ class FaultyView : public catalog::CatalogView {
   absl::StatusOr<catalog::Task> GetTask(std::uint64_t id) override {
     ++tasks_read;
     return c_->GetTask(id);
+  }
+  absl::StatusOr<std::vector<catalog::RequestFile>> ListRequestFiles(
+      std::uint64_t r, const catalog::RequestFileFilter& f) override {
+    return c_->ListRequestFiles(r, f);
   }
   absl::StatusOr<std::vector<catalog::Task>> ListTasks(const catalog::TaskFilter& f) override {
     absl::StatusOr<std::vector<catalog::Task>> tasks = c_->ListTasks(f);
@@ -110,6 +120,16 @@ class FaultyWorkQueue : public catalog::WorkQueue {
   }
   absl::StatusOr<std::size_t> PurgeFinishedRequests(std::int64_t b, std::size_t m) override {
     return c_->PurgeFinishedRequests(b, m);
+  }
+  absl::StatusOr<catalog::Request> AddRequestFiles(std::uint64_t r,
+                                                   const std::vector<catalog::RequestFileInput>& f,
+                                                   bool last) override {
+    return c_->AddRequestFiles(r, f, last);
+  }
+  absl::StatusOr<catalog::RequestFile> SettleRequestFile(std::uint64_t r, std::uint64_t f,
+                                                         catalog::RequestFileState s,
+                                                         std::string_view why) override {
+    return c_->SettleRequestFile(r, f, s, why);
   }
   absl::StatusOr<std::vector<catalog::Task>> CreateTasks(
       const std::vector<catalog::TaskSpec>& s) override {

@@ -1,17 +1,17 @@
-#include "catalog/internal/kv_catalog.h"
+#include "catalog/catalog.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
 #include <thread>
 
-#include <fmt/format.h>
-
-#include "catalog/catalog.h"
+#include "catalog/internal/kv_catalog.h"
 #include "catalog/internal/kv_store.h"
 #include "catalog/internal/open_store.h"
 #include "tests/support/postgres_server.h"
@@ -1604,6 +1604,114 @@ TEST_P(CatalogTest, ATaskForARemovedFileIsCancelledAtClaimAndLeavesTheDeletingRe
 
 // Final request states stay final: a planner that read a request before it was cancelled
 // (or before another planner finished it) can neither revive it nor add tasks to it.
+// A request's files move with its tasks in the catalog's own writes (issue 39): several
+// tasks of one request completed in one batch each move the counters, a copy that gave up
+// from a source that still holds the file fails it, and a copy from a source found bad
+// meanwhile makes it wanted again; the write of the last file ends the request.
+TEST_P(CatalogTest, ARequestsFilesMoveWithItsTasksInTheSameWrite) {
+  MakeTopologyAndFile();
+  FileContent content;
+  content.size = 20;
+  content.checksum_algo = "xxh3-128";
+  content.checksum = "c2";
+  for (const char* path : {"/g", "/h", "/k"}) {
+    ASSERT_TRUE(catalog_->CommitFile(path, content, "a1", std::nullopt).ok());
+  }
+  RequestSpec spec;
+  spec.paths = {"/f", "/g", "/h", "/k"};
+  spec.dst_sites = {"b"};  // a1's replicas are not the copies wanted
+  absl::StatusOr<Request> req = catalog_->CreateRequest(spec);
+  ASSERT_TRUE(req.ok()) << req.status();
+  absl::StatusOr<Request> expanded = catalog_->AddRequestFiles(
+      req->id, {{"/f", ""}, {"/g", ""}, {"/h", ""}, {"/k", ""}, {"/f", ""}}, true);
+  ASSERT_TRUE(expanded.ok()) << expanded.status();
+  EXPECT_EQ(expanded->files_total, 4u) << "a file listed twice counts once";
+  EXPECT_EQ(expanded->bytes_total, 70u);
+  EXPECT_EQ(catalog_->AddRequestFiles(req->id, {{"/f", ""}}, true).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  RequestFileFilter wanted;
+  wanted.any_state = false;
+  EXPECT_EQ(catalog_->ListRequestFiles(req->id, wanted)->size(), 4u);
+  std::vector<TaskSpec> specs;
+  for (const char* path : {"/f", "/g", "/h", "/k"}) {
+    TaskSpec t;
+    t.request_id = req->id;
+    t.path = path;
+    t.src_node = "a1";
+    t.dst_node = "b1";
+    t.max_attempts = 2;
+    specs.push_back(t);
+  }
+  ASSERT_TRUE(catalog_->CreateTasks(specs).ok());
+  EXPECT_TRUE(catalog_->ListRequestFiles(req->id, wanted)->empty());
+  EXPECT_EQ(catalog_->GetRequest(req->id)->state, RequestState::kRunning);
+  absl::StatusOr<std::vector<Task>> claimed =
+      catalog_->ClaimTasks("b1", {"w1", "w2", "w3", "w4"}, 30s);
+  ASSERT_TRUE(claimed.ok()) << claimed.status();
+  ASSERT_EQ(claimed->size(), 4u);
+  std::map<std::string, Task> by_path;
+  for (const Task& t : *claimed) by_path[t.spec.path] = t;
+  // /f and /g complete in one batch: both counted.
+  absl::StatusOr<std::vector<absl::StatusOr<Task>>> done =
+      catalog_->CompleteTasks({{by_path["/f"].id, by_path["/f"].lease_owner, 0},
+                               {by_path["/g"].id, by_path["/g"].lease_owner, 0}});
+  ASSERT_TRUE(done.ok()) << done.status();
+  Request r = *catalog_->GetRequest(req->id);
+  EXPECT_EQ(r.files_done, 2u);
+  EXPECT_EQ(r.bytes_done, 30u);
+  // /h: the copy gives up, its source still holds the file: the file fails.
+  ASSERT_TRUE(
+      catalog_->FailTask(by_path["/h"].id, by_path["/h"].lease_owner, "DATA_LOSS: disk", false, 0ms)
+          .ok());
+  // /k: its source is found bad, then the copy gives up: wanted again, not failed.
+  absl::StatusOr<Attributes> k = catalog_->Stat("/k");
+  ASSERT_TRUE(k.ok());
+  ReplicaTransition bad;
+  bad.inode = k->inode;
+  bad.node = "a1";
+  bad.generation = k->generation;
+  bad.from = ReplicaState::kComplete;
+  bad.to = ReplicaState::kCorrupt;
+  bad.note = "checksum mismatch";
+  ASSERT_TRUE(catalog_->TransitionReplicas({bad}).ok());
+  ASSERT_TRUE(catalog_
+                  ->FailTask(by_path["/k"].id, by_path["/k"].lease_owner,
+                             "FAILED_PRECONDITION: bad source", false, 0ms)
+                  .ok());
+  r = *catalog_->GetRequest(req->id);
+  EXPECT_EQ(r.files_done, 2u);
+  EXPECT_EQ(r.files_failed, 1u);
+  EXPECT_EQ(r.state, RequestState::kRunning);
+  absl::StatusOr<std::vector<RequestFile>> again = catalog_->ListRequestFiles(req->id, wanted);
+  ASSERT_TRUE(again.ok() && again->size() == 1u);
+  EXPECT_EQ((*again)[0].path, "/k");
+  EXPECT_EQ((*again)[0].attempts, 1u);
+  // The planner finds /k cannot be copied (its only source is bad): the last file, the end.
+  EXPECT_EQ(catalog_->SettleRequestFile(req->id, (*again)[0].id, RequestFileState::kWanted, "")
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(catalog_
+                  ->SettleRequestFile(req->id, (*again)[0].id, RequestFileState::kFailed,
+                                      "no complete replica to copy from")
+                  .ok());
+  EXPECT_EQ(catalog_->SettleRequestFile(req->id, (*again)[0].id, RequestFileState::kFailed, "x")
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  r = *catalog_->GetRequest(req->id);
+  EXPECT_EQ(r.state, RequestState::kFailed);
+  EXPECT_EQ(r.files_failed, 2u);
+  EXPECT_NE(r.error.find("2 of 4 files failed"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("/h: copy a1 -> b1 failed after 1 attempts: DATA_LOSS: disk"),
+            std::string::npos)
+      << r.error;
+  EXPECT_NE(r.error.find("/k: no complete replica to copy from"), std::string::npos) << r.error;
+  // Forgotten with the request.
+  EXPECT_EQ(*catalog_->PurgeFinishedRequests(std::numeric_limits<std::int64_t>::max(), 10), 1u);
+  EXPECT_EQ(catalog_->ListRequestFiles(req->id, {}).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_P(CatalogTest, FinalRequestStatesAreNotOverwrittenAndCancelledTakeNoTasks) {
   MakeTopologyAndFile();
   absl::StatusOr<Request> req = catalog_->CreateRequest(Req("/f"));
@@ -1629,14 +1737,10 @@ TEST_P(CatalogTest, FinalRequestStatesAreNotOverwrittenAndCancelledTakeNoTasks) 
   spec.max_attempts = 3;
   EXPECT_EQ(catalog_->CreateTasks({spec}).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(catalog_->ListTasks(ByRequest(req->id))->empty());
-  // Counters alone may still be recorded; they do not change the state.
-  RequestUpdate counters;
-  counters.id = req->id;
-  counters.set_counters = true;
-  counters.files_total = 1;
-  absl::StatusOr<Request> after = catalog_->UpdateRequest(counters);
-  ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_EQ(after->state, RequestState::kCancelled);
+  // Nor files: a cancelled request is not expanded any more.
+  EXPECT_EQ(catalog_->AddRequestFiles(req->id, {{"/f", ""}}, true).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(catalog_->GetRequest(req->id)->state, RequestState::kCancelled);
 
   // done and failed are final too (the planner never reopens them).
   absl::StatusOr<Request> other = catalog_->CreateRequest(Req("/f"));

@@ -228,8 +228,9 @@ TEST(CodecTest, EveryTruncationIsDataLoss) {
   std::string enc = EncodeRequest(r);
   ASSERT_TRUE(DecodeRequest(enc).ok());
   EXPECT_EQ(DecodeRequest(enc)->spec.parallel, 8u);
-  // One byte short is a record from before the origin (the next test); shorter is damage.
-  for (std::size_t n = 0; n + 1 < enc.size(); ++n) {
+  // One byte short is a record from before `expanded`, two from before the origin (the next
+  // test); shorter is damage.
+  for (std::size_t n = 0; n + 2 < enc.size(); ++n) {
     EXPECT_EQ(DecodeRequest(enc.substr(0, n)).status().code(), absl::StatusCode::kDataLoss)
         << "truncated to " << n;
   }
@@ -250,7 +251,7 @@ TEST(CodecTest, ARequestsOriginIsStoredAndOlderRecordsGetItFromTheirOwner) {
   EXPECT_EQ(back->spec.owner, "exp-in-japan");
   auto old = [](Request x) {
     std::string text = EncodeRequest(x);
-    text.resize(text.size() - 1);  // the origin: one varint byte
+    text.resize(text.size() - 2);  // the origin and `expanded`: one varint byte each
     return DecodeRequest(text);
   };
   r.spec.origin = RequestOrigin::kUser;
@@ -266,8 +267,17 @@ TEST(CodecTest, ARequestsOriginIsStoredAndOlderRecordsGetItFromTheirOwner) {
   EXPECT_EQ(old(r)->spec.owner, "alice");
   // An origin out of range is damage, not a user's request.
   std::string bad = EncodeRequest(r);
-  bad.back() = 9;
+  bad[bad.size() - 2] = 9;
   EXPECT_EQ(DecodeRequest(bad).status().code(), absl::StatusCode::kDataLoss);
+  // Records from before issue 39 end after the origin: not expanded (listed again).
+  r.expanded = true;
+  EXPECT_TRUE(DecodeRequest(EncodeRequest(r))->expanded);
+  std::string before = EncodeRequest(r);
+  before.pop_back();
+  absl::StatusOr<Request> unexpanded = DecodeRequest(before);
+  ASSERT_TRUE(unexpanded.ok()) << unexpanded.status();
+  EXPECT_FALSE(unexpanded->expanded);
+  EXPECT_EQ(unexpanded->spec.owner, "alice");
 }
 
 TEST(CodecTest, RandomBytesNeverCrashTheDecoders) {
