@@ -20,10 +20,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -32,6 +34,7 @@
 #include "absl/strings/numbers.h"
 #include "catalog/client.h"
 #include "catalog/event_cursor.h"
+#include "replica/client/ramp.h"
 #include "replica/plan/planner.h"
 #include "replica/plan/policy_explain.h"
 #include "tools/internal/catalog_flags.h"
@@ -61,6 +64,23 @@ struct Snapshot {
   std::uint64_t copies_open = 0;
 };
 
+// The request's files in `state` (any state: nullopt), all of them, in pages.
+absl::StatusOr<std::vector<catalog::RequestFile>> Files(catalog::Catalog& c, std::uint64_t id,
+                                                        std::optional<catalog::RequestFileState> state) {
+  std::vector<catalog::RequestFile> out;
+  catalog::RequestFileFilter f;
+  f.any_state = !state.has_value();
+  if (state) f.state = *state;
+  f.limit = 1000;
+  while (true) {
+    absl::StatusOr<std::vector<catalog::RequestFile>> page = c.ListRequestFiles(id, f);
+    if (!page.ok()) return page.status();
+    out.insert(out.end(), page->begin(), page->end());
+    if (page->size() < f.limit) return out;
+    f.after = page->back().id;
+  }
+}
+
 absl::StatusOr<Snapshot> Take(catalog::Catalog& c, std::uint64_t id,
                               const std::map<std::string, std::string>& site_of) {
   Snapshot s;
@@ -72,7 +92,6 @@ absl::StatusOr<Snapshot> Take(catalog::Catalog& c, std::uint64_t id,
   f.limit = catalog::kMaxBatchPaths * 4;
   absl::StatusOr<std::vector<catalog::Task>> tasks = c.ListTasks(f);
   if (!tasks.ok()) return tasks.status();
-  std::map<std::string, std::string> last_error;
   for (const catalog::Task& t : *tasks) {
     auto site = [&](const std::string& node) {
       auto it = site_of.find(node);
@@ -83,20 +102,51 @@ absl::StatusOr<Snapshot> Take(catalog::Catalog& c, std::uint64_t id,
       RouteTotals& rt = s.routes[route];
       rt.bytes += t.size;
       rt.files += 1;
-    } else if (t.state == catalog::TaskState::kFailed) {
-      last_error[t.spec.path] = fmt::format("{} -> {}: {} (after {} attempts)", t.spec.src_node,
-                                            t.spec.dst_node, t.last_error, t.attempts);
     } else if (t.state == catalog::TaskState::kQueued || t.state == catalog::TaskState::kLeased) {
       s.copies_open += 1;
       s.routes[route].in_flight += 1;
     }
   }
-  for (auto& [path, error] : last_error) s.failed.push_back({path, error});
+  if (catalog::IsFinished(s.request.state) && s.request.files_failed > 0) {
+    // Why each failed file failed, as the catalog settled it (also files that never got a
+    // copy: a missing path, no destination with room).
+    absl::StatusOr<std::vector<catalog::RequestFile>> failed =
+        Files(c, id, catalog::RequestFileState::kFailed);
+    if (!failed.ok()) return failed.status();
+    for (const catalog::RequestFile& f : *failed) s.failed.push_back({f.path, f.reason});
+  }
   return s;
 }
 
 double Mbps(std::uint64_t bytes, double seconds) {
   return seconds > 0 ? static_cast<double>(bytes) * 8 / seconds / 1e6 : 0;
+}
+
+// What "full rate" means for a request: of its one route (SRC->DST sites), the measured
+// bandwidth (gfprobe), else the rate cap, else the best goodput copies have reached on it;
+// none of those (or several routes): the request's own peak. Also the route's RTT.
+struct RateReference {
+  double bps = 0;
+  std::string what = "this request's peak";
+  double rtt_ms = 0;
+};
+
+RateReference ReferenceFor(catalog::Catalog& c, const std::map<std::string, RouteTotals>& routes) {
+  RateReference ref;
+  if (routes.size() != 1) return ref;
+  const std::string& key = routes.begin()->first;
+  const std::size_t arrow = key.find("->");
+  absl::StatusOr<catalog::Route> r = c.GetRoute(key.substr(0, arrow), key.substr(arrow + 2));
+  if (!r.ok()) return ref;
+  ref.rtt_ms = r->rtt_ms > 0 ? r->rtt_ms : r->observed.rtt_ms;
+  if (r->bandwidth_bps > 0) {
+    ref = {static_cast<double>(r->bandwidth_bps), "the route's measured bandwidth", ref.rtt_ms};
+  } else if (r->route_rate_bps > 0) {
+    ref = {static_cast<double>(r->route_rate_bps), "the route's rate cap", ref.rtt_ms};
+  } else if (r->observed.peak_bps > 0) {
+    ref = {static_cast<double>(r->observed.peak_bps), "the route's best learned goodput", ref.rtt_ms};
+  }
+  return ref;
 }
 
 // Follows request `created` until it ends (or `timeout_s`): progress on a terminal, the
@@ -117,6 +167,11 @@ int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json
   if (!events.Start().ok()) events.Seek(0);
   Snapshot snap;
   snap.request = created;
+  // Bytes received so far (done files plus the running copies'), for the time to full rate.
+  std::vector<replica::client::RampSample> samples;
+  auto sample = [&](const catalog::Request& r) {
+    samples.push_back({elapsed(), r.bytes_done + r.in_flight_bytes});
+  };
   bool timed_out = false;
   int transient = 0;
   // The full snapshot lists every task of the request: at most one per second while it runs
@@ -126,6 +181,7 @@ int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json
   while (true) {
     if (std::chrono::steady_clock::now() - last_full < std::chrono::seconds(1)) {
       absl::StatusOr<catalog::Request> r = c.GetRequest(id);
+      if (r.ok()) sample(*r);
       if (r.ok() && !catalog::IsFinished(r->state)) {
         (void)events.Read(std::chrono::milliseconds(250));  // a change, or a quarter second
         continue;
@@ -140,6 +196,7 @@ int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json
       continue;
     }
     transient = 0;
+    sample(s->request);
     for (auto& [route, t] : s->routes) {
       t.peak_in_flight = std::max(t.in_flight, snap.routes.count(route) ? snap.routes[route].peak_in_flight : 0);
     }
@@ -171,6 +228,17 @@ int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json
   std::uint64_t moved = 0;
   for (const auto& [route, t] : snap.routes) moved += t.bytes;
   const catalog::Request& r = snap.request;
+  const RateReference ref = ReferenceFor(c, snap.routes);
+  const replica::client::Ramp ramp = replica::client::MeasureRamp(samples, ref.bps);
+  std::string ramp_text;
+  if (ramp.seconds_to_90pct) {
+    ramp_text = fmt::format("; 90 % of {} ({:.0f} Mbit/s) after {:.1f} s", ref.what,
+                            (ref.bps > 0 ? ref.bps : ramp.peak_bps) / 1e6, *ramp.seconds_to_90pct);
+    if (ref.rtt_ms > 0) ramp_text += fmt::format(" ({:.0f} round trips)", *ramp.seconds_to_90pct * 1000 / ref.rtt_ms);
+  } else if (ref.bps > 0 && moved > 0) {
+    ramp_text = fmt::format("; never 90 % of {} ({:.0f} Mbit/s; best {:.0f})", ref.what, ref.bps / 1e6,
+                            ramp.peak_bps / 1e6);
+  }
   if (json) {
     nlohmann::json j = {{"request_id", id},
                         {"state", timed_out ? "timeout" : std::string(catalog::ToString(r.state))},
@@ -184,6 +252,18 @@ int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json
                         {"error", r.error},
                         {"routes", nlohmann::json::array()},
                         {"failed", nlohmann::json::array()}};
+    nlohmann::json series = nlohmann::json::array();
+    for (double bps : ramp.series_bps) series.push_back(std::round(bps / 1e4) / 100);
+    j["ramp"] = {{"reference", ref.what},
+                 {"reference_mbit_s", (ref.bps > 0 ? ref.bps : ramp.peak_bps) / 1e6},
+                 {"peak_mbit_s", ramp.peak_bps / 1e6},
+                 {"seconds_to_90pct", ramp.seconds_to_90pct ? nlohmann::json(*ramp.seconds_to_90pct) : nlohmann::json()},
+                 {"rtt_ms", ref.rtt_ms},
+                 {"rtts_to_90pct", ramp.seconds_to_90pct && ref.rtt_ms > 0
+                                       ? nlohmann::json(*ramp.seconds_to_90pct * 1000 / ref.rtt_ms)
+                                       : nlohmann::json()},
+                 {"series_mbit_s", series},
+                 {"series_bin_s", 0.5}};
     for (const auto& [route, t] : snap.routes) {
       j["routes"].push_back({{"route", route}, {"files", t.files}, {"bytes", t.bytes},
                              {"mbit_s", Mbps(t.bytes, secs)}, {"in_flight", t.in_flight},
@@ -195,10 +275,10 @@ int Follow(catalog::CatalogClient& c, const catalog::Request& created, bool json
     std::cout << j.dump() << "\n";
   } else {
     std::cout << fmt::format("request {} {}: {} of {} files have their copies, {} failed; "
-                             "copied {} in {:.1f} s ({:.0f} Mbit/s)\n",
+                             "copied {} in {:.1f} s ({:.0f} Mbit/s){}\n",
                              id, timed_out ? "timed out" : catalog::ToString(r.state),
                              r.files_done, r.files_total, r.files_failed, transfer::HumanBytes(moved), secs,
-                             Mbps(moved, secs));
+                             Mbps(moved, secs), ramp_text);
     for (const auto& [route, t] : snap.routes) {
       std::cout << fmt::format("  route {}: {} files, {}, {:.0f} Mbit/s, up to {} in flight\n", route,
                                t.files, transfer::HumanBytes(t.bytes), Mbps(t.bytes, secs), t.peak_in_flight);
@@ -272,10 +352,14 @@ int List(catalog::CatalogClient& c, bool all, bool json) {
   return 0;
 }
 
-// gfrep status ID: the request and each unfinished copy with why it is where it is.
+// gfrep status ID: the request, each unsettled or failed file (as the catalog follows it)
+// and each unfinished copy with why it is where it is.
 int Status(catalog::CatalogClient& c, std::uint64_t id, bool json) {
   absl::StatusOr<catalog::Request> r = c.GetRequest(id);
   if (!r.ok()) return tools::Fail("gfrep", tools::ErrorText(r.status()), 2);
+  absl::StatusOr<std::vector<catalog::RequestFile>> files = Files(c, id, std::nullopt);
+  if (!files.ok()) return tools::Fail("gfrep", tools::ErrorText(files.status()), 2);
+  std::erase_if(*files, [](const catalog::RequestFile& f) { return f.state == catalog::RequestFileState::kDone; });
   catalog::TaskFilter f;
   f.request_id = id;
   f.limit = catalog::kMaxBatchPaths * 4;
@@ -295,6 +379,14 @@ int Status(catalog::CatalogClient& c, std::uint64_t id, bool json) {
   if (json) {
     nlohmann::json j = RequestJson(*r);
     j["copying_bytes"] = in_flight_bytes;
+    j["files"] = nlohmann::json::array();  // not done: wanted, copying or failed
+    for (const catalog::RequestFile& f : *files) {
+      j["files"].push_back({{"path", f.path},
+                            {"state", std::string(catalog::ToString(f.state))},
+                            {"attempts", f.attempts},
+                            {"open_copies", f.open_tasks},
+                            {"reason", f.reason}});
+    }
     j["copies"] = nlohmann::json::array();
     for (const auto& [key, t] : latest) {
       if (t->state == catalog::TaskState::kDone) continue;
@@ -322,6 +414,14 @@ int Status(catalog::CatalogClient& c, std::uint64_t id, bool json) {
                            r->spec.dst_sites.empty() ? "" : fmt::format(" in {}", fmt::join(r->spec.dst_sites, ",")),
                            r->spec.src_site.empty() ? "" : fmt::format(" from {}", r->spec.src_site));
   if (!r->error.empty()) std::cout << "  " << r->error << "\n";
+  for (const catalog::RequestFile& f : *files) {
+    if (f.state == catalog::RequestFileState::kCopying) continue;  // its copies below
+    std::cout << fmt::format("  {}: {}{}\n", f.path,
+                             f.state == catalog::RequestFileState::kWanted
+                                 ? "not planned yet (its destinations are busy or down)"
+                                 : std::string(catalog::ToString(f.state)),
+                             f.reason.empty() ? "" : fmt::format(" ({})", f.reason));
+  }
   for (const auto& [key, t] : latest) {
     if (t->state == catalog::TaskState::kDone) continue;
     std::cout << fmt::format("  {} -> {}: {}\n", key.first, key.second, replica::plan::DescribeTask(*t, now));

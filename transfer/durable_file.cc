@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "transfer/errno_status.h"
@@ -64,7 +65,11 @@ absl::Status SyncDirectories(const std::vector<fs::path>& dirs) {
   return absl::OkStatus();
 }
 
-absl::Status SyncDirectoryChain(const fs::path& root_dir, const fs::path& dir) {
+namespace {
+
+// `dir` and its ancestors up to and including `root`, innermost first; kInvalidArgument if
+// `dir` is not `root` or inside it.
+absl::StatusOr<std::vector<fs::path>> Chain(const fs::path& root_dir, const fs::path& dir) {
   fs::path root = root_dir.lexically_normal();
   fs::path cur = dir.lexically_normal();
   if (!root.empty() && !root.has_filename()) root = root.parent_path();  // "a/" -> "a"
@@ -78,7 +83,72 @@ absl::Status SyncDirectoryChain(const fs::path& root_dir, const fs::path& dir) {
   while (chain.back() != root && chain.back().parent_path() != chain.back()) {
     chain.push_back(chain.back().parent_path());
   }
-  return SyncDirectories(chain);
+  return chain;
+}
+
+}  // namespace
+
+absl::Status SyncDirectoryChain(const fs::path& root_dir, const fs::path& dir) {
+  absl::StatusOr<std::vector<fs::path>> chain = Chain(root_dir, dir);
+  if (!chain.ok()) return chain.status();
+  return SyncDirectories(*chain);
+}
+
+DurableDirectories::DurableDirectories(fs::path root, std::size_t max_remembered)
+    : root_(std::move(root)), max_remembered_(max_remembered) {}
+
+bool DurableDirectories::Known(const fs::path& dir) const {
+  absl::MutexLock lock(&mu_);
+  return known_.count(dir.lexically_normal().string()) > 0;
+}
+
+void DurableDirectories::Remember(const std::vector<fs::path>& dirs) {
+  absl::MutexLock lock(&mu_);
+  for (const fs::path& d : dirs) {
+    if (known_.size() >= max_remembered_) return;
+    known_.insert(d.lexically_normal().string());
+  }
+}
+
+absl::Status DurableDirectories::Sync(const std::vector<fs::path>& dirs) {
+  absl::Status s = SyncDirectories(dirs);
+  absl::MutexLock lock(&mu_);
+  synced_ += dirs.size();
+  return s;
+}
+
+std::uint64_t DurableDirectories::synced() const {
+  absl::MutexLock lock(&mu_);
+  return synced_;
+}
+
+absl::Status DurableDirectories::Prepare(const fs::path& dir) {
+  absl::StatusOr<std::vector<fs::path>> chain = Chain(root_, dir);
+  if (!chain.ok()) return chain.status();
+  absl::StatusOr<std::vector<fs::path>> created = CreateParents(dir);
+  if (!created.ok()) return created.status();
+  if (created->empty()) {
+    if (Known(chain->front())) return absl::OkStatus();
+    if (absl::Status s = Sync(*chain); !s.ok()) return s;
+    Remember(*chain);
+    return absl::OkStatus();
+  }
+  // The parent of each directory made holds its name; the deepest one that existed, and the
+  // chain above it, are synced only if not known already.
+  std::vector<fs::path> sync;
+  const fs::path existing = created->front().parent_path();
+  absl::StatusOr<std::vector<fs::path>> above = Chain(root_, existing);
+  if (!above.ok()) return above.status();
+  if (Known(existing)) {
+    sync.push_back(existing);
+  } else {
+    sync = *above;
+  }
+  for (std::size_t i = 0; i + 1 < created->size(); ++i) sync.push_back((*created)[i]);
+  if (absl::Status s = Sync(sync); !s.ok()) return s;
+  Remember(*above);
+  Remember(*created);
+  return absl::OkStatus();
 }
 
 absl::Status RenameNoReplace(const fs::path& from, const fs::path& to) {

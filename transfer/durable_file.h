@@ -10,11 +10,17 @@
 //
 // Thread safety: blocking file-system calls; run on a blocking-work thread.
 
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
+#include <set>
+#include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace gfrep::transfer {
 
@@ -45,5 +51,43 @@ absl::Status InstallFile(const std::filesystem::path& part, const std::filesyste
 // content or the new one, never a mix: a temporary file beside it ("PATH.tmp") written and
 // fsynced, renamed over `path`, and the directory fsynced.
 absl::Status WriteFileDurably(const std::filesystem::path& path, std::string_view content);
+
+// The directories under `root` whose names this process has made durable, so that putting
+// many files into one tree syncs each directory chain once, not once per file (a replica's
+// directory spool/.gfrep-data/INODE is new for each file: the whole chain up to the spool
+// cost three directory fsyncs per copy, one now).
+//
+// Prepare(dir) creates `dir` and its missing parents and returns once the name of `dir` and
+// of each ancestor up to `root` is on disk: for directories it created, their parents are
+// synced (and the chain above the deepest existing one, unless remembered); for an existing
+// `dir` not remembered (made by an earlier process, or by an attempt that failed before its
+// sync), the whole chain. A directory is remembered only after its sync succeeded, and at most
+// `max_remembered` of them (beyond that, each Prepare syncs as if it knew none). Whatever is
+// then renamed into `dir` still needs `dir` itself synced (InstallFile does).
+//
+// Thread safety: Prepare may be called from several threads at once (blocking file-system
+// calls: a blocking-work thread).
+class DurableDirectories {
+ public:
+  explicit DurableDirectories(std::filesystem::path root, std::size_t max_remembered = 100000);
+
+  // kInvalidArgument if `dir` is not inside `root` (lexically); errors as CreateParents and
+  // SyncDirectories.
+  absl::Status Prepare(const std::filesystem::path& dir);
+
+  // Directories fsynced by Prepare so far.
+  std::uint64_t synced() const;
+
+ private:
+  bool Known(const std::filesystem::path& dir) const;
+  void Remember(const std::vector<std::filesystem::path>& dirs);
+  absl::Status Sync(const std::vector<std::filesystem::path>& dirs);
+
+  const std::filesystem::path root_;
+  const std::size_t max_remembered_;
+  mutable absl::Mutex mu_;
+  std::set<std::string> known_ ABSL_GUARDED_BY(mu_);
+  std::uint64_t synced_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 }  // namespace gfrep::transfer

@@ -252,9 +252,8 @@ absl::StatusOr<Request> KvCatalog::AddRequestFiles(std::uint64_t request_id,
   if (files.size() > kMaxBatchPaths) {
     return absl::InvalidArgumentError(fmt::format("more than {} files", kMaxBatchPaths));
   }
-  for (const RequestFileInput& in : files) {
-    if (absl::Status s = ValidateLabel("error", in.error); !s.ok()) return s;
-  }
+  // Errors are stored as ErrorText makes them (at most kMaxLabelBytes, UTF-8): a long one
+  // must not stop the expansion, which the planner would retry at every step.
   WorkLock work(this);
   absl::StatusOr<Request*> found = StagedRequestLocked(request_id);
   if (!found.ok()) return found.status();
@@ -338,8 +337,7 @@ absl::StatusOr<RequestFile> KvCatalog::SettleRequestFile(std::uint64_t request_i
     return absl::InvalidArgumentError(
         fmt::format("a request file is settled done or failed, not {}", ToString(state)));
   }
-  if (absl::Status s = ValidateLabel("reason", reason); !s.ok()) return s;
-  WorkLock work(this);
+  WorkLock work(this);  // `reason` is stored as ErrorText makes it (SettleFileLocked)
   absl::StatusOr<Request*> r = StagedRequestLocked(request_id);
   if (!r.ok()) return r.status();
   if (IsFinished((*r)->state)) {

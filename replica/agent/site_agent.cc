@@ -109,7 +109,8 @@ absl::StatusOr<std::unique_ptr<SiteAgent>> SiteAgent::Create(SiteAgentOptions op
 
 SiteAgent::SiteAgent(SiteAgentOptions options)
     : options_(std::move(options)),
-      log_(options_.logger ? options_.logger : spdlog::default_logger()) {
+      log_(options_.logger ? options_.logger : spdlog::default_logger()),
+      durable_dirs_(options_.spool) {
   std::random_device rd;
   owner_ = fmt::format("{}/{}-{:08x}", options_.node, ::getpid(), rd());
   internal::SpoolKeeperOptions k;
@@ -1065,13 +1066,8 @@ absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
   topts.expected_size = task.size;
   // The directories down to the replica's must survive a crash before its name does (the
   // engine syncs the final directory after its rename; one made by an attempt that died
-  // before it synced its parent would not be).
-  if (absl::Status s = transfer::CreateParents(final_path.parent_path()).status(); !s.ok())
-    return s;
-  if (absl::Status s = transfer::SyncDirectoryChain(options_.spool, final_path.parent_path());
-      !s.ok()) {
-    return s;
-  }
+  // before it synced its parent would not be). Each chain once per process.
+  if (absl::Status s = durable_dirs_.Prepare(final_path.parent_path()); !s.ok()) return s;
   fs::path tmp = options_.spool / kTmpDir / fmt::format("task-{}", task.id);
 
   // The pull runs on the I/O thread; this worker sleeps until it has ended. The handler owns

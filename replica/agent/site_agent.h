@@ -100,6 +100,7 @@
 #include "replica/core/metrics.h"
 #include "replica/core/retry.h"
 #include "transfer/client.h"
+#include "transfer/durable_file.h"
 #include "transfer/options.h"
 
 namespace boost::asio {
@@ -291,6 +292,8 @@ class SiteAgent {
   std::shared_ptr<spdlog::logger> log_;
   std::string owner_;
   std::unique_ptr<internal::SpoolKeeper> keeper_;
+  // The spool's directories whose names are on disk (each chain synced once per process).
+  transfer::DurableDirectories durable_dirs_;
   CopyMeter meter_;
   std::atomic<std::int64_t> last_heartbeat_ok_ns_{0};
   // From this node's disk profile in the catalog (gfprobe disk --store; 0: none): the write

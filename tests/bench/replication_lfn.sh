@@ -7,7 +7,11 @@
 #   - gfrep -D b of LARGE_N files of LARGE_MIB MiB stored at the a nodes,
 #   - gfrep -D b of SMALL_N files of SMALL_MIB MiB (or SMALL_KIB KiB, which wins if set),
 # and prints one markdown table row per workload (aggregate Mbit/s by the wall clock of the
-# gfrep command, ratio to iperf3, and the transfer sessions the source agents opened).
+# gfrep command, ratio to iperf3, the transfer sessions the source agents opened, and the CPU
+# time per file of gfcatalogd and of the source and destination agents, from /proc/PID/stat,
+# over the gfrep command, and the time to full rate: from gfrep's start until a 1-s window of
+# its goodput (gfrep --json's ramp series) first reached 90 % of iperf3's best, in seconds and
+# in round trips of the route's 200 ms (RTT_MS)).
 # TUNING=self (default): no route settings and no buffer flags, what a new user gets.
 # TUNING=hand: gfroute set a b --streams 8 --socket-buffer 32M --cc cubic, gfsited --buffer 32M.
 # TUNING=probe: gfprobe route SRC DST --apply first (its time is printed), no other settings.
@@ -49,6 +53,8 @@ for n in "${NODES[@]}"; do ADDR[$n]=$("$BIN/gftopo" addr "$TOPO" "$n"); done
 # shellcheck disable=SC2086
 # --insecure: the namespaces are this script's own (no mutual TLS, as in the earlier figures).
 start catalog "$FIRST_SRC" "$BIN/gfcatalogd" --db "$WORK/db" --listen "${ADDR[$FIRST_SRC]}:0" --insecure ${CATALOG_FLAGS:-}
+CATALOG_PID=${PIDS[-1]}  # ip netns exec execs the daemon: $! is its pid
+SRC_AGENT_PIDS=() DST_AGENT_PIDS=()
 export GFREP_CATALOG=$LISTEN
 KEY=$WORK/key
 AGENT_FLAGS=()
@@ -58,7 +64,20 @@ AGENT_FLAGS=()
 for n in "${NODES[@]}"; do
   start "agent-$n" "$n" "$BIN/gfsited" --listen "${ADDR[$n]}:0" --spool "$WORK/spool-$n" \
     --site "${n%-n*}" --node "$n" --catalog "$GFREP_CATALOG" --key-file "$KEY" --log-level info --insecure "${AGENT_FLAGS[@]}"
+  if [[ ${n%-n*} == "$SRC_SITE" ]]; then SRC_AGENT_PIDS+=("${PIDS[-1]}"); fi
+  if [[ ${n%-n*} == "$DST_SITE" ]]; then DST_AGENT_PIDS+=("${PIDS[-1]}"); fi
 done
+# cpu_ticks PID...: user + system clock ticks the processes have used so far.
+cpu_ticks() {
+  local t=0 p f
+  for p in "$@"; do
+    # Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+    f=$(sed 's/.*) //' "/proc/$p/stat")
+    read -r -a f <<<"$f"
+    t=$((t + f[11] + f[12]))
+  done
+  echo "$t"
+}
 for _ in $(seq 100); do
   [[ $(ns "$FIRST_SRC" "$BIN/gfnode" list | wc -l) -ge ${#NODES[@]} ]] && break
   sleep 0.2
@@ -111,22 +130,36 @@ run() {  # run LABEL N KIB
   fresh=$(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=' || true)
   warm=$(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=.*(warm session)' || true)
   sync
+  local cat0 src0 dst0
+  cat0=$(cpu_ticks "$CATALOG_PID") src0=$(cpu_ticks "${SRC_AGENT_PIDS[@]}") dst0=$(cpu_ticks "${DST_AGENT_PIDS[@]}")
   t0=$(date +%s.%N)
   out=$(ns "$FIRST_SRC" "$BIN/gfrep" -D "$DST_SITE" -r --json "/$label")
   t1=$(date +%s.%N)
+  local cpu="$(($(cpu_ticks "$CATALOG_PID") - cat0)) $(($(cpu_ticks "${SRC_AGENT_PIDS[@]}") - src0)) $(($(cpu_ticks "${DST_AGENT_PIDS[@]}") - dst0)) $(getconf CLK_TCK)"
   fresh=$(($(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=' || true) - fresh))
   warm=$(($(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=.*(warm session)' || true) - warm))
-  python3 - "$label" "$n" "$kib" "$IPERF" "$out" "$t0" "$t1" "$((fresh - warm))" <<'PY'
+  python3 - "$label" "$n" "$kib" "$IPERF" "$out" "$t0" "$t1" "$((fresh - warm))" "$cpu" "${RTT_MS:-200}" <<'PY'
 import json, sys
 label, n, kib, iperf, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), json.loads(sys.argv[5])
 size = f"{kib // 1024} MiB" if kib % 1024 == 0 else f"{kib} KiB"
 wall = float(sys.argv[7]) - float(sys.argv[6])
 sessions = int(sys.argv[8])
+cat_t, src_t, dst_t, hz = (int(x) for x in sys.argv[9].split())
+ms = lambda ticks: ticks * 1000 / hz / n  # CPU ms per file
+# Time to full rate: the end of the first 1-s window (two 0.5-s bins) at 90 % of iperf3's best.
+series = out.get("ramp", {}).get("series_mbit_s", [])
+to_full = "never" if "ramp" in out else "n/a"  # n/a: a gfrep from before the ramp series
+for i in range(1, len(series)):
+    if (series[i - 1] + series[i]) / 2 >= 0.9 * iperf:
+        t = (i + 1) * 0.5
+        to_full = f"{t:.1f} s ({t * 1000 / float(sys.argv[10]):.0f} RTTs)"
+        break
 mbps = out["bytes_copied"] * 8 / wall / 1e6
-print(f"| {label} | {n} x {size} | {out['state']} | {wall:.1f} | {mbps:.0f} | {iperf:.0f} | {mbps / iperf:.2f} | {sessions} | {n / wall:.0f} |")
+print(f"| {label} | {n} x {size} | {out['state']} | {wall:.1f} | {mbps:.0f} | {iperf:.0f} | {mbps / iperf:.2f} | {sessions} | {n / wall:.0f} "
+      f"| {ms(cat_t):.2f} | {ms(src_t):.2f} | {ms(dst_t):.2f} | {to_full} |")
 PY
 }
-echo "| workload | files | state | wall s | gfrep Mbit/s | iperf3 Mbit/s | ratio | sessions opened | files/s |"
-echo "|---|---|---|---:|---:|---:|---:|---:|---:|"
+echo "| workload | files | state | wall s | gfrep Mbit/s | iperf3 Mbit/s | ratio | sessions opened | files/s | catalog CPU ms/file | source agents CPU ms/file | destination agents CPU ms/file | to 90 % of iperf3 |"
+echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 run large "$LARGE_N" "$((LARGE_MIB * 1024))"
 run small "$SMALL_N" "${SMALL_KIB:-$((SMALL_MIB * 1024))}"

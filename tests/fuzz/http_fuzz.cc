@@ -235,8 +235,16 @@ class FakeCatalog final : public catalog::CatalogView {
   }
   absl::StatusOr<catalog::Task> GetTask(std::uint64_t) override { return No(); }
   absl::StatusOr<std::vector<catalog::RequestFile>> ListRequestFiles(
-      std::uint64_t, const catalog::RequestFileFilter&) override {
-    return No();
+      std::uint64_t id, const catalog::RequestFileFilter& f) override {
+    if (id != 7) return absl::NotFoundError("no such request");
+    if (f.after >= file_.inode) return std::vector<catalog::RequestFile>{};
+    catalog::RequestFile rf;
+    rf.request_id = 7;
+    rf.id = file_.inode;
+    rf.path = "/exp/a.dat";
+    rf.state = catalog::RequestFileState::kCopying;
+    rf.open_tasks = 1;
+    return std::vector<catalog::RequestFile>{rf};
   }
 
  private:

@@ -91,9 +91,16 @@ TEST_F(ReplicationTest, ARouteRateCapHoldsForManySmallCopiesAtOnce) {
   RunResult set = Tool({"gfroute", "set", "A", "B", "--route-rate", "8M"});
   ASSERT_EQ(set.exit_code, 0) << set.out << set.err;
   const auto start = std::chrono::steady_clock::now();
-  RunResult r = Tool({"gfrep", "-D", "B", "-r", "/cap"}, std::chrono::seconds(150));
+  RunResult r = Tool({"gfrep", "-D", "B", "-r", "--json", "/cap"}, std::chrono::seconds(150));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // Its time to full rate is judged against the route's cap, its one route's rate.
+  nlohmann::json ramp = nlohmann::json::parse(r.out, nullptr, false)["ramp"];
+  ASSERT_TRUE(ramp.is_object()) << r.out;
+  EXPECT_EQ(ramp["reference"], "the route's rate cap") << ramp;
+  EXPECT_NEAR(ramp["reference_mbit_s"].get<double>(), 8.0, 1e-6) << ramp;
+  EXPECT_GT(ramp["peak_mbit_s"].get<double>(), 0) << ramp;
+  EXPECT_FALSE(ramp["series_mbit_s"].empty()) << ramp;
   // One burst of the bucket (256 KiB) may go at once; the rest at 8 Mbit/s, 10 % slack.
   const double paced_bits = static_cast<double>(kFiles * kSize - (256 << 10)) * 8;
   EXPECT_GE(seconds, paced_bits / 8e6 / 1.1)
@@ -217,7 +224,7 @@ TEST_F(ReplicationTest, AFileWhoseOnlySourceIsDownFailsClearlyAfterItsRetries) {
   agents_["a1"].Kill();
   RunResult r = Tool({"gfrep", "-N", "2", "/solo/f"}, std::chrono::seconds(150));
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
-  EXPECT_NE(r.err.find("failed: /solo/f: a1 -> "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("failed: /solo/f: copy a1 -> "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("after 5 attempts"), std::string::npos) << r.err;
 }
@@ -226,6 +233,14 @@ TEST_F(ReplicationTest, ARequestForAMissingPathFailsClearly) {
   RunResult r = Tool({"gfrep", "-N", "2", "/does/not/exist"});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.err.find("/does/not/exist: no such file or directory"), std::string::npos) << r.err;
+  // The failed files are the catalog's (a path that never got a task is one of them).
+  r = Tool({"gfrep", "--json", "-N", "2", "/does/not/exist", "/nor/this"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["files_failed"], 2) << j;
+  ASSERT_EQ(j["failed"].size(), 2u) << j;
+  EXPECT_EQ(j["failed"][0]["path"], "/does/not/exist") << j;
+  EXPECT_EQ(j["failed"][0]["error"], "no such file or directory") << j;
 }
 
 // A site agent whose catalog nobody answers keeps retrying its registration; SIGTERM
@@ -276,6 +291,10 @@ TEST_F(ReplicationTest, RequestsAreListedExplainedFollowedAndCancelled) {
   EXPECT_EQ(j["state"], "running");
   ASSERT_EQ(j["copies"].size(), 1u);
   EXPECT_EQ(j["copies"][0]["state"], "leased");
+  ASSERT_EQ(j["files"].size(), 1u) << j;  // the request's file, as the catalog follows it
+  EXPECT_EQ(j["files"][0]["path"], "/slow/f");
+  EXPECT_EQ(j["files"][0]["state"], "copying");
+  EXPECT_EQ(j["files"][0]["open_copies"], 1);
 
   r = Tool({"gfrep", "cancel", id});
   EXPECT_EQ(r.exit_code, 0) << r.err;

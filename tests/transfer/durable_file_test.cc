@@ -113,5 +113,47 @@ TEST_F(DurableFileTest, WriteFileDurablyReplacesTheWholeFileAndSaysWhatFailedByE
   EXPECT_NE(missing.message().find("no-such-dir"), absl::string_view::npos) << missing;
 }
 
+
+// A tree that receives many files syncs each directory chain once per process: a replica's
+// directory is new for every file, and syncing the whole chain up to the spool cost three
+// directory fsyncs per copy.
+TEST_F(DurableFileTest, DurableDirectoriesSyncEachChainOncePerProcess) {
+  const fs::path root = root_ / "spool";
+  fs::create_directories(root);
+  DurableDirectories dirs(root);
+  // New a/1: root (holds a, and was not known: with its own chain, just root) and a (holds 1).
+  ASSERT_TRUE(dirs.Prepare(root / "a" / "1").ok());
+  EXPECT_TRUE(fs::is_directory(root / "a" / "1"));
+  EXPECT_EQ(dirs.synced(), 2u);
+  // Known: nothing to sync.
+  ASSERT_TRUE(dirs.Prepare(root / "a" / "1").ok());
+  EXPECT_EQ(dirs.synced(), 2u);
+  // A new sibling: only its parent, which is known.
+  ASSERT_TRUE(dirs.Prepare(root / "a" / "2").ok());
+  EXPECT_EQ(dirs.synced(), 3u);
+  // Another process (or one that died before its sync) made a/3: the whole chain once.
+  fs::create_directories(root / "a" / "3");
+  ASSERT_TRUE(dirs.Prepare(root / "a" / "3").ok());
+  EXPECT_EQ(dirs.synced(), 6u);  // a/3, a, root
+  ASSERT_TRUE(dirs.Prepare(root / "a" / "3").ok());
+  EXPECT_EQ(dirs.synced(), 6u);
+  // A new process knows nothing: the chain of an existing directory again.
+  DurableDirectories restarted(root);
+  ASSERT_TRUE(restarted.Prepare(root / "a" / "1").ok());
+  EXPECT_EQ(restarted.synced(), 3u);
+  // Outside the root: refused, nothing made.
+  EXPECT_EQ(dirs.Prepare(root_ / "elsewhere").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(fs::exists(root_ / "elsewhere"));
+  // A component that is a file: the error, nothing remembered.
+  gfrep::testing::WriteRandomFile(root / "file", 10, 1);
+  EXPECT_EQ(dirs.Prepare(root / "file" / "x").code(), absl::StatusCode::kFailedPrecondition);
+  // Remembering is bounded: past the limit, a known-looking directory is synced again.
+  DurableDirectories small(root, 1);
+  ASSERT_TRUE(small.Prepare(root / "b" / "1").ok());  // remembers root only
+  const std::uint64_t before = small.synced();
+  ASSERT_TRUE(small.Prepare(root / "b" / "1").ok());
+  EXPECT_GT(small.synced(), before);
+}
+
 }  // namespace
 }  // namespace gfrep::transfer

@@ -848,12 +848,18 @@
     selectedRequest = id;
     for (const [rid, tr] of requestRows) tr.classList.toggle('selected', rid === id);
     loadDetail(new URL('api/request?id=' + encodeURIComponent(id), location.href), `request ${id}`, (r) => {
-      const list = r.files || [];
-      const rows = list.map((f) => [f.path, f.state, f.reason]);
+      // The files not done, as the catalog follows them (wanted, copying, failed and why); a
+      // copying file shows what its copy is doing.
+      const copies = new Map((r.files || []).map((c) => [c.path, c]));
+      const list = r.file_states || [];
+      const rows = list.map((f) => {
+        const c = f.state === 'copying' ? copies.get(f.path) : undefined;
+        return [f.path, c ? `copying (${c.state} → ${c.dst})` : f.state, c ? c.reason : f.reason];
+      });
       detail.dataset.kind = 'request';
       detail.replaceChildren(
         el('h3', '', `request ${r.id ?? id} · ${r.state || '?'} · ${r.owner || '?'}`),
-        list.length ? el('p', 'dim', `${files(list.length)} unfinished`) : el('p', 'dim', 'all files finished'),
+        list.length ? el('p', 'dim', `${files(list.length)} not done`) : el('p', 'dim', 'all files done'),
         ...(list.length ? [table(['path', 'state', 'reason'], rows)] : []),
         ...more(rows));
     });
