@@ -17,6 +17,8 @@
 # TUNING=probe: gfprobe route SRC DST --apply first (its time is printed), no other settings.
 # WORKERS=N passes --workers N to gfsited; CC=cubic sets only the route's congestion control; SESSION_REUSE=false turns warm sessions off;
 # CATALOG_FLAGS="--max-open-tasks-per-node 256" adds gfcatalogd flags.
+# JSON_OUT=DIR keeps, per workload, gfrep's --json (LABEL.json: its ramp series) and the
+# daemons' logs as they were when it ended (LABEL-NAME.log).
 # Other topologies: SRC_SITE/DST_SITE (default a/b), PAIRS=K runs agents on the first K nodes
 # of each site only, IPERF_PAIRS="jp-n1:us-n1 jp-n4:us-n4" measures iperf3 on several node
 # pairs at once and sums them (the reference for a topology of several routes). A workload
@@ -135,6 +137,11 @@ run() {  # run LABEL N KIB
   t0=$(date +%s.%N)
   out=$(ns "$FIRST_SRC" "$BIN/gfrep" -D "$DST_SITE" -r --json "/$label")
   t1=$(date +%s.%N)
+  if [[ -n ${JSON_OUT:-} ]]; then
+    mkdir -p "$JSON_OUT"
+    printf '%s\n' "$out" >"$JSON_OUT/$label.json"
+    for f in "$WORK"/*.log; do cp "$f" "$JSON_OUT/$label-$(basename "$f")"; done
+  fi
   local cpu="$(($(cpu_ticks "$CATALOG_PID") - cat0)) $(($(cpu_ticks "${SRC_AGENT_PIDS[@]}") - src0)) $(($(cpu_ticks "${DST_AGENT_PIDS[@]}") - dst0)) $(getconf CLK_TCK)"
   fresh=$(($(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=' || true) - fresh))
   warm=$(($(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=.*(warm session)' || true) - warm))
