@@ -112,8 +112,11 @@ absl::StatusOr<Snapshot> Take(catalog::Catalog& c, std::uint64_t id,
     // copy: a missing path, no destination with room).
     absl::StatusOr<std::vector<catalog::RequestFile>> failed =
         Files(c, id, catalog::RequestFileState::kFailed);
-    if (!failed.ok()) return failed.status();
-    for (const catalog::RequestFile& f : *failed) s.failed.push_back({f.path, f.reason});
+    // A gfcatalogd older than the request files: the request's error names them.
+    if (!failed.ok() && !absl::IsUnimplemented(failed.status())) return failed.status();
+    if (failed.ok()) {
+      for (const catalog::RequestFile& f : *failed) s.failed.push_back({f.path, f.reason});
+    }
   }
   return s;
 }
@@ -358,6 +361,7 @@ int Status(catalog::CatalogClient& c, std::uint64_t id, bool json) {
   absl::StatusOr<catalog::Request> r = c.GetRequest(id);
   if (!r.ok()) return tools::Fail("gfrep", tools::ErrorText(r.status()), 2);
   absl::StatusOr<std::vector<catalog::RequestFile>> files = Files(c, id, std::nullopt);
+  if (absl::IsUnimplemented(files.status())) files = std::vector<catalog::RequestFile>{};  // an older gfcatalogd
   if (!files.ok()) return tools::Fail("gfrep", tools::ErrorText(files.status()), 2);
   std::erase_if(*files, [](const catalog::RequestFile& f) { return f.state == catalog::RequestFileState::kDone; });
   catalog::TaskFilter f;
