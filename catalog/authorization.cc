@@ -355,6 +355,15 @@ absl::StatusOr<Task> AuthorizedCatalog::RenewLease(std::uint64_t id, std::string
   return inner().RenewLease(id, owner, lease);
 }
 
+absl::StatusOr<std::vector<absl::Status>> AuthorizedCatalog::RenewLeases(
+    const std::vector<LeaseRenewal>& items, std::chrono::milliseconds lease) {
+  std::vector<std::string_view> nodes;
+  nodes.reserve(items.size());
+  for (const LeaseRenewal& r : items) nodes.push_back(NodeOfOwner(r.owner));
+  if (absl::Status s = Check("RenewLeases", Access::kOwnNode, nodes); !s.ok()) return s;
+  return inner().RenewLeases(items, lease);
+}
+
 absl::StatusOr<Task> AuthorizedCatalog::CompleteTask(std::uint64_t id, std::string_view owner) {
   if (absl::Status s = Check("CompleteTask", Access::kOwnNode, {NodeOfOwner(owner)}); !s.ok()) {
     return s;

@@ -813,6 +813,25 @@ class Service final : public v1::Catalog::CallbackService {
     });
   }
 
+  grpc::ServerUnaryReactor* RenewLeases(grpc::CallbackServerContext* c,
+                                        const v1::RenewLeasesRequest* req,
+                                        v1::RenewLeasesResponse* resp) override {
+    return Run(c, "RenewLeases", [req, resp](Catalog& cat) -> absl::Status {
+      std::vector<LeaseRenewal> items;
+      items.reserve(static_cast<std::size_t>(req->items_size()));
+      for (const v1::RenewLeasesRequest::Item& i : req->items()) items.push_back({i.id(), i.owner()});
+      absl::StatusOr<std::vector<absl::Status>> results =
+          cat.RenewLeases(items, std::chrono::milliseconds(req->lease_ms()));
+      if (!results.ok()) return results.status();
+      for (const absl::Status& r : *results) {
+        v1::LeaseResult* out = resp->add_results();
+        out->set_code(static_cast<int>(r.code()));
+        out->set_message(std::string(r.message()));
+      }
+      return absl::OkStatus();
+    });
+  }
+
   grpc::ServerUnaryReactor* CompleteTask(grpc::CallbackServerContext* c,
                                          const v1::CompleteTaskRequest* req,
                                          v1::Task* resp) override {

@@ -855,6 +855,33 @@ absl::StatusOr<Task> CatalogClient::RenewLease(std::uint64_t id, std::string_vie
   return FromProto(resp);
 }
 
+absl::StatusOr<std::vector<absl::Status>> CatalogClient::RenewLeases(
+    const std::vector<LeaseRenewal>& items, std::chrono::milliseconds lease) {
+  v1::RenewLeasesRequest req;
+  for (const LeaseRenewal& r : items) {
+    v1::RenewLeasesRequest::Item* item = req.add_items();
+    item->set_id(r.id);
+    item->set_owner(r.owner);
+  }
+  req.set_lease_ms(static_cast<std::uint64_t>(std::max<std::int64_t>(lease.count(), 0)));
+  v1::RenewLeasesResponse resp;
+  absl::Status s = impl_->Call(&v1::Catalog::Stub::RenewLeases, req, &resp);
+  std::vector<absl::Status> out;
+  out.reserve(items.size());
+  if (absl::IsUnimplemented(s)) {
+    for (const LeaseRenewal& r : items) out.push_back(RenewLease(r.id, r.owner, lease).status());
+    return out;
+  }
+  if (!s.ok()) return s;
+  if (resp.results_size() != static_cast<int>(items.size())) {
+    return absl::InternalError("RenewLeases: result count does not match the items");
+  }
+  for (const v1::LeaseResult& r : resp.results()) {
+    out.push_back(r.code() == 0 ? absl::OkStatus() : ItemStatus(r.code(), r.message(), "RenewLeases"));
+  }
+  return out;
+}
+
 absl::StatusOr<Task> CatalogClient::CompleteTask(std::uint64_t id, std::string_view owner) {
   v1::CompleteTaskRequest req;
   req.set_id(id);

@@ -147,6 +147,9 @@ class CatalogClient final : public Catalog, public TelemetrySink {
   absl::StatusOr<std::vector<Task>> ClaimTasks(std::string_view node,
                                                const std::vector<std::string>& owners,
                                                std::chrono::milliseconds lease) override;
+  // Against a catalog without RenewLeases (older), one RenewLease call per item.
+  absl::StatusOr<std::vector<absl::Status>> RenewLeases(const std::vector<LeaseRenewal>& items,
+                                                        std::chrono::milliseconds lease) override;
   absl::StatusOr<Task> RenewLease(std::uint64_t id, std::string_view owner,
                                   std::chrono::milliseconds lease) override;
   absl::StatusOr<Task> CompleteTask(std::uint64_t id, std::string_view owner) override;

@@ -428,6 +428,12 @@ struct TaskCompletion {
   std::int64_t mtime_ns = 0;
 };
 
+// One item of Catalog::RenewLeases.
+struct LeaseRenewal {
+  std::uint64_t id = 0;
+  std::string owner;
+};
+
 struct TaskFilter {
   std::uint64_t request_id = 0;  // 0: any
   std::string dst_node;          // empty: any

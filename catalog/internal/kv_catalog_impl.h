@@ -124,6 +124,8 @@ class KvCatalog final : public Catalog {
   absl::StatusOr<std::vector<Task>> ClaimTasks(std::string_view node,
                                                const std::vector<std::string>& owners,
                                                std::chrono::milliseconds lease) override;
+  absl::StatusOr<std::vector<absl::Status>> RenewLeases(const std::vector<LeaseRenewal>& items,
+                                                        std::chrono::milliseconds lease) override;
   absl::StatusOr<Task> RenewLease(std::uint64_t id, std::string_view owner,
                                   std::chrono::milliseconds lease) override;
   absl::StatusOr<std::vector<absl::Status>> TransitionReplicas(

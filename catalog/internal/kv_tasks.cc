@@ -626,6 +626,34 @@ absl::StatusOr<Task> KvCatalog::RenewLease(std::uint64_t id, std::string_view ow
   return t;
 }
 
+absl::StatusOr<std::vector<absl::Status>> KvCatalog::RenewLeases(
+    const std::vector<LeaseRenewal>& items, std::chrono::milliseconds lease) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
+  if (absl::Status s = ValidateDelay("lease", lease, false); !s.ok()) return s;
+  if (items.size() > kMaxBatchPaths) {
+    return absl::InvalidArgumentError(fmt::format("more than {} leases", kMaxBatchPaths));
+  }
+  WorkLock work(this);
+  const std::int64_t now = Now();
+  const std::int64_t expiry = now + std::chrono::duration_cast<std::chrono::nanoseconds>(lease).count();
+  std::vector<absl::Status> out;
+  out.reserve(items.size());
+  KvBatch batch;
+  for (const LeaseRenewal& item : items) {
+    absl::StatusOr<Task> t = LeasedTask(item.id, item.owner);
+    out.push_back(t.status());
+    if (!t.ok()) continue;
+    t->lease_expiry_ns = expiry;
+    t->updated_ns = now;
+    batch.Put(kTasks, U64Key(t->id), EncodeTask(*t));  // no event, as RenewLease
+    claim_queue_.Stage(*t);
+  }
+  if (batch.Count() == 0) return out;
+  if (absl::Status s = WriteLocked(&batch, "renew leases"); !s.ok()) return s;
+  return out;
+}
+
 absl::StatusOr<Task> KvCatalog::CompleteTask(std::uint64_t id, std::string_view owner) {
   WriteGate gate(this);
   if (!gate.status().ok()) return gate.status();

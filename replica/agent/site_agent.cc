@@ -7,23 +7,17 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <future>
 #include <optional>
 #include <random>
 #include <set>
 
 #include "catalog/event_cursor.h"
 #include "replica/agent/in_flight.h"
+#include "replica/agent/internal/site_agent_copy.h"
 #include "replica/agent/internal/spool_keeper.h"
 #include "replica/agent/pull_options.h"
 #include "replica/core/spool.h"
@@ -37,11 +31,8 @@
 namespace gfrep::replica::agent {
 namespace {
 
-namespace asio = boost::asio;
 namespace fs = std::filesystem;
 
-// A copy's partial file and journal, kept for a resume while its task is open.
-constexpr std::string_view kTmpDir = ".gfrep-tmp";
 // Where versions before the engine installed replicas itself staged them; only swept now.
 constexpr std::string_view kOldStagingDir = ".gfrep-staging";
 
@@ -157,41 +148,6 @@ int SiteAgent::BurstStartLocked(const std::vector<catalog::Task>& tasks) const {
                                      static_cast<double>(options_.workers)));
 }
 
-// An I/O thread of the copies: its io_context runs the pulls dealt to it, and its
-// SessionCache (used only on that thread) keeps their warm sessions, as many as there are
-// workers. Declared in this order so that the cache goes before the io_context.
-struct SiteAgent::CopyIo {
-  explicit CopyIo(std::size_t max_idle) : sessions(std::chrono::seconds(20), max_idle) {}
-  asio::io_context io;
-  transfer::SessionCache sessions;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work{io.get_executor()};
-  std::thread thread;
-};
-
-// One claimed attempt of a task, owned by the worker thread that runs it; its pull runs on
-// `io`. The signal is this attempt's own, so a cancellation posted just as the attempt ended
-// reaches nothing.
-struct SiteAgent::Running {
-  Running(std::uint64_t id, CopyIo& io) : task_id(id), io(io) {}
-  std::uint64_t task_id;
-  CopyIo& io;
-  std::shared_ptr<asio::cancellation_signal> cancel =
-      std::make_shared<asio::cancellation_signal>();  // used only on io's thread
-  bool cancelled = false;   // guarded by mu_
-  bool lease_lost = false;  // guarded by mu_
-};
-
-void SiteAgent::CancelLocked(Running& run) {
-  // Emitted on the copy's own thread: cancellation signals are not thread-safe. The copy
-  // ends at its next operation; the io_context keeps running until it has, so nothing the
-  // engine still does on its blocking pool outlives it. `cancelled` covers a request that
-  // comes before the copy has started (Copy checks it once the coroutine runs).
-  run.cancelled = true;
-  asio::post(run.io.io, [signal = std::weak_ptr<asio::cancellation_signal>(run.cancel)] {
-    if (auto s = signal.lock()) s->emit(asio::cancellation_type::terminal);
-  });
-}
-
 SiteAgent::~SiteAgent() { Stop(); }
 
 SiteAgentStats SiteAgent::stats() const {
@@ -290,7 +246,7 @@ void SiteAgent::CleanTemporaryFiles() {
     }
   }
   int removed = 0;
-  for (std::string_view dir : {kOldStagingDir, kTmpDir}) {
+  for (std::string_view dir : {kOldStagingDir, kCopyTmpDir}) {
     std::error_code ec;
     fs::path base = options_.spool / dir;
     if (!fs::is_directory(base, ec)) continue;
@@ -336,11 +292,7 @@ absl::Status SiteAgent::Start() {
   // Under mu_ so that a concurrent Stop() either sees every thread or none.
   absl::MutexLock lock(&mu_);
   if (stop_) return absl::CancelledError("stopped before the agent started");
-  for (int i = 0; i < options_.io_threads; ++i) {
-    auto c = std::make_unique<CopyIo>(static_cast<std::size_t>(options_.workers));
-    c->thread = std::thread([io = &c->io] { io->run(); });
-    copy_io_.push_back(std::move(c));
-  }
+  StartCopyThreads();
   threads_.emplace_back([this] { HeartbeatLoop(); });
   threads_.emplace_back([this] { RenewLoop(); });
   threads_.emplace_back([this] { WatchLoop(); });
@@ -349,7 +301,6 @@ absl::Status SiteAgent::Start() {
     threads_.emplace_back([this] { CheckLoop(); });
   }
   threads_.emplace_back([this] { ClaimLoop(); });
-  for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this, i] { WorkerLoop(i); });
   for (int i = 0; i < kCompleters; ++i) threads_.emplace_back([this] { CompleteLoop(); });
   if (options_.adapt_in_flight) threads_.emplace_back([this] { TuneLoop(); });
   if (options_.telemetry_interval.count() > 0 && options_.telemetry != nullptr)
@@ -369,24 +320,18 @@ void SiteAgent::Stop() {
   }
   wake_.SignalAll();
   claim_wake_.SignalAll();
-  work_wake_.SignalAll();
-  idle_wake_.SignalAll();
   complete_wake_.SignalAll();
   check_wake_.SignalAll();
+  {
+    // The copies end at their next operation (the cancellation), and their tasks are failed
+    // as retryable or queued for their commit, which the committers make before they end.
+    absl::MutexLock lock(&mu_);
+    while (copying_ > 0) copies_ended_.Wait(&mu_);
+  }
   for (std::thread& t : threads) {
     if (t.joinable()) t.join();
   }
-  // No copy runs any more: close the warm sessions on their own threads and let them end.
-  std::vector<std::unique_ptr<CopyIo>> copy_io;
-  {
-    absl::MutexLock lock(&mu_);
-    copy_io.swap(copy_io_);
-  }
-  for (std::unique_ptr<CopyIo>& c : copy_io) {
-    asio::post(c->io, [sessions = &c->sessions] { sessions->Clear(); });
-    c->work.reset();
-    if (c->thread.joinable()) c->thread.join();
-  }
+  StopCopyThreads();
   std::deque<Claimed> unstarted;
   {
     absl::MutexLock lock(&mu_);
@@ -505,51 +450,48 @@ void SiteAgent::HeartbeatLoop() {
 void SiteAgent::RenewLoop() {
   while (!stop_) {
     SleepFor(options_.lease / 3);
-    std::vector<std::pair<std::string, std::uint64_t>> claims;
+    std::vector<catalog::LeaseRenewal> claims;
     {
       absl::MutexLock lock(&mu_);
-      for (const auto& [owner, run] : running_) claims.emplace_back(owner, run->task_id);
-      for (const Completion& c : completions_) claims.emplace_back(c.owner, c.task.id);
-      for (const auto& [owner, id] : completing_) claims.emplace_back(owner, id);
-      for (const Claimed& c : ready_) claims.emplace_back(c.owner, c.task.id);
+      for (const auto& [owner, run] : running_) claims.push_back({run->task_id, owner});
+      for (const Completion& c : completions_) claims.push_back({c.task.id, c.owner});
+      for (const auto& [owner, id] : completing_) claims.push_back({id, owner});
+      for (const Claimed& c : ready_) claims.push_back({c.task.id, c.owner});
     }
-    // Every renewal is a catalog round trip (across the WAN for a remote catalog): made
-    // concurrently, 128 at a time, so that a round over many claims stays well inside the
-    // lease (one after another, 40 claims at 200 ms took 8 s of a 15 s lease; 256 copies at
-    // once hold about 900 claims with those ahead and those committing).
-    constexpr std::size_t kWave = 128;
-    for (std::size_t begin = 0; begin < claims.size(); begin += kWave) {
-      std::vector<std::future<absl::StatusOr<catalog::Task>>> renewals;
-      std::size_t end = std::min(claims.size(), begin + kWave);
-      for (std::size_t i = begin; i < end; ++i) {
-        renewals.push_back(std::async(std::launch::async, [this, claim = claims[i]] {
-          return options_.catalog.work->RenewLease(claim.second, claim.first, options_.lease);
-        }));
-      }
-      for (std::size_t i = begin; i < end; ++i) {
-        absl::StatusOr<catalog::Task> t = renewals[i - begin].get();
-        // Not a structured binding: clang 14 cannot capture one in the lambdas below.
-        const std::string& owner = claims[i].first;
-        const auto id = claims[i].second;
-        if (t.ok()) continue;
-        absl::MutexLock lock(&mu_);
-        auto it = running_.find(owner);
-        bool pending = std::any_of(completions_.begin(), completions_.end(),
-                                   [&](const Completion& c) { return c.owner == owner; }) ||
-                       completing_.count(owner) > 0 ||
-                       std::any_of(ready_.begin(), ready_.end(),
-                                   [&](const Claimed& c) { return c.owner == owner; });
-        if (it == running_.end() && !pending) continue;  // it ended meanwhile (done, say)
-        if (absl::IsFailedPrecondition(t.status()) || absl::IsNotFound(t.status())) {
-          log_->warn("task={} owner={} lease lost: {}", id, owner, t.status().ToString());
-          if (it != running_.end() && !it->second->lease_lost) {
-            it->second->lease_lost = true;
-            stats_.leases_lost += 1;
-            CancelLocked(*it->second);
-          }
-        } else {
-          log_->warn("task={} renew lease: {}", id, t.status().ToString());
+    if (claims.empty()) continue;
+    // Every lease this agent holds (256 copies at once hold about 900 with the tasks claimed
+    // ahead and those committing) in one catalog call and one write: one round trip per
+    // round, across the WAN for a remote catalog, instead of one per claim.
+    absl::StatusOr<std::vector<absl::Status>> renewed =
+        options_.catalog.work->RenewLeases(claims, options_.lease);
+    if (renewed.ok() && renewed->size() != claims.size()) {
+      renewed = absl::InternalError("the catalog answered a renewal batch with another count");
+    }
+    if (!renewed.ok()) {
+      log_->warn("renew {} leases: {}", claims.size(), renewed.status().ToString());
+      continue;  // the next round tries again, well inside the lease
+    }
+    absl::MutexLock lock(&mu_);
+    for (std::size_t i = 0; i < claims.size(); ++i) {
+      const absl::Status& r = (*renewed)[i];
+      if (r.ok()) continue;
+      const std::string& owner = claims[i].owner;
+      auto it = running_.find(owner);
+      const bool pending = std::any_of(completions_.begin(), completions_.end(),
+                                       [&](const Completion& c) { return c.owner == owner; }) ||
+                           completing_.count(owner) > 0 ||
+                           std::any_of(ready_.begin(), ready_.end(),
+                                       [&](const Claimed& c) { return c.owner == owner; });
+      if (it == running_.end() && !pending) continue;  // it ended meanwhile (done, say)
+      if (absl::IsFailedPrecondition(r) || absl::IsNotFound(r)) {
+        log_->warn("task={} owner={} lease lost: {}", claims[i].id, owner, r.ToString());
+        if (it != running_.end() && !it->second->lease_lost) {
+          it->second->lease_lost = true;
+          stats_.leases_lost += 1;
+          CancelLocked(*it->second);
         }
+      } else {
+        log_->warn("task={} renew lease: {}", claims[i].id, r.ToString());
       }
     }
   }
@@ -648,66 +590,14 @@ void SiteAgent::ClaimLoop() {
           log_->info("copies at once {} -> {}: new work ({} tasks claimed)", in_flight_limit_,
                      tuner_->limit(), claimed->size());
           in_flight_limit_ = tuner_->limit();
-          idle_wake_.SignalAll();
         }
       }
       for (std::size_t i = 0; i < claimed->size(); ++i) {
         ready_.push_back(Claimed{std::move((*claimed)[i]), owners[i]});
       }
       if (copying_ >= LimitLocked()) limit_binding_ = true;  // for TuneLoop
+      LaunchLocked();
     }
-    // All of them: only workers below the limit wait here (WorkerLoop), and one that can
-    // not take a task (no room for its commit) must not swallow the wake-up.
-    work_wake_.SignalAll();
-  }
-}
-
-void SiteAgent::WorkerLoop(int index) {
-  // This worker's pulls run on one of the I/O threads, with the warm sessions kept there.
-  CopyIo* io;
-  {
-    absl::MutexLock lock(&mu_);
-    io = copy_io_[static_cast<std::size_t>(index) % copy_io_.size()].get();
-  }
-  while (true) {
-    Claimed next;
-    bool claim_more;
-    {
-      absl::MutexLock lock(&mu_);
-      // Worker i copies only while i is below the limit, so the same workers, and with
-      // them the same warm sessions, carry the copies (128 workers taking turns at 32
-      // copies opened a session each). The others sleep apart, so that a claim wakes only
-      // workers that may take its tasks.
-      if (index >= LimitLocked()) {
-        while (!stop_ && index >= LimitLocked()) idle_wake_.Wait(&mu_);
-        if (stop_) break;
-        continue;
-      }
-      auto may_copy = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_.load() || index >= LimitLocked() ||
-               (!ready_.empty() && copying_ < LimitLocked() &&
-                completions_.size() < static_cast<std::size_t>(4 * options_.workers));
-      };
-      while (!may_copy()) work_wake_.Wait(&mu_);
-      if (stop_) break;
-      if (index >= LimitLocked()) continue;
-      next = std::move(ready_.front());
-      ready_.pop_front();
-      claim_more = ready_.size() <= ClaimAhead(LimitLocked()) / 2;
-      ++copying_;
-      stats_.peak_in_flight = std::max(stats_.peak_in_flight, copying_);
-      // TuneLoop: tasks still wait and every copy allowed runs, so more could have run.
-      if (!ready_.empty() && copying_ >= LimitLocked()) limit_binding_ = true;
-    }
-    if (claim_more) claim_wake_.Signal();
-    Execute(next.task, next.owner, *io);
-    bool freed;
-    {
-      absl::MutexLock lock(&mu_);
-      --copying_;
-      freed = index >= LimitLocked();  // the limit fell meanwhile: a slot for a worker below it
-    }
-    if (freed) work_wake_.SignalAll();
   }
 }
 
@@ -717,16 +607,18 @@ void SiteAgent::CompleteLoop() {
     std::vector<Completion> batch;
     {
       absl::MutexLock lock(&mu_);
-      while (!stop_ && completions_.empty()) complete_wake_.Wait(&mu_);
-      if (completions_.empty()) return;  // stopping, nothing left
+      // Stopping, the committers end once no copy runs (a copy ending then still queues its
+      // commit) and nothing waits.
+      while (completions_.empty() && !(stop_ && copying_ == 0)) complete_wake_.Wait(&mu_);
+      if (completions_.empty()) return;
       while (!completions_.empty() && batch.size() < catalog::kMaxBatchPaths) {
         completing_[completions_.front().owner] = completions_.front().task.id;
         batch.push_back(std::move(completions_.front()));
         completions_.pop_front();
       }
+      LaunchLocked();  // copies may have waited for room in the queue
     }
-    work_wake_.SignalAll();  // workers may wait for room in the queue
-    claim_wake_.Signal();    // and the claim loop too
+    claim_wake_.Signal();  // and the claim loop too
     std::vector<catalog::TaskCompletion> items;
     items.reserve(batch.size());
     for (const Completion& c : batch) items.push_back({c.task.id, c.owner, c.mtime_ns});
@@ -835,309 +727,10 @@ void SiteAgent::TuneLoop() {
       if (next == was) continue;
       log_->info("copies at once {} -> {}: {}", was, next, tuner_->reason());
       in_flight_limit_ = next;
+      LaunchLocked();  // a higher limit starts ready tasks now
     }
-    work_wake_.SignalAll();
-    idle_wake_.SignalAll();
     claim_wake_.Signal();
   }
-}
-
-void SiteAgent::Execute(const catalog::Task& task, const std::string& claim_owner, CopyIo& io) {
-  log_->info("task={} claimed path={} from={} attempt={}/{} owner={}", task.id, task.spec.path,
-             task.spec.src_node, task.attempts, task.spec.max_attempts, claim_owner);
-  ++active_;
-  Running run(task.id, io);
-  {
-    absl::MutexLock lock(&mu_);
-    running_[claim_owner] = &run;
-    if (stop_) CancelLocked(run);
-  }
-  std::uint64_t bytes = 0;
-  std::int64_t mtime_ns = 0;
-  absl::Status result = Copy(task, run, bytes, mtime_ns);
-  bool lost;
-  {
-    absl::MutexLock lock(&mu_);
-    running_.erase(claim_owner);
-    lost = run.lease_lost;
-    if (!lost && result.ok()) {
-      // Committed to the catalog by a completer thread, so this worker goes on with the next
-      // file at once; the lease is renewed meanwhile.
-      completions_.push_back(Completion{task, claim_owner, bytes, mtime_ns});
-    }
-  }
-  --active_;
-  if (lost) {
-    // Someone else holds the task now (or it was cancelled): any word from this attempt
-    // would be refused by the catalog anyway.
-    log_->warn("task={} attempt abandoned: lease lost ({})", task.id, result.ToString());
-    return;
-  }
-  const catalog::Roles& cat = options_.catalog;
-  if (result.ok()) {
-    complete_wake_.Signal();
-    return;
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    stats_.tasks_failed += 1;
-  }
-  if (IsRetryableCall(result)) {
-    absl::MutexLock lock(&mu_);
-    node_cache_.erase(task.spec.src_node);  // it may have restarted at another address
-  }
-  bool retryable = IsRetryableCopy(result);
-  std::chrono::milliseconds delay = BackoffDelay(options_.retry, task.attempts);
-  std::string reason = fmt::format("{} (from {})", result.ToString(), task.spec.src_node);
-  log_->warn("task={} attempt {} failed path={}: {}{}", task.id, task.attempts, task.spec.path,
-             reason, retryable ? fmt::format(" (retry in {} ms)", delay.count()) : "");
-  for (int i = 0; i < 20; ++i) {
-    absl::StatusOr<catalog::Task> failed =
-        cat.work->FailTask(task.id, claim_owner, reason, retryable, delay);
-    if (failed.ok() || !IsRetryableDaemonCall(failed.status())) break;
-    SleepFor(std::chrono::milliseconds(200));
-  }
-}
-
-namespace {
-constexpr std::chrono::seconds kLookupTtl(10);
-}  // namespace
-
-absl::StatusOr<catalog::Node> SiteAgent::LookupNode(const std::string& name) {
-  auto now = std::chrono::steady_clock::now();
-  {
-    absl::MutexLock lock(&mu_);
-    if (auto it = node_cache_.find(name); it != node_cache_.end() && now - it->second.second < kLookupTtl) {
-      return it->second.first;
-    }
-  }
-  absl::StatusOr<catalog::Node> n = options_.catalog.view->GetNode(name);
-  if (!n.ok()) return n.status();
-  absl::MutexLock lock(&mu_);
-  node_cache_[name] = {*n, now};
-  return n;
-}
-
-absl::StatusOr<catalog::Route> SiteAgent::LookupRoute(const std::string& src_site) {
-  auto now = std::chrono::steady_clock::now();
-  {
-    absl::MutexLock lock(&mu_);
-    if (auto it = route_cache_.find(src_site);
-        it != route_cache_.end() && now - it->second.second < kLookupTtl) {
-      return it->second.first;
-    }
-  }
-  catalog::Route route;
-  if (absl::StatusOr<catalog::Route> r = options_.catalog.view->GetRoute(src_site, options_.site);
-      r.ok()) {
-    route = *r;
-  } else if (absl::IsNotFound(r.status())) {
-    route.src_site = src_site;
-    route.dst_site = options_.site;
-  } else {
-    return r.status();
-  }
-  absl::MutexLock lock(&mu_);
-  route_cache_[src_site] = {route, now};
-  return route;
-}
-
-absl::Status SiteAgent::Copy(const catalog::Task& task, Running& run,
-                             std::uint64_t& bytes_received, std::int64_t& mtime_ns) {
-  // The stamp the catalog records with the replica (replica_check.h): read after the rename
-  // and the directory sync, from the file that is the replica.
-  auto stamp = [&](const fs::path& file) -> absl::Status {
-    struct stat st {};
-    if (::lstat(file.c_str(), &st) != 0) {
-      return transfer::ErrnoStatus(errno, fmt::format("stat {}", file.string()));
-    }
-    mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-    return absl::OkStatus();
-  };
-  // What the copy is checked against: the file's checksum at the task's generation, which
-  // the claim brought along (ClaimTasks); a catalog that predates that is asked here.
-  std::optional<absl::StatusOr<catalog::Attributes>> attrs_result;
-  auto attributes = [&]() -> absl::StatusOr<catalog::Attributes> {
-    if (!attrs_result && !task.checksum.empty()) {
-      catalog::Attributes a;
-      a.inode = task.inode;
-      a.generation = task.generation;
-      a.size = task.size;
-      a.checksum_algo = task.checksum_algo;
-      a.checksum = task.checksum;
-      attrs_result = a;
-    }
-    if (!attrs_result) attrs_result = options_.catalog.view->StatInode(task.inode);
-    const absl::StatusOr<catalog::Attributes>& attrs = *attrs_result;
-    if (!attrs.ok()) {
-      if (absl::IsNotFound(attrs.status())) {
-        return absl::FailedPreconditionError("file was removed");
-      }
-      return attrs.status();
-    }
-    if (attrs->generation != task.generation) {
-      return absl::AbortedError(fmt::format("file changed to generation {} (task is for {})",
-                                            attrs->generation, task.generation));
-    }
-    if (CatalogChecksum(*attrs).empty()) {
-      return absl::FailedPreconditionError("the catalog has no checksum for this file");
-    }
-    return attrs;
-  };
-  fs::path final_path = ReplicaFile(options_.spool, task.inode, task.generation);
-  std::error_code ec;
-  if (fs::exists(fs::symlink_status(final_path, ec))) {
-    absl::StatusOr<catalog::Attributes> attrs = attributes();
-    if (!attrs.ok()) return attrs.status();
-    // An earlier attempt got as far as the rename (then the agent died or the catalog
-    // call failed): keep the bytes if they are right, else start over.
-    absl::Status v = VerifyFile(final_path, *attrs);
-    if (v.ok()) {
-      log_->info("task={} already in place: {}", task.id, final_path.string());
-      if (absl::Status s = transfer::SyncDirectoryChain(options_.spool, final_path.parent_path());
-          !s.ok()) {
-        return s;
-      }
-      return stamp(final_path);
-    }
-    log_->warn("task={} {} (removed, copying again)", task.id, v.ToString());
-    fs::remove(final_path, ec);
-  }
-  absl::StatusOr<catalog::Node> src = LookupNode(task.spec.src_node);
-  if (!src.ok()) return src.status();
-  absl::StatusOr<transfer::Endpoint> endpoint = transfer::ParseEndpoint(src->address);
-  if (!endpoint.ok()) {
-    return absl::FailedPreconditionError(
-        fmt::format("source node {} has a bad address '{}'", src->name, src->address));
-  }
-  absl::StatusOr<catalog::Route> route = LookupRoute(src->site);
-  if (!route.ok()) return route.status();
-
-  int at_once;
-  {
-    absl::MutexLock lock(&mu_);
-    at_once = LimitLocked();
-  }
-  PullSettings settings =
-      PullOptionsFor(options_.transfer, task, *route, *src,
-                     {disk_write_io_size_.load(), disk_flush_interval_.load()}, at_once);
-  transfer::TransferOptions& topts = settings.options;
-  if (settings.streams_cut_from > 0 && !warned_stream_cap_.exchange(true)) {
-    log_->warn(
-        "route {}->{} asks for {} streams; using {} so that {} copies x (streams + 1) "
-        "connections stay within a source agent's limit of {} per peer",
-        route->src_site, route->dst_site, settings.streams_cut_from, topts.route.streams, at_once,
-        transfer::kDefaultMaxConnectionsPerPeer);
-  }
-  if (!topts.logger) topts.logger = log_;
-  // The dashboard's counters of this copy (telemetry.h), ended when the copy returns.
-  std::shared_ptr<CopyCounters> metered = meter_.Begin(
-      {task.id, task.spec.request_id, src->name, src->site, task.size,
-       static_cast<std::uint32_t>(std::max(1, topts.route.streams)), 0});
-  struct EndMeter {
-    CopyMeter& meter;
-    std::uint64_t id;
-    ~EndMeter() { meter.End(id); }
-  } end_meter{meter_, task.id};
-  // Received bytes as the engine reports them (every 100 ms and at the end), for TuneLoop's
-  // goodput, the route's learnt goodput and the dashboard (in all and per stream).
-  topts.progress = [this, site = route->src_site, metered, counted = std::uint64_t{0},
-                    counted_streams = std::vector<std::uint64_t>(metered->stream.size(), 0)](
-                       const transfer::Progress& p) mutable {
-    const std::uint64_t now = p.bytes_done > p.resumed_bytes ? p.bytes_done - p.resumed_bytes : 0;
-    if (now > counted) {
-      live_bytes_.fetch_add(now - counted);
-      learner_.AddBytes(site, now - counted, RouteLearner::Clock::now());
-      metered->received.fetch_add(now - counted, std::memory_order_relaxed);
-    }
-    counted = std::max(counted, now);
-    for (std::size_t k = 0; k < std::min(p.stream_bytes.size(), counted_streams.size()); ++k) {
-      if (p.stream_bytes[k] > counted_streams[k]) {
-        metered->stream[k].fetch_add(p.stream_bytes[k] - counted_streams[k], std::memory_order_relaxed);
-        counted_streams[k] = p.stream_bytes[k];
-      }
-    }
-  };
-  // The engine checks the bytes against the catalog's checksum and size, and installs them
-  // at the replica's own name, durably and create-only: nothing else finishes the copy.
-  absl::StatusOr<catalog::Attributes> attrs = attributes();
-  if (!attrs.ok()) return attrs.status();
-  topts.expected_checksum = CatalogChecksum(*attrs);
-  topts.expected_size = task.size;
-  // The directories down to the replica's must survive a crash before its name does (the
-  // engine syncs the final directory after its rename; one made by an attempt that died
-  // before it synced its parent would not be). Each chain once per process.
-  if (absl::Status s = durable_dirs_.Prepare(final_path.parent_path()); !s.ok()) return s;
-  fs::path tmp = options_.spool / kTmpDir / fmt::format("task-{}", task.id);
-
-  // The pull runs on the I/O thread; this worker sleeps until it has ended. The handler owns
-  // what it touches (the promise, the signal), whatever this frame does meanwhile.
-  auto done = std::make_shared<std::promise<absl::StatusOr<transfer::TransferStats>>>();
-  std::future<absl::StatusOr<transfer::TransferStats>> finished = done->get_future();
-  asio::co_spawn(
-      run.io.io,
-      transfer::AsyncPull(*endpoint, transfer::ReplicaRelativePath(task.inode, task.generation),
-                          final_path, tmp, topts,
-                          options_.reuse_sessions ? &run.io.sessions : nullptr),
-      asio::bind_cancellation_slot(
-          run.cancel->slot(), [done, signal = run.cancel](
-                                  std::exception_ptr e, absl::StatusOr<transfer::TransferStats> r) {
-            signal->slot().clear();
-            done->set_value(e ? absl::InternalError("bug: exception escaped AsyncPull")
-                              : std::move(r));
-          }));
-  {
-    // A cancellation asked for before the pull began reached no handler: emit it again, now
-    // that the pull's start is queued ahead of it on the same thread.
-    absl::MutexLock lock(&mu_);
-    if (run.cancelled) {
-      asio::post(run.io.io, [signal = std::weak_ptr<asio::cancellation_signal>(run.cancel)] {
-        if (auto s = signal.lock()) s->emit(asio::cancellation_type::terminal);
-      });
-    }
-  }
-  absl::StatusOr<transfer::TransferStats> result = finished.get();
-  if (!result.ok()) {
-    const absl::Status& failed = result.status();
-    {
-      absl::MutexLock lock(&mu_);
-      if (run.cancelled) {
-        return absl::CancelledError(
-            fmt::format("copy cancelled (agent stopping or lease lost): {}", failed.ToString()));
-      }
-    }
-    if (transfer::IsExpectedChecksumMismatch(failed)) {
-      // The engine checked end to end that these are the bytes the source read from its
-      // replica file: the source's replica is what is wrong. Report it, and fail this task
-      // for good: the planner copies the file again from a good replica.
-      std::string note = fmt::format("{} (to {}, generation {})", std::string(failed.message()),
-                                     options_.node, task.generation);
-      ReportBadSource(task, note);
-      return absl::FailedPreconditionError(fmt::format(
-          "source replica on {} does not match the catalog: {}", task.spec.src_node, note));
-    }
-    if (absl::IsAlreadyExists(failed)) {
-      // Another attempt put the replica there meanwhile: keep it if it is right.
-      if (absl::Status v = VerifyFile(final_path, *attrs); !v.ok()) {
-        std::error_code rm;
-        fs::remove(final_path, rm);
-        return absl::UnavailableError(
-            fmt::format("{} was in place but wrong ({}): removed, copying again",
-                        final_path.string(), v.ToString()));
-      }
-      return stamp(final_path);
-    }
-    return failed;
-  }
-  const transfer::TransferStats& stats = *result;
-  bytes_received = stats.bytes_transferred;
-  learner_.AddCopy(route->src_site, stats.tcp, stats.congestion);
-  {
-    absl::MutexLock lock(&mu_);
-    (stats.reused_session ? stats_.pulls_on_warm_sessions : stats_.pulls_on_new_sessions) += 1;
-  }
-  fs::remove_all(tmp, ec);  // ignored: only leftovers of a finished copy
-  return stamp(final_path);
 }
 
 }  // namespace gfrep::replica::agent

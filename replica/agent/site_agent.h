@@ -37,24 +37,22 @@
 // Catalog restarts: every loop treats kUnavailable as "try again shortly"; the gRPC
 // channel reconnects by itself; a heartbeat answered kNotFound re-registers the node.
 //
-// Pipelining: each worker keeps its sessions to source agents open between files
-// (transfer::SessionCache), so the next file from the same source starts with one request on
-// warm, authenticated connections instead of a new connection setup and slow start. The
-// catalog's record of the file (to check the copy) is read beside the pull, and the
-// CompleteTask call is made by a completer thread while the worker goes on with its next
-// file (the lease stays renewed until the catalog answered; at most 4 x workers copies wait).
-// A pull with nothing to resume asks for the whole file, whose bytes then follow the offer
-// at once.
-//
-// Claims and commits in batches: one claim thread keeps up to ClaimAhead(copies allowed at
-// once) tasks claimed ahead for the workers (a ClaimTasks call leases many at once, in one
-// catalog write, whenever the ready ones fall to half of that and the catalog has more), and
-// each claimed task
-// carries the file's checksum, so a copy needs no catalog call of its own. Finished copies
-// are committed by completer threads with one CompleteTasks call for all that wait. So a
-// small file costs a fraction of a catalog round trip instead of three (claim, stat,
-// complete), and no thread is started per file. Tasks still ready at Stop() are given back
-// (FailTask, retryable, no backoff).
+// The copy pipeline (site_agent_copy.cc): a claim thread keeps up to ClaimAhead(copies
+// allowed at once) tasks claimed ahead (a ClaimTasks call leases many at once, in one
+// catalog write, whenever the ready ones fall to half of that and the catalog has more);
+// each claimed task carries the file's checksum, so a copy needs no catalog call of its own.
+// While fewer copies run than are allowed, the next ready task is started as a coroutine on
+// one of `io_threads` I/O threads (in turn), which runs its pull: no thread per copy. The
+// copy's blocking steps (reading the catalog's route and node, verifying a file already in
+// place, syncing the replica's directories, reporting a bad source, failing the task) go to a
+// small pool of threads and the coroutine resumes on its I/O thread. Finished copies wait in a
+// queue that a committer drains with one CompleteTasks call for all that wait (the lease stays
+// renewed until the catalog answered; at most 4 x workers copies wait). So a small file costs
+// a fraction of a catalog round trip instead of three (claim, stat, complete). Each I/O
+// thread keeps the sessions to source agents open between files (transfer::SessionCache):
+// the next file from the same source starts with one request on warm, authenticated
+// connections instead of a new connection setup and slow start. Tasks still ready at Stop()
+// are given back (FailTask, retryable, no backoff).
 //
 // Routes learnt from the copies (route_learner.h): each copy's received bytes and its
 // sender's TCP figures (least and smoothed RTT, bytes re-sent) go into a RouteLearner; each
@@ -63,21 +61,18 @@
 // tuner of the copies at once takes the same figures as its congestion signals.
 //
 // Threading: Start() launches a heartbeat thread, a lease-renewal thread, an event
-// watcher, a sweep thread, a claim thread, `workers` copy threads, 2 completer threads,
-// `io_threads` I/O threads and (adapt_in_flight) a tuning thread. Only the workers below the
-// copies allowed at once take tasks (README "Copies at once"). A worker does a copy's file
-// system work itself and hands its network side (the pull) to an I/O thread, worker i to
-// thread i mod io_threads, whose io_context runs the pulls of many copies at once and whose
-// SessionCache keeps their warm sessions; the worker sleeps until the pull has ended (the
-// I/O threads, not the workers, wake for socket events). A copy is cancelled
-// (lease lost, Stop()) through an asio cancellation signal emitted on its I/O thread, never
-// by stopping the io_context, so the engine's work on its blocking pool always completes.
-// Stop() (any thread) cancels running copies (their tasks are failed as retryable so
-// another attempt resumes them), joins the workers and then the I/O threads.
+// watcher, a sweep thread, a claim thread, 2 committer threads, `io_threads` I/O threads, a
+// pool of kBlockingThreads for the copies' blocking steps and (adapt_in_flight) a tuning
+// thread: the same count for 1 copy at once or 256. A copy is cancelled (lease lost, Stop())
+// through an asio cancellation signal emitted on its I/O thread, never by stopping the
+// io_context, so the engine's work on its blocking pool always completes. Stop() (any
+// thread) cancels running copies (their tasks are failed as retryable so another attempt
+// resumes them), waits for them to end, joins the threads and then the I/O threads.
 
 #include <spdlog/logger.h>
 
 #include <atomic>
+#include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -105,7 +100,8 @@
 
 namespace boost::asio {
 class io_context;
-}
+class thread_pool;
+}  // namespace boost::asio
 
 namespace gfrep::replica::agent {
 namespace internal {
@@ -127,8 +123,8 @@ struct SiteAgentOptions {
   bool requires_data_tls = false;
   // Create the site in the catalog if it does not exist yet.
   bool create_site = true;
-  // Copies at once, at most (threads; also registered as Node::workers, which sizes the
-  // planner's window for this node).
+  // Copies at once, at most (coroutines, not threads; also registered as Node::workers,
+  // which sizes the planner's window for this node).
   int workers = 256;
   // Tune the copies at once from measured goodput (in_flight.h) between 1 and `workers`
   // every `tune_period`, starting each burst of work (tasks claimed by an idle agent) from
@@ -143,8 +139,8 @@ struct SiteAgentOptions {
   // Keep transfer sessions to source agents open between files (see Pipelining above);
   // false opens a new session per file (for comparison).
   bool reuse_sessions = true;
-  // Threads that run the network side of every copy (1..64); copies are dealt to them by
-  // worker, and each keeps the warm sessions of its copies.
+  // Threads that run the copies (1..64); copies are dealt to them in turn, and each keeps
+  // the warm sessions of its copies.
   int io_threads = 2;
   // Lease per claim; renewed every lease/3 while copying.
   std::chrono::milliseconds lease{15000};
@@ -241,11 +237,9 @@ class SiteAgent {
   void HeartbeatLoop();
   void RenewLoop();
   void WatchLoop();
-  // Claims tasks for the workers in batches (one ClaimTasks call for many), keeping up to
-  // ClaimAhead(copies allowed at once) of them ready; see "Claims" above.
+  // Claims tasks in batches (one ClaimTasks call for many), keeping up to
+  // ClaimAhead(copies allowed at once) of them ready; see "The copy pipeline" above.
   void ClaimLoop();
-  // Worker `index` (0..workers-1) takes ready tasks while index < the copies allowed at once.
-  void WorkerLoop(int index);
   // Commits finished copies in batches (one CompleteTasks call for all that wait).
   void CompleteLoop();
   // Gives tasks claimed but never started back to the catalog (retryable, no backoff).
@@ -268,14 +262,35 @@ class SiteAgent {
   // between initial_in_flight and workers.
   int BurstStartLocked(const std::vector<catalog::Task>& tasks) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // An I/O thread of the copies (io_threads of them; see Copy).
+  // The copy pipeline (site_agent_copy.cc). An I/O thread of the copies (io_threads of them).
   struct CopyIo;
-  // One claimed attempt: copy, then CompleteTask or FailTask as `claim_owner`.
-  void Execute(const catalog::Task& task, const std::string& claim_owner, CopyIo& io);
   struct Running;
-  // On success `mtime_ns` is the replica file's mtime (recorded by the commit).
-  absl::Status Copy(const catalog::Task& task, Running& run, std::uint64_t& bytes_received,
-                    std::int64_t& mtime_ns);
+  // What a copy needs before its pull (PlanCopy), and what it brings (CopyResult).
+  struct PullPlan;
+  struct CopyResult {
+    std::uint64_t bytes = 0;
+    std::int64_t mtime_ns = 0;  // of the replica file, recorded by the commit
+  };
+  // Starts the I/O threads and the blocking pool (Start), and ends them once no copy runs
+  // (Stop).
+  void StartCopyThreads() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StopCopyThreads();
+  // Starts ready tasks as copies while fewer run than are allowed and there is room for
+  // their commits; wakes the claim loop when the ready ones fall to half of ClaimAhead.
+  void LaunchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One claimed attempt, a coroutine on its I/O thread: copy, then queue its commit or fail
+  // the task as `claimed.owner`.
+  boost::asio::awaitable<void> RunCopy(Claimed claimed, std::shared_ptr<Running> run);
+  boost::asio::awaitable<absl::Status> Copy(const catalog::Task& task, Running& run,
+                                            CopyResult& out);
+  // On the blocking pool: checks the catalog's record, finds an earlier attempt's replica in
+  // place, looks up the source and the route, decides the pull's settings.
+  absl::StatusOr<PullPlan> PlanCopy(const catalog::Task& task, CopyResult& out);
+  // On the blocking pool: what the pull's outcome means for the task.
+  absl::Status FinishCopy(const catalog::Task& task, const Running& run, const PullPlan& plan,
+                          absl::StatusOr<transfer::TransferStats> pulled, CopyResult& out);
+  // On the blocking pool: FailTask with the reason, retryable or not, with its backoff.
+  void FailAttempt(const catalog::Task& task, const std::string& owner, const absl::Status& result);
   // Asks a running copy to stop (from any thread; REQUIRES mu_ held).
   static void CancelLocked(Running& run);
   catalog::Heartbeat MakeHeartbeat() const;
@@ -308,25 +323,26 @@ class SiteAgent {
   std::atomic<bool> stop_{false};
   std::atomic<int> active_{0};
   std::vector<std::thread> threads_;
-  // Created by Start(), stopped by Stop() after every worker has ended (guarded by mu_
-  // while they change; workers use their entry without the lock).
+  // Created by Start(), stopped by Stop() after every copy has ended (guarded by mu_ while
+  // they change; the copies use their entry without the lock).
   std::vector<std::unique_ptr<CopyIo>> copy_io_;
+  std::size_t next_io_ ABSL_GUARDED_BY(mu_) = 0;  // the I/O thread of the next copy
+  std::unique_ptr<boost::asio::thread_pool> blocking_;
 
   mutable absl::Mutex mu_;
   // Each waits with mu_: wake_ for stop, sleeps and the sweep; the others for one loop's
   // work, so that a finished copy or a claimed task wakes one thread, not every thread.
   absl::CondVar wake_;
   absl::CondVar claim_wake_;     // the claim loop: tasks queued, room for more
-  absl::CondVar work_wake_;      // workers below the limit: a task is ready, room
-  absl::CondVar idle_wake_;      // workers above the limit: it rose
   absl::CondVar complete_wake_;  // completers: a copy waits for its commit
+  absl::CondVar copies_ended_;   // Stop(): the last running copy ended
   absl::CondVar check_wake_;     // CheckLoop: only Stop() wakes it early
   std::uint64_t wake_generation_ ABSL_GUARDED_BY(mu_) = 0;
   bool sweep_wanted_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<std::uint64_t> claims_{0};
   std::atomic<bool> warned_stream_cap_{false};
-  // Claim owner -> its attempt (the Running lives on the worker's stack).
-  std::map<std::string, Running*> running_ ABSL_GUARDED_BY(mu_);
+  // Claim owner -> its attempt (shared with the copy's coroutine).
+  std::map<std::string, std::shared_ptr<Running>> running_ ABSL_GUARDED_BY(mu_);
   // Copies in place and verified, waiting for their CompleteTask.
   struct Completion {
     catalog::Task task;
@@ -343,7 +359,7 @@ class SiteAgent {
     std::string owner;
   };
   std::deque<Claimed> ready_ ABSL_GUARDED_BY(mu_);
-  int copying_ ABSL_GUARDED_BY(mu_) = 0;             // workers running a copy
+  int copying_ ABSL_GUARDED_BY(mu_) = 0;             // copies started and not ended
   int in_flight_limit_ ABSL_GUARDED_BY(mu_) = 0;     // see TuneLoop
   bool limit_binding_ ABSL_GUARDED_BY(mu_) = false;  // a ready task waited for the limit
   // The tuner of in_flight_limit_ (adapt_in_flight): updated by TuneLoop, restarted by the

@@ -12,6 +12,10 @@ std::filesystem::path ReplicaFile(const std::filesystem::path& spool, catalog::I
   return spool / transfer::ReplicaRelativePath(inode, generation);
 }
 
+std::filesystem::path CopyTmpDir(const std::filesystem::path& spool, std::uint64_t task_id) {
+  return spool / kCopyTmpDir / ("task-" + std::to_string(task_id));
+}
+
 absl::StatusOr<std::string> LegacySpoolRelativePath(std::string_view catalog_path) {
   absl::StatusOr<std::vector<std::string>> parts = catalog::SplitPath(catalog_path);
   if (!parts.ok()) return parts.status();

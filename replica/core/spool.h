@@ -33,6 +33,11 @@ namespace gfrep::replica {
 std::filesystem::path ReplicaFile(const std::filesystem::path& spool, catalog::InodeId inode,
                                   std::uint64_t generation);
 
+// A copy's partial file and restart markers, kept for a resume while its task is open:
+// "<spool>/.gfrep-tmp/task-<id>" (SiteAgent removes those of tasks no longer open).
+inline constexpr std::string_view kCopyTmpDir = ".gfrep-tmp";
+std::filesystem::path CopyTmpDir(const std::filesystem::path& spool, std::uint64_t task_id);
+
 // The old, path-keyed layout (kept only to migrate spools written before the identity
 // layout): "/a/b" -> "a/b". kInvalidArgument for invalid paths, the root, or a reserved
 // ".gfrep-*" top component.

@@ -295,6 +295,12 @@ TEST_F(CatalogClientTest, RequestAndTaskCalls) {
   EXPECT_TRUE(client_->RenewLease(claimed->id, "agent", 30s).ok());
   EXPECT_EQ(client_->RenewLease(claimed->id, "other", 30s).status().code(),
             absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<std::vector<absl::Status>> renewed =
+      client_->RenewLeases({{claimed->id, "agent"}, {claimed->id, "other"}}, 30s);
+  ASSERT_TRUE(renewed.ok()) << renewed.status();
+  ASSERT_EQ(renewed->size(), 2u);
+  EXPECT_TRUE((*renewed)[0].ok()) << (*renewed)[0];
+  EXPECT_EQ((*renewed)[1].code(), absl::StatusCode::kFailedPrecondition);
   absl::StatusOr<Task> failed = client_->FailTask(claimed->id, "agent", "no route", true, 0ms);
   ASSERT_TRUE(failed.ok());
   EXPECT_EQ(failed->state, TaskState::kQueued);

@@ -104,7 +104,8 @@ class FaultyWorkQueue : public catalog::WorkQueue {
  public:
   explicit FaultyWorkQueue(catalog::WorkQueue* inner) : c_(inner) {}
 
-  // If set and returning a status, RenewLease returns it instead of calling on.
+  // If set and returning a status, RenewLease (and RenewLeases, for that item) returns it
+  // instead of calling on.
   std::function<std::optional<absl::Status>(std::uint64_t task)> on_renew;
   // Runs once, before the next CreateTasks is forwarded.
   std::function<void()> before_create_tasks;
@@ -152,6 +153,23 @@ class FaultyWorkQueue : public catalog::WorkQueue {
     }
     return c_->RenewLease(id, o, l);
   }
+  absl::StatusOr<std::vector<absl::Status>> RenewLeases(const std::vector<catalog::LeaseRenewal>& items,
+                                                        std::chrono::milliseconds l) override {
+    renew_calls += 1;
+    std::vector<catalog::LeaseRenewal> passed;
+    std::vector<std::optional<absl::Status>> faults;
+    for (const catalog::LeaseRenewal& r : items) {
+      faults.push_back(on_renew ? on_renew(r.id) : std::nullopt);
+      if (!faults.back()) passed.push_back(r);
+    }
+    absl::StatusOr<std::vector<absl::Status>> renewed = c_->RenewLeases(passed, l);
+    if (!renewed.ok()) return renewed;
+    std::vector<absl::Status> out;
+    std::size_t next = 0;
+    for (std::optional<absl::Status>& f : faults) out.push_back(f ? *f : (*renewed)[next++]);
+    return out;
+  }
+  std::atomic<int> renew_calls{0};  // RenewLeases calls
   absl::StatusOr<catalog::Task> CompleteTask(std::uint64_t id, std::string_view o) override {
     return c_->CompleteTask(id, o);
   }

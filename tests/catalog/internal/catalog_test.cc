@@ -520,6 +520,35 @@ TEST_P(CatalogTest, TopologyTablesValidateReferences) {
   EXPECT_EQ(catalog_->SendHeartbeat(Beat("zz")).code(), absl::StatusCode::kNotFound);
 }
 
+TEST_P(CatalogTest, LeasesAreRenewedInOneBatchEachAsRenewLeaseWouldHaveBeen) {
+  MakeTopologyAndFile();
+  ASSERT_TRUE(OneTask().ok());
+  absl::StatusOr<Task> mine = catalog_->ClaimTask("b1", "agent-1", 10s);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  now_ += 9'000'000'000;
+  // Mine renewed; a wrong owner and an unknown task refused, each for itself.
+  absl::StatusOr<std::vector<absl::Status>> r = catalog_->RenewLeases(
+      {{mine->id, "agent-1"}, {mine->id, "agent-2"}, {mine->id + 1000, "agent-1"}}, 10s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_TRUE((*r)[0].ok()) << (*r)[0];
+  EXPECT_EQ((*r)[1].code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*r)[2].code(), absl::StatusCode::kNotFound);
+  now_ += 9'000'000'000;  // 18 s after the claim, 9 s after the renewal: still leased
+  EXPECT_EQ(catalog_->ClaimTask("b1", "agent-2", 10s).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(catalog_->GetTask(mine->id)->state, TaskState::kLeased);
+  now_ += 2'000'000'000;  // past the renewed lease: the next claimant gets it
+  absl::StatusOr<Task> theirs = catalog_->ClaimTask("b1", "agent-2", 10s);
+  ASSERT_TRUE(theirs.ok()) << theirs.status();
+  EXPECT_EQ(theirs->id, mine->id);
+  r = catalog_->RenewLeases({{mine->id, "agent-1"}}, 10s);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->front().code(), absl::StatusCode::kFailedPrecondition) << "a lost lease renewed";
+  EXPECT_TRUE(catalog_->RenewLeases({}, 10s).ok());
+  EXPECT_EQ(catalog_->RenewLeases({{mine->id, "agent-2"}}, -1s).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(CatalogTest, ExpiredLeaseIsGivenToTheNextClaimant) {
   MakeTopologyAndFile();
   ASSERT_TRUE(OneTask().ok());

@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include "replica/client/reader.h"
@@ -521,6 +523,67 @@ TEST_F(SiteAgentTest, CopiesAtOnceGrowWhileGoodputGrowsWithThem) {
   EXPECT_GE(st.in_flight_limit, 4);
   EXPECT_GE(st.peak_in_flight, 4);
   EXPECT_EQ(st.tasks_failed, 0u);
+}
+
+// Threads of this process now (/proc/self/status).
+int ThreadsOfProcess() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+TEST_F(SiteAgentTest, TwoHundredFiftySixCopiesAtOnceRunOnAHandfulOfThreads) {
+  // The copies are coroutines on the agent's I/O threads, and their leases are renewed in one
+  // call a round: 256 copies at once (every stream paced to 4 Mbit/s, so that they overlap)
+  // add the same few threads to the process as one copy would. A thread per copy (and per
+  // renewal) added hundreds.
+  StartNode("a1", "A");
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  catalog::Site site_b;
+  site_b.name = "B";
+  ASSERT_TRUE(cat_->PutSite(site_b).ok());
+  catalog::Route route;
+  route.src_site = "A";
+  route.dst_site = "B";
+  route.streams = 1;
+  route.stream_rate_bps = 4'000'000;
+  route.stripe_unit_bytes = 64 << 10;
+  ASSERT_TRUE(cat_->PutRoute(route).ok());
+  constexpr int kFiles = 300;
+  for (int i = 0; i < kFiles; ++i) Store("a1", "/wide/f" + std::to_string(i), 256 << 10, 700 + i);
+  StartPlanner();
+  const int before = ThreadsOfProcess();
+  ASSERT_GT(before, 0);
+  StartAgent(b1, [](SiteAgentOptions& o) {
+    o.workers = 256;
+    o.adapt_in_flight = false;
+    o.lease = std::chrono::milliseconds(600);  // renewed every 200 ms while the copies run
+  });
+  std::atomic<bool> done{false};
+  std::atomic<int> most{0};
+  std::thread sampler([&] {
+    while (!done) {
+      most = std::max(most.load(), ThreadsOfProcess());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  const catalog::Request r = ReplicateTree("/wide");
+  done = true;
+  sampler.join();
+  ASSERT_EQ(r.state, RequestState::kDone) << r.error;
+  const SiteAgentStats st = b1.agent->stats();
+  EXPECT_GE(st.peak_in_flight, 200) << "the copies did not overlap: the test proves nothing";
+  EXPECT_EQ(st.leases_lost, 0u);
+  // The agent's own threads (heartbeat, renewal, watcher, sweep, claims, 2 committers, 2 I/O,
+  // 4 blocking, telemetry) and the engine's pools: about 20, whatever the copies at once.
+  EXPECT_LE(most.load() - before, 40) << "threads before the agent: " << before;
+  for (int i = 0; i < kFiles; i += 37) {
+    const std::string path = "/wide/f" + std::to_string(i);
+    EXPECT_EQ(Bytes("b1", path), Bytes("a1", path)) << path;
+  }
 }
 
 TEST_F(SiteAgentTest, TheRouteLearnsFromTheCopiesWhatTheySaw) {

@@ -1,0 +1,59 @@
+#pragma once
+
+// The parts of SiteAgent's copy pipeline that site_agent.cc (Stop, lease renewal, the
+// destructor of the blocking pool) and site_agent_copy.cc both use: an I/O thread of the
+// copies, and one running copy.
+
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "catalog/types.h"
+#include "replica/agent/site_agent.h"
+#include "transfer/client.h"
+#include "transfer/options.h"
+
+namespace gfrep::replica::agent {
+
+// An I/O thread of the copies: its io_context runs the copies dealt to it, and its
+// SessionCache (used only on that thread) keeps their warm sessions. Declared in this order
+// so that the cache goes before the io_context.
+struct SiteAgent::CopyIo {
+  explicit CopyIo(std::size_t max_idle) : sessions(std::chrono::seconds(20), max_idle) {}
+  boost::asio::io_context io;
+  transfer::SessionCache sessions;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work{io.get_executor()};
+  std::thread thread;
+};
+
+// One claimed attempt of a task, shared by its coroutine and running_. The signal is this
+// attempt's own (bound to its coroutine), so a cancellation posted as the attempt ended
+// reaches nothing.
+struct SiteAgent::Running {
+  Running(std::uint64_t id, CopyIo& io) : task_id(id), io(io) {}
+  std::uint64_t task_id;
+  CopyIo& io;
+  std::shared_ptr<boost::asio::cancellation_signal> cancel =
+      std::make_shared<boost::asio::cancellation_signal>();  // used only on io's thread
+  bool cancelled = false;   // guarded by mu_
+  bool lease_lost = false;  // guarded by mu_
+};
+
+// The copy's checked record, source, settings and names (PlanCopy).
+struct SiteAgent::PullPlan {
+  bool in_place = false;  // an earlier attempt's replica is there and verified: no pull
+  catalog::Attributes attrs;
+  transfer::Endpoint endpoint;
+  std::string src_site;
+  std::filesystem::path final_path;
+  std::filesystem::path tmp;
+  transfer::TransferOptions options;
+};
+
+}  // namespace gfrep::replica::agent

@@ -1,0 +1,412 @@
+// SiteAgent's copy pipeline (site_agent.h, "The copy pipeline"): ready tasks become copy
+// coroutines on the I/O threads; their blocking steps run on a small pool.
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <cerrno>
+#include <optional>
+#include <type_traits>
+
+#include "replica/agent/pull_options.h"
+#include "replica/agent/internal/site_agent_copy.h"
+#include "replica/agent/site_agent.h"
+#include "replica/core/spool.h"
+#include "transfer/agent.h"
+#include "transfer/checksum.h"
+#include "transfer/client.h"
+#include "transfer/errno_status.h"
+#include "transfer/spool_names.h"
+
+namespace gfrep::replica::agent {
+namespace {
+
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+
+// Threads for the copies' blocking steps: catalog lookups (cached), directory syncs, the
+// verification of a file an earlier attempt left in place, FailTask.
+constexpr int kBlockingThreads = 4;
+// Finished copies waiting for their commit, at most, per copy allowed at once: each holds a
+// lease.
+constexpr std::size_t kCommitsPerCopy = 4;
+constexpr std::chrono::seconds kLookupTtl(10);
+
+// Runs `f` on `pool` and resumes the awaiting coroutine on its own executor with f's result.
+template <typename F>
+asio::awaitable<std::invoke_result_t<F&>> OnPool(asio::thread_pool& pool, F f) {
+  using R = std::invoke_result_t<F&>;
+  co_return co_await asio::async_initiate<const asio::use_awaitable_t<>&, void(R)>(
+      [&pool](auto handler, F fn) {
+        auto resume = asio::get_associated_executor(handler);
+        asio::post(pool, [handler = std::move(handler), fn = std::move(fn), resume]() mutable {
+          R r = fn();
+          asio::post(resume, [handler = std::move(handler), r = std::move(r)]() mutable {
+            std::move(handler)(std::move(r));
+          });
+        });
+      },
+      asio::use_awaitable, std::move(f));
+}
+
+// The replica file's mtime, which the catalog records with the replica (replica_check.h):
+// read after the rename and the directory sync, from the file that is the replica.
+absl::Status StampOf(const fs::path& file, std::int64_t& mtime_ns) {
+  struct stat st {};
+  if (::lstat(file.c_str(), &st) != 0) {
+    return transfer::ErrnoStatus(errno, fmt::format("stat {}", file.string()));
+  }
+  mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void SiteAgent::StartCopyThreads() {
+  blocking_ = std::make_unique<asio::thread_pool>(kBlockingThreads);
+  for (int i = 0; i < options_.io_threads; ++i) {
+    auto c = std::make_unique<CopyIo>(static_cast<std::size_t>(options_.workers));
+    c->thread = std::thread([io = &c->io] { io->run(); });
+    copy_io_.push_back(std::move(c));
+  }
+}
+
+void SiteAgent::StopCopyThreads() {
+  // No copy runs any more: close the warm sessions on their own threads and let them end.
+  std::vector<std::unique_ptr<CopyIo>> copy_io;
+  {
+    absl::MutexLock lock(&mu_);
+    copy_io.swap(copy_io_);
+  }
+  for (std::unique_ptr<CopyIo>& c : copy_io) {
+    asio::post(c->io, [sessions = &c->sessions] { sessions->Clear(); });
+    c->work.reset();
+    if (c->thread.joinable()) c->thread.join();
+  }
+  if (blocking_) blocking_->join();
+}
+
+void SiteAgent::CancelLocked(Running& run) {
+  // Emitted on the copy's own thread: cancellation signals are not thread-safe. The copy
+  // ends at its next operation; the io_context keeps running until it has, so nothing the
+  // engine still does on its blocking pool outlives it. `cancelled` covers the copy's steps
+  // that are not on its I/O thread (checked before the pull).
+  run.cancelled = true;
+  asio::post(run.io.io, [signal = std::weak_ptr<asio::cancellation_signal>(run.cancel)] {
+    if (auto s = signal.lock()) s->emit(asio::cancellation_type::terminal);
+  });
+}
+
+void SiteAgent::LaunchLocked() {
+  const std::size_t commits = kCommitsPerCopy * static_cast<std::size_t>(options_.workers);
+  while (!stop_ && !ready_.empty() && copying_ < LimitLocked() && completions_.size() < commits &&
+         !copy_io_.empty()) {
+    Claimed next = std::move(ready_.front());
+    ready_.pop_front();
+    ++copying_;
+    stats_.peak_in_flight = std::max(stats_.peak_in_flight, copying_);
+    CopyIo& io = *copy_io_[next_io_++ % copy_io_.size()];
+    auto run = std::make_shared<Running>(next.task.id, io);
+    running_[next.owner] = run;
+    // Posted, so that the coroutine never starts inside this lock.
+    asio::post(io.io, [this, next = std::move(next), run]() mutable {
+      asio::co_spawn(run->io.io, RunCopy(std::move(next), run),
+                     asio::bind_cancellation_slot(
+                         run->cancel->slot(), [this, signal = run->cancel](std::exception_ptr e) {
+                           signal->slot().clear();
+                           if (e) log_->error("bug: an exception escaped a copy");
+                         }));
+    });
+  }
+  // TuneLoop: tasks still wait and every copy allowed runs, so more could have run.
+  if (!ready_.empty() && copying_ >= LimitLocked()) limit_binding_ = true;
+  if (ready_.size() <= ClaimAhead(LimitLocked()) / 2) claim_wake_.Signal();
+}
+
+asio::awaitable<void> SiteAgent::RunCopy(Claimed claimed, std::shared_ptr<Running> run) {
+  // Cancellation ends the operation in progress (the pull); nothing throws.
+  co_await asio::this_coro::throw_if_cancelled(false);
+  const catalog::Task& task = claimed.task;
+  log_->info("task={} claimed path={} from={} attempt={}/{} owner={}", task.id, task.spec.path,
+             task.spec.src_node, task.attempts, task.spec.max_attempts, claimed.owner);
+  ++active_;
+  CopyResult out;
+  const absl::Status result = co_await Copy(task, *run, out);
+  --active_;
+  bool lost;
+  {
+    absl::MutexLock lock(&mu_);
+    running_.erase(claimed.owner);
+    lost = run->lease_lost;
+    // Committed by a committer thread with others; the lease is renewed meanwhile.
+    if (!lost && result.ok()) completions_.push_back(Completion{task, claimed.owner, out.bytes, out.mtime_ns});
+  }
+  if (lost) {
+    // Someone else holds the task now (or it was cancelled): any word from this attempt
+    // would be refused by the catalog anyway.
+    log_->warn("task={} attempt abandoned: lease lost ({})", task.id, result.ToString());
+  } else if (result.ok()) {
+    complete_wake_.Signal();
+  } else {
+    co_await OnPool(*blocking_, [&] {
+      FailAttempt(task, claimed.owner, result);
+      return true;
+    });
+  }
+  absl::MutexLock lock(&mu_);
+  --copying_;
+  LaunchLocked();
+  if (copying_ == 0) {
+    copies_ended_.SignalAll();
+    complete_wake_.SignalAll();  // stopping: the committers may end now
+  }
+}
+
+asio::awaitable<absl::Status> SiteAgent::Copy(const catalog::Task& task, Running& run,
+                                              CopyResult& out) {
+  absl::StatusOr<PullPlan> plan = co_await OnPool(*blocking_, [&] { return PlanCopy(task, out); });
+  if (!plan.ok() || plan->in_place) co_return plan.status();
+  bool cancelled;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled = run.cancelled;
+  }
+  if (cancelled) {
+    meter_.End(task.id);
+    co_return absl::CancelledError("copy cancelled before its pull (agent stopping or lease lost)");
+  }
+  // The engine checks the bytes against the catalog's checksum and size, and installs them
+  // at the replica's own name, durably and create-only: nothing else finishes the copy.
+  absl::StatusOr<transfer::TransferStats> pulled = co_await transfer::AsyncPull(
+      plan->endpoint, transfer::ReplicaRelativePath(task.inode, task.generation),
+      plan->final_path, plan->tmp, plan->options,
+      options_.reuse_sessions ? &run.io.sessions : nullptr);
+  meter_.End(task.id);
+  co_return co_await OnPool(*blocking_, [&] {
+    return FinishCopy(task, run, *plan, std::move(pulled), out);
+  });
+}
+
+absl::StatusOr<SiteAgent::PullPlan> SiteAgent::PlanCopy(const catalog::Task& task,
+                                                        CopyResult& out) {
+  PullPlan plan;
+  // What the copy is checked against: the file's checksum at the task's generation, which
+  // the claim brought along (ClaimTasks); a catalog that predates that is asked here.
+  if (!task.checksum.empty()) {
+    plan.attrs.inode = task.inode;
+    plan.attrs.generation = task.generation;
+    plan.attrs.size = task.size;
+    plan.attrs.checksum_algo = task.checksum_algo;
+    plan.attrs.checksum = task.checksum;
+  } else {
+    absl::StatusOr<catalog::Attributes> a = options_.catalog.view->StatInode(task.inode);
+    if (absl::IsNotFound(a.status())) return absl::FailedPreconditionError("file was removed");
+    if (!a.ok()) return a.status();
+    plan.attrs = *a;
+  }
+  if (plan.attrs.generation != task.generation) {
+    return absl::AbortedError(fmt::format("file changed to generation {} (task is for {})",
+                                          plan.attrs.generation, task.generation));
+  }
+  if (CatalogChecksum(plan.attrs).empty()) {
+    return absl::FailedPreconditionError("the catalog has no checksum for this file");
+  }
+  plan.final_path = ReplicaFile(options_.spool, task.inode, task.generation);
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(plan.final_path, ec))) {
+    // An earlier attempt got as far as the install (then the agent died or the catalog call
+    // failed): keep the bytes if they are right, else start over.
+    if (absl::Status v = VerifyFile(plan.final_path, plan.attrs); v.ok()) {
+      log_->info("task={} already in place: {}", task.id, plan.final_path.string());
+      if (absl::Status s = transfer::SyncDirectoryChain(options_.spool, plan.final_path.parent_path());
+          !s.ok()) {
+        return s;
+      }
+      plan.in_place = true;
+      if (absl::Status s = StampOf(plan.final_path, out.mtime_ns); !s.ok()) return s;
+      return plan;
+    } else {
+      log_->warn("task={} {} (removed, copying again)", task.id, v.ToString());
+      fs::remove(plan.final_path, ec);
+    }
+  }
+  absl::StatusOr<catalog::Node> src = LookupNode(task.spec.src_node);
+  if (!src.ok()) return src.status();
+  absl::StatusOr<transfer::Endpoint> endpoint = transfer::ParseEndpoint(src->address);
+  if (!endpoint.ok()) {
+    return absl::FailedPreconditionError(
+        fmt::format("source node {} has a bad address '{}'", src->name, src->address));
+  }
+  plan.endpoint = *endpoint;
+  plan.src_site = src->site;
+  absl::StatusOr<catalog::Route> route = LookupRoute(src->site);
+  if (!route.ok()) return route.status();
+  int at_once;
+  {
+    absl::MutexLock lock(&mu_);
+    at_once = LimitLocked();
+  }
+  PullSettings settings =
+      PullOptionsFor(options_.transfer, task, *route, *src,
+                     {disk_write_io_size_.load(), disk_flush_interval_.load()}, at_once);
+  plan.options = std::move(settings.options);
+  transfer::TransferOptions& topts = plan.options;
+  if (settings.streams_cut_from > 0 && !warned_stream_cap_.exchange(true)) {
+    log_->warn(
+        "route {}->{} asks for {} streams; using {} so that {} copies x (streams + 1) "
+        "connections stay within a source agent's limit of {} per peer",
+        route->src_site, route->dst_site, settings.streams_cut_from, topts.route.streams, at_once,
+        transfer::kDefaultMaxConnectionsPerPeer);
+  }
+  if (!topts.logger) topts.logger = log_;
+  topts.expected_checksum = CatalogChecksum(plan.attrs);
+  topts.expected_size = task.size;
+  // The dashboard's counters of this copy (telemetry.h), ended when its pull returns.
+  std::shared_ptr<CopyCounters> metered = meter_.Begin(
+      {task.id, task.spec.request_id, src->name, src->site, task.size,
+       static_cast<std::uint32_t>(std::max(1, topts.route.streams)), 0});
+  // Received bytes as the engine reports them (every 100 ms and at the end), for TuneLoop's
+  // goodput, the route's learnt goodput and the dashboard (in all and per stream).
+  topts.progress = [this, site = route->src_site, metered, counted = std::uint64_t{0},
+                    counted_streams = std::vector<std::uint64_t>(metered->stream.size(), 0)](
+                       const transfer::Progress& p) mutable {
+    const std::uint64_t now = p.bytes_done > p.resumed_bytes ? p.bytes_done - p.resumed_bytes : 0;
+    if (now > counted) {
+      live_bytes_.fetch_add(now - counted);
+      learner_.AddBytes(site, now - counted, RouteLearner::Clock::now());
+      metered->received.fetch_add(now - counted, std::memory_order_relaxed);
+    }
+    counted = std::max(counted, now);
+    for (std::size_t k = 0; k < std::min(p.stream_bytes.size(), counted_streams.size()); ++k) {
+      if (p.stream_bytes[k] > counted_streams[k]) {
+        metered->stream[k].fetch_add(p.stream_bytes[k] - counted_streams[k], std::memory_order_relaxed);
+        counted_streams[k] = p.stream_bytes[k];
+      }
+    }
+  };
+  // The directories down to the replica's must survive a crash before its name does (the
+  // engine syncs the final directory after its rename; one made by an attempt that died
+  // before it synced its parent would not be). Each chain once per process.
+  if (absl::Status s = durable_dirs_.Prepare(plan.final_path.parent_path()); !s.ok()) {
+    meter_.End(task.id);
+    return s;
+  }
+  plan.tmp = CopyTmpDir(options_.spool, task.id);
+  return plan;
+}
+
+absl::Status SiteAgent::FinishCopy(const catalog::Task& task, const Running& run,
+                                   const PullPlan& plan,
+                                   absl::StatusOr<transfer::TransferStats> pulled,
+                                   CopyResult& out) {
+  if (!pulled.ok()) {
+    const absl::Status& failed = pulled.status();
+    {
+      absl::MutexLock lock(&mu_);
+      if (run.cancelled) {
+        return absl::CancelledError(
+            fmt::format("copy cancelled (agent stopping or lease lost): {}", failed.ToString()));
+      }
+    }
+    if (transfer::IsExpectedChecksumMismatch(failed)) {
+      // The engine checked end to end that these are the bytes the source read from its
+      // replica file: the source's replica is what is wrong. Report it, and fail this task
+      // for good: the planner copies the file again from a good replica.
+      std::string note = fmt::format("{} (to {}, generation {})", std::string(failed.message()),
+                                     options_.node, task.generation);
+      ReportBadSource(task, note);
+      return absl::FailedPreconditionError(fmt::format(
+          "source replica on {} does not match the catalog: {}", task.spec.src_node, note));
+    }
+    if (!absl::IsAlreadyExists(failed)) return failed;
+    // Another attempt put the replica there meanwhile: keep it if it is right.
+    if (absl::Status v = VerifyFile(plan.final_path, plan.attrs); !v.ok()) {
+      std::error_code rm;
+      fs::remove(plan.final_path, rm);
+      return absl::UnavailableError(fmt::format("{} was in place but wrong ({}): removed, copying again",
+                                                plan.final_path.string(), v.ToString()));
+    }
+    return StampOf(plan.final_path, out.mtime_ns);
+  }
+  out.bytes = pulled->bytes_transferred;
+  learner_.AddCopy(plan.src_site, pulled->tcp, pulled->congestion);
+  {
+    absl::MutexLock lock(&mu_);
+    (pulled->reused_session ? stats_.pulls_on_warm_sessions : stats_.pulls_on_new_sessions) += 1;
+  }
+  std::error_code ec;
+  fs::remove_all(plan.tmp, ec);  // ignored: only leftovers of a finished copy
+  return StampOf(plan.final_path, out.mtime_ns);
+}
+
+void SiteAgent::FailAttempt(const catalog::Task& task, const std::string& owner,
+                            const absl::Status& result) {
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.tasks_failed += 1;
+    if (IsRetryableCall(result)) node_cache_.erase(task.spec.src_node);  // it may have moved
+  }
+  const bool retryable = IsRetryableCopy(result);
+  const std::chrono::milliseconds delay = BackoffDelay(options_.retry, task.attempts);
+  const std::string reason = fmt::format("{} (from {})", result.ToString(), task.spec.src_node);
+  log_->warn("task={} attempt {} failed path={}: {}{}", task.id, task.attempts, task.spec.path,
+             reason, retryable ? fmt::format(" (retry in {} ms)", delay.count()) : "");
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<catalog::Task> failed =
+        options_.catalog.work->FailTask(task.id, owner, reason, retryable, delay);
+    if (failed.ok() || !IsRetryableDaemonCall(failed.status())) break;
+    SleepFor(std::chrono::milliseconds(200));
+  }
+}
+
+absl::StatusOr<catalog::Node> SiteAgent::LookupNode(const std::string& name) {
+  auto now = std::chrono::steady_clock::now();
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = node_cache_.find(name); it != node_cache_.end() && now - it->second.second < kLookupTtl) {
+      return it->second.first;
+    }
+  }
+  absl::StatusOr<catalog::Node> n = options_.catalog.view->GetNode(name);
+  if (!n.ok()) return n.status();
+  absl::MutexLock lock(&mu_);
+  node_cache_[name] = {*n, now};
+  return n;
+}
+
+absl::StatusOr<catalog::Route> SiteAgent::LookupRoute(const std::string& src_site) {
+  auto now = std::chrono::steady_clock::now();
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = route_cache_.find(src_site);
+        it != route_cache_.end() && now - it->second.second < kLookupTtl) {
+      return it->second.first;
+    }
+  }
+  catalog::Route route;
+  if (absl::StatusOr<catalog::Route> r = options_.catalog.view->GetRoute(src_site, options_.site);
+      r.ok()) {
+    route = *r;
+  } else if (absl::IsNotFound(r.status())) {
+    route.src_site = src_site;
+    route.dst_site = options_.site;
+  } else {
+    return r.status();
+  }
+  absl::MutexLock lock(&mu_);
+  route_cache_[src_site] = {route, now};
+  return route;
+}
+
+}  // namespace gfrep::replica::agent
