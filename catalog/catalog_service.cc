@@ -819,7 +819,8 @@ class Service final : public v1::Catalog::CallbackService {
     return Run(c, "RenewLeases", [req, resp](Catalog& cat) -> absl::Status {
       std::vector<LeaseRenewal> items;
       items.reserve(static_cast<std::size_t>(req->items_size()));
-      for (const v1::RenewLeasesRequest::Item& i : req->items()) items.push_back({i.id(), i.owner()});
+      for (const v1::RenewLeasesRequest::Item& i : req->items())
+        items.push_back({i.id(), i.owner()});
       absl::StatusOr<std::vector<absl::Status>> results =
           cat.RenewLeases(items, std::chrono::milliseconds(req->lease_ms()));
       if (!results.ok()) return results.status();

@@ -877,7 +877,8 @@ absl::StatusOr<std::vector<absl::Status>> CatalogClient::RenewLeases(
     return absl::InternalError("RenewLeases: result count does not match the items");
   }
   for (const v1::LeaseResult& r : resp.results()) {
-    out.push_back(r.code() == 0 ? absl::OkStatus() : ItemStatus(r.code(), r.message(), "RenewLeases"));
+    out.push_back(r.code() == 0 ? absl::OkStatus()
+                                : ItemStatus(r.code(), r.message(), "RenewLeases"));
   }
   return out;
 }

@@ -34,6 +34,7 @@
 #include "absl/strings/numbers.h"
 #include "catalog/client.h"
 #include "catalog/event_cursor.h"
+#include "catalog/request_file_pages.h"
 #include "replica/client/ramp.h"
 #include "replica/plan/planner.h"
 #include "replica/plan/policy_explain.h"
@@ -71,14 +72,12 @@ absl::StatusOr<std::vector<catalog::RequestFile>> Files(catalog::Catalog& c, std
   catalog::RequestFileFilter f;
   f.any_state = !state.has_value();
   if (state) f.state = *state;
-  f.limit = 1000;
-  while (true) {
-    absl::StatusOr<std::vector<catalog::RequestFile>> page = c.ListRequestFiles(id, f);
-    if (!page.ok()) return page.status();
-    out.insert(out.end(), page->begin(), page->end());
-    if (page->size() < f.limit) return out;
-    f.after = page->back().id;
-  }
+  absl::Status s = catalog::ForEachRequestFile(c, id, f, [&](const catalog::RequestFile& row) {
+    out.push_back(row);
+    return true;
+  });
+  if (!s.ok()) return s;
+  return out;
 }
 
 absl::StatusOr<Snapshot> Take(catalog::Catalog& c, std::uint64_t id,

@@ -356,8 +356,10 @@ class KvCatalog final : public Catalog {
   absl::Status TaskOpenedLocked(KvBatch& batch, const Task& t)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   // Open task `t` has just become done, failed or cancelled (as the batch will write it):
-  // its request file follows (see RequestFile).
-  absl::Status TaskSettledLocked(KvBatch& batch, const Task& t)
+  // its request file follows (see RequestFile). `file`: the file's attributes (or kNotFound)
+  // when the caller has just read them (null: read here).
+  absl::Status TaskSettledLocked(KvBatch& batch, const Task& t,
+                                 const absl::StatusOr<Attributes>* file = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   // An attempt of open task `t` failed and it was queued again: its file counts the attempt.
   absl::Status TaskRetriedLocked(KvBatch& batch, const Task& t)

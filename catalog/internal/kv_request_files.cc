@@ -190,7 +190,8 @@ absl::Status KvCatalog::TaskRetriedLocked(KvBatch& batch, const Task& t) {
   return absl::OkStatus();
 }
 
-absl::Status KvCatalog::TaskSettledLocked(KvBatch& batch, const Task& t) {
+absl::Status KvCatalog::TaskSettledLocked(KvBatch& batch, const Task& t,
+                                          const absl::StatusOr<Attributes>* file) {
   if (t.spec.request_id == 0) return absl::OkStatus();
   absl::StatusOr<Request*> r = StagedRequestLocked(t.spec.request_id);
   if (absl::IsNotFound(r.status())) return absl::OkStatus();  // purged
@@ -206,7 +207,7 @@ absl::Status KvCatalog::TaskSettledLocked(KvBatch& batch, const Task& t) {
     f.attempts += t.state == TaskState::kFailed ? 1 : 0;
     f.reason = t.last_error;
   }
-  absl::StatusOr<Attributes> a = StatInode(t.inode);
+  const absl::StatusOr<Attributes> a = file != nullptr ? *file : StatInode(t.inode);
   if (absl::IsNotFound(a.status())) {
     return SettleFileLocked(batch, **r, f, RequestFileState::kFailed,
                             "no such file or directory (removed during the request)");

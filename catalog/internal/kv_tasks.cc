@@ -636,7 +636,8 @@ absl::StatusOr<std::vector<absl::Status>> KvCatalog::RenewLeases(
   }
   WorkLock work(this);
   const std::int64_t now = Now();
-  const std::int64_t expiry = now + std::chrono::duration_cast<std::chrono::nanoseconds>(lease).count();
+  const std::int64_t expiry =
+      now + std::chrono::duration_cast<std::chrono::nanoseconds>(lease).count();
   std::vector<absl::Status> out;
   out.reserve(items.size());
   KvBatch batch;
@@ -779,7 +780,7 @@ absl::Status KvCatalog::CompleteLeasedLocked(KvBatch& batch, Task& t,
     outcome = absl::AbortedError(fmt::format("task {}: {}", t.id, t.last_error));
   }
   PutTaskLocked(batch, t);
-  return TaskSettledLocked(batch, t);
+  return TaskSettledLocked(batch, t, &a);  // the file as read above: one read per completion
 }
 
 absl::StatusOr<Task> KvCatalog::FailTask(std::uint64_t id, std::string_view owner,

@@ -42,7 +42,8 @@
 // catalog write, whenever the ready ones fall to half of that and the catalog has more);
 // each claimed task carries the file's checksum, so a copy needs no catalog call of its own.
 // While fewer copies run than are allowed, the next ready task is started as a coroutine on
-// one of `io_threads` I/O threads (in turn), which runs its pull: no thread per copy. The
+// the one of `io_threads` I/O threads that runs the fewest, which runs its pull: no thread
+// per copy. The
 // copy's blocking steps (reading the catalog's route and node, verifying a file already in
 // place, syncing the replica's directories, reporting a bad source, failing the task) go to a
 // small pool of threads and the coroutine resumes on its I/O thread. Finished copies wait in a
@@ -139,8 +140,8 @@ struct SiteAgentOptions {
   // Keep transfer sessions to source agents open between files (see Pipelining above);
   // false opens a new session per file (for comparison).
   bool reuse_sessions = true;
-  // Threads that run the copies (1..64); copies are dealt to them in turn, and each keeps
-  // the warm sessions of its copies.
+  // Threads that run the copies (1..64); a copy goes to the one that runs the fewest, and
+  // each keeps the warm sessions of its copies.
   int io_threads = 2;
   // Lease per claim; renewed every lease/3 while copying.
   std::chrono::milliseconds lease{15000};
@@ -326,7 +327,6 @@ class SiteAgent {
   // Created by Start(), stopped by Stop() after every copy has ended (guarded by mu_ while
   // they change; the copies use their entry without the lock).
   std::vector<std::unique_ptr<CopyIo>> copy_io_;
-  std::size_t next_io_ ABSL_GUARDED_BY(mu_) = 0;  // the I/O thread of the next copy
   std::unique_ptr<boost::asio::thread_pool> blocking_;
 
   mutable absl::Mutex mu_;

@@ -1,6 +1,8 @@
 // SiteAgent's copy pipeline (site_agent.h, "The copy pipeline"): ready tasks become copy
 // coroutines on the I/O threads; their blocking steps run on a small pool.
 
+#include "replica/agent/internal/site_agent_copy.h"
+
 #include <fmt/format.h>
 #include <sys/stat.h>
 
@@ -20,7 +22,6 @@
 #include <type_traits>
 
 #include "replica/agent/pull_options.h"
-#include "replica/agent/internal/site_agent_copy.h"
 #include "replica/agent/site_agent.h"
 #include "replica/core/spool.h"
 #include "transfer/agent.h"
@@ -116,7 +117,13 @@ void SiteAgent::LaunchLocked() {
     ready_.pop_front();
     ++copying_;
     stats_.peak_in_flight = std::max(stats_.peak_in_flight, copying_);
-    CopyIo& io = *copy_io_[next_io_++ % copy_io_.size()];
+    // The I/O thread with the fewest copies: a copy that ends leaves its warm session to the
+    // next one there (dealt in turn, a thread could get a new copy while the other had a
+    // free session).
+    CopyIo& io =
+        **std::min_element(copy_io_.begin(), copy_io_.end(),
+                           [](const auto& a, const auto& b) { return a->copies < b->copies; });
+    ++io.copies;
     auto run = std::make_shared<Running>(next.task.id, io);
     running_[next.owner] = run;
     // Posted, so that the coroutine never starts inside this lock.
@@ -150,7 +157,9 @@ asio::awaitable<void> SiteAgent::RunCopy(Claimed claimed, std::shared_ptr<Runnin
     running_.erase(claimed.owner);
     lost = run->lease_lost;
     // Committed by a committer thread with others; the lease is renewed meanwhile.
-    if (!lost && result.ok()) completions_.push_back(Completion{task, claimed.owner, out.bytes, out.mtime_ns});
+    if (!lost && result.ok()) {
+      completions_.push_back(Completion{task, claimed.owner, out.bytes, out.mtime_ns});
+    }
   }
   if (lost) {
     // Someone else holds the task now (or it was cancelled): any word from this attempt
@@ -166,6 +175,7 @@ asio::awaitable<void> SiteAgent::RunCopy(Claimed claimed, std::shared_ptr<Runnin
   }
   absl::MutexLock lock(&mu_);
   --copying_;
+  --run->io.copies;
   LaunchLocked();
   if (copying_ == 0) {
     copies_ended_.SignalAll();
@@ -189,13 +199,11 @@ asio::awaitable<absl::Status> SiteAgent::Copy(const catalog::Task& task, Running
   // The engine checks the bytes against the catalog's checksum and size, and installs them
   // at the replica's own name, durably and create-only: nothing else finishes the copy.
   absl::StatusOr<transfer::TransferStats> pulled = co_await transfer::AsyncPull(
-      plan->endpoint, transfer::ReplicaRelativePath(task.inode, task.generation),
-      plan->final_path, plan->tmp, plan->options,
-      options_.reuse_sessions ? &run.io.sessions : nullptr);
+      plan->endpoint, transfer::ReplicaRelativePath(task.inode, task.generation), plan->final_path,
+      plan->tmp, plan->options, options_.reuse_sessions ? &run.io.sessions : nullptr);
   meter_.End(task.id);
-  co_return co_await OnPool(*blocking_, [&] {
-    return FinishCopy(task, run, *plan, std::move(pulled), out);
-  });
+  co_return co_await OnPool(*blocking_,
+                            [&] { return FinishCopy(task, run, *plan, std::move(pulled), out); });
 }
 
 absl::StatusOr<SiteAgent::PullPlan> SiteAgent::PlanCopy(const catalog::Task& task,
@@ -229,7 +237,8 @@ absl::StatusOr<SiteAgent::PullPlan> SiteAgent::PlanCopy(const catalog::Task& tas
     // failed): keep the bytes if they are right, else start over.
     if (absl::Status v = VerifyFile(plan.final_path, plan.attrs); v.ok()) {
       log_->info("task={} already in place: {}", task.id, plan.final_path.string());
-      if (absl::Status s = transfer::SyncDirectoryChain(options_.spool, plan.final_path.parent_path());
+      if (absl::Status s =
+              transfer::SyncDirectoryChain(options_.spool, plan.final_path.parent_path());
           !s.ok()) {
         return s;
       }
@@ -273,9 +282,9 @@ absl::StatusOr<SiteAgent::PullPlan> SiteAgent::PlanCopy(const catalog::Task& tas
   topts.expected_checksum = CatalogChecksum(plan.attrs);
   topts.expected_size = task.size;
   // The dashboard's counters of this copy (telemetry.h), ended when its pull returns.
-  std::shared_ptr<CopyCounters> metered = meter_.Begin(
-      {task.id, task.spec.request_id, src->name, src->site, task.size,
-       static_cast<std::uint32_t>(std::max(1, topts.route.streams)), 0});
+  std::shared_ptr<CopyCounters> metered =
+      meter_.Begin({task.id, task.spec.request_id, src->name, src->site, task.size,
+                    static_cast<std::uint32_t>(std::max(1, topts.route.streams)), 0});
   // Received bytes as the engine reports them (every 100 ms and at the end), for TuneLoop's
   // goodput, the route's learnt goodput and the dashboard (in all and per stream).
   topts.progress = [this, site = route->src_site, metered, counted = std::uint64_t{0},
@@ -290,7 +299,8 @@ absl::StatusOr<SiteAgent::PullPlan> SiteAgent::PlanCopy(const catalog::Task& tas
     counted = std::max(counted, now);
     for (std::size_t k = 0; k < std::min(p.stream_bytes.size(), counted_streams.size()); ++k) {
       if (p.stream_bytes[k] > counted_streams[k]) {
-        metered->stream[k].fetch_add(p.stream_bytes[k] - counted_streams[k], std::memory_order_relaxed);
+        metered->stream[k].fetch_add(p.stream_bytes[k] - counted_streams[k],
+                                     std::memory_order_relaxed);
         counted_streams[k] = p.stream_bytes[k];
       }
     }
@@ -334,8 +344,9 @@ absl::Status SiteAgent::FinishCopy(const catalog::Task& task, const Running& run
     if (absl::Status v = VerifyFile(plan.final_path, plan.attrs); !v.ok()) {
       std::error_code rm;
       fs::remove(plan.final_path, rm);
-      return absl::UnavailableError(fmt::format("{} was in place but wrong ({}): removed, copying again",
-                                                plan.final_path.string(), v.ToString()));
+      return absl::UnavailableError(
+          fmt::format("{} was in place but wrong ({}): removed, copying again",
+                      plan.final_path.string(), v.ToString()));
     }
     return StampOf(plan.final_path, out.mtime_ns);
   }
@@ -374,7 +385,8 @@ absl::StatusOr<catalog::Node> SiteAgent::LookupNode(const std::string& name) {
   auto now = std::chrono::steady_clock::now();
   {
     absl::MutexLock lock(&mu_);
-    if (auto it = node_cache_.find(name); it != node_cache_.end() && now - it->second.second < kLookupTtl) {
+    if (auto it = node_cache_.find(name);
+        it != node_cache_.end() && now - it->second.second < kLookupTtl) {
       return it->second.first;
     }
   }

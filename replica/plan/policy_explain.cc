@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "replica/core/selection.h"
@@ -69,6 +70,18 @@ absl::StatusOr<Context> Load(catalog::CatalogView& cat, const ExplainOptions& op
   return ctx;
 }
 
+// The request's row of the file `inode`, if the catalog has one (a request expanded before the
+// rows existed, or a catalog without them, has none).
+std::optional<catalog::RequestFile> RowOf(catalog::CatalogView& cat, std::uint64_t request_id,
+                                          catalog::InodeId inode) {
+  catalog::RequestFileFilter f;
+  f.after = inode - 1;  // rows come in id order after `after`; inodes start at 1
+  f.limit = 1;
+  absl::StatusOr<std::vector<catalog::RequestFile>> rows = cat.ListRequestFiles(request_id, f);
+  if (!rows.ok() || rows->empty() || rows->front().id != inode) return std::nullopt;
+  return rows->front();
+}
+
 RuleFileVerdict Judge(catalog::CatalogView& cat, const Context& ctx, const PolicyRule& rule,
                       const catalog::Location& loc) {
   RuleFileVerdict v;
@@ -122,10 +135,22 @@ RuleFileVerdict Judge(catalog::CatalogView& cat, const Context& ctx, const Polic
     return v;
   }
   v.request_id = req->id;
-  catalog::TaskFilter f;
-  f.request_id = req->id;
-  f.limit = catalog::kMaxBatchPaths * 4;
-  absl::StatusOr<std::vector<catalog::Task>> tasks = cat.ListTasks(f);
+  // The file's row in the request (catalog table request_files) says where it stands; only a
+  // file with copies under way (or a request from before the rows) needs the request's tasks,
+  // for what each copy is doing.
+  std::optional<catalog::RequestFile> row = RowOf(cat, req->id, loc.attributes.inode);
+  if (row && row->state == catalog::RequestFileState::kFailed) {
+    v.state = RuleFileState::kFailed;
+    v.reason = fmt::format("request {}: {}", req->id, row->reason);
+    return v;
+  }
+  absl::StatusOr<std::vector<catalog::Task>> tasks = std::vector<catalog::Task>{};
+  if (!row || row->state == catalog::RequestFileState::kCopying) {
+    catalog::TaskFilter f;
+    f.request_id = req->id;
+    f.limit = catalog::kMaxBatchPaths * 4;
+    tasks = cat.ListTasks(f);
+  }
   std::map<std::string, const catalog::Task*> latest;  // dst node -> its latest task
   if (tasks.ok()) {
     for (const catalog::Task& t : *tasks) {

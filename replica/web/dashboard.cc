@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "catalog/request_file_pages.h"
 #include "replica/plan/policy.h"
 #include "replica/plan/policy_explain.h"
 #include "replica/web/internal/dashboard_assets.h"
@@ -144,21 +145,19 @@ HttpResponse Dashboard::ApiRequest(const HttpRequest& r) {
   // The request's files as the catalog follows them: those not done (wanted, copying,
   // failed with the reason), up to 200, from at most 10,000 read.
   json file_states = json::array();
-  catalog::RequestFileFilter rf;
-  rf.limit = 1000;
-  for (int page = 0; page < 10 && file_states.size() < 200; ++page) {
-    absl::StatusOr<std::vector<catalog::RequestFile>> rows = cat.ListRequestFiles(id, rf);
-    if (!rows.ok()) return Error(HttpStatusOf(rows.status()), rows.status().ToString());
-    for (const catalog::RequestFile& f : *rows) {
-      if (f.state == catalog::RequestFileState::kDone || file_states.size() >= 200) continue;
-      file_states.push_back({{"path", f.path},
-                             {"state", std::string(catalog::ToString(f.state))},
-                             {"attempts", f.attempts},
-                             {"reason", f.reason}});
-    }
-    if (rows->size() < rf.limit) break;
-    rf.after = rows->back().id;
-  }
+  absl::Status rows = catalog::ForEachRequestFile(
+      cat, id, {},
+      [&](const catalog::RequestFile& f) {
+        if (f.state != catalog::RequestFileState::kDone) {
+          file_states.push_back({{"path", f.path},
+                                 {"state", std::string(catalog::ToString(f.state))},
+                                 {"attempts", f.attempts},
+                                 {"reason", f.reason}});
+        }
+        return file_states.size() < 200;
+      },
+      10'000);
+  if (!rows.ok()) return Error(HttpStatusOf(rows), rows.ToString());
   const std::uint64_t in_flight = options_.hub->Now().request_in_flight_bytes[id];
   return Json(200, {{"id", req->id},
                     {"owner", catalog::DescribeOwner(req->spec)},

@@ -11,7 +11,8 @@
 # time per file of gfcatalogd and of the source and destination agents, from /proc/PID/stat,
 # over the gfrep command, and the time to full rate: from gfrep's start until a 1-s window of
 # its goodput (gfrep --json's ramp series) first reached 90 % of iperf3's best, in seconds and
-# in round trips of the route's 200 ms (RTT_MS)).
+# in round trips of the route's 200 ms (RTT_MS)), and the most threads and resident memory of
+# the destination agents together while it ran (sampled every 0.2 s from /proc/PID/status).
 # TUNING=self (default): no route settings and no buffer flags, what a new user gets.
 # TUNING=hand: gfroute set a b --streams 8 --socket-buffer 32M --cc cubic, gfsited --buffer 32M.
 # TUNING=probe: gfprobe route SRC DST --apply first (its time is printed), no other settings.
@@ -80,6 +81,27 @@ cpu_ticks() {
   done
   echo "$t"
 }
+# peak_of OUT PID...: every 0.2 s, the processes' threads and VmRSS (KiB) summed; on SIGTERM
+# writes the highest of each ("THREADS RSS_KIB") to OUT.
+peak_of() {
+  local out=$1 threads=0 rss=0 t r p k v
+  shift
+  trap 'echo "$threads $rss" >"$out"; exit 0' TERM
+  while true; do
+    t=0 r=0
+    for p in "$@"; do
+      while read -r k v _; do
+        case $k in
+          Threads:) t=$((t + v)) ;;
+          VmRSS:) r=$((r + v)) ;;
+        esac
+      done <"/proc/$p/status"
+    done
+    if ((t > threads)); then threads=$t; fi
+    if ((r > rss)); then rss=$r; fi
+    sleep 0.2
+  done
+}
 for _ in $(seq 100); do
   [[ $(ns "$FIRST_SRC" "$BIN/gfnode" list | wc -l) -ge ${#NODES[@]} ]] && break
   sleep 0.2
@@ -134,9 +156,14 @@ run() {  # run LABEL N KIB
   sync
   local cat0 src0 dst0
   cat0=$(cpu_ticks "$CATALOG_PID") src0=$(cpu_ticks "${SRC_AGENT_PIDS[@]}") dst0=$(cpu_ticks "${DST_AGENT_PIDS[@]}")
+  peak_of "$WORK/peak-$label" "${DST_AGENT_PIDS[@]}" &
+  local sampler=$!
+  PIDS+=("$sampler")
   t0=$(date +%s.%N)
   out=$(ns "$FIRST_SRC" "$BIN/gfrep" -D "$DST_SITE" -r --json "/$label")
   t1=$(date +%s.%N)
+  kill -TERM "$sampler"
+  wait "$sampler" || true
   if [[ -n ${JSON_OUT:-} ]]; then
     mkdir -p "$JSON_OUT"
     printf '%s\n' "$out" >"$JSON_OUT/$label.json"
@@ -145,7 +172,7 @@ run() {  # run LABEL N KIB
   local cpu="$(($(cpu_ticks "$CATALOG_PID") - cat0)) $(($(cpu_ticks "${SRC_AGENT_PIDS[@]}") - src0)) $(($(cpu_ticks "${DST_AGENT_PIDS[@]}") - dst0)) $(getconf CLK_TCK)"
   fresh=$(($(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=' || true) - fresh))
   warm=$(($(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=.*(warm session)' || true) - warm))
-  python3 - "$label" "$n" "$kib" "$IPERF" "$out" "$t0" "$t1" "$((fresh - warm))" "$cpu" "${RTT_MS:-200}" <<'PY'
+  python3 - "$label" "$n" "$kib" "$IPERF" "$out" "$t0" "$t1" "$((fresh - warm))" "$cpu" "${RTT_MS:-200}" "$(cat "$WORK/peak-$label")" <<'PY'
 import json, sys
 label, n, kib, iperf, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), json.loads(sys.argv[5])
 size = f"{kib // 1024} MiB" if kib % 1024 == 0 else f"{kib} KiB"
@@ -162,11 +189,12 @@ for i in range(1, len(series)):
         to_full = f"{t:.1f} s ({t * 1000 / float(sys.argv[10]):.0f} RTTs)"
         break
 mbps = out["bytes_copied"] * 8 / wall / 1e6
+threads, rss_kib = (int(x) for x in sys.argv[11].split())
 print(f"| {label} | {n} x {size} | {out['state']} | {wall:.1f} | {mbps:.0f} | {iperf:.0f} | {mbps / iperf:.2f} | {sessions} | {n / wall:.0f} "
-      f"| {ms(cat_t):.2f} | {ms(src_t):.2f} | {ms(dst_t):.2f} | {to_full} |")
+      f"| {ms(cat_t):.2f} | {ms(src_t):.2f} | {ms(dst_t):.2f} | {to_full} | {threads}, {rss_kib / 1024:.0f} MiB |")
 PY
 }
-echo "| workload | files | state | wall s | gfrep Mbit/s | iperf3 Mbit/s | ratio | sessions opened | files/s | catalog CPU ms/file | source agents CPU ms/file | destination agents CPU ms/file | to 90 % of iperf3 |"
-echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| workload | files | state | wall s | gfrep Mbit/s | iperf3 Mbit/s | ratio | sessions opened | files/s | catalog CPU ms/file | source agents CPU ms/file | destination agents CPU ms/file | to 90 % of iperf3 | destination agents: most threads, RSS |"
+echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 run large "$LARGE_N" "$((LARGE_MIB * 1024))"
 run small "$SMALL_N" "${SMALL_KIB:-$((SMALL_MIB * 1024))}"

@@ -153,8 +153,8 @@ class FaultyWorkQueue : public catalog::WorkQueue {
     }
     return c_->RenewLease(id, o, l);
   }
-  absl::StatusOr<std::vector<absl::Status>> RenewLeases(const std::vector<catalog::LeaseRenewal>& items,
-                                                        std::chrono::milliseconds l) override {
+  absl::StatusOr<std::vector<absl::Status>> RenewLeases(
+      const std::vector<catalog::LeaseRenewal>& items, std::chrono::milliseconds l) override {
     renew_calls += 1;
     std::vector<catalog::LeaseRenewal> passed;
     std::vector<std::optional<absl::Status>> faults;

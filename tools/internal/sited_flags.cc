@@ -69,7 +69,9 @@ void AddSitedFlags(CLI::App& app, SitedFlags& f) {
       "(gfca issue node NAME)");
   app.add_option("--advertise", f.advertise,
                  "HOST:PORT other agents reach us at (default: the bound address)");
-  app.add_option("--workers", f.workers, "replica copies at once, at most (threads)")
+  app.add_option(
+         "--workers", f.workers,
+         "replica copies at once, at most (each a coroutine on the --io-threads, not a thread)")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   app.add_option("--adapt-in-flight", f.adapt_in_flight,
@@ -81,7 +83,7 @@ void AddSitedFlags(CLI::App& app, SitedFlags& f) {
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   app.add_option("--io-threads", f.io_threads,
-                 "threads that run the network side of the replica copies (all copies share them)")
+                 "threads that run the replica copies (all copies share them)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--session-reuse", f.session_reuse,

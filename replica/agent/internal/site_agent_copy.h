@@ -28,8 +28,10 @@ struct SiteAgent::CopyIo {
   explicit CopyIo(std::size_t max_idle) : sessions(std::chrono::seconds(20), max_idle) {}
   boost::asio::io_context io;
   transfer::SessionCache sessions;
-  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work{io.get_executor()};
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work{
+      io.get_executor()};
   std::thread thread;
+  int copies = 0;  // running on it now (guarded by SiteAgent::mu_)
 };
 
 // One claimed attempt of a task, shared by its coroutine and running_. The signal is this

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "replica/plan/policy_engine.h"
+#include "tests/replica/faulty_roles.h"
 #include "tests/support/scratch_catalog.h"
 #include "tests/support/temp_dir.h"
 
@@ -150,6 +151,35 @@ TEST_F(PolicyExplainTest, BackoffAfterAnErrorAndThenFailure) {
   EXPECT_EQ(s->failed, 1u);
   ASSERT_EQ(s->unsatisfied.size(), 1u);
   EXPECT_EQ(s->unsatisfied[0].path, "/exp/f");
+}
+
+TEST_F(PolicyExplainTest, AFileWhoseCopyFailedIsExplainedFromItsRowWithoutTheRequestsTasks) {
+  // The request's row of the file (request_files) says it failed and why: explain reads no
+  // task (before, it listed every task of the request for each file it explained).
+  const std::uint64_t id = RuleRequest();
+  ASSERT_TRUE(cat_->AddRequestFiles(id, {{"/exp/f", ""}}, /*last=*/true).ok());
+  catalog::TaskSpec ts;
+  ts.request_id = id;
+  ts.path = "/exp/f";
+  ts.src_node = "tsukuba-n1";
+  ts.dst_node = "sdsc-n1";
+  ts.max_attempts = 1;
+  ASSERT_TRUE(cat_->CreateTasks({ts}).ok());
+  auto t = cat_->ClaimTask("sdsc-n1", "w", std::chrono::seconds(10));
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(
+      cat_->FailTask(t->id, "w", "DATA_LOSS: checksum", false, std::chrono::seconds(0)).ok());
+  testing::FaultyView counting(cat_.get());
+  auto v = ExplainPath(counting, {Rule("sdsc")}, "/exp/f", now_);
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_EQ(v->size(), 1u);
+  EXPECT_EQ(v->front().state, RuleFileState::kFailed);
+  EXPECT_EQ(v->front().request_id, id);
+  EXPECT_NE(
+      v->front().reason.find("tsukuba-n1 -> sdsc-n1 failed after 1 attempts: DATA_LOSS: checksum"),
+      std::string::npos)
+      << v->front().reason;
+  EXPECT_EQ(counting.tasks_read.load(), 0u);
 }
 
 }  // namespace
