@@ -389,6 +389,14 @@ absl::StatusOr<Task> AuthorizedCatalog::FailTask(std::uint64_t id, std::string_v
   return inner().FailTask(id, owner, error, retryable, retry_after);
 }
 
+absl::StatusOr<Task> AuthorizedCatalog::YieldTask(std::uint64_t id, std::string_view owner,
+                                                  std::string_view reason) {
+  if (absl::Status s = Check("YieldTask", Access::kOwnNode, {NodeOfOwner(owner)}); !s.ok()) {
+    return s;
+  }
+  return inner().YieldTask(id, owner, reason);
+}
+
 // ---- requests ----
 
 absl::StatusOr<Request> AuthorizedCatalog::CreateRequest(const RequestSpec& asked) {

@@ -161,6 +161,8 @@ class AuthorizedCatalog final : public Catalog {
       const std::vector<TaskCompletion>& items) override;
   absl::StatusOr<Task> FailTask(std::uint64_t id, std::string_view owner, std::string_view error,
                                 bool retryable, std::chrono::milliseconds retry_after) override;
+  absl::StatusOr<Task> YieldTask(std::uint64_t id, std::string_view owner,
+                                 std::string_view reason) override;
   absl::StatusOr<std::size_t> ExpireLeases() override;
   absl::StatusOr<Task> AbandonTask(std::uint64_t id, std::string_view reason) override;
   absl::Status CancelRequest(std::uint64_t id) override;

@@ -425,6 +425,18 @@ class WorkQueue {
   virtual absl::StatusOr<std::vector<absl::StatusOr<Task>>> CompleteTasks(
       const std::vector<TaskCompletion>& items) = 0;
 
+  // Gives a leased task back because its copy is too slow from its source (a straggler, the
+  // destination's verdict, with `reason`): the task ends kCancelled (not a failed attempt,
+  // last_error = reason), its pending replica is dropped, and its request's file records the
+  // source in RequestFile::slow_sources and is wanted again, so that the planner copies it
+  // from another replica (the same source only if no other is left). A task without a
+  // request is cancelled the same way. kFailedPrecondition if not the owner, or if the file
+  // has no complete replica of the task's generation on a node other than the task's source,
+  // its destination and the sources named slow already (then nothing changes: the copy goes
+  // on).
+  virtual absl::StatusOr<Task> YieldTask(std::uint64_t id, std::string_view owner,
+                                         std::string_view reason) = 0;
+
   // Records a failed attempt. If `retryable` and attempts < max_attempts the task goes
   // back to kQueued with next_attempt_ns = now + retry_after, else kFailed. The pending
   // replica of the task's generation is dropped. kFailedPrecondition if not the owner.

@@ -930,6 +930,13 @@ class Service final : public v1::Catalog::CallbackService {
     });
   }
 
+  grpc::ServerUnaryReactor* YieldTask(grpc::CallbackServerContext* c,
+                                      const v1::YieldTaskRequest* req, v1::Task* resp) override {
+    return Run(c, "YieldTask", [req, resp](Catalog& cat) {
+      return Fill(cat.YieldTask(req->id(), req->owner(), req->reason()), resp);
+    });
+  }
+
   grpc::ServerUnaryReactor* ExpireLeases(grpc::CallbackServerContext* c, const v1::Empty*,
                                          v1::ExpireLeasesResponse* resp) override {
     return Run(c, "ExpireLeases", [resp](Catalog& cat) {

@@ -1028,6 +1028,19 @@ absl::StatusOr<Task> CatalogClient::FailTask(std::uint64_t id, std::string_view 
   return FromProto(resp);
 }
 
+absl::StatusOr<Task> CatalogClient::YieldTask(std::uint64_t id, std::string_view owner,
+                                              std::string_view reason) {
+  v1::YieldTaskRequest req;
+  req.set_id(id);
+  req.set_owner(std::string(owner));
+  req.set_reason(std::string(reason));
+  v1::Task resp;
+  absl::Status s = impl_->Call(&v1::Catalog::Stub::YieldTask, req, &resp);
+  if (absl::IsUnimplemented(s)) return FailTask(id, owner, reason, true, std::chrono::milliseconds(0));
+  if (!s.ok()) return s;
+  return FromProto(resp);
+}
+
 absl::StatusOr<std::size_t> CatalogClient::ExpireLeases() {
   v1::Empty req;
   v1::ExpireLeasesResponse resp;

@@ -164,6 +164,10 @@ class CatalogClient final : public Catalog, public TelemetrySink {
                                              std::optional<std::uint64_t> expected_version) override;
   absl::StatusOr<Task> FailTask(std::uint64_t id, std::string_view owner, std::string_view error,
                                 bool retryable, std::chrono::milliseconds retry_after) override;
+  // Against a catalog without YieldTask (older): FailTask, retryable, without delay (the same
+  // source is tried again).
+  absl::StatusOr<Task> YieldTask(std::uint64_t id, std::string_view owner,
+                                 std::string_view reason) override;
   absl::StatusOr<std::size_t> ExpireLeases() override;
   absl::StatusOr<Task> AbandonTask(std::uint64_t id, std::string_view reason) override;
   absl::Status CancelRequest(std::uint64_t id) override;

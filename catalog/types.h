@@ -351,6 +351,9 @@ struct RequestFile {
   std::uint32_t open_tasks = 0;     // the request's open (queued or leased) tasks for it
   std::uint32_t failed_copies = 0;  // its copies that gave up from a source still holding it
   std::int64_t updated_ns = 0;
+  // Source nodes whose copies of the file a destination gave back as too slow (YieldTask),
+  // oldest first: the planner copies the file from another replica while there is one.
+  std::vector<std::string> slow_sources;
 };
 
 // One file the planner lists for a request (AddRequestFiles).

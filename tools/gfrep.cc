@@ -388,6 +388,7 @@ int Status(catalog::CatalogClient& c, std::uint64_t id, bool json) {
                             {"state", std::string(catalog::ToString(f.state))},
                             {"attempts", f.attempts},
                             {"open_copies", f.open_tasks},
+                            {"slow_sources", f.slow_sources},
                             {"reason", f.reason}});
     }
     j["copies"] = nlohmann::json::array();
@@ -418,6 +419,11 @@ int Status(catalog::CatalogClient& c, std::uint64_t id, bool json) {
                            r->spec.src_site.empty() ? "" : fmt::format(" from {}", r->spec.src_site));
   if (!r->error.empty()) std::cout << "  " << r->error << "\n";
   for (const catalog::RequestFile& f : *files) {
+    if (!f.slow_sources.empty()) {
+      std::cout << fmt::format("  {}: too slow from {} (a copy given back as a straggler; "
+                               "planned from another source while there is one)\n",
+                               f.path, fmt::join(f.slow_sources, ","));
+    }
     if (f.state == catalog::RequestFileState::kCopying) continue;  // its copies below
     std::cout << fmt::format("  {}: {}{}\n", f.path,
                              f.state == catalog::RequestFileState::kWanted

@@ -513,6 +513,8 @@ std::string EncodeRequestFile(const RequestFile& x) {
   w.U64(x.open_tasks);
   w.U64(x.failed_copies);
   w.I64(x.updated_ns);
+  w.U64(x.slow_sources.size());
+  for (const std::string& s : x.slow_sources) w.Str(s);
   return w.Take();
 }
 
@@ -530,6 +532,10 @@ absl::StatusOr<RequestFile> DecodeRequestFile(std::string_view in) {
   x.open_tasks = r.U32();
   x.failed_copies = r.U32();
   x.updated_ns = r.I64();
+  if (!r.AtEnd()) {  // added 2026-11-29: older records end here
+    std::uint64_t n = r.Count();
+    for (std::uint64_t i = 0; i < n && r.ok(); ++i) x.slow_sources.push_back(r.Str());
+  }
   if (!ok) return absl::DataLossError("corrupt request file record: bad state");
   if (absl::Status s = r.Finish("request file"); !s.ok()) return s;
   return x;

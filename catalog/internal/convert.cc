@@ -320,6 +320,7 @@ void ToProto(const RequestFile& in, v1::RequestFile* out) {
   out->set_open_tasks(in.open_tasks);
   out->set_failed_copies(in.failed_copies);
   out->set_updated_ns(in.updated_ns);
+  for (const std::string& s : in.slow_sources) out->add_slow_sources(s);
 }
 
 absl::StatusOr<RequestFileState> FromProto(v1::RequestFileState s) {
@@ -344,6 +345,7 @@ absl::StatusOr<RequestFile> FromProto(const v1::RequestFile& in) {
   f.open_tasks = in.open_tasks();
   f.failed_copies = in.failed_copies();
   f.updated_ns = in.updated_ns();
+  f.slow_sources.assign(in.slow_sources().begin(), in.slow_sources().end());
   return f;
 }
 

@@ -126,6 +126,8 @@ class KvCatalog final : public Catalog {
                                                std::chrono::milliseconds lease) override;
   absl::StatusOr<std::vector<absl::Status>> RenewLeases(const std::vector<LeaseRenewal>& items,
                                                         std::chrono::milliseconds lease) override;
+  absl::StatusOr<Task> YieldTask(std::uint64_t id, std::string_view owner,
+                                 std::string_view reason) override;
   absl::StatusOr<Task> RenewLease(std::uint64_t id, std::string_view owner,
                                   std::chrono::milliseconds lease) override;
   absl::StatusOr<std::vector<absl::Status>> TransitionReplicas(
@@ -360,6 +362,10 @@ class KvCatalog final : public Catalog {
   // when the caller has just read them (null: read here).
   absl::Status TaskSettledLocked(KvBatch& batch, const Task& t,
                                  const absl::StatusOr<Attributes>* file = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
+  // Open task `t` was given back as a straggler (YieldTask): its file records the source as
+  // slow, then follows as for any settled task.
+  absl::Status TaskYieldedLocked(KvBatch& batch, const Task& t)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_);
   // An attempt of open task `t` failed and it was queued again: its file counts the attempt.
   absl::Status TaskRetriedLocked(KvBatch& batch, const Task& t)

@@ -245,6 +245,25 @@ absl::Status KvCatalog::TaskSettledLocked(KvBatch& batch, const Task& t,
   return absl::OkStatus();
 }
 
+absl::Status KvCatalog::TaskYieldedLocked(KvBatch& batch, const Task& t) {
+  absl::StatusOr<Request*> r = t.spec.request_id == 0
+                                   ? absl::StatusOr<Request*>(absl::NotFoundError("no request"))
+                                   : StagedRequestLocked(t.spec.request_id);
+  if (!r.ok() && !absl::IsNotFound(r.status())) return r.status();
+  if (r.ok() && !IsFinished((*r)->state)) {
+    absl::StatusOr<RequestFile*> f = StagedFileLocked(t.spec.request_id, t.inode);
+    if (!f.ok()) return f.status();
+    if (*f != nullptr && !IsSettled((*f)->state)) {
+      std::vector<std::string>& slow = (*f)->slow_sources;
+      std::erase(slow, t.spec.src_node);
+      slow.push_back(t.spec.src_node);  // the newest last
+      constexpr std::size_t kMaxSlowSources = 8;
+      if (slow.size() > kMaxSlowSources) slow.erase(slow.begin());
+    }
+  }
+  return TaskSettledLocked(batch, t);
+}
+
 absl::StatusOr<Request> KvCatalog::AddRequestFiles(std::uint64_t request_id,
                                                    const std::vector<RequestFileInput>& files,
                                                    bool last) {

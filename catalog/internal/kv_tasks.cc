@@ -783,6 +783,48 @@ absl::Status KvCatalog::CompleteLeasedLocked(KvBatch& batch, Task& t,
   return TaskSettledLocked(batch, t, &a);  // the file as read above: one read per completion
 }
 
+absl::StatusOr<Task> KvCatalog::YieldTask(std::uint64_t id, std::string_view owner,
+                                          std::string_view reason) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
+  WorkLock work(this);
+  absl::StatusOr<Task> t = LeasedTask(id, owner);
+  if (!t.ok()) return t.status();
+  // Given back only if the file can come from elsewhere: a complete replica of its generation
+  // on a node that is neither this copy's source, nor its destination, nor named slow already.
+  absl::StatusOr<std::vector<Replica>> replicas = GetReplicas(t->inode);
+  if (!replicas.ok()) return replicas.status();
+  std::vector<std::string> slow;
+  if (t->spec.request_id != 0) {
+    absl::StatusOr<RequestFile*> f = StagedFileLocked(t->spec.request_id, t->inode);
+    if (!f.ok()) return f.status();
+    if (*f != nullptr) slow = (*f)->slow_sources;
+  }
+  const bool elsewhere = std::any_of(replicas->begin(), replicas->end(), [&](const Replica& r) {
+    return r.state == ReplicaState::kComplete && r.generation == t->generation &&
+           r.node != t->spec.src_node && r.node != t->spec.dst_node &&
+           std::find(slow.begin(), slow.end(), r.node) == slow.end();
+  });
+  if (!elsewhere) {
+    return absl::FailedPreconditionError(fmt::format(
+        "task {}: no other replica of {} to copy from (the copy from {} goes on)", id,
+        t->spec.path, t->spec.src_node));
+  }
+  t->last_error = ErrorText(reason);
+  t->lease_owner.clear();
+  t->updated_ns = Now();
+  t->state = TaskState::kCancelled;
+  KvBatch batch;
+  if (absl::Status s = DropPendingReplicaLocked(batch, t->inode, t->spec.dst_node, t->generation);
+      !s.ok()) {
+    return s;
+  }
+  PutTaskLocked(batch, *t);
+  if (absl::Status s = TaskYieldedLocked(batch, *t); !s.ok()) return s;
+  if (absl::Status s = WriteLocked(&batch, "yield task"); !s.ok()) return s;
+  return t;
+}
+
 absl::StatusOr<Task> KvCatalog::FailTask(std::uint64_t id, std::string_view owner,
                                             std::string_view error, bool retryable,
                                             std::chrono::milliseconds retry_after) {

@@ -81,6 +81,12 @@ absl::Status Validate(const SiteAgentOptions& o) {
   if (o.workers < 1 || o.workers > 256) return absl::InvalidArgumentError("workers must be 1..256");
   if (o.initial_in_flight < 1) return absl::InvalidArgumentError("initial copies in flight must be >= 1");
   if (o.tune_period.count() < 10) return absl::InvalidArgumentError("tune period must be >= 10 ms");
+  if (o.straggler_after.count() < 0 || (o.straggler_after.count() > 0 && o.straggler_after.count() < 100)) {
+    return absl::InvalidArgumentError("straggler window must be 0 (none) or >= 100 ms");
+  }
+  if (!(o.straggler_fraction > 0 && o.straggler_fraction < 1)) {
+    return absl::InvalidArgumentError("straggler fraction must be between 0 and 1");
+  }
   if (o.io_threads < 1 || o.io_threads > 64) return absl::InvalidArgumentError("io threads must be 1..64");
   if (o.lease.count() < 300) return absl::InvalidArgumentError("lease must be >= 300 ms");
   if (o.heartbeat_interval.count() <= 0 || o.poll_interval.count() <= 0 ||
@@ -303,6 +309,7 @@ absl::Status SiteAgent::Start() {
   threads_.emplace_back([this] { ClaimLoop(); });
   for (int i = 0; i < kCompleters; ++i) threads_.emplace_back([this] { CompleteLoop(); });
   if (options_.adapt_in_flight) threads_.emplace_back([this] { TuneLoop(); });
+  if (options_.straggler_after.count() > 0) threads_.emplace_back([this] { StragglerLoop(); });
   if (options_.telemetry_interval.count() > 0 && options_.telemetry != nullptr)
     threads_.emplace_back([this] { TelemetryLoop(); });
   return absl::OkStatus();
@@ -406,6 +413,9 @@ void AppendMetrics(MetricsText& m, const SiteAgentStats& s) {
             static_cast<double>(s.bytes_received));
   m.Counter("gfrep_agent_leases_lost_total", "Copy attempts cancelled because their lease was lost",
             static_cast<double>(s.leases_lost));
+  m.Counter("gfrep_agent_stragglers_total",
+            "Copies given back as too slow, to be planned from another source",
+            static_cast<double>(s.stragglers));
   m.Counter("gfrep_agent_replicas_deleted_total", "Replicas unlinked and removed from the catalog",
             static_cast<double>(s.replicas_deleted));
   m.Counter("gfrep_agent_replicas_checked_total", "Replicas checked (stat checks and scrubs)",
@@ -485,7 +495,8 @@ void SiteAgent::RenewLoop() {
       if (it == running_.end() && !pending) continue;  // it ended meanwhile (done, say)
       if (absl::IsFailedPrecondition(r) || absl::IsNotFound(r)) {
         log_->warn("task={} owner={} lease lost: {}", claims[i].id, owner, r.ToString());
-        if (it != running_.end() && !it->second->lease_lost) {
+        // A copy given back as a straggler gave its lease up itself.
+        if (it != running_.end() && !it->second->lease_lost && it->second->straggler.empty()) {
           it->second->lease_lost = true;
           stats_.leases_lost += 1;
           CancelLocked(*it->second);

@@ -168,6 +168,12 @@ struct SiteAgentOptions {
   // Usually the CatalogClient (the catalog server's Telemetry service); null: none sent.
   // Outlives the agent.
   catalog::TelemetrySink* telemetry = nullptr;
+  // Stragglers (straggler.h): a copy whose goodput over `straggler_after` stays under
+  // `straggler_fraction` of the median of the other copies is given back to the catalog
+  // (YieldTask), which plans the file again from another replica, and cancelled; with no
+  // other replica the catalog refuses and the copy goes on. 0: never.
+  std::chrono::milliseconds straggler_after{30000};
+  double straggler_fraction = 0.25;
   RetryOptions retry;
   // Engine settings for pulls (shared key, TLS, checksum, timeouts); route fields are the
   // defaults that the catalog's route table overrides.
@@ -190,6 +196,7 @@ struct SiteAgentStats {
   std::uint64_t bytes_received = 0;
   std::uint64_t replicas_deleted = 0;  // unlinked (or already gone) and removed from the catalog
   std::uint64_t leases_lost = 0;       // attempts cancelled because their lease was lost
+  std::uint64_t stragglers = 0;        // copies given back as too slow (YieldTask)
   std::uint64_t garbage_files = 0;     // unrecorded files removed from .gfrep-data
   std::uint64_t pulls_on_new_sessions = 0;   // copies that opened a transfer session
   std::uint64_t pulls_on_warm_sessions = 0;  // copies that reused an open one
@@ -251,6 +258,10 @@ class SiteAgent {
   void CheckLoop();
   // Samples the copies' counters every 100 ms and sends them every telemetry_interval.
   void TelemetryLoop();
+  // Every second (at most a quarter of straggler_after): the running copies' received bytes
+  // to a StragglerWatch; a straggler's task is given back (YieldTask) and, if the catalog took
+  // it, its copy cancelled.
+  void StragglerLoop();
   // Reports the copy's source replica corrupt (its bytes did not match the catalog).
   void ReportBadSource(const catalog::Task& task, const std::string& note);
   // Every tune_period: goodput and whether the limit held copies back -> InFlightLimit.

@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "replica/agent/pull_options.h"
+#include "replica/agent/straggler.h"
 #include "replica/agent/site_agent.h"
 #include "replica/core/spool.h"
 #include "transfer/agent.h"
@@ -152,12 +153,17 @@ asio::awaitable<void> SiteAgent::RunCopy(Claimed claimed, std::shared_ptr<Runnin
   const absl::Status result = co_await Copy(task, *run, out);
   --active_;
   bool lost;
+  std::string straggler;
+  bool discard_partial;
   {
     absl::MutexLock lock(&mu_);
     running_.erase(claimed.owner);
     lost = run->lease_lost;
-    // Committed by a committer thread with others; the lease is renewed meanwhile.
-    if (!lost && result.ok()) {
+    straggler = run->straggler;
+    discard_partial = run->discard_partial;
+    // Committed by a committer thread with others; the lease is renewed meanwhile. A copy
+    // given back as a straggler is no longer this agent's task.
+    if (!lost && straggler.empty() && result.ok()) {
       completions_.push_back(Completion{task, claimed.owner, out.bytes, out.mtime_ns});
     }
   }
@@ -165,6 +171,16 @@ asio::awaitable<void> SiteAgent::RunCopy(Claimed claimed, std::shared_ptr<Runnin
     // Someone else holds the task now (or it was cancelled): any word from this attempt
     // would be refused by the catalog anyway.
     log_->warn("task={} attempt abandoned: lease lost ({})", task.id, result.ToString());
+  } else if (!straggler.empty()) {
+    // Given back (StragglerLoop): its partial file will not be resumed, the new task has its
+    // own (an older catalog queued it again instead: then it resumes).
+    if (discard_partial) {
+      co_await OnPool(*blocking_, [&] {
+        std::error_code ec;
+        fs::remove_all(CopyTmpDir(options_.spool, task.id), ec);
+        return true;
+      });
+    }
   } else if (result.ok()) {
     complete_wake_.Signal();
   } else {
@@ -191,6 +207,8 @@ asio::awaitable<absl::Status> SiteAgent::Copy(const catalog::Task& task, Running
   {
     absl::MutexLock lock(&mu_);
     cancelled = run.cancelled;
+    run.metered = plan->metered;
+    run.src_site = plan->src_site;
   }
   if (cancelled) {
     meter_.End(task.id);
@@ -282,7 +300,7 @@ absl::StatusOr<SiteAgent::PullPlan> SiteAgent::PlanCopy(const catalog::Task& tas
   topts.expected_checksum = CatalogChecksum(plan.attrs);
   topts.expected_size = task.size;
   // The dashboard's counters of this copy (telemetry.h), ended when its pull returns.
-  std::shared_ptr<CopyCounters> metered =
+  std::shared_ptr<CopyCounters> metered = plan.metered =
       meter_.Begin({task.id, task.spec.request_id, src->name, src->site, task.size,
                     static_cast<std::uint32_t>(std::max(1, topts.route.streams)), 0});
   // Received bytes as the engine reports them (every 100 ms and at the end), for TuneLoop's
@@ -378,6 +396,52 @@ void SiteAgent::FailAttempt(const catalog::Task& task, const std::string& owner,
         options_.catalog.work->FailTask(task.id, owner, reason, retryable, delay);
     if (failed.ok() || !IsRetryableDaemonCall(failed.status())) break;
     SleepFor(std::chrono::milliseconds(200));
+  }
+}
+
+void SiteAgent::StragglerLoop() {
+  StragglerWatch watch({options_.straggler_after, options_.straggler_fraction});
+  const auto tick = std::min<std::chrono::milliseconds>(std::chrono::seconds(1),
+                                                        options_.straggler_after / 4);
+  while (!stop_) {
+    SleepFor(tick);
+    if (stop_) return;
+    std::vector<StragglerWatch::Copy> copies;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [owner, run] : running_) {
+        if (run->metered && run->straggler.empty()) {
+          copies.push_back({run->task_id, run->metered->received.load()});
+        }
+      }
+    }
+    for (const StragglerWatch::Verdict& v : watch.Tick(std::chrono::steady_clock::now(), copies)) {
+      std::string owner;
+      catalog::Task task;
+      {
+        absl::MutexLock lock(&mu_);
+        for (const auto& [o, run] : running_) {
+          if (run->task_id == v.id && !run->lease_lost) owner = o;
+        }
+      }
+      if (owner.empty()) continue;  // it ended meanwhile
+      // The task is given back first, and the copy cancelled only if the catalog took it: with
+      // no other replica to copy from, the slow copy goes on (it is not judged again).
+      absl::StatusOr<catalog::Task> yielded = options_.catalog.work->YieldTask(v.id, owner, v.reason);
+      if (!yielded.ok()) {
+        log_->info("task={} {}; not given back: {}", v.id, v.reason, yielded.status().ToString());
+        continue;
+      }
+      log_->warn("task={} path={} from={} given back ({}): to be copied from another source",
+                 v.id, yielded->spec.path, yielded->spec.src_node, v.reason);
+      absl::MutexLock lock(&mu_);
+      stats_.stragglers += 1;
+      if (auto it = running_.find(owner); it != running_.end()) {
+        it->second->straggler = v.reason;
+        it->second->discard_partial = yielded->state == catalog::TaskState::kCancelled;
+        CancelLocked(*it->second);
+      }
+    }
   }
 }
 

@@ -75,12 +75,14 @@ int OpenTaskCap(const Topology& topology, const PlannerOptions& options, std::st
 // Plans one file: done (it has its copies), failed (it cannot get them), or pending with the
 // copies to make now (none while the windows are full). A copy that gave up is not judged
 // here: the catalog settles the file when its task settles (catalog::RequestFile).
-// `open_tasks`: the file's open tasks, of any request. `window` false: ignore
-// per-node/route/request limits (dry run). `request_budget`: tasks this request may still
-// open (-1: unlimited); decremented.
+// `open_tasks`: the file's open tasks, of any request. `slow_sources`: nodes a destination
+// gave this file's copy back from as too slow (RequestFile::slow_sources), copied from only
+// when no other replica is left. `window` false: ignore per-node/route/request limits (dry
+// run). `request_budget`: tasks this request may still open (-1: unlimited); decremented.
 absl::StatusOr<FileOutcome> PlanFile(const catalog::Roles& catalog, const std::string& path,
                                      const catalog::RequestSpec& spec,
-                                     const std::vector<const Task*>& open_tasks, StepState& st,
+                                     const std::vector<const Task*>& open_tasks,
+                                     const std::vector<std::string>& slow_sources, StepState& st,
                                      const PlannerOptions& options, bool window,
                                      int& request_budget) {
   FileOutcome out;
@@ -183,6 +185,13 @@ absl::StatusOr<FileOutcome> PlanFile(const catalog::Roles& catalog, const std::s
     std::erase_if(from.replicas, [&](const catalog::Replica& r) {
       return SiteOf(st.topology, r.node) != spec.src_site;
     });
+  }
+  if (!slow_sources.empty()) {
+    catalog::Location others = from;
+    std::erase_if(others.replicas, [&](const catalog::Replica& r) {
+      return std::find(slow_sources.begin(), slow_sources.end(), r.node) != slow_sources.end();
+    });
+    if (!CurrentReplicas(others).empty()) from = std::move(others);
   }
   for (const catalog::Node& dst : dsts) {
     if (window && request_budget == 0) break;
@@ -481,7 +490,7 @@ absl::Status Planner::Step() {
         std::vector<const Task*> tasks;
         if (auto o = open_by_path.find(f.path); o != open_by_path.end()) tasks = o->second;
         absl::StatusOr<FileOutcome> o =
-            PlanFile(cat, f.path, r.spec, tasks, st, options_, true, budget);
+            PlanFile(cat, f.path, r.spec, tasks, f.slow_sources, st, options_, true, budget);
         if (!o.ok()) {
           note(o.status());
           continue;
@@ -574,7 +583,7 @@ absl::StatusOr<PlanPreview> Planner::Preview(const catalog::RequestSpec& spec) {
       continue;
     }
     absl::StatusOr<FileOutcome> o =
-        PlanFile(options_.catalog, f.path, spec, {}, st, options_, false, budget);
+        PlanFile(options_.catalog, f.path, spec, {}, {}, st, options_, false, budget);
     if (!o.ok()) return o.status();
     if (o->status == FileStatus::kDone) out.satisfied.push_back(f.path);
     if (o->status == FileStatus::kFailed) out.failures.push_back({f.path, o->error});

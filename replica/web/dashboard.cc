@@ -152,6 +152,7 @@ HttpResponse Dashboard::ApiRequest(const HttpRequest& r) {
           file_states.push_back({{"path", f.path},
                                  {"state", std::string(catalog::ToString(f.state))},
                                  {"attempts", f.attempts},
+                                 {"slow_sources", f.slow_sources},
                                  {"reason", f.reason}});
         }
         return file_states.size() < 200;

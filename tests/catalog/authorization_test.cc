@@ -67,13 +67,14 @@ TEST_F(AuthorizationTest, EachRoleCallsOnlyWhatItMayAndEveryRefusalIsReportedOnc
       absl::IsPermissionDenied(node.RenewLease(1, "n2/w0", std::chrono::seconds(1)).status()));
   EXPECT_TRUE(absl::IsPermissionDenied(
       node.RenewLeases({{1, "n1/w0"}, {2, "n2/w0"}}, std::chrono::seconds(1)).status()));
-  EXPECT_EQ(refusals_.size(), 5u);
+  EXPECT_TRUE(absl::IsPermissionDenied(node.YieldTask(1, "n2/w0", "straggler").status()));
+  EXPECT_EQ(refusals_.size(), 6u);
   // Reads are anyone's; a node's own call reaches the catalog (which says the node is unknown).
   EXPECT_TRUE(node.Stat("/home").ok());
   Heartbeat own;
   own.node = "n1";
   EXPECT_TRUE(absl::IsNotFound(node.SendHeartbeat(own)));
-  EXPECT_EQ(refusals_.size(), 5u) << "a refusal of the catalog itself is not an authorization's";
+  EXPECT_EQ(refusals_.size(), 6u) << "a refusal of the catalog itself is not an authorization's";
 
   // No identity where the server checks them: nothing but refusals.
   AuthorizedCatalog nobody = As(std::nullopt);

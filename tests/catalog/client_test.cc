@@ -239,6 +239,45 @@ TEST_F(CatalogClientTest, TopologyCalls) {
   EXPECT_EQ(client_->ListSites()->size(), 1u);
 }
 
+TEST_F(CatalogClientTest, ACopyGivenBackAsTooSlowOverGrpcNamesItsSourceInTheFilesRow) {
+  Topology();
+  RequestSpec spec;
+  spec.paths = {"/f"};
+  spec.dst_sites = {"b"};
+  absl::StatusOr<Request> req = client_->CreateRequest(spec);
+  ASSERT_TRUE(req.ok()) << req.status();
+  ASSERT_TRUE(local_->AddRequestFiles(req->id, {{"/f", ""}}, true).ok());
+  Node a2;
+  a2.name = "a2";
+  a2.site = "a";
+  a2.address = "127.0.0.1:7002";
+  ASSERT_TRUE(local_->RegisterNode(a2).ok());
+  Replica other;
+  other.inode = local_->Stat("/f")->inode;
+  other.node = "a2";
+  other.state = ReplicaState::kComplete;
+  other.generation = local_->Stat("/f")->generation;
+  other.size = 42;
+  ASSERT_TRUE(local_->PutReplica(other).ok());
+  TaskSpec ts;
+  ts.request_id = req->id;
+  ts.path = "/f";
+  ts.src_node = "a1";
+  ts.dst_node = "b1";
+  ASSERT_TRUE(client_->CreateTasks({ts}).ok());
+  absl::StatusOr<Task> claimed = client_->ClaimTask("b1", "agent", 30s);
+  ASSERT_TRUE(claimed.ok()) << claimed.status();
+  absl::StatusOr<Task> yielded = client_->YieldTask(claimed->id, "agent", "straggler: slow");
+  ASSERT_TRUE(yielded.ok()) << yielded.status();
+  EXPECT_EQ(yielded->state, TaskState::kCancelled) << "not YieldTask (a FailTask fallback?)";
+  EXPECT_EQ(yielded->last_error, "straggler: slow");
+  absl::StatusOr<std::vector<RequestFile>> files = client_->ListRequestFiles(req->id, {});
+  ASSERT_TRUE(files.ok()) << files.status();
+  ASSERT_EQ(files->size(), 1u);
+  EXPECT_EQ(files->front().state, RequestFileState::kWanted);
+  EXPECT_EQ(files->front().slow_sources, std::vector<std::string>{"a1"});
+}
+
 TEST_F(CatalogClientTest, RequestAndTaskCalls) {
   Topology();
   RequestSpec spec;
@@ -301,6 +340,8 @@ TEST_F(CatalogClientTest, RequestAndTaskCalls) {
   ASSERT_EQ(renewed->size(), 2u);
   EXPECT_TRUE((*renewed)[0].ok()) << (*renewed)[0];
   EXPECT_EQ((*renewed)[1].code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client_->YieldTask(claimed->id, "other", "straggler").status().code(),
+            absl::StatusCode::kFailedPrecondition);
   absl::StatusOr<Task> failed = client_->FailTask(claimed->id, "agent", "no route", true, 0ms);
   ASSERT_TRUE(failed.ok());
   EXPECT_EQ(failed->state, TaskState::kQueued);

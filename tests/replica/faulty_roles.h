@@ -182,6 +182,10 @@ class FaultyWorkQueue : public catalog::WorkQueue {
                                          bool r, std::chrono::milliseconds a) override {
     return c_->FailTask(id, o, e, r, a);
   }
+  absl::StatusOr<catalog::Task> YieldTask(std::uint64_t id, std::string_view o,
+                                          std::string_view why) override {
+    return c_->YieldTask(id, o, why);
+  }
   absl::StatusOr<std::size_t> ExpireLeases() override { return c_->ExpireLeases(); }
   absl::StatusOr<catalog::Task> AbandonTask(std::uint64_t id, std::string_view why) override {
     return c_->AbandonTask(id, why);

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "catalog/types.h"
+#include "replica/agent/copy_meter.h"
 #include "replica/agent/site_agent.h"
 #include "transfer/client.h"
 #include "transfer/options.h"
@@ -45,6 +46,14 @@ struct SiteAgent::Running {
       std::make_shared<boost::asio::cancellation_signal>();  // used only on io's thread
   bool cancelled = false;   // guarded by mu_
   bool lease_lost = false;  // guarded by mu_
+  // Set once its pull is planned (guarded by mu_): its dashboard counters (received bytes,
+  // for StragglerLoop) and its source's site.
+  std::shared_ptr<CopyCounters> metered;
+  std::string src_site;
+  std::string straggler;  // why it was given back as too slow (guarded by mu_; "": it was not)
+  // Given back and cancelled in the catalog: no attempt resumes its partial file (guarded by
+  // mu_; an older catalog queues the task again instead).
+  bool discard_partial = false;
 };
 
 // The copy's checked record, source, settings and names (PlanCopy).
@@ -56,6 +65,7 @@ struct SiteAgent::PullPlan {
   std::filesystem::path final_path;
   std::filesystem::path tmp;
   transfer::TransferOptions options;
+  std::shared_ptr<CopyCounters> metered;  // ended (meter_.End) when the pull returns
 };
 
 }  // namespace gfrep::replica::agent

@@ -1637,6 +1637,75 @@ TEST_P(CatalogTest, ATaskForARemovedFileIsCancelledAtClaimAndLeavesTheDeletingRe
 // tasks of one request completed in one batch each move the counters, a copy that gave up
 // from a source that still holds the file fails it, and a copy from a source found bad
 // meanwhile makes it wanted again; the write of the last file ends the request.
+TEST_P(CatalogTest, AYieldedTaskIsCancelledAndItsFileNamesTheSlowSourceAndIsWantedAgain) {
+  MakeTopologyAndFile();
+  RequestSpec spec;
+  spec.paths = {"/f"};
+  spec.dst_sites = {"b"};
+  absl::StatusOr<Request> req = catalog_->CreateRequest(spec);
+  ASSERT_TRUE(req.ok()) << req.status();
+  ASSERT_TRUE(catalog_->AddRequestFiles(req->id, {{"/f", ""}}, true).ok());
+  TaskSpec t;
+  t.request_id = req->id;
+  t.path = "/f";
+  t.src_node = "a1";
+  t.dst_node = "b1";
+  t.max_attempts = 2;
+  ASSERT_TRUE(catalog_->CreateTasks({t}).ok());
+  absl::StatusOr<Task> claimed = catalog_->ClaimTask("b1", "w1", 30s);
+  ASSERT_TRUE(claimed.ok()) << claimed.status();
+  EXPECT_EQ(catalog_->YieldTask(claimed->id, "w2", "straggler: slow").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Only a1 holds the file: nothing to gain, the copy goes on.
+  EXPECT_EQ(catalog_->YieldTask(claimed->id, "w1", "straggler: slow").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(catalog_->GetTask(claimed->id)->state, TaskState::kLeased);
+  Node a2;
+  a2.name = "a2";
+  a2.site = "a";
+  a2.address = "127.0.0.1:2";
+  ASSERT_TRUE(catalog_->RegisterNode(a2).ok());
+  Replica copy;
+  copy.inode = catalog_->Stat("/f")->inode;
+  copy.node = "a2";
+  copy.state = ReplicaState::kComplete;
+  copy.generation = 1;
+  copy.size = 10;
+  ASSERT_TRUE(catalog_->PutReplica(copy).ok());
+  absl::StatusOr<Task> yielded = catalog_->YieldTask(claimed->id, "w1", "straggler: 0.8 Mbit/s");
+  ASSERT_TRUE(yielded.ok()) << yielded.status();
+  EXPECT_EQ(yielded->state, TaskState::kCancelled);
+  EXPECT_EQ(yielded->last_error, "straggler: 0.8 Mbit/s");
+  EXPECT_EQ(yielded->attempts, 1u) << "a given-back copy is not a failed attempt";
+  // The destination's pending replica is gone; the file is wanted again, naming a1.
+  absl::StatusOr<Location> loc = catalog_->Locate("/f");
+  ASSERT_TRUE(loc.ok());
+  for (const Replica& r : loc->replicas) EXPECT_NE(r.node, "b1");
+  absl::StatusOr<std::vector<RequestFile>> rows = catalog_->ListRequestFiles(req->id, {});
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ(rows->front().state, RequestFileState::kWanted);
+  EXPECT_EQ(rows->front().slow_sources, std::vector<std::string>{"a1"});
+  EXPECT_EQ(rows->front().attempts, 0u);
+  EXPECT_EQ(rows->front().reason, "straggler: 0.8 Mbit/s");
+  EXPECT_EQ(catalog_->GetRequest(req->id)->state, RequestState::kRunning);
+  // A second copy from a1 given back: a1 is named once.
+  ASSERT_TRUE(catalog_->CreateTasks({t}).ok());
+  claimed = catalog_->ClaimTask("b1", "w3", 30s);
+  ASSERT_TRUE(claimed.ok()) << claimed.status();
+  ASSERT_TRUE(catalog_->YieldTask(claimed->id, "w3", "straggler: again").ok());
+  rows = catalog_->ListRequestFiles(req->id, {});
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ(rows->front().slow_sources, std::vector<std::string>{"a1"});
+  // From a2, the last source not named slow: refused (a1 is slow, nothing better is left).
+  t.src_node = "a2";
+  ASSERT_TRUE(catalog_->CreateTasks({t}).ok());
+  claimed = catalog_->ClaimTask("b1", "w4", 30s);
+  ASSERT_TRUE(claimed.ok()) << claimed.status();
+  EXPECT_EQ(catalog_->YieldTask(claimed->id, "w4", "straggler: a2 too").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_P(CatalogTest, ARequestsFilesMoveWithItsTasksInTheSameWrite) {
   MakeTopologyAndFile();
   FileContent content;

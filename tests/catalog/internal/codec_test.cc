@@ -280,6 +280,30 @@ TEST(CodecTest, ARequestsOriginIsStoredAndOlderRecordsGetItFromTheirOwner) {
   EXPECT_EQ(unexpanded->spec.owner, "alice");
 }
 
+TEST(CodecTest, RequestFilesKeepTheirSlowSourcesAndOlderRecordsDecodeWithNone) {
+  RequestFile f;
+  f.request_id = 3;
+  f.id = 77;
+  f.path = "/d/f";
+  f.size = 9;
+  f.state = RequestFileState::kWanted;
+  f.reason = "straggler: slow";
+  f.updated_ns = 5;
+  f.slow_sources = {"a1", "a2"};
+  absl::StatusOr<RequestFile> back = DecodeRequestFile(EncodeRequestFile(f));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->slow_sources, f.slow_sources);
+  EXPECT_EQ(back->reason, f.reason);
+  // A record from before slow sources: it ends after updated_ns (a count of 0 is one byte).
+  f.slow_sources.clear();
+  std::string old = EncodeRequestFile(f);
+  old.pop_back();
+  back = DecodeRequestFile(old);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->slow_sources.empty());
+  EXPECT_EQ(back->updated_ns, 5);
+}
+
 TEST(CodecTest, RandomBytesNeverCrashTheDecoders) {
   std::mt19937_64 rng(42);
   for (int i = 0; i < 2000; ++i) {

@@ -586,6 +586,85 @@ TEST_F(SiteAgentTest, TwoHundredFiftySixCopiesAtOnceRunOnAHandfulOfThreads) {
   }
 }
 
+TEST_F(SiteAgentTest, ACopyFromAThrottledSourceIsGivenBackAndPlannedFromAnother) {
+  // /s/slow is at a1 and c1; the route A -> B looks best (10 Gbit/s measured) but its streams
+  // are paced to 0.8 Mbit/s: the copy from a1 would take 10 s. Beside it /s/big comes from c1
+  // at 40 Mbit/s. After 1.2 s under a quarter of that, b1 gives the slow copy back; the
+  // catalog records a1 as slow for the file and the planner copies it from c1.
+  StartNode("a1", "A");
+  StartNode("c1", "C");
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  StartAgent(b1, [](SiteAgentOptions& o) {
+    o.workers = 4;
+    o.straggler_after = std::chrono::milliseconds(1200);
+  });
+  catalog::Route paced;
+  paced.src_site = "A";
+  paced.dst_site = "B";
+  paced.streams = 1;
+  paced.bandwidth_bps = 10'000'000'000;
+  paced.stream_rate_bps = 800'000;
+  paced.stripe_unit_bytes = 64 << 10;
+  ASSERT_TRUE(cat_->PutRoute(paced).ok());
+  catalog::Route fair = paced;
+  fair.src_site = "C";
+  fair.bandwidth_bps = 1'000'000'000;
+  fair.stream_rate_bps = 40'000'000;
+  ASSERT_TRUE(cat_->PutRoute(fair).ok());
+  constexpr std::uint64_t kSlow = 1 << 20;
+  Store("a1", "/s/slow", kSlow, 31);
+  Store("c1", "/s/big", 24 << 20, 32);
+  auto slow = cat_->Stat("/s/slow");
+  ASSERT_TRUE(slow.ok());
+  const fs::path at_c1 = ReplicaFile(nodes_.at("c1")->spool, slow->inode, slow->generation);
+  fs::create_directories(at_c1.parent_path());
+  fs::copy_file(ReplicaFile(nodes_.at("a1")->spool, slow->inode, slow->generation), at_c1);
+  catalog::Replica r;
+  r.inode = slow->inode;
+  r.node = "c1";
+  r.state = catalog::ReplicaState::kComplete;
+  r.generation = slow->generation;
+  r.size = kSlow;
+  ASSERT_TRUE(cat_->PutReplica(r).ok());
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/s"};
+  spec.recursive = true;
+  spec.dst_sites = {"B"};
+  const auto start = std::chrono::steady_clock::now();
+  const catalog::Request done = Replicate(spec);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(done.state, RequestState::kDone) << done.error;
+  EXPECT_LT(seconds, 8.0) << "the slow copy ran to its end";
+  EXPECT_EQ(Bytes("b1", "/s/slow"), Bytes("a1", "/s/slow"));
+  EXPECT_EQ(b1.agent->stats().stragglers, 1u);
+  // The copy from a1 was given back (cancelled, not a failed attempt) and says why; the file
+  // came from c1; its row names a1 as slow.
+  catalog::TaskFilter all;
+  all.request_id = done.id;
+  auto tasks = cat_->ListTasks(all);
+  ASSERT_TRUE(tasks.ok());
+  int given_back = 0, from_c1 = 0;
+  for (const catalog::Task& t : *tasks) {
+    if (t.spec.path != "/s/slow") continue;
+    if (t.spec.src_node == "a1") {
+      EXPECT_EQ(t.state, catalog::TaskState::kCancelled);
+      EXPECT_NE(t.last_error.find("straggler:"), std::string::npos) << t.last_error;
+      ++given_back;
+    }
+    if (t.spec.src_node == "c1" && t.state == catalog::TaskState::kDone) ++from_c1;
+  }
+  EXPECT_EQ(given_back, 1);
+  EXPECT_EQ(from_c1, 1);
+  auto rows = cat_->ListRequestFiles(done.id, {});
+  ASSERT_TRUE(rows.ok());
+  bool named = false;
+  for (const catalog::RequestFile& f : *rows) {
+    if (f.path == "/s/slow") named = f.slow_sources == std::vector<std::string>{"a1"};
+  }
+  EXPECT_TRUE(named) << "the file's row does not name a1 as slow";
+}
+
 TEST_F(SiteAgentTest, TheRouteLearnsFromTheCopiesWhatTheySaw) {
   // No route A -> B exists and nothing measured it; after copies from A, B's agent has told
   // the catalog what they saw: their bytes, the senders' least RTT (loopback: well under a
