@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "replica/core/heap.h"
 #include "replica/daemon/catalogd.h"
 #include "tools/internal/accept_guard.h"
 #include "tools/internal/catalogd_flags.h"
@@ -28,6 +29,10 @@ int main(int argc, char** argv) {
       tools::MakeLoggerOrError(kProgram, common);
   if (!made_log.ok()) return tools::Fail(kProgram, std::string(made_log.status().message()), 2);
   std::shared_ptr<spdlog::logger> log = *made_log;
+  // Large blocks in their own mappings, returned when freed (replica/core/heap.h).
+  if (!replica::KeepLargeBlocksOutOfTheArenas()) {
+    log->warn("the allocator refused a fixed mmap threshold; RSS may keep bursts' peaks");
+  }
   absl::StatusOr<replica::daemon::CatalogdOptions> options = tools::CatalogdOptionsOf(flags, log);
   if (!options.ok()) return tools::Fail(kProgram, options.status().ToString(), 2);
   // gRPC's connections closed at accept by the guard below, on /metrics.

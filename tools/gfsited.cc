@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "replica/core/heap.h"
 #include "replica/daemon/sited.h"
 #include "tools/internal/cli.h"
 #include "tools/internal/sited_flags.h"
@@ -31,6 +32,11 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::shared_ptr<spdlog::logger>> log =
       gfrep::tools::MakeLoggerOrError("gfsited", common);
   if (!log.ok()) return gfrep::tools::Fail("gfsited", Msg(log.status()), 2);
+  // Copies' stripe-unit buffers in their own mappings, so a burst's memory goes back to the
+  // system (replica/core/heap.h).
+  if (!gfrep::replica::KeepLargeBlocksOutOfTheArenas()) {
+    (*log)->warn("the allocator refused a fixed mmap threshold; RSS may keep bursts' peaks");
+  }
   absl::StatusOr<gfrep::replica::daemon::SitedOptions> options =
       gfrep::tools::SitedOptionsOf(flags, *log);
   if (!options.ok()) return gfrep::tools::Fail("gfsited", Msg(options.status()), 2);

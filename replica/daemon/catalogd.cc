@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "catalog/storage.h"
+#include "replica/core/heap.h"
 #include "replica/plan/policy.h"
 
 namespace gfrep::replica::daemon {
@@ -223,6 +224,7 @@ absl::Status Catalogd::StartWeb() {
                 fmt::format("RocksDB {} (all column families)", name), static_cast<double>(v));
       }
     }
+    AppendHeapMetrics(m);
     return web::HttpResponse{200, kMetricsContentType, m.text(), {}};
   };
   web::HttpServerOptions hopt = o.http;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "replica/core/heap.h"
 #include "replica/core/metrics.h"
 #include "transfer/congestion.h"
 
@@ -145,6 +146,7 @@ absl::Status Sited::Start() {
               "Files served over an already open session",
               static_cast<double>(ts.files_on_warm_sessions));
     if (a != nullptr) agent::AppendMetrics(m, a->stats());
+    AppendHeapMetrics(m);
     return web::HttpResponse{200, kMetricsContentType, m.text(), {}};
   };
   absl::StatusOr<std::unique_ptr<web::HttpServer>> started =

@@ -11,6 +11,9 @@ on the same database and address. Every minute (--sample-seconds) the RSS of eve
 sampled, and from the catalog's /metrics (gfcatalogd --http) the bytes RocksDB holds in memory
 that grow until their bound: memtables (flushed at 64 MiB per column family), the block cache
 (256 MiB) and the index and filter blocks of open tables.
+Beside each RSS sample, every daemon's heap as its allocator counts it (gfrep_process_heap_*
+on /metrics, replica/core/heap.h): bytes in use and bytes freed but kept, to tell a leak
+(in use grows) from an allocator keeping a burst's peak (free grows); printed, not judged.
 
 At the end every file the model holds is read at every node and checked.
 
@@ -135,6 +138,7 @@ class Soak:
                                      "catalog_restarts")}
         self.wrong = []
         self.rss = []  # (minute, {daemon: kib})
+        self.heap = []  # (minute, {daemon: {"in_use_kib", "free_kib"} or None})
         self.rocks = []  # (minute, {memtable|block_cache|table_readers: kib}) of the catalog
         self.env = dict(os.environ)
 
@@ -170,6 +174,7 @@ class Soak:
             "--log-level", "warn", "--http", f"127.0.0.1:{free_port()}"]
         self.metrics_url = f"http://{self.catalog_argv[-1]}/metrics"
         cat = Daemon("catalog", self.catalog_argv, self.work, self.env)
+        cat.metrics_url = self.metrics_url
         cat.start()
         # Restarts reuse the first address.
         self.catalog_argv[self.catalog_argv.index("127.0.0.1:0")] = cat.listen
@@ -188,7 +193,9 @@ class Soak:
                            "--node", n, "--catalog", cat.listen, "--key-file", key,
                            "--catalog-ca", f"{ca}/ca.pem", "--tls-cert", f"{ca}/{n}.pem",
                            "--tls-key", f"{ca}/{n}.key", "--tls-ca", f"{ca}/ca.pem",
-                           "--log-level", "warn"], self.work, self.env)
+                           "--log-level", "warn", "--http", f"127.0.0.1:{free_port()}"],
+                       self.work, self.env)
+            d.metrics_url = f"http://{d.argv[-1]}/metrics"
             d.start()
             self.daemons[n] = d
         deadline = time.time() + 60
@@ -305,12 +312,30 @@ class Soak:
                     out[name] = int(float(line[len(prefix):]) / 1024)
         return out if len(out) == 3 else None
 
+    @staticmethod
+    def heap_kib(daemon):
+        """The daemon's heap from its /metrics in KiB (in use, freed but kept); None if unknown."""
+        try:
+            with urllib.request.urlopen(daemon.metrics_url, timeout=10) as r:
+                text = r.read().decode()
+        except (OSError, AttributeError):
+            return None
+        out = {}
+        for line in text.splitlines():
+            for name in ("in_use", "free"):
+                prefix = f"gfrep_process_heap_{name}_bytes "
+                if line.startswith(prefix):
+                    out[name + "_kib"] = int(float(line[len(prefix):]) / 1024)
+        return out if len(out) == 2 else None
+
     def sample(self, minute):
         row = {name: d.rss_kib() for name, d in self.daemons.items()}
         self.rss.append((minute, row))
         rocks = self.rocksdb_kib()
         self.rocks.append((minute, rocks))
-        log(f"minute {minute}: RSS KiB {row}; catalog RocksDB KiB {rocks}; "
+        heap = {name: self.heap_kib(d) for name, d in self.daemons.items()}
+        self.heap.append((minute, heap))
+        log(f"minute {minute}: RSS KiB {row}; catalog RocksDB KiB {rocks}; heap KiB {heap}; "
             f"files {len(self.model)}; {self.stats}")
 
     # -- the run -----------------------------------------------------------------------
@@ -376,6 +401,12 @@ class Soak:
         base, last, raw_growth = growth_of(self.rss, max)
         _, _, median_growth = growth_of(self.rss, statistics.median)
         jbase, jlast, growth = growth_of(judged, max)
+        # The heap as the allocator counts it (printed, not judged).
+        heap = {}
+        for part in ("in_use_kib", "free_kib"):
+            samples = [(m, {k: (v or {}).get(part) for k, v in row.items()}) for m, row in self.heap]
+            hb, hl, _ = growth_of(samples, max)
+            heap[part] = {"window_2_max": hb, "last_window_max": hl}
         flat = bool(growth) and all(g <= self.args.max_rss_growth for g in growth.values())
         result = {
             "minutes": self.args.minutes, "restart_every": w, "seed": self.args.seed,
@@ -389,6 +420,8 @@ class Soak:
             "files_at_end": len(self.model), "files_lost": lost,
             "wrong_bytes_served": self.wrong, "stats": self.stats,
             "rss_samples": self.rss,
+            "heap_kib": heap,
+            "heap_samples": self.heap,
             "pass": flat and not lost and not self.wrong,
         }
         return result
@@ -459,6 +492,14 @@ def main():
               f"| {result['judged_growth_pct'].get(k)} % |")
     print("(judged: the catalog's RSS less RocksDB's memtables, block cache and table readers; "
           "the agents' RSS as it is)")
+    heap = result["heap_kib"]
+    print("\n| daemon | heap in use KiB, minutes %g-%g / last (max) | freed but kept KiB, "
+          "minutes %g-%g / last (max) |" % ((args.restart_every, 2 * args.restart_every) * 2))
+    print("|---|---:|---:|")
+    for k in result["rss_kib_window_2"]:
+        u, f = heap["in_use_kib"], heap["free_kib"]
+        print(f"| {k} | {u['window_2_max'].get(k)} / {u['last_window_max'].get(k)} "
+              f"| {f['window_2_max'].get(k)} / {f['last_window_max'].get(k)} |")
     print(f"\nfiles lost: {len(result['files_lost'])}; wrong bytes served: "
           f"{len(result['wrong_bytes_served'])}; operations: {result['stats']}; "
           f"pass: {result['pass']}")
