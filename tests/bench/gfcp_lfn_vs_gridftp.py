@@ -16,6 +16,12 @@ globus-url-copy and its server use, and asked for by iperf3 -C and gfcp --cc), -
       (anonymous, writing to /dev/shm), rate = file bytes / wall time of globus-url-copy.
 Prints one markdown row per N (min / median / max of each tool, and the ratios of the
 medians gfcp/iperf3 and gfcp/GridFTP).
+
+--topo NAME runs on another topology of tools/topologies (lfn-1g-loss4: 1e-4 random loss each
+way). --bare adds, once per round, gfcp as a new user runs it: no flag but the key, to a
+second gfsited in the far namespace started without --buffer, both on the namespaces' default
+congestion control (--cc) and kernel autotuning; its rate is printed beside iperf3's best (the
+highest median over N).
 """
 
 import argparse
@@ -32,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lfn_testbed as tb  # noqa: E402
 
 GFSITED_PORT = 7000
+BARE_PORT = 7001  # the gfsited a new user would start: no --buffer
 GRIDFTP_PORT = 7100
 HOSTS_DIR = "/etc/netns/gfrep-b-n1"
 TUNED = ("4096 131072 134217728", "4096 16384 134217728")
@@ -69,6 +76,17 @@ def one_round(n, rnd, args, size, src, key, spool, gdst, b):
     return (n, ip, gf, gt)
 
 
+def bare_round(rnd, size, src, key, spool, b):
+    """gfcp with no flag but the key, to the bare gfsited; Mbit/s by wall clock."""
+    secs = timed([os.path.join(tb.BIN, "gfcp"), "--key-file", key, src,
+                  f"gf://{b}:{BARE_PORT}/bare{rnd}"], "a-n1")
+    for f in os.listdir(spool):
+        subprocess.run(["rm", "-rf", os.path.join(spool, f)])
+    rate = size * 8 / secs / 1e6
+    print(f"  round {rnd + 1} gfcp with no flags: {rate:.0f} (load {tb.loadavg()})", flush=True)
+    return rate
+
+
 def spread(values):
     return f"{min(values):.0f} / {statistics.median(values):.0f} / {max(values):.0f}"
 
@@ -80,6 +98,8 @@ def main():
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--cc", default="cubic")
     p.add_argument("--iperf-seconds", type=int, default=8, help="iperf3's timed part")
+    p.add_argument("--topo", default="lfn-1g", help="topology of tools/topologies")
+    p.add_argument("--bare", action="store_true", help="also gfcp with no flags, once a round")
     args = p.parse_args()
     if args.repeat < 1:
         p.error("--repeat must be at least 1")
@@ -89,7 +109,9 @@ def main():
     key = "/dev/shm/gfrep-bench-key"
     spool = "/dev/shm/gfrep-bench-spool"
     gdst = "/dev/shm/gfrep-bench-gridftp"
+    bare_spool = "/dev/shm/gfrep-bench-spool-bare"
     rows = []
+    bare = []
     # A namespace may only make a congestion control its default if the host allows it
     # (net.ipv4.tcp_allowed_congestion_control, a host-wide list; with bbr the host's
     # default, cubic is not on it). Added for the run, the list restored at the end.
@@ -102,12 +124,11 @@ def main():
                 f.write(" ".join(allowed + [args.cc]))
         subprocess.run(f"head -c {args.size} /dev/urandom > {src}", shell=True, check=True)
         size = os.path.getsize(src)
-        for d in (spool, gdst):
+        for d in (spool, gdst, bare_spool):
             os.makedirs(d, exist_ok=True)
         os.chmod(gdst, 0o777)
-        with tb.topology("lfn-1g"):
-            a = tb.addr("lfn-1g", "a-n1")
-            b = tb.addr("lfn-1g", "b-n1")
+        with tb.topology(args.topo):
+            b = tb.addr(args.topo, "b-n1")
             for node in ("a-n1", "b-n1"):
                 subprocess.run(tb.in_ns(node, ["sysctl", "-q", "-w", f"net.ipv4.tcp_rmem={TUNED[0]}",
                                                f"net.ipv4.tcp_wmem={TUNED[1]}",
@@ -123,7 +144,12 @@ def main():
             os.makedirs(HOSTS_DIR, exist_ok=True)
             with open(os.path.join(HOSTS_DIR, "hosts"), "w") as h:
                 h.write(f"127.0.0.1 localhost\n{b} b-n1 {socket.gethostname()}\n")
-            with tb.servers((("b-n1", gfsited, "listening on"))):
+            plain = [os.path.join(tb.BIN, "gfsited"), "--listen", f"{b}:{BARE_PORT}",
+                     "--spool", bare_spool, "--key-file", key, "--insecure"]
+            specs = [("b-n1", gfsited, "listening on")]
+            if args.bare:
+                specs.append(("b-n1", plain, "listening on"))
+            with tb.servers(*specs):
                 # Its own process group: the server forks a process per session, which
                 # outlived the server (one left running after every run).
                 gsrv = subprocess.Popen(tb.in_ns("b-n1", gridftp), stdout=subprocess.DEVNULL,
@@ -133,6 +159,8 @@ def main():
                     for rnd in range(args.repeat):
                         for n in streams:
                             rows.append(one_round(n, rnd, args, size, src, key, spool, gdst, b))
+                        if args.bare:
+                            bare.append(bare_round(rnd, size, src, key, bare_spool, b))
                 finally:
                     os.killpg(gsrv.pid, signal.SIGTERM)
                     gsrv.wait(timeout=10)
@@ -142,13 +170,14 @@ def main():
         for path in (src, key):
             if os.path.exists(path):
                 os.remove(path)
-        for d in (spool, gdst, HOSTS_DIR):
+        for d in (spool, gdst, bare_spool, HOSTS_DIR):
             shutil.rmtree(d, ignore_errors=True)
         try:
             os.rmdir("/etc/netns")  # only if nothing else is there
         except OSError:
             pass
-    print(f"\n{args.repeat} rounds, congestion control {args.cc} for every tool; min / median / max")
+    print(f"\n{args.topo}: {args.repeat} rounds, congestion control {args.cc} for every tool; "
+          "min / median / max")
     print("\n| streams | iperf3 Mbit/s | gfcp (wall) Mbit/s | GridFTP (wall) Mbit/s | gfcp/iperf3 | gfcp/GridFTP |")
     print("|---:|---|---|---|---:|---:|")
     for n in streams:
@@ -159,6 +188,11 @@ def main():
         ratio_g = f"{statistics.median(gf) / statistics.median(gt):.2f}" if gt else "-"
         print(f"| {n} | {spread(ip)} | {spread(gf)} | {spread(gt) if gt else 'failed'} | "
               f"{statistics.median(gf) / statistics.median(ip):.2f} | {ratio_g} |")
+    if bare:
+        best = max(statistics.median([r[1] for r in rows if r[0] == n]) for n in streams)
+        print(f"\ngfcp with no flags (4 streams, autotuned buffers, {args.cc} until loss says "
+              f"otherwise): {spread(bare)} Mbit/s; iperf3's best (highest median) {best:.0f}; "
+              f"ratio of medians {statistics.median(bare) / best:.2f}")
 
 if __name__ == "__main__":
     main()

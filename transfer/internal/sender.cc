@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -17,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "transfer/checksum.h"
+#include "transfer/internal/loss_response.h"
 #include "transfer/internal/mapped_read.h"
 #include "transfer/internal/tcp_stats.h"
 #include "transfer/internal/token_bucket.h"
@@ -243,6 +245,7 @@ asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, const SourceF
   } unregister{st, &timer, &drain};
   StreamBuffers bufs;
   BlockHasher block(alg);
+  LossResponse loss(c.socket().native_handle(), o.route.congestion);
   SetUnsentLowWater(c.socket().native_handle(), low_water);  // ignored if refused: the 20-ms look remains
   while (!st.failed && !st.queue.empty()) {
     // Take the next block only once this stream can send it soon (see WaitForBacklogBelow).
@@ -291,9 +294,40 @@ asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, const SourceF
     if (!s.ok()) co_return s;
     st.sent += len;
     progress.Add(stream, len);
+    if (const LossResponse::Verdict v = loss.Check(); v != LossResponse::Verdict::kUnchanged) {
+      const TcpSample& seen = loss.seen();
+      const std::string why = fmt::format(
+          "stream {}: {} bytes re-sent with the round trip at {:.1f} ms against {:.1f} ms at least "
+          "(loss without a queue)", stream, seen.bytes_retrans, seen.srtt_us / 1e3,
+          seen.min_rtt_us / 1e3);
+      if (v == LossResponse::Verdict::kTurned) {
+        LoggerOf(o.logger)->info("{}: congestion control {} -> {}", why, loss.from(),
+                                 kLossTolerantControl);
+      } else {
+        LoggerOf(o.logger)->warn("{}: could not turn to {} ({}); staying on {}", why,
+                                 kLossTolerantControl, std::strerror(loss.error()), loss.from());
+      }
+    }
   }
   if (st.failed) co_return absl::CancelledError("stream stopped");
   co_return co_await c.SendFrame(FrameType::kEnd, "");
+}
+
+// The congestion control most of `data`'s sockets run now; `otherwise` if none says.
+std::string MostUsedControl(const std::vector<ConnPtr>& data, const std::string& otherwise) {
+  std::map<std::string, int> count;
+  for (const ConnPtr& c : data) {
+    if (std::string name = ControlOf(c->socket().native_handle()); !name.empty()) ++count[name];
+  }
+  std::string most = otherwise;
+  int most_n = 0;
+  for (const auto& [name, n] : count) {
+    if (n > most_n) {
+      most = name;
+      most_n = n;
+    }
+  }
+  return most;
 }
 
 // Failures that are about the connection (the peer may know more) rather than ours.
@@ -458,6 +492,8 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
     if (!sum.ok()) co_return co_await fail(sum.status());
     if (absl::Status c = CheckSourceUnchanged(*src); !c.ok()) co_return co_await fail(c);
     const TcpFigures tcp = Difference(tcp_before, SampleTcp(data));
+    // A stream may have turned loss-tolerant (loss_response.h): say what most streams run now.
+    if (o.route.congestion.empty()) congestion = MostUsedControl(data, congestion);
     Json msg3 = {{"op", "finish"},
                  {"checksum", *sum},
                  {"round", round},
