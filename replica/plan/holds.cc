@@ -74,8 +74,36 @@ absl::Status HoldIndex::Update() {
     h.dst_sites = r.spec.dst_sites;
     for (catalog::InodeId inode : inodes) {
       std::vector<Ref>& refs = by_inode_[inode];
-      if (refs.empty() || refs.back().id != r.id) refs.push_back({r.id, false});
+      if (refs.empty() || refs.back().id != r.id) {
+        refs.push_back({r.id, false});
+        ++files_of_[r.id];
+      }
     }
+  }
+  return ForgetRemoved(kForgetLooks);
+}
+
+absl::Status HoldIndex::ForgetRemoved(std::size_t looks) {
+  if (to_look_.empty()) {
+    to_look_.reserve(by_inode_.size());
+    for (const auto& [inode, refs] : by_inode_) to_look_.push_back(inode);
+  }
+  for (; looks > 0 && !to_look_.empty(); --looks) {
+    const catalog::InodeId inode = to_look_.back();
+    absl::StatusOr<catalog::Attributes> a = catalog_->StatInode(inode);
+    if (!a.ok() && !absl::IsNotFound(a.status())) return a.status();  // looked at again next time
+    to_look_.pop_back();
+    if (a.ok()) continue;
+    auto it = by_inode_.find(inode);
+    if (it == by_inode_.end()) continue;
+    for (const Ref& ref : it->second) {
+      auto held = files_of_.find(ref.id);
+      if (held != files_of_.end() && --held->second == 0) {
+        files_of_.erase(held);
+        requests_.erase(ref.id);
+      }
+    }
+    by_inode_.erase(it);
   }
   return absl::OkStatus();
 }
