@@ -54,9 +54,8 @@ class HoldIndex {
 
   // Looks at up to `looks` indexed files (in turn: a pass over all of them, then the next
   // pass) and forgets those the catalog no longer has (inodes are never reused), and every
-  // request that then holds no file. A file kept after its removal held its requests in
-  // memory for the catalog's lifetime: the soak's catalog grew about 2 MiB in 10 minutes of
-  // stores and removes (tests/bench/RESULTS.md, the soak's fourth hour).
+  // request that then holds no file. Before, a removed file and its requests stayed in
+  // memory for the catalog's lifetime: the index grew with every request ever indexed.
   absl::Status ForgetRemoved(std::size_t looks);
   static constexpr std::size_t kForgetLooks = 64;
 
