@@ -290,7 +290,11 @@ struct AgentServer::Impl {
     absl::StatusOr<std::string> role = GetString(*hello, "role");
     absl::StatusOr<std::string> client_nonce = GetString(*hello, "nonce");
     absl::StatusOr<bool> want_tls = internal::GetBool(*hello, "tls");
-    if (absl::Status bad = FirstError({version.status(), role.status(), client_nonce.status(), want_tls.status()}); !bad.ok()) {
+    // The client's request follows its TLS handshake without waiting for our welcome.
+    absl::StatusOr<bool> early = internal::GetOptionalBool(*hello, "early", false);
+    if (absl::Status bad = FirstError({version.status(), role.status(), client_nonce.status(),
+                                       want_tls.status(), early.status()});
+        !bad.ok()) {
       co_return co_await Fail(*conn, Malformed("hello", bad));
     }
     if ((*role != "control" && *role != "data") || client_nonce->size() < 16 || client_nonce->size() > 64) {
@@ -334,6 +338,12 @@ struct AgentServer::Impl {
       log->warn("refused peer {}: no verified client certificate (this agent requires mutual TLS)", peer);
       co_return co_await Fail(*conn, absl::PermissionDeniedError(kMutualTlsOnly));
     } else {
+      if (*early && *want_tls) {
+        // Sent before the client knew it would be challenged: dropped unread; it comes
+        // again behind the authentication.
+        absl::StatusOr<Json> unread = co_await conn->ReadControl(internal::kMaxPreAuthControlPayload);
+        if (!unread.ok()) co_return co_await Fail(*conn, unread.status());
+      }
       Json msg3 = {{"op", "challenge"}};
       if (absl::Status s = co_await conn->SendControl(msg3); !s.ok()) co_return s;
       absl::StatusOr<Json> auth = co_await conn->ReadControl(internal::kMaxPreAuthControlPayload);

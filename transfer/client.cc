@@ -162,14 +162,16 @@ asio::awaitable<absl::StatusOr<TransferStats>> AsyncPush(std::filesystem::path l
   absl::Status setup = co_await ControlBesideData(
       agent, *p,
       [&]() -> asio::awaitable<absl::Status> {
+        Json req{{"op", "put"}, {"path", remote_path}, {"size", (*src)->size},
+                 {"source_id", (*src)->source_id}, {"options", internal::RouteToJson(p->options)}};
         absl::StatusOr<internal::ClientConnection> ctrl =
-            co_await internal::ConnectTo(agent, "control", p->options, p->tls.get(), *log);
+            co_await internal::ConnectTo(agent, "control", p->options, p->tls.get(), *log, &req);
         if (!ctrl.ok()) co_return ctrl.status();
         ctrl_conn = ctrl->conn;
         deadline.emplace(ex, ctrl_conn, p->options.io_timeout);
-        Json req{{"op", "put"}, {"path", remote_path}, {"size", (*src)->size},
-                 {"source_id", (*src)->source_id}, {"options", internal::RouteToJson(p->options)}};
-        if (absl::Status s = co_await ctrl_conn->SendControl(req); !s.ok()) co_return s;
+        if (!ctrl->request_sent) {
+          if (absl::Status s = co_await ctrl_conn->SendControl(req); !s.ok()) co_return s;
+        }
         session = co_await ctrl_conn->ReadControl();
         co_return session.status();
       },
@@ -247,14 +249,16 @@ asio::awaitable<absl::StatusOr<TransferStats>> ThirdPartyAsync(Endpoint src, std
   absl::StatusOr<Prepared> p = Prepare(options, dst);
   if (!p.ok()) co_return p.status();
   auto log = internal::LoggerOf(p->options.logger);
-  absl::StatusOr<internal::ClientConnection> ctrl =
-      co_await internal::ConnectTo(dst, "control", p->options, p->tls.get(), *log);
-  if (!ctrl.ok()) co_return ctrl.status();
   Json opts = internal::RouteToJson(p->options);
   opts["route_name"] = options.route.route_name.empty() ? src.ToString() : options.route.route_name;
   Json req{{"op", "pull_from"}, {"source", src.ToString()}, {"source_path", src_path},
            {"path", dst_path}, {"options", opts}};
-  if (absl::Status s = co_await ctrl->conn->SendControl(req); !s.ok()) co_return s;
+  absl::StatusOr<internal::ClientConnection> ctrl =
+      co_await internal::ConnectTo(dst, "control", p->options, p->tls.get(), *log, &req);
+  if (!ctrl.ok()) co_return ctrl.status();
+  if (!ctrl->request_sent) {
+    if (absl::Status s = co_await ctrl->conn->SendControl(req); !s.ok()) co_return s;
+  }
   // The destination agent reports progress at least every second; silence means trouble.
   auto ex = co_await asio::this_coro::executor;
   internal::WatchdogScope dog =
@@ -369,11 +373,13 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
         agent, *p,
         [&]() -> asio::awaitable<absl::Status> {
           absl::StatusOr<ClientConnection> ctrl =
-              co_await ConnectTo(agent, "control", p->options, p->tls.get(), *log);
+              co_await ConnectTo(agent, "control", p->options, p->tls.get(), *log, &req);
           if (!ctrl.ok()) co_return ctrl.status();
           ctrl_conn = ctrl->conn;
           deadline.emplace(ex, ctrl_conn, p->options.io_timeout);
-          if (absl::Status w = co_await ctrl_conn->SendControl(req); !w.ok()) co_return w;
+          if (!ctrl->request_sent) {
+            if (absl::Status w = co_await ctrl_conn->SendControl(req); !w.ok()) co_return w;
+          }
           offer = co_await ctrl_conn->ReadControl();
           co_return offer.status();
         },
@@ -556,11 +562,13 @@ absl::StatusOr<Json> AskAgent(const Endpoint& agent, const Json& request, std::s
     if (!p.ok()) co_return p.status();
     auto log = internal::LoggerOf(p->options.logger);
     absl::StatusOr<internal::ClientConnection> ctrl =
-        co_await internal::ConnectTo(agent, "control", p->options, p->tls.get(), *log);
+        co_await internal::ConnectTo(agent, "control", p->options, p->tls.get(), *log, &request);
     if (!ctrl.ok()) co_return ctrl.status();
     auto ex = co_await asio::this_coro::executor;
     SetupDeadline deadline(ex, ctrl->conn, limit);
-    if (absl::Status s = co_await ctrl->conn->SendControl(request); !s.ok()) co_return s;
+    if (!ctrl->request_sent) {
+      if (absl::Status s = co_await ctrl->conn->SendControl(request); !s.ok()) co_return s;
+    }
     absl::StatusOr<Json> m = co_await ctrl->conn->ReadControl();
     if (!m.ok()) co_return m.status();
     absl::StatusOr<std::string> op = GetString(*m, "op");

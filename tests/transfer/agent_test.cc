@@ -443,6 +443,92 @@ TEST_F(AgentTest, MutualTlsOnTheControlConnectionAloneLeavesDataClearAndKeysTheJ
   EXPECT_NE(join.message().find("session token"), absl::string_view::npos) << join;
 }
 
+// A server that ends its TLS handshake and sends its welcome only once it has read the
+// client's request: a client holding a certificate that waited for the welcome first (a
+// round trip more to the first reply) would never get it.
+TEST_F(AgentTest, UnderMutualTlsTheRequestFollowsTheHandshakeWithoutWaitingForTheWelcome) {
+  ASSERT_TRUE(MakeTestCertificates(dir_.path()));
+  const std::filesystem::path d = dir_.path();
+  TransferOptions o = options_;
+  o.tls_control = true;
+  o.tls_options = {d / "client.pem", d / "client.key", d / "ca.pem"};
+  const Json get{{"op", "get"}, {"path", "f.dat"}};
+  bool hello_said_early = false;
+  std::string read_before_welcome;
+  bool request_sent = false;
+  absl::Status s = RunClient([&]() -> asio::awaitable<absl::Status> {
+    auto ex = co_await asio::this_coro::executor;
+    asio::ip::tcp::acceptor acceptor(ex, {asio::ip::make_address("127.0.0.1"), 0});
+    const Endpoint at{"127.0.0.1", acceptor.local_endpoint().port()};
+    absl::StatusOr<std::unique_ptr<asio::ssl::context>> server_tls =
+        internal::MakeTlsContext({d / "agent.pem", d / "agent.key", d / "ca.pem"}, true);
+    absl::StatusOr<std::unique_ptr<asio::ssl::context>> client_tls =
+        internal::MakeTlsContext(o.tls_options, false);
+    if (!server_tls.ok()) co_return server_tls.status();
+    if (!client_tls.ok()) co_return client_tls.status();
+    std::vector<std::function<asio::awaitable<absl::Status>()>> both;
+    both.push_back([&]() -> asio::awaitable<absl::Status> {
+      auto [aec, sock] = co_await acceptor.async_accept(internal::kNoThrow);
+      if (aec) co_return absl::InternalError(aec.message());
+      auto conn = std::make_shared<internal::Conn>(std::move(sock));
+      asio::steady_timer guard(ex, 5s);  // a client that waits for the welcome: closed
+      guard.async_wait([conn](boost::system::error_code ec) {
+        if (!ec) conn->Close();
+      });
+      absl::StatusOr<Json> hello = co_await conn->ReadControl(internal::kMaxPreAuthControlPayload);
+      if (!hello.ok()) co_return hello.status();
+      hello_said_early = hello->value("early", false);
+      const Json hello_ok{{"op", "hello_ok"}, {"nonce", std::string(32, 'n')}};
+      if (absl::Status w = co_await conn->SendControl(hello_ok); !w.ok()) co_return w;
+      if (absl::Status h = co_await conn->Handshake(**server_tls, true); !h.ok()) co_return h;
+      absl::StatusOr<Json> req = co_await conn->ReadControl();
+      if (!req.ok()) {
+        co_return absl::DeadlineExceededError(
+            fmt::format("no request before the welcome: {}", req.status().ToString()));
+      }
+      read_before_welcome = req->value("op", std::string());
+      guard.cancel();
+      const Json welcome{{"op", "welcome"}, {"method", "certificate"}};
+      co_return co_await conn->SendControl(welcome);
+    });
+    both.push_back([&]() -> asio::awaitable<absl::Status> {
+      auto log = spdlog::default_logger();
+      absl::StatusOr<internal::ClientConnection> c =
+          co_await internal::ConnectTo(at, "control", o, client_tls->get(), *log, &get);
+      if (!c.ok()) co_return c.status();
+      request_sent = c->request_sent;
+      co_return absl::OkStatus();
+    });
+    co_return co_await internal::RunConcurrently(std::move(both));
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(hello_said_early);
+  EXPECT_EQ(read_before_welcome, "get");
+  EXPECT_TRUE(request_sent);
+}
+
+// An agent with TLS that does not verify client certificates challenges instead: it drops
+// the request sent behind the handshake unread and takes it again behind the shared key.
+TEST_F(AgentTest, AnAgentThatChallengesACertificateHolderStillServesItsEarlyRequest) {
+  ASSERT_TRUE(MakeTestCertificates(dir_.path()));
+  const std::filesystem::path d = dir_.path();
+  StopAgent();
+  StartAgent([&](AgentOptions& a) { a.tls = {d / "agent.pem", d / "agent.key", {}}; });
+  options_.tls_control = true;
+  options_.tls_options = {d / "client.pem", d / "client.key", d / "ca.pem"};
+  absl::StatusOr<TransferStats> got = Pull(endpoint_, "f.dat", d / "copy.dat", options_);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(testing::ReadFile(d / "copy.dat"), testing::ReadFile(d / "spool" / "f.dat"));
+  testing::WriteRandomFile(d / "src.dat", 300000, 7);
+  absl::StatusOr<TransferStats> put = Push(d / "src.dat", endpoint_, "put.dat", options_);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(testing::ReadFile(d / "spool" / "put.dat"), testing::ReadFile(d / "src.dat"));
+  options_.shared_key = std::string(32, 'x');  // and the challenge is still a real one
+  absl::StatusOr<TransferStats> wrong = Pull(endpoint_, "f.dat", d / "copy2.dat", options_);
+  EXPECT_TRUE(absl::IsPermissionDenied(wrong.status())) << wrong.status();
+  EXPECT_FALSE(std::filesystem::exists(d / "copy2.dat"));
+}
+
 TEST_F(AgentTest, EmptyFileCopies) {
   testing::WriteRandomFile(dir_.path() / "empty", 0, 1);
   absl::StatusOr<TransferStats> s = Push(dir_.path() / "empty", endpoint_, "empty", options_);

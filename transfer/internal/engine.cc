@@ -576,8 +576,15 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
   // Data connections are encrypted only when asked; a control connection also under
   // tls_control (mutual TLS, data in clear).
   const bool use_tls = options.tls || (role == "control" && options.tls_control);
+  // Under TLS with our certificate, the request goes right behind the handshake, before the
+  // agent's welcome (a round trip less); an agent that answers with a challenge instead
+  // drops it unread and gets it again behind the shared-key authentication.
+  const bool early = use_tls && role == "control" && request != nullptr &&
+                     !options.tls_options.cert.empty() &&
+                     request->dump().size() <= kMaxPreAuthControlPayload;
   Json msg1 = {{"op", "hello"}, {"version", kProtocolVersion}, {"role", std::string(role)},
            {"tls", use_tls}, {"nonce", nonce}};
+  if (early) msg1["early"] = true;
   if (absl::Status s = co_await conn->SendControl(msg1); !s.ok()) co_return s;
   // Until the agent has proven it holds the key, it gets no more room than we give it.
   absl::StatusOr<Json> reply = co_await conn->ReadControl(kMaxPreAuthControlPayload);
@@ -598,6 +605,10 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
     }
   }
   if (role != "control") co_return out;
+  if (early) {
+    if (absl::Status s = co_await conn->SendControl(*request); !s.ok()) co_return s;
+    out.request_sent = true;
+  }
   absl::StatusOr<Json> ch = co_await conn->ReadControl(kMaxPreAuthControlPayload);
   if (!ch.ok()) co_return absl::Status(ch.status().code(), fmt::format("{}: {}", endpoint.ToString(), ch.status().message()));
   absl::StatusOr<std::string> ch_op = GetString(*ch, "op");

@@ -233,10 +233,12 @@ struct ClientConnection {
   std::string server_nonce;
   bool request_sent = false;  // ConnectTo sent `request` already
 };
-// With `request` (control connections): sends it right behind the shared-key
-// authentication, before the agent's answer to it arrives (one round trip less to the
-// first reply; the agent reads it only once the authentication succeeded, and it is bound
-// to that authentication like any later message); `request_sent` says whether it went.
+// With `request` (control connections): sends it without waiting for the agent's welcome,
+// one round trip less to the first reply. Under TLS with our certificate it goes right
+// behind the handshake (hello's "early"; an agent that challenges instead drops it unread
+// and gets it again, as below); with the shared key, right behind the authentication (the
+// agent reads it only once the authentication succeeded, and in clear text it is bound to
+// that authentication like any later message). `request_sent` says whether it went.
 asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endpoint,
                                                             std::string_view role,
                                                             const TransferOptions& options,
