@@ -138,8 +138,8 @@ int SiteAgent::BurstStartLocked(const std::vector<catalog::Task>& tasks) const {
   // (measured, else learnt from copies) are known here without asking the catalog.
   double target = static_cast<double>(options_.start_in_flight_bytes);
   if (auto n = node_cache_.find(tasks.front().spec.src_node); n != node_cache_.end()) {
-    if (auto r = route_cache_.find(n->second.first.site); r != route_cache_.end()) {
-      const catalog::Route& route = r->second.first;
+    if (auto r = route_cache_.find(n->second.value.site); r != route_cache_.end()) {
+      const catalog::Route& route = r->second.value;
       const double rtt_ms = route.rtt_ms > 0 ? route.rtt_ms : route.observed.rtt_ms;
       const double bps = static_cast<double>(route.bandwidth_bps > 0 ? route.bandwidth_bps
                                                                      : route.observed.peak_bps);
@@ -300,6 +300,7 @@ absl::Status SiteAgent::Start() {
   if (stop_) return absl::CancelledError("stopped before the agent started");
   StartCopyThreads();
   threads_.emplace_back([this] { HeartbeatLoop(); });
+  threads_.emplace_back([this] { LookupLoop(); });
   threads_.emplace_back([this] { RenewLoop(); });
   threads_.emplace_back([this] { WatchLoop(); });
   threads_.emplace_back([this] { SweepLoop(); });

@@ -174,6 +174,9 @@ struct SiteAgentOptions {
   // other replica the catalog refuses and the copy goes on. 0: never.
   std::chrono::milliseconds straggler_after{30000};
   double straggler_fraction = 0.25;
+  // How long a source node's address and a route, looked up in the catalog, are used
+  // before they are asked again; they are refreshed ahead of the copies every half of it.
+  std::chrono::milliseconds lookup_ttl{10000};
   RetryOptions retry;
   // Engine settings for pulls (shared key, TLS, checksum, timeouts); route fields are the
   // defaults that the catalog's route table overrides.
@@ -306,10 +309,16 @@ class SiteAgent {
   // Asks a running copy to stop (from any thread; REQUIRES mu_ held).
   static void CancelLocked(Running& run);
   catalog::Heartbeat MakeHeartbeat() const;
-  // Source node and route lookups, cached for `kLookupTtl` (each is a catalog round trip,
+  // Source node and route lookups, cached for `lookup_ttl` (each is a catalog round trip,
   // i.e. one WAN RTT per small file otherwise). A failed copy drops the node's entry.
   absl::StatusOr<catalog::Node> LookupNode(const std::string& name);
   absl::StatusOr<catalog::Route> LookupRoute(const std::string& src_site);
+  // Keeps those caches fresh ahead of the copies: every node once at start (a source's
+  // first copy needs no node lookup), then each node and route a copy used lately, every
+  // half `lookup_ttl` (a copy every 10 s waited two catalog round trips before its pull).
+  void LookupLoop();
+  // True if `all_nodes` and the listing succeeded.
+  bool RefreshLookups(bool all_nodes);
   void SleepFor(std::chrono::milliseconds d);
   // The absl deadline of a steady-clock time (the condition variables wait by absl time).
   static absl::Time DeadlineOf(std::chrono::steady_clock::time_point t);
@@ -384,8 +393,14 @@ class SiteAgent {
   RouteLearner learner_;
   SiteAgentStats stats_ ABSL_GUARDED_BY(mu_);
   using Stamp = std::chrono::steady_clock::time_point;
-  std::map<std::string, std::pair<catalog::Node, Stamp>> node_cache_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::pair<catalog::Route, Stamp>> route_cache_ ABSL_GUARDED_BY(mu_);
+  template <typename T>
+  struct Cached {
+    T value;
+    Stamp fetched;
+    Stamp used;  // by a copy's lookup: refreshed by LookupLoop while recent
+  };
+  std::map<std::string, Cached<catalog::Node>> node_cache_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Cached<catalog::Route>> route_cache_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gfrep::replica::agent

@@ -18,6 +18,7 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cerrno>
+#include <map>
 #include <optional>
 #include <type_traits>
 
@@ -43,7 +44,6 @@ constexpr int kBlockingThreads = 4;
 // Finished copies waiting for their commit, at most, per copy allowed at once: each holds a
 // lease.
 constexpr std::size_t kCommitsPerCopy = 4;
-constexpr std::chrono::seconds kLookupTtl(10);
 
 // Runs `f` on `pool` and resumes the awaiting coroutine on its own executor with f's result.
 template <typename F>
@@ -450,14 +450,15 @@ absl::StatusOr<catalog::Node> SiteAgent::LookupNode(const std::string& name) {
   {
     absl::MutexLock lock(&mu_);
     if (auto it = node_cache_.find(name);
-        it != node_cache_.end() && now - it->second.second < kLookupTtl) {
-      return it->second.first;
+        it != node_cache_.end() && now - it->second.fetched < options_.lookup_ttl) {
+      it->second.used = now;
+      return it->second.value;
     }
   }
   absl::StatusOr<catalog::Node> n = options_.catalog.view->GetNode(name);
   if (!n.ok()) return n.status();
   absl::MutexLock lock(&mu_);
-  node_cache_[name] = {*n, now};
+  node_cache_[name] = {*n, now, now};
   return n;
 }
 
@@ -466,8 +467,9 @@ absl::StatusOr<catalog::Route> SiteAgent::LookupRoute(const std::string& src_sit
   {
     absl::MutexLock lock(&mu_);
     if (auto it = route_cache_.find(src_site);
-        it != route_cache_.end() && now - it->second.second < kLookupTtl) {
-      return it->second.first;
+        it != route_cache_.end() && now - it->second.fetched < options_.lookup_ttl) {
+      it->second.used = now;
+      return it->second.value;
     }
   }
   catalog::Route route;
@@ -481,8 +483,81 @@ absl::StatusOr<catalog::Route> SiteAgent::LookupRoute(const std::string& src_sit
     return r.status();
   }
   absl::MutexLock lock(&mu_);
-  route_cache_[src_site] = {route, now};
+  route_cache_[src_site] = {route, now, now};
   return route;
+}
+
+void SiteAgent::LookupLoop() {
+  bool listed = false;  // every node, once (until a listing succeeds)
+  while (!stop_) {
+    listed = RefreshLookups(!listed) || listed;
+    SleepFor(options_.lookup_ttl / 2);
+  }
+}
+
+bool SiteAgent::RefreshLookups(bool all_nodes) {
+  const auto now = std::chrono::steady_clock::now();
+  // What a copy used in the last minute is kept fresh; the rest ages out.
+  constexpr std::chrono::seconds kRecent(60);
+  std::vector<std::string> recent_nodes;
+  std::vector<std::string> recent_sites;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, c] : node_cache_) {
+      if (now - c.used < kRecent) recent_nodes.push_back(name);
+    }
+    for (const auto& [site, c] : route_cache_) {
+      if (now - c.used < kRecent) recent_sites.push_back(site);
+    }
+  }
+  // Nodes: where their agents listen, which changes only when one restarts. Listed whole
+  // once, so that a source's first copy finds its address here.
+  std::vector<catalog::Node> nodes;
+  if (all_nodes) {
+    absl::StatusOr<std::vector<catalog::Node>> listed = options_.catalog.view->ListNodes("");
+    if (listed.ok()) {
+      nodes = std::move(*listed);
+    } else {
+      log_->debug("listing nodes ahead of the copies: {}", listed.status().ToString());
+      all_nodes = false;
+    }
+  }
+  if (!all_nodes) {
+    for (const std::string& name : recent_nodes) {
+      if (stop_) return false;
+      absl::StatusOr<catalog::Node> n = options_.catalog.view->GetNode(name);
+      if (n.ok()) nodes.push_back(std::move(*n));
+    }
+  }
+  // Routes: only those in use. An operator's route change (data TLS, a rate) must reach
+  // the first copy after it, so a route no copy used lately is asked by the copy itself.
+  std::map<std::string, catalog::Route> routes;
+  if (!recent_sites.empty() && !stop_) {
+    absl::StatusOr<std::vector<catalog::Route>> listed = options_.catalog.view->ListRoutes();
+    if (listed.ok()) {
+      for (const std::string& site : recent_sites) {
+        catalog::Route& r = routes[site];
+        r.src_site = site;  // the default route unless there is a record
+        r.dst_site = options_.site;
+      }
+      for (catalog::Route& r : *listed) {
+        if (r.dst_site == options_.site && routes.count(r.src_site) != 0) {
+          routes[r.src_site] = std::move(r);
+        }
+      }
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (catalog::Node& n : nodes) {
+    auto [it, fresh] = node_cache_.try_emplace(n.name);
+    const Stamp used = fresh ? Stamp() : it->second.used;
+    it->second = {std::move(n), now, used};
+  }
+  for (auto& [site, r] : routes) {
+    auto it = route_cache_.find(site);
+    if (it != route_cache_.end()) it->second = {std::move(r), now, it->second.used};
+  }
+  return all_nodes;
 }
 
 }  // namespace gfrep::replica::agent

@@ -27,6 +27,11 @@ class FaultyView : public catalog::CatalogView {
   std::atomic<std::uint64_t> tasks_read{0};
   // Calls of Stat and List so far (the planner's walks of a request's paths).
   std::atomic<std::uint64_t> walks{0};
+  // Calls of GetNode and GetRoute (one node or route each), and of ListNodes and ListRoutes.
+  std::atomic<std::uint64_t> node_gets{0};
+  std::atomic<std::uint64_t> route_gets{0};
+  std::atomic<std::uint64_t> node_lists{0};
+  std::atomic<std::uint64_t> route_lists{0};
 
   using A = catalog::Attributes;
   absl::StatusOr<A> Stat(std::string_view p) override {
@@ -60,14 +65,22 @@ class FaultyView : public catalog::CatalogView {
     return c_->ListNodeReplicas(n, a, l);
   }
   absl::StatusOr<std::vector<catalog::Site>> ListSites() override { return c_->ListSites(); }
-  absl::StatusOr<catalog::Node> GetNode(std::string_view n) override { return c_->GetNode(n); }
+  absl::StatusOr<catalog::Node> GetNode(std::string_view n) override {
+    ++node_gets;
+    return c_->GetNode(n);
+  }
   absl::StatusOr<std::vector<catalog::Node>> ListNodes(std::string_view s) override {
+    ++node_lists;
     return c_->ListNodes(s);
   }
   absl::StatusOr<catalog::Route> GetRoute(std::string_view s, std::string_view d) override {
+    ++route_gets;
     return c_->GetRoute(s, d);
   }
-  absl::StatusOr<std::vector<catalog::Route>> ListRoutes() override { return c_->ListRoutes(); }
+  absl::StatusOr<std::vector<catalog::Route>> ListRoutes() override {
+    ++route_lists;
+    return c_->ListRoutes();
+  }
   absl::StatusOr<catalog::Request> GetRequest(std::uint64_t id) override {
     return c_->GetRequest(id);
   }

@@ -457,6 +457,38 @@ TEST_F(SiteAgentTest, SmallFilesAreClaimedAndCommittedInBatchesWithNoCatalogCall
   nodes_.clear();  // the agents use `distant`: stop them before it goes
 }
 
+TEST_F(SiteAgentTest, ASourcesFirstCopyWaitsOnNoNodeLookup) {
+  // The catalog is a WAN round trip away: a copy that looked up its source node and route
+  // first waited two of them before its pull. The agent lists the nodes ahead of the
+  // copies; the route the first copy asks itself (a route set a moment before must hold).
+  testing::FaultyView counting(cat_.get());
+  agent_catalog_ = cat_.get();
+  agent_catalog_.view = &counting;
+  StartNode("a1", "A");
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  StartAgent(b1, [](SiteAgentOptions& o) { o.lookup_ttl = std::chrono::hours(1); });
+  struct StopFirst {  // the agents use `counting`: stopped before it goes, also on failure
+    std::map<std::string, std::unique_ptr<TestNode>>& nodes;
+    ~StopFirst() { nodes.clear(); }
+  } stop_first{nodes_};
+  // Both agents (a1's and b1's) have listed the nodes once.
+  for (int i = 0; i < 1000 && counting.node_lists < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GE(counting.node_lists.load(), 2u);
+  const std::uint64_t node_gets = counting.node_gets;  // each agent's look at itself
+  Store("a1", "/first/f", 100'000, 71);
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/first/f"};
+  spec.copies = 2;
+  catalog::Request r = Replicate(spec);
+  ASSERT_EQ(r.state, RequestState::kDone) << r.error;
+  EXPECT_EQ(Bytes("b1", "/first/f"), Bytes("a1", "/first/f"));
+  EXPECT_EQ(counting.node_gets.load(), node_gets) << "the copy looked up its source node";
+  EXPECT_EQ(counting.route_gets.load(), 1u);
+}
+
 TEST_F(SiteAgentTest, CopiesAtOnceStayWithinTheLimitWhileItHolds) {
   // 16 workers, but the limit starts at 2 (8 MiB files: 16 MiB in flight is 2 copies) and the
   // tuner never runs within the test: no more than 2 copies at once, yet every file arrives.
