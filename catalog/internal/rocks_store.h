@@ -6,6 +6,7 @@
 // concurrent writers share one WAL append + fsync (RocksDB's write-group leader: group
 // commit). Reads see the latest committed batch; a snapshot is a ManagedSnapshot.
 
+#include <cstddef>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -18,5 +19,9 @@ namespace gfrep::catalog::internal {
 // options.block_cache_bytes of block cache. The directory (and any parent made for it) is
 // made durable in the directory holding it before the database opens.
 absl::StatusOr<std::unique_ptr<KvStore>> OpenRocksStore(const CatalogOptions& options);
+
+// The memtables' allocation block (rocksdb arena_block_size): Stats()'s memtable_bytes is
+// within a block per table of the memory the memtables fill.
+inline constexpr std::size_t kMemtableBlockBytes = 64 << 10;
 
 }  // namespace gfrep::catalog::internal
