@@ -2,9 +2,16 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <functional>
+#include <future>
 #include <optional>
+#include <thread>
 
 #include "tests/support/temp_dir.h"
 #include "transfer/internal/engine.h"
@@ -106,6 +113,47 @@ TEST(ConnTest, BoundControlMessagesPassBothWaysAndForgeriesFail) {
   t.b->BindControlMessages(key, false);
   absl::StatusOr<Json> reflected = t.Relay(*t.a, *t.b, Json{{"op", "ping"}});
   EXPECT_TRUE(absl::IsPermissionDenied(reflected.status())) << reflected.status();
+}
+
+// A copy cancelled while a blocking step of it ran on the pool (OffThread) ended the whole
+// process: the pool's coroutine threw "co_await: Operation canceled" on its way back to the
+// caller's executor, outside every handler (std::terminate).
+TEST(OffThreadTest, ACancellationWhileTheJobRunsLeavesItsResultAndTheProcess) {
+  asio::io_context io;
+  asio::cancellation_signal cancel;
+  std::promise<void> emitted;
+  std::shared_future<void> emitted_f = emitted.get_future().share();
+  std::atomic<bool> job_started{false};
+  int result = 0;
+  bool threw = false;
+  bool ended = false;
+  std::function<int()> job = [&] {
+    job_started = true;
+    emitted_f.wait();  // returns only after the caller's cancellation
+    return 7;
+  };
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        co_await asio::this_coro::throw_if_cancelled(false);
+        result = co_await OffThread(job);
+      },
+      asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e) {
+        threw = e != nullptr;
+        ended = true;
+      }));
+  std::thread canceller([&] {
+    while (!job_started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    asio::post(io, [&] {
+      cancel.emit(asio::cancellation_type::terminal);
+      emitted.set_value();
+    });
+  });
+  io.run();
+  canceller.join();
+  EXPECT_TRUE(ended);
+  EXPECT_FALSE(threw);
+  EXPECT_EQ(result, 7);
 }
 
 }  // namespace

@@ -87,7 +87,12 @@ asio::awaitable<T> OffThread(const std::function<T()>& fn) {
     *held = nullptr;
     co_return result;
   };
-  co_return co_await asio::co_spawn(BlockingPool(), job, asio::use_awaitable);
+  // The caller's cancellation is not passed to the job (an empty slot): it runs to its end
+  // anyway, and a job cancelled meanwhile threw "co_await: Operation canceled" on the pool's
+  // thread when co_spawn went back to the caller's executor, past every handler: the
+  // process ended (a site agent's copy given back as a straggler during a verify).
+  co_return co_await asio::co_spawn(
+      BlockingPool(), job, asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable));
 }
 
 // True once the calling coroutine's cancellation slot saw a cancellation. Code that runs
