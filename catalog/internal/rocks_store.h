@@ -21,7 +21,10 @@ namespace gfrep::catalog::internal {
 absl::StatusOr<std::unique_ptr<KvStore>> OpenRocksStore(const CatalogOptions& options);
 
 // The memtables' allocation block (rocksdb arena_block_size): Stats()'s memtable_bytes is
-// within a block per table of the memory the memtables fill.
-inline constexpr std::size_t kMemtableBlockBytes = 64 << 10;
+// within a block per table of the memory the memtables fill. Not smaller: gfcatalogd gives
+// blocks of 256 KiB and more their own mappings (replica/core/heap.h), so a flushed
+// memtable's blocks go back to the system; smaller ones stayed in malloc's arenas, freed
+// but resident (64 KiB blocks: 12 MiB kept after the recovery flush at each restart).
+inline constexpr std::size_t kMemtableBlockBytes = 256 << 10;
 
 }  // namespace gfrep::catalog::internal

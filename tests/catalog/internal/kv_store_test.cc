@@ -485,6 +485,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, ScanOrderTest,
 // The memtables' bytes stand for memory they hold: at most a block per table more than
 // what was written. With RocksDB's 1 MiB blocks a fresh catalog counted 15 MiB of
 // memtables (a block per table) that were not resident until they filled.
+static_assert(kMemtableBlockBytes <= (256 << 10));
 TEST(RocksStoreMemoryTest, MemtableBytesFollowWhatWasWritten) {
   StoreEnv env;
   absl::StatusOr<std::unique_ptr<KvStore>> store = OpenRocks(env);
