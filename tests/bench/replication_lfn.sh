@@ -12,7 +12,11 @@
 # over the gfrep command, and the time to full rate: from gfrep's start until a 1-s window of
 # its goodput (gfrep --json's ramp series) first reached 90 % of iperf3's best, in seconds and
 # in round trips of the route's 200 ms (RTT_MS)), and the most threads and resident memory of
-# the destination agents together while it ran (sampled every 0.2 s from /proc/PID/status).
+# the destination agents together while it ran (sampled every 0.2 s from /proc/PID/status),
+# and the wire (tests/bench/wire_ramp.py in every node's namespace, 50-ms samples): from
+# gfrep's start, the first data at the destination, the end of its first 0.5 s at 90 % of
+# iperf3's best, the last data, gfrep's end, the share of iperf3's best between 90 % and
+# the last data (the steady part), and the TCP segments the sources re-sent.
 # TUNING=self (default): no route settings and no buffer flags, what a new user gets.
 # TUNING=hand: gfroute set a b --streams 8 --socket-buffer 32M --cc cubic, gfsited --buffer 32M.
 # TUNING=probe: gfprobe route SRC DST --apply first (its time is printed), no other settings.
@@ -159,20 +163,30 @@ run() {  # run LABEL N KIB
   peak_of "$WORK/peak-$label" "${DST_AGENT_PIDS[@]}" &
   local sampler=$!
   PIDS+=("$sampler")
+  # The wire: bytes received (and sent, and TCP segments retransmitted) in each node's
+  # namespace every 50 ms.
+  local wires=() node
+  for node in "${NODES[@]}"; do
+    ip netns exec "gfrep-$node" python3 tests/bench/wire_ramp.py "$WORK/wire-$label-$node" &
+    wires+=($!)
+    PIDS+=("$!")
+  done
+  sleep 0.2
   t0=$(date +%s.%N)
   out=$(ns "$FIRST_SRC" "$BIN/gfrep" -D "$DST_SITE" -r --json "/$label")
   t1=$(date +%s.%N)
-  kill -TERM "$sampler"
-  wait "$sampler" || true
+  kill -TERM "$sampler" "${wires[@]}"
+  wait "$sampler" "${wires[@]}" || true
   if [[ -n ${JSON_OUT:-} ]]; then
     mkdir -p "$JSON_OUT"
     printf '%s\n' "$out" >"$JSON_OUT/$label.json"
     for f in "$WORK"/*.log; do cp "$f" "$JSON_OUT/$label-$(basename "$f")"; done
+    cp "$WORK"/wire-"$label"-* "$JSON_OUT/"
   fi
   local cpu="$(($(cpu_ticks "$CATALOG_PID") - cat0)) $(($(cpu_ticks "${SRC_AGENT_PIDS[@]}") - src0)) $(($(cpu_ticks "${DST_AGENT_PIDS[@]}") - dst0)) $(getconf CLK_TCK)"
   fresh=$(($(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=' || true) - fresh))
   warm=$(($(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=.*(warm session)' || true) - warm))
-  python3 - "$label" "$n" "$kib" "$IPERF" "$out" "$t0" "$t1" "$((fresh - warm))" "$cpu" "${RTT_MS:-200}" "$(cat "$WORK/peak-$label")" <<'PY'
+  python3 - "$label" "$n" "$kib" "$IPERF" "$out" "$t0" "$t1" "$((fresh - warm))" "$cpu" "${RTT_MS:-200}" "$(cat "$WORK/peak-$label")" "$DST_SITE" "$WORK"/wire-"$label"-* <<'PY'
 import json, sys
 label, n, kib, iperf, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), json.loads(sys.argv[5])
 size = f"{kib // 1024} MiB" if kib % 1024 == 0 else f"{kib} KiB"
@@ -190,11 +204,38 @@ for i in range(1, len(series)):
         break
 mbps = out["bytes_copied"] * 8 / wall / 1e6
 threads, rss_kib = (int(x) for x in sys.argv[11].split())
+# The wire (destination namespaces' received bytes, 50-ms samples, summed over nodes), in
+# seconds from gfrep's start: the first 50 ms with data (over 1 % of iperf3's rate), the end
+# of the first 0.5 s at 90 % of iperf3's best, the last 50 ms with data, and the mean rate
+# between those (the steady part) as a share of iperf3's best.
+t0, t1 = float(sys.argv[6]), float(sys.argv[7])
+bins, retrans = {}, 0
+for path in sys.argv[13:]:
+    rows = [tuple(map(float, l.split())) for l in open(path) if len(l.split()) == 4]
+    if f"-{sys.argv[12]}-n" not in path.rsplit("/", 1)[-1]:  # a source node: its retransmits
+        retrans += int(rows[-1][3] - rows[0][3]) if rows else 0
+        continue
+    for (ta, ba, _, _), (tb, bb, _, _) in zip(rows, rows[1:]):
+        k = round((tb - t0) / 0.05)
+        bins[k] = bins.get(k, 0) + (bb - ba)
+wire = "n/a"
+if bins:
+    ks = range(min(bins), max(bins) + 1)
+    rate = {k: bins.get(k, 0) * 8 / 0.05 / 1e6 for k in ks}  # Mbit/s per 50 ms
+    data = [k for k in ks if k >= 0 and rate[k] > 0.01 * iperf]
+    if data:
+        first, last = data[0], data[-1]
+        full = next((k for k in ks if k >= 9 and sum(rate.get(j, 0) for j in range(k - 9, k + 1)) / 10 >= 0.9 * iperf), None)
+        full_s = f"at {full * 0.05:.2f} s" if full is not None else "never"
+        mid = [rate[k] for k in range(full, last + 1)] if full is not None else []
+        steady = f"{sum(mid) / len(mid) / iperf:.2f}" if mid else "n/a"
+        wire = (f"first data {first * 0.05:.2f} s, 90 % {full_s}, last data {last * 0.05:.2f} s, "
+                f"end {wall:.2f} s; steady {steady}; {retrans} segments retransmitted by the sources")
 print(f"| {label} | {n} x {size} | {out['state']} | {wall:.1f} | {mbps:.0f} | {iperf:.0f} | {mbps / iperf:.2f} | {sessions} | {n / wall:.0f} "
-      f"| {ms(cat_t):.2f} | {ms(src_t):.2f} | {ms(dst_t):.2f} | {to_full} | {threads}, {rss_kib / 1024:.0f} MiB |")
+      f"| {ms(cat_t):.2f} | {ms(src_t):.2f} | {ms(dst_t):.2f} | {to_full} | {threads}, {rss_kib / 1024:.0f} MiB | {wire} |")
 PY
 }
-echo "| workload | files | state | wall s | gfrep Mbit/s | iperf3 Mbit/s | ratio | sessions opened | files/s | catalog CPU ms/file | source agents CPU ms/file | destination agents CPU ms/file | to 90 % of iperf3 | destination agents: most threads, RSS |"
-echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| workload | files | state | wall s | gfrep Mbit/s | iperf3 Mbit/s | ratio | sessions opened | files/s | catalog CPU ms/file | source agents CPU ms/file | destination agents CPU ms/file | to 90 % of iperf3 | destination agents: most threads, RSS | the wire at the destination |"
+echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 run large "$LARGE_N" "$((LARGE_MIB * 1024))"
 run small "$SMALL_N" "${SMALL_KIB:-$((SMALL_MIB * 1024))}"
