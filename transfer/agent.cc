@@ -123,6 +123,7 @@ struct AgentServer::Impl {
   // Read from other threads (AgentServer::stats()).
   std::atomic<std::uint64_t> accepted{0};
   std::atomic<std::uint64_t> files_on_warm_sessions{0};
+  std::atomic<std::uint64_t> files_sent_ahead{0};
   std::atomic<std::uint64_t> read_sessions{0};
   std::map<std::string, int> per_peer;  // peer address -> open connections
   LogThrottle refusal_log{1s};
@@ -510,6 +511,8 @@ struct AgentServer::Impl {
   // A session of gets: the first one opens the session (its data connections join with the
   // token offered); while the client keeps the session, further gets marked "reuse" run over
   // the same control and data connections, one after another (SessionCache in client.h).
+  // A get may come ahead of the last file's outcome (pipelined; the offer says "pipeline"):
+  // it starts right after that file's finish, and the outcome is read after its own.
   // A session idle for `session_idle` is closed; so is one whose get failed.
   asio::awaitable<absl::Status> ServeGets(ConnPtr conn, const Json& first, TransferOptions o,
                                           std::shared_ptr<asio::steady_timer> setup, std::string peer) {
@@ -521,25 +524,41 @@ struct AgentServer::Impl {
         for (const ConnPtr& c : data) c->Close();
       }
     } close_data{data};
-    if (absl::Status s = co_await ServeGet(conn, first, o, setup, peer, data, congestion); !s.ok()) co_return s;
+    internal::Pipeline pipeline;
+    if (absl::Status s = co_await ServeGet(conn, first, o, setup, peer, data, congestion, pipeline);
+        !s.ok()) {
+      co_return s;
+    }
     auto ex = co_await asio::this_coro::executor;
     for (;;) {
-      auto timer = std::make_shared<asio::steady_timer>(ex, options.session_idle);
-      timer->async_wait([conn](boost::system::error_code ec) {
-        if (!ec) conn->Close();
-      });
-      absl::StatusOr<Json> next = co_await conn->ReadControl();
-      timer->cancel();
-      // The client closed the session (or we did, idle or stopping): the normal end.
-      if (!next.ok() && (absl::IsUnavailable(next.status()) || absl::IsCancelled(next.status()))) {
-        co_return absl::OkStatus();
+      std::optional<Json> next = std::move(pipeline.ahead);
+      pipeline.ahead.reset();
+      pipeline.previous_pending = next.has_value();
+      if (!next) {
+        auto timer = std::make_shared<asio::steady_timer>(ex, options.session_idle);
+        timer->async_wait([conn](boost::system::error_code ec) {
+          if (!ec) conn->Close();
+        });
+        absl::StatusOr<Json> read = co_await conn->ReadControl();
+        timer->cancel();
+        // The client closed the session (or we did, idle or stopping): the normal end.
+        if (!read.ok() && (absl::IsUnavailable(read.status()) || absl::IsCancelled(read.status()))) {
+          co_return absl::OkStatus();
+        }
+        if (!read.ok()) co_return co_await Fail(*conn, read.status());
+        next = std::move(*read);
       }
-      if (!next.ok()) co_return co_await Fail(*conn, next.status());
       absl::StatusOr<std::string> op = GetString(*next, "op");
       absl::StatusOr<bool> reuse = internal::GetBool(*next, "reuse");
+      absl::StatusOr<bool> whole = internal::GetOptionalBool(*next, "whole", false);
       if (!op.ok() || *op != "get" || !reuse.ok() || !*reuse) {
         co_return co_await Fail(*conn, absl::InvalidArgumentError(
                                            "expected a get with \"reuse\" on an open session"));
+      }
+      if (pipeline.previous_pending && (!whole.ok() || !*whole)) {
+        // Its ranges would come behind the last file's outcome: only whole files go ahead.
+        co_return co_await Fail(*conn, absl::InvalidArgumentError(
+                                           "a get sent ahead must ask for the whole file"));
       }
       absl::StatusOr<TransferOptions> next_o = RequestOptions(*conn, *next);
       if (!next_o.ok()) co_return co_await Fail(*conn, next_o.status());
@@ -553,7 +572,9 @@ struct AgentServer::Impl {
       setup_next->async_wait([conn](boost::system::error_code ec) {
         if (!ec) conn->Close();
       });
-      absl::Status s = co_await ServeGet(conn, *next, *next_o, setup_next, peer, data, congestion);
+      if (pipeline.previous_pending) ++files_sent_ahead;
+      absl::Status s =
+          co_await ServeGet(conn, *next, *next_o, setup_next, peer, data, congestion, pipeline);
       setup_next->cancel();
       if (!s.ok()) co_return s;
       ++files_on_warm_sessions;
@@ -562,10 +583,11 @@ struct AgentServer::Impl {
 
   // One get: offer, the receiver's ranges, the bytes. `data` empty: this get opens the session
   // and its data connections join with the offered token (`data` and `congestion` are set);
-  // else it runs over `data`.
+  // else it runs over `data`. `pipeline`: see ServeGets; "sent" is logged with the outcome.
   asio::awaitable<absl::Status> ServeGet(ConnPtr conn, const Json& req, TransferOptions o,
                                          std::shared_ptr<asio::steady_timer> setup, std::string peer,
-                                         std::vector<ConnPtr>& data, std::string& congestion) {
+                                         std::vector<ConnPtr>& data, std::string& congestion,
+                                         internal::Pipeline& pipeline) {
     absl::StatusOr<std::string> path = GetString(req, "path");
     if (!path.ok()) co_return co_await Fail(*conn, Malformed("get", path.status()));
     absl::StatusOr<std::shared_ptr<internal::SourceFile>> src = OpenSpoolFile(*path);
@@ -581,6 +603,7 @@ struct AgentServer::Impl {
       sessions[token] = session;
       guard.emplace(this, token);
       offer["token"] = token;
+      offer["pipeline"] = true;  // gets may come ahead of an outcome on this session
     } else {
       offer["congestion"] = congestion;
     }
@@ -621,10 +644,17 @@ struct AgentServer::Impl {
     log->info("sending path={} size={} resumed={} streams={} cc={} to={}{}", *path, (*src)->size, resumed,
               o.route.streams, congestion.empty() ? "?" : congestion, peer, session ? "" : " (warm session)");
     absl::StatusOr<TransferStats> stats =
-        co_await internal::RunSender(*conn, data, *src, missing, o, congestion, resumed);
+        co_await internal::RunSender(*conn, data, *src, missing, o, congestion, resumed, &pipeline);
     if (!stats.ok()) co_return stats.status();
-    log->info("sent path={} bytes={} secs={:.2f}{}{}", *path, stats->bytes_transferred, stats->seconds,
-              stats->tls.empty() ? "" : " tls=", stats->tls);
+    std::string sent = fmt::format("sent path={} bytes={} secs={:.2f}{}{}", *path,
+                                   stats->bytes_transferred, stats->seconds,
+                                   stats->tls.empty() ? "" : " tls=", stats->tls);
+    if (pipeline.ahead) {
+      // Confirmed behind the next file's finish (RunSender reads the outcome there).
+      pipeline.previous_done = [log = log, sent = std::move(sent)] { log->info("{}", sent); };
+    } else {
+      log->info("{}", sent);
+    }
     co_return absl::OkStatus();
   }
 
@@ -848,7 +878,7 @@ void AgentServer::Run() { impl_->io.run(); }
 
 AgentServer::Stats AgentServer::stats() const {
   return Stats{impl_->accepted.load(), impl_->files_on_warm_sessions.load(),
-               impl_->read_sessions.load()};
+               impl_->files_sent_ahead.load(), impl_->read_sessions.load()};
 }
 
 void AgentServer::Stop() {

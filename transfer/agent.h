@@ -97,6 +97,8 @@ class AgentServer {
   struct Stats {
     std::uint64_t connections_accepted = 0;   // control and data, since Start()
     std::uint64_t files_on_warm_sessions = 0; // gets served over an already open session
+    std::uint64_t files_sent_ahead = 0;       // of those, gets that came before the last
+                                              // file's outcome (pipelined; README)
     std::uint64_t read_sessions = 0;          // streaming read sessions (remote_file.h) served
   };
   // Thread-safe.

@@ -297,10 +297,13 @@ namespace {
 // the agent then, and the caller opens a new session instead.
 asio::awaitable<std::optional<absl::StatusOr<Json>>> RequestOnWarm(SessionCache::Impl::Warm& warm,
                                                                     const Json& req,
-                                                                    const TransferOptions& o) {
+                                                                    const TransferOptions& o,
+                                                                    bool sent = false) {
   auto ex = co_await asio::this_coro::executor;
   SetupDeadline deadline(ex, warm.ctrl, o.io_timeout);
-  if (absl::Status s = co_await warm.ctrl->SendControl(req); !s.ok()) co_return std::nullopt;
+  if (!sent) {
+    if (absl::Status s = co_await warm.ctrl->SendControl(req); !s.ok()) co_return std::nullopt;
+  }
   absl::StatusOr<Json> offer = co_await warm.ctrl->ReadControl();
   // A closed session reads as a lost connection; an error the agent sent is its answer.
   if (!offer.ok() && absl::IsUnavailable(offer.status()) &&
@@ -340,22 +343,78 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
   const bool whole = !HasRestartJournal(abs_final, tmp_dir);
   if (whole) req["whole"] = true;
 
-  // A warm session to this agent if there is one, else a new session.
+  // A warm session to this agent if there is one; else (pipelining) a get sent ahead on a
+  // session in use; else a new session.
   std::optional<SessionCache::Impl::Warm> warm;
   absl::StatusOr<Json> offer = absl::UnknownError("no offer");
+  // This pull's session while it uses it (with a cache): released on every way out, to the
+  // pull that went ahead on it, to the idle ones, or closed.
+  struct Slot {
+    SessionCache* cache = nullptr;
+    std::shared_ptr<SessionCache::Impl::Busy> busy;
+    ~Slot() {
+      if (busy) cache->impl().Release(busy, std::nullopt);
+    }
+  } slot{cache, nullptr};
   if (cache != nullptr) {
     SessionCache::Impl& c = cache->impl();
-    while ((warm = c.Take(key))) {
+    for (;;) {
+      if ((warm = c.Take(key))) {
+        req["reuse"] = true;
+        slot.busy = c.Use(key, warm->ctrl, warm->pipelines);
+        std::optional<absl::StatusOr<Json>> got = co_await RequestOnWarm(*warm, req, p->options);
+        if (got) {
+          offer = std::move(*got);
+          c.stats.reused += 1;
+          break;
+        }
+        log->debug("warm session to {} was closed; opening another", agent.ToString());
+        c.stats.stale += 1;
+        c.Release(slot.busy, std::nullopt);
+        slot.busy.reset();
+        warm.reset();  // closes its connections
+        if (co_await CancellationRequested()) co_return cancelled;
+        continue;
+      }
+      if (c.pipeline_after == 0 || !whole || c.Open(key) < c.pipeline_after) {
+        slot.busy = c.Use(key, nullptr, false);  // a new session, counted while it opens
+        break;
+      }
+      std::shared_ptr<SessionCache::Impl::Busy> ahead = c.Ahead(key);
+      if (ahead == nullptr) {
+        // Every session is opening, or has a pull ahead on it: until one changes.
+        co_await c.Wait(std::chrono::milliseconds(100));
+        if (co_await CancellationRequested()) co_return cancelled;
+        continue;
+      }
+      ahead->successor = true;
       req["reuse"] = true;
-      std::optional<absl::StatusOr<Json>> got = co_await RequestOnWarm(*warm, req, p->options);
+      if (absl::Status w = co_await ahead->ctrl->SendControl(req); !w.ok()) {
+        ahead->successor_gone = true;  // the session is failing: its pull will say why
+        continue;
+      }
+      c.stats.ahead += 1;
+      while (!ahead->released) {
+        co_await c.WaitFor(ahead, std::chrono::seconds(1));
+        if (!ahead->released && co_await CancellationRequested()) {
+          ahead->successor_gone = true;  // closed when its pull ends
+          co_return cancelled;
+        }
+      }
+      if (!ahead->handed) continue;  // its pull failed and the session closed: another way
+      warm = std::move(ahead->handed);
+      slot.busy = std::move(ahead->next);
+      std::optional<absl::StatusOr<Json>> got =
+          co_await RequestOnWarm(*warm, req, p->options, /*sent=*/true);
       if (got) {
         offer = std::move(*got);
         c.stats.reused += 1;
         break;
       }
-      log->debug("warm session to {} was closed; opening another", agent.ToString());
       c.stats.stale += 1;
-      warm.reset();  // closes its connections
+      c.Release(slot.busy, std::nullopt);
+      slot.busy.reset();
+      warm.reset();
       if (co_await CancellationRequested()) co_return cancelled;
     }
     req.erase("reuse");
@@ -389,6 +448,11 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
   }
   if (!offer.ok()) co_return offer.status();
   if (co_await CancellationRequested()) co_return cancelled;
+  bool pipelines = warm ? warm->pipelines : false;
+  if (!warm) {
+    absl::StatusOr<bool> pl = GetOptionalBool(*offer, "pipeline", false);
+    pipelines = pl.ok() && *pl;
+  }
   absl::StatusOr<std::string> op = GetString(*offer, "op");
   absl::StatusOr<std::uint64_t> size = GetUint(*offer, "size");
   absl::StatusOr<std::string> token = GetOptionalString(*offer, "token", "");
@@ -433,8 +497,17 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
   }
   if (co_await CancellationRequested()) co_return cancelled;
   deadline.reset();
+  if (slot.busy) {
+    // The bytes are coming: another pull may send its get ahead on this session now.
+    slot.busy->ctrl = ctrl_conn;
+    slot.busy->pipelines = pipelines;
+    slot.busy->receiving = true;
+    cache->impl().Changed();
+  }
+  std::function<bool()> ahead_sent;
+  if (slot.busy) ahead_sent = [b = slot.busy] { return b->successor; };
   absl::StatusOr<TransferStats> stats =
-      co_await RunReceiver(*ctrl_conn, data, *dst, p->options, session_congestion);
+      co_await RunReceiver(*ctrl_conn, data, *dst, p->options, session_congestion, ahead_sent);
   if (stats.ok()) {
     stats->reused_session = warm.has_value();
     if (stats->tcp.min_rtt_ms == 0) {
@@ -443,8 +516,9 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
     }
     if (cache != nullptr) {
       // Only a pull that ended cleanly leaves its connections at a message boundary.
-      cache->impl().Put(SessionCache::Impl::Warm{key, ctrl_conn, std::move(data), p->tls,
-                                                 stats->congestion, {}});
+      cache->impl().Release(slot.busy, SessionCache::Impl::Warm{key, ctrl_conn, std::move(data), p->tls,
+                                                                stats->congestion, pipelines, {}});
+      slot.busy.reset();
     }
   }
   co_return stats;

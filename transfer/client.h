@@ -122,6 +122,7 @@ class SessionCache {
     std::uint64_t opened = 0;   // sessions opened (each: 1 control + `streams` data connections)
     std::uint64_t reused = 0;   // pulls that ran on a warm session
     std::uint64_t stale = 0;    // warm sessions found dead at reuse and replaced
+    std::uint64_t ahead = 0;    // pulls that sent their get ahead on a session in use
   };
   // Sessions idle longer than `idle_limit` are closed instead of reused (agents drop theirs
   // after AgentOptions::session_idle, 60 s by default); at most `max_idle` are kept.
@@ -131,6 +132,13 @@ class SessionCache {
   SessionCache(const SessionCache&) = delete;
   SessionCache& operator=(const SessionCache&) = delete;
 
+  // Pipelining (GridFTP's, for a stream of files to one agent): once `sessions` sessions to
+  // an agent (with the same route settings) are open and none is idle, a pull of a whole
+  // file sends its get on one in use whose file is under way, and the agent starts it right
+  // after that file's finish: the next file's bytes follow without a round trip between. The
+  // pull then waits for that session. 0 (the default): never; every pull without an idle
+  // session opens one.
+  void SetPipelining(std::size_t sessions);
   // Warm sessions kept now.
   std::size_t idle() const;
   const Stats& stats() const;

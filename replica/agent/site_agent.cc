@@ -130,7 +130,24 @@ SiteAgent::SiteAgent(SiteAgentOptions options)
   }
 }
 
-int SiteAgent::LimitLocked() const { return in_flight_limit_; }
+int SiteAgent::LimitLocked() const {
+  return options_.reuse_sessions && options_.pipeline_files ? 2 * in_flight_limit_
+                                                            : in_flight_limit_;
+}
+
+void SiteAgent::ShareSessionsLocked() {
+  if (!options_.reuse_sessions || !options_.pipeline_files || copy_io_.empty()) return;
+  // The copies at once dealt over the threads (3 over 2: 2 and 1), so that the sessions
+  // number the copies at once; a thread with none takes no new copies (LaunchLocked).
+  const int limit = std::max(1, in_flight_limit_);
+  const int threads = static_cast<int>(copy_io_.size());
+  for (int i = 0; i < threads; ++i) {
+    CopyIo& c = *copy_io_[static_cast<std::size_t>(i)];
+    c.session_share = limit / threads + (i < limit % threads ? 1 : 0);
+    const std::size_t share = static_cast<std::size_t>(std::max(1, c.session_share));
+    boost::asio::post(c.io, [sessions = &c.sessions, share] { sessions->SetPipelining(share); });
+  }
+}
 
 int SiteAgent::BurstStartLocked(const std::vector<catalog::Task>& tasks) const {
   if (tasks.empty() || options_.start_in_flight_bytes == 0) return options_.initial_in_flight;
@@ -602,6 +619,7 @@ void SiteAgent::ClaimLoop() {
           log_->info("copies at once {} -> {}: new work ({} tasks claimed)", in_flight_limit_,
                      tuner_->limit(), claimed->size());
           in_flight_limit_ = tuner_->limit();
+          ShareSessionsLocked();
         }
       }
       for (std::size_t i = 0; i < claimed->size(); ++i) {
@@ -730,7 +748,7 @@ void SiteAgent::TuneLoop() {
     {
       absl::MutexLock lock(&mu_);
       // Held back now, or a ready task waited for a slot during the period.
-      sample.limited = limit_binding_ || (!ready_.empty() && copying_ >= in_flight_limit_);
+      sample.limited = limit_binding_ || (!ready_.empty() && copying_ >= LimitLocked());
       limit_binding_ = false;
       // No bytes at all (sessions still being set up, or nothing to do): nothing learnt.
       if (received == 0) continue;
@@ -739,6 +757,7 @@ void SiteAgent::TuneLoop() {
       if (next == was) continue;
       log_->info("copies at once {} -> {}: {}", was, next, tuner_->reason());
       in_flight_limit_ = next;
+      ShareSessionsLocked();
       LaunchLocked();  // a higher limit starts ready tasks now
     }
     claim_wake_.Signal();

@@ -140,6 +140,11 @@ struct SiteAgentOptions {
   // Keep transfer sessions to source agents open between files (see Pipelining above);
   // false opens a new session per file (for comparison).
   bool reuse_sessions = true;
+  // With reuse_sessions: pipelined files (transfer::SessionCache::SetPipelining). Each I/O
+  // thread keeps at most its share of the copies at once as sessions to one source; twice
+  // as many copies run, and a copy that finds no idle session sends its get ahead on a
+  // session in use, so the next file's bytes follow the last one's without a round trip.
+  bool pipeline_files = true;
   // Threads that run the copies (1..64); a copy goes to the one that runs the fewest, and
   // each keeps the warm sessions of its copies.
   int io_threads = 2;
@@ -270,7 +275,11 @@ class SiteAgent {
   // Every tune_period: goodput and whether the limit held copies back -> InFlightLimit.
   void TuneLoop();
   // Copies allowed at once now.
+  // Copies that may run now: the tuned copies at once, twice that with pipeline_files (a copy
+  // waiting ahead on a session does not move bytes yet).
   int LimitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells each I/O thread's session cache its share of the copies at once (pipeline_files).
+  void ShareSessionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies at once to start a burst of work with: enough to keep the route's
   // bandwidth-delay product in flight with files of the claimed tasks' mean size
   // (start_in_flight_bytes where the route's RTT and bandwidth are not in the lookup cache),

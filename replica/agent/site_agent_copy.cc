@@ -82,6 +82,7 @@ void SiteAgent::StartCopyThreads() {
     c->thread = std::thread([io = &c->io] { io->run(); });
     copy_io_.push_back(std::move(c));
   }
+  ShareSessionsLocked();
 }
 
 void SiteAgent::StopCopyThreads() {
@@ -121,9 +122,14 @@ void SiteAgent::LaunchLocked() {
     // The I/O thread with the fewest copies: a copy that ends leaves its warm session to the
     // next one there (dealt in turn, a thread could get a new copy while the other had a
     // free session).
-    CopyIo& io =
-        **std::min_element(copy_io_.begin(), copy_io_.end(),
-                           [](const auto& a, const auto& b) { return a->copies < b->copies; });
+    // With pipelined files, by the threads' shares of the sessions (copies per session).
+    const bool pipelined = options_.reuse_sessions && options_.pipeline_files;
+    auto load = [pipelined](const CopyIo& c) {
+      if (!pipelined) return static_cast<double>(c.copies);
+      return c.session_share > 0 ? static_cast<double>(c.copies) / c.session_share : 1e18;
+    };
+    CopyIo& io = **std::min_element(copy_io_.begin(), copy_io_.end(),
+                                    [&](const auto& a, const auto& b) { return load(*a) < load(*b); });
     ++io.copies;
     auto run = std::make_shared<Running>(next.task.id, io);
     running_[next.owner] = run;
@@ -279,10 +285,10 @@ absl::StatusOr<SiteAgent::PullPlan> SiteAgent::PlanCopy(const catalog::Task& tas
   plan.src_site = src->site;
   absl::StatusOr<catalog::Route> route = LookupRoute(src->site);
   if (!route.ok()) return route.status();
-  int at_once;
+  int at_once;  // sessions to a source at once: the tuned copies at once
   {
     absl::MutexLock lock(&mu_);
-    at_once = LimitLocked();
+    at_once = in_flight_limit_;
   }
   PullSettings settings =
       PullOptionsFor(options_.transfer, task, *route, *src,
@@ -410,7 +416,9 @@ void SiteAgent::StragglerLoop() {
     {
       absl::MutexLock lock(&mu_);
       for (const auto& [owner, run] : running_) {
-        if (run->metered && run->straggler.empty()) {
+        // Judged from its first byte: a copy waiting ahead on a session in use (pipelined
+        // files) has not begun.
+        if (run->metered && run->straggler.empty() && run->metered->received.load() > 0) {
           copies.push_back({run->task_id, run->metered->received.load()});
         }
       }

@@ -9,7 +9,9 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cstdlib>
+#include <functional>
 #include <thread>
 
 #include "tests/support/temp_dir.h"
@@ -43,6 +45,8 @@ class SessionTest : public ::testing::Test {
     o.shared_key = std::string(32, 'k');
     o.defaults.io_timeout = 5000ms;
     o.defaults.test_no_map = no_map_;
+    o.defaults.test_corrupt_offset = corrupt_offset_;
+    o.defaults.test_corrupt_times = corrupt_offset_ >= 0 ? 1 : 0;
     o.session_idle = session_idle;
     if (port_ != 0) o.listen = fmt::format("127.0.0.1:{}", port_);
     absl::StatusOr<std::unique_ptr<AgentServer>> server = AgentServer::Create(std::move(o));
@@ -95,7 +99,63 @@ class SessionTest : public ::testing::Test {
     return server_->stats().files_on_warm_sessions;
   }
 
+  // Pulls spool files `names` at once on `io` over `cache`, each with `options_`; pull i is
+  // cancelled when `cancel_when(i)` turns true (checked every 5 ms on `io`).
+  std::vector<absl::StatusOr<TransferStats>> PullAtOnce(
+      asio::io_context& io, SessionCache& cache, const std::vector<std::string>& names,
+      std::function<bool(std::size_t)> cancel_when = {}) {
+    std::vector<std::optional<absl::StatusOr<TransferStats>>> results(names.size());
+    std::vector<asio::cancellation_signal> cancel(names.size());
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      asio::co_spawn(io,
+                     AsyncPull(endpoint_, names[i], dir_.path() / "out" / names[i],
+                               dir_.path() / "tmp", options_, &cache),
+                     asio::bind_cancellation_slot(
+                         cancel[i].slot(), [&, i](std::exception_ptr e, absl::StatusOr<TransferStats> r) {
+                           results[i] = e ? absl::InternalError("exception") : std::move(r);
+                         }));
+    }
+    asio::steady_timer tick(io);
+    std::function<void()> watch = [&] {
+      bool running = false;
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        if (results[i].has_value()) continue;
+        running = true;
+        if (cancel_when && cancel_when(i)) cancel[i].emit(asio::cancellation_type::terminal);
+      }
+      if (!running) return;
+      tick.expires_after(5ms);
+      tick.async_wait([&](boost::system::error_code) { watch(); });
+    };
+    watch();
+    io.restart();
+    io.run();
+    std::vector<absl::StatusOr<TransferStats>> out;
+    for (auto& r : results) out.push_back(std::move(*r));
+    return out;
+  }
+
+  // A throwaway CA and an agent certificate for 127.0.0.1 (openssl CLI) in dir_; the
+  // agent's side of it, and options_ trusting it.
+  TlsOptions MakeAgentCertificate() {
+    const std::string d = dir_.path().string();
+    const std::string cmd =
+        "cd '" + d + "' && openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=ca "
+        "-keyout ca.key -out ca.pem 2>/dev/null && openssl req -newkey rsa:2048 -nodes "
+        "-subj /CN=127.0.0.1 -keyout agent.key -out agent.csr 2>/dev/null && "
+        "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && openssl x509 -req "
+        "-in agent.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 -extfile san.ext "
+        "-out agent.pem 2>/dev/null";
+    EXPECT_EQ(std::system(cmd.c_str()), 0);
+    TlsOptions server_tls;
+    server_tls.cert = dir_.path() / "agent.pem";
+    server_tls.key = dir_.path() / "agent.key";
+    options_.tls_options.ca = dir_.path() / "ca.pem";
+    return server_tls;
+  }
+
   bool no_map_ = false;  // the agent reads its files with pread (no mappings)
+  std::int64_t corrupt_offset_ = -1;  // the agent damages the block at this offset once per file
   testing::TempDir dir_;
   std::unique_ptr<AgentServer> server_;
   Endpoint endpoint_;
@@ -268,22 +328,8 @@ TEST_F(SessionTest, AReceiverWithASmallWriteSizeWritesEveryBlockWhole) {
 }
 
 TEST_F(SessionTest, WarmSessionsCarryFilesOverTls) {
-  // A throwaway CA and an agent certificate for 127.0.0.1 (openssl CLI).
-  const std::string d = dir_.path().string();
-  const std::string cmd =
-      "cd '" + d + "' && openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=ca "
-      "-keyout ca.key -out ca.pem 2>/dev/null && openssl req -newkey rsa:2048 -nodes "
-      "-subj /CN=127.0.0.1 -keyout agent.key -out agent.csr 2>/dev/null && "
-      "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && openssl x509 -req "
-      "-in agent.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 -extfile san.ext "
-      "-out agent.pem 2>/dev/null";
-  ASSERT_EQ(std::system(cmd.c_str()), 0);
-  TlsOptions server_tls;
-  server_tls.cert = dir_.path() / "agent.pem";
-  server_tls.key = dir_.path() / "agent.key";
-  StartAgent(60s, server_tls);
+  StartAgent(60s, MakeAgentCertificate());
   options_.tls = true;
-  options_.tls_options.ca = dir_.path() / "ca.pem";
   for (int i = 0; i < 3; ++i) {
     testing::WriteRandomFile(dir_.path() / "spool" / fmt::format("t{}", i), (1 << 20) + i, 40 + i);
   }
@@ -374,6 +420,112 @@ TEST(BlockSizeTest, WithTreeLeavesBlocksAreWholeLeaves) {
   EXPECT_EQ(internal::BlockSize(1024 * kMiB, 8, 4 * kMiB, true), 4 * kMiB);
   EXPECT_EQ(internal::BlockSize(4 * kMiB, 8, 4 * kMiB, true), 512 * 1024u);
   EXPECT_EQ(internal::BlockSize(100 * 1024, 8, 4 * kMiB, true), kTreeLeafBytes);
+}
+
+
+// Files "pNAME-i" of a few hundred KiB in the agent's spool.
+std::vector<std::string> SpoolFiles(const fs::path& spool, const std::string& name, int n) {
+  std::vector<std::string> names;
+  for (int i = 0; i < n; ++i) {
+    names.push_back(fmt::format("p{}-{}", name, i));
+    testing::WriteRandomFile(spool / names.back(), (600 << 10) + 977 * i, 200 + i);
+  }
+  return names;
+}
+
+TEST_F(SessionTest, PipelinedGetsCarryManyFilesOverOneSessionEachAheadOfTheLastOutcome) {
+  // One session allowed (SetPipelining(1)) and eight pulls at once: the first opens it, each
+  // other sends its get while a file is under way there, and the agent starts that file
+  // right after the last one's finish (its outcome read behind it). Paced, so that every file
+  // is still under way when the next get goes. In clear (MACs in sequence) and in TLS.
+  for (bool tls : {false, true}) {
+    SCOPED_TRACE(tls ? "tls" : "clear");
+    StopAgent();
+    if (tls) {
+      StartAgent(60s, MakeAgentCertificate());
+    } else {
+      StartAgent();
+    }
+    options_.tls = tls;
+    options_.route.route_rate_bps = 200'000'000;
+    const std::uint64_t ahead_before = server_->stats().files_sent_ahead;
+    const std::uint64_t accepted_before = server_->stats().connections_accepted;
+    std::vector<std::string> names = SpoolFiles(dir_.path() / "spool", tls ? "t" : "c", 8);
+    asio::io_context io;
+    SessionCache cache;
+    cache.SetPipelining(1);
+    std::vector<absl::StatusOr<TransferStats>> got = PullAtOnce(io, cache, names);
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      ASSERT_TRUE(got[i].ok()) << names[i] << ": " << got[i].status();
+      EXPECT_TRUE(PulledIntact(names[i]));
+    }
+    EXPECT_EQ(cache.stats().opened, 1u);
+    EXPECT_EQ(cache.stats().ahead, 7u);
+    EXPECT_EQ(cache.idle(), 1u);
+    EXPECT_EQ(server_->stats().connections_accepted - accepted_before, 5u);
+    // The agent's count: every get after the first came ahead of an outcome.
+    auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (server_->stats().files_sent_ahead - ahead_before < 7 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_EQ(server_->stats().files_sent_ahead - ahead_before, 7u);
+  }
+}
+
+TEST_F(SessionTest, WithoutPipeliningEveryPullAtOnceOpensItsOwnSession) {
+  StartAgent();
+  std::vector<std::string> names = SpoolFiles(dir_.path() / "spool", "n", 3);
+  asio::io_context io;
+  SessionCache cache;
+  std::vector<absl::StatusOr<TransferStats>> got = PullAtOnce(io, cache, names);
+  for (std::size_t i = 0; i < names.size(); ++i) ASSERT_TRUE(got[i].ok()) << got[i].status();
+  EXPECT_EQ(cache.stats().opened, 3u);
+  EXPECT_EQ(cache.stats().ahead, 0u);
+  EXPECT_EQ(server_->stats().files_sent_ahead, 0u);
+}
+
+TEST_F(SessionTest, ADamagedBlockOnAPipelinedSessionFailsThatFileAndTheNextOpensASession) {
+  // A re-send cannot follow a get sent ahead (the agent is already sending the next file):
+  // the damaged file fails with nothing put in place, the session ends, and the pull that
+  // went ahead on it opens a new one, where its own damaged block is re-sent as usual.
+  corrupt_offset_ = 0;
+  StartAgent();
+  testing::WriteRandomFile(dir_.path() / "spool" / "big", 8 << 20, 1);
+  testing::WriteRandomFile(dir_.path() / "spool" / "next", 1 << 20, 2);
+  options_.route.route_rate_bps = 200'000'000;  // "big" takes about 0.3 s
+  asio::io_context io;
+  SessionCache cache;
+  cache.SetPipelining(1);
+  std::vector<absl::StatusOr<TransferStats>> got = PullAtOnce(io, cache, {"big", "next"});
+  EXPECT_TRUE(absl::IsDataLoss(got[0].status())) << got[0].status();
+  EXPECT_NE(got[0].status().message().find("pipelined session"), std::string_view::npos)
+      << got[0].status();
+  EXPECT_FALSE(fs::exists(dir_.path() / "out" / "big"));
+  ASSERT_TRUE(got[1].ok()) << got[1].status();
+  EXPECT_TRUE(PulledIntact("next"));
+  EXPECT_EQ(got[1]->resend_rounds, 1);
+  EXPECT_EQ(cache.stats().ahead, 1u);
+  EXPECT_EQ(cache.stats().opened, 2u);
+}
+
+TEST_F(SessionTest, APullCancelledWhileAheadLeavesTheFileUnderWayWholeAndTheSessionClosed) {
+  // The agent will send the cancelled pull's file after the current one: nobody would read
+  // it, so the session is closed when the current pull ends, not kept warm.
+  StartAgent();
+  testing::WriteRandomFile(dir_.path() / "spool" / "big", 8 << 20, 1);
+  testing::WriteRandomFile(dir_.path() / "spool" / "gone", 1 << 20, 2);
+  options_.route.route_rate_bps = 200'000'000;
+  asio::io_context io;
+  SessionCache cache;
+  cache.SetPipelining(1);
+  std::vector<absl::StatusOr<TransferStats>> got = PullAtOnce(
+      io, cache, {"big", "gone"}, [&](std::size_t i) { return i == 1 && cache.stats().ahead == 1; });
+  ASSERT_TRUE(got[0].ok()) << got[0].status();
+  EXPECT_TRUE(PulledIntact("big"));
+  EXPECT_TRUE(absl::IsCancelled(got[1].status())) << got[1].status();
+  EXPECT_FALSE(fs::exists(dir_.path() / "out" / "gone"));
+  EXPECT_EQ(cache.idle(), 0u);
 }
 
 }  // namespace

@@ -156,7 +156,9 @@ class Conn {
   void BindControlMessagesAfterNextRead(std::string key, bool client);
   bool bound() const { return !mac_key_.empty(); }
 
-  // Never throws (strings that are not UTF-8 are replaced).
+  // Never throws (strings that are not UTF-8 are replaced). Two coroutines may send control
+  // messages on one connection (a pull's outcome and another's get sent ahead, client.cc):
+  // each frame goes whole, in the order they came.
   asio::awaitable<absl::Status> SendControl(const Json& message);
   // Reads one control frame: a JSON object with a string "op". A payload longer than
   // `max_payload` is refused (kResourceExhausted) before anything is allocated for it; use
@@ -190,6 +192,7 @@ class Conn {
   std::uint64_t sent_ = 0;      // control messages sent since binding
   std::uint64_t received_ = 0;  // control messages read since binding
   int unbound_reads_ = 0;       // reads still taken without a MAC after binding
+  bool control_writing_ = false;  // a SendControl is writing its frame
 };
 using ConnPtr = std::shared_ptr<Conn>;
 

@@ -560,7 +560,8 @@ absl::StatusOr<std::shared_ptr<DestinationFile>> OpenDestination(const Destinati
 asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vector<ConnPtr> data,
                                                            std::shared_ptr<DestinationFile> dst,
                                                            const TransferOptions& o,
-                                                           std::string congestion) {
+                                                           std::string congestion,
+                                                           std::function<bool()> ahead_sent) {
   auto log = LoggerOf(o.logger);
   auto ex = co_await asio::this_coro::executor;
   auto start = SteadyTime::now();
@@ -607,7 +608,14 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
         s = fin.status();
       } else if (std::vector<ByteRange> missing = dst->received.Missing(dst->size);
                  !missing.empty()) {
-        if (round >= o.max_resend_rounds) {
+        if (ahead_sent && ahead_sent()) {
+          // The sender started the next file's get (pipelined) right after its finish: a
+          // re-send cannot follow now. The copy fails (its caller retries) and so does the
+          // session, with nothing put in place.
+          s = absl::DataLossError(fmt::format(
+              "{} bytes damaged ({} bad blocks) on a pipelined session; nothing was put in place",
+              dst->size - dst->received.Bytes(), st->bad_blocks));
+        } else if (round >= o.max_resend_rounds) {
           s = absl::DataLossError(
               fmt::format("{} bytes still damaged after {} re-send rounds ({} bad blocks); nothing "
                           "was put in place",

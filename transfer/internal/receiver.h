@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +79,7 @@ bool HasRestartJournal(const std::filesystem::path& final_path, const std::files
 asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vector<ConnPtr> data,
                                                            std::shared_ptr<DestinationFile> dst,
                                                            const TransferOptions& options,
-                                                           std::string congestion);
+                                                           std::string congestion,
+                                                           std::function<bool()> ahead_sent = {});
 
 }  // namespace gfrep::transfer::internal

@@ -386,7 +386,8 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
                                                          std::vector<ByteRange> missing,
                                                          const TransferOptions& o,
                                                          std::string congestion,
-                                                         std::uint64_t resumed_bytes) {
+                                                         std::uint64_t resumed_bytes,
+                                                         Pipeline* pipeline) {
   auto log = LoggerOf(o.logger);
   auto ex = co_await asio::this_coro::executor;
   auto start = SteadyTime::now();
@@ -501,10 +502,25 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
                  {"tcp", TcpFiguresToJson(tcp)}};
     if (!tls_path.empty()) msg3["tls"] = tls_path;
     if (absl::Status w = co_await ctrl.SendControl(msg3); !w.ok()) co_return w;
+    if (pipeline != nullptr && pipeline->previous_pending) {
+      // The file sent before this one (this file's get came ahead of its outcome): that
+      // outcome comes first.
+      absl::StatusOr<Json> before = co_await ctrl.ReadControl();
+      if (!before.ok()) co_return before.status();
+      absl::StatusOr<std::string> op = GetString(*before, "op");
+      if (!op.ok() || *op != "done") {
+        co_return absl::DataLossError(
+            "expected done of the file before on a pipelined session (a re-send cannot follow "
+            "a get sent ahead)");
+      }
+      pipeline->previous_pending = false;
+      if (pipeline->previous_done) pipeline->previous_done();
+    }
     absl::StatusOr<Json> reply = co_await ctrl.ReadControl();
     if (!reply.ok()) co_return reply.status();
     absl::StatusOr<std::string> op = GetString(*reply, "op");
     if (!op.ok()) co_return op.status();
+    const bool ahead = *op == "get" && pipeline != nullptr;
     if (*op == "resend") {
       absl::StatusOr<const Json*> ranges = GetArray(*reply, "ranges");
       if (!ranges.ok()) co_return ranges.status();
@@ -519,7 +535,8 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector
       dog->paused = false;
       continue;
     }
-    if (*op != "done") co_return absl::DataLossError("unexpected reply to finish");
+    if (*op != "done" && !ahead) co_return absl::DataLossError("unexpected reply to finish");
+    if (ahead) pipeline->ahead = std::move(*reply);
     TransferStats stats;
     stats.bytes = src->size;
     stats.bytes_transferred = st.sent;

@@ -13,7 +13,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,15 +46,30 @@ absl::Status ReadSource(const SourceFile& src, std::uint64_t offset, void* buf, 
 std::uint64_t BlockSize(std::uint64_t bytes, std::size_t streams, std::uint64_t stripe_unit,
                         bool whole_leaves = false);
 
+// Pipelined gets on a warm session (agent.cc ServeGets): a client may send the next file's
+// get before it has answered this file's finish, so that the next file's bytes follow this
+// one's without a round trip in between.
+struct Pipeline {
+  // In: the outcome of the file sent before on this session is still to be read (its get
+  // came ahead); it is read right after this file's finish and must be "done" (a client
+  // that sent a get ahead never asks for a re-send). `previous_done` is told of it.
+  bool previous_pending = false;
+  std::function<void()> previous_done;
+  // Out: the next get, when it came instead of this file's outcome; this file's outcome is
+  // then still to be read (RunSender returned after its finish).
+  std::optional<Json> ahead;
+};
+
 // Sends the missing ranges over `data` (work stealing), then FINISH with the file checksum
 // on `ctrl`, re-sending blocks the receiver reports damaged. Returns when the receiver
-// confirmed the file is in place. A failure of our own (the source) is reported to the
-// receiver on `ctrl`.
+// confirmed the file is in place, or (with `pipeline`) when the next get came ahead of that
+// confirmation. A failure of our own (the source) is reported to the receiver on `ctrl`.
 asio::awaitable<absl::StatusOr<TransferStats>> RunSender(Conn& ctrl, std::vector<ConnPtr> data,
                                                          std::shared_ptr<SourceFile> src,
                                                          std::vector<ByteRange> missing,
                                                          const TransferOptions& options,
                                                          std::string congestion,
-                                                         std::uint64_t resumed_bytes);
+                                                         std::uint64_t resumed_bytes,
+                                                         Pipeline* pipeline = nullptr);
 
 }  // namespace gfrep::transfer::internal

@@ -22,6 +22,7 @@ SessionCache::SessionCache(std::chrono::milliseconds idle_limit, std::size_t max
 
 SessionCache::~SessionCache() { impl_->CloseAll(); }
 
+void SessionCache::SetPipelining(std::size_t sessions) { impl_->pipeline_after = sessions; }
 std::size_t SessionCache::idle() const { return impl_->warm.size(); }
 const SessionCache::Stats& SessionCache::stats() const { return impl_->stats; }
 void SessionCache::Clear() { impl_->CloseAll(); }
@@ -56,6 +57,71 @@ void SessionCache::Impl::Put(Warm w) {
 void SessionCache::Impl::CloseAll() {
   for (Warm& w : warm) CloseWarm(w);
   warm.clear();
+}
+
+std::shared_ptr<SessionCache::Impl::Busy> SessionCache::Impl::Use(const std::string& key,
+                                                                   internal::ConnPtr ctrl,
+                                                                   bool pipelines) {
+  auto b = std::make_shared<Busy>();
+  b->key = key;
+  b->ctrl = std::move(ctrl);
+  b->pipelines = pipelines;
+  busy.push_back(b);
+  return b;
+}
+
+std::size_t SessionCache::Impl::Open(const std::string& key) const {
+  std::size_t n = 0;
+  for (const Warm& w : warm) n += w.key == key ? 1 : 0;
+  for (const auto& b : busy) n += b->key == key ? 1 : 0;
+  return n;
+}
+
+std::shared_ptr<SessionCache::Impl::Busy> SessionCache::Impl::Ahead(const std::string& key) const {
+  for (const auto& b : busy) {
+    if (b->key == key && b->pipelines && b->receiving && !b->successor) return b;
+  }
+  return nullptr;
+}
+
+void SessionCache::Impl::Release(const std::shared_ptr<Busy>& b, std::optional<Warm> w) {
+  busy.remove(b);
+  b->released = true;
+  if (w && b->successor && !b->successor_gone) {
+    // Still counted as open (Open) while the successor wakes.
+    b->next = Use(w->key, w->ctrl, w->pipelines);
+    b->handed = std::move(w);
+  } else if (w && !b->successor) {
+    Put(std::move(*w));
+  } else if (w) {
+    CloseWarm(*w);
+  } else if (b->ctrl) {
+    b->ctrl->Close();  // the successor's offer read ends
+  }
+  if (b->wake) b->wake->cancel();
+  Changed();
+}
+
+void SessionCache::Impl::Changed() {
+  for (const auto& w : waiters) {
+    if (auto t = w.lock()) t->cancel();
+  }
+  waiters.clear();
+}
+
+internal::asio::awaitable<void> SessionCache::Impl::WaitFor(const std::shared_ptr<Busy>& b,
+                                                             std::chrono::milliseconds limit) {
+  b->wake = std::make_shared<internal::asio::steady_timer>(
+      co_await internal::asio::this_coro::executor, limit);
+  auto wake = b->wake;  // the Busy may be released meanwhile; the timer lives on here
+  co_await wake->async_wait(internal::kNoThrow);
+}
+
+internal::asio::awaitable<void> SessionCache::Impl::Wait(std::chrono::milliseconds limit) {
+  auto t = std::make_shared<internal::asio::steady_timer>(
+      co_await internal::asio::this_coro::executor, limit);
+  waiters.push_back(t);
+  co_await t->async_wait(internal::kNoThrow);
 }
 
 namespace internal {

@@ -23,12 +23,30 @@ struct SessionCache::Impl {
     std::vector<internal::ConnPtr> data;
     std::shared_ptr<internal::asio::ssl::context> tls;  // the connections' TLS context
     std::string congestion;                             // what the agent's sockets use
+    bool pipelines = false;  // the agent takes gets ahead of an outcome (its first offer)
     std::chrono::steady_clock::time_point idle_since;
+  };
+
+  // A session while a pull uses it. Another pull may send its get ahead on it (pipelining,
+  // SetPipelining) and wait here until the session is handed to it.
+  struct Busy {
+    std::string key;
+    internal::ConnPtr ctrl;
+    bool pipelines = false;  // the agent's first offer said "pipeline"
+    bool receiving = false;  // past the offer: the current file's bytes are coming
+    bool successor = false;  // a pull sent its get ahead on this session
+    bool successor_gone = false;  // ...and ended before the session came to it
+    bool released = false;        // the current pull ended: `handed`, or the session is gone
+    std::optional<Warm> handed;
+    std::shared_ptr<Busy> next;   // with `handed`: the session in use by the successor now
+    std::shared_ptr<internal::asio::steady_timer> wake;  // the successor waits on it
   };
 
   std::chrono::milliseconds idle_limit;
   std::size_t max_idle;
+  std::size_t pipeline_after = 0;  // SetPipelining
   std::list<Warm> warm;  // least recently used first
+  std::list<std::shared_ptr<Busy>> busy;
   Stats stats;
 
   // The most recently used warm session for `key` that is not past the idle limit, taken
@@ -37,6 +55,26 @@ struct SessionCache::Impl {
   // Keeps `w` (closing the least recently used one beyond max_idle).
   void Put(Warm w);
   void CloseAll();
+
+  // A pull now uses a session to `key` over `ctrl` (a warm one, or one it opens).
+  std::shared_ptr<Busy> Use(const std::string& key, internal::ConnPtr ctrl, bool pipelines);
+  // Sessions to `key`, idle and in use.
+  std::size_t Open(const std::string& key) const;
+  // A session in use to `key` that takes a get ahead now: the agent pipelines, the current
+  // file's bytes are coming and no other pull went ahead on it. Null if none.
+  std::shared_ptr<Busy> Ahead(const std::string& key) const;
+  // The current pull of `b` ended: the session goes to the pull that went ahead on it, else
+  // to the idle ones (`w` set); or it is closed (`w` empty: the pull failed), and so is one
+  // whose successor is gone (the agent is sending it a file nobody reads).
+  void Release(const std::shared_ptr<Busy>& b, std::optional<Warm> w);
+  // Wakes the pulls that wait (Wait) after any change of the sessions in use.
+  void Changed();
+  // Until the next Changed(), or `limit`.
+  internal::asio::awaitable<void> Wait(std::chrono::milliseconds limit);
+  // Until `b` is released (its successor waits so; only that release wakes it), or `limit`.
+  internal::asio::awaitable<void> WaitFor(const std::shared_ptr<Busy>& b,
+                                          std::chrono::milliseconds limit);
+  std::vector<std::weak_ptr<internal::asio::steady_timer>> waiters;
 };
 
 namespace internal {

@@ -33,6 +33,9 @@ struct SiteAgent::CopyIo {
       io.get_executor()};
   std::thread thread;
   int copies = 0;  // running on it now (guarded by SiteAgent::mu_)
+  // With pipeline_files: its share of the copies at once, as sessions to one source (guarded
+  // by SiteAgent::mu_; 0: it takes no copies now).
+  int session_share = 0;
 };
 
 // One claimed attempt of a task, shared by its coroutine and running_. The signal is this
