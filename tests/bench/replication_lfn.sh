@@ -230,7 +230,7 @@ if bins:
         mid = [rate[k] for k in range(full, last + 1)] if full is not None else []
         steady = f"{sum(mid) / len(mid) / iperf:.2f}" if mid else "n/a"
         wire = (f"first data {first * 0.05:.2f} s, 90 % {full_s}, last data {last * 0.05:.2f} s, "
-                f"end {wall:.2f} s; steady {steady}; {retrans} segments retransmitted by the sources")
+                f"end {wall:.2f} s, steady {steady}, {retrans} segments retransmitted by the sources")
 print(f"| {label} | {n} x {size} | {out['state']} | {wall:.1f} | {mbps:.0f} | {iperf:.0f} | {mbps / iperf:.2f} | {sessions} | {n / wall:.0f} "
       f"| {ms(cat_t):.2f} | {ms(src_t):.2f} | {ms(dst_t):.2f} | {to_full} | {threads}, {rss_kib / 1024:.0f} MiB | {wire} |")
 PY
