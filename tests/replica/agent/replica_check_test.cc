@@ -1,12 +1,14 @@
 #include "replica/agent/replica_check.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <spdlog/sinks/null_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <fstream>
+#include <vector>
 
 #include "replica/core/spool.h"
 #include "tests/support/scratch_catalog.h"
@@ -172,6 +174,27 @@ TEST_F(ReplicaCheckTest, OnlyTheScrubFindsAFlippedByteWhoseMtimeWasPutBack) {
   catalog::Replica r = Record(a.inode);
   EXPECT_EQ(r.state, ReplicaState::kCorrupt);
   EXPECT_NE(r.note.find("the catalog says"), std::string::npos) << r.note;
+}
+
+// The scrub reads in pieces of at most 1 MiB into a buffer no bigger than the replica: the
+// last byte of replicas below, at and past one piece is still read and judged.
+TEST_F(ReplicaCheckTest, TheScrubJudgesTheLastByteOfSmallAndPieceSizedReplicas) {
+  const std::uint64_t sizes[] = {1, 65536, 1 << 20, (1 << 20) + 1};
+  std::vector<catalog::Attributes> put;
+  for (std::uint64_t size : sizes) put.push_back(Put(fmt::format("/edge-{}", size), size, size));
+  ASSERT_TRUE(Checker().ScrubPass().ok());
+  for (const catalog::Attributes& a : put) {
+    EXPECT_EQ(Record(a.inode).state, ReplicaState::kComplete) << a.size;
+    const std::int64_t stamp = MtimeOf(FileOf(a));
+    gfrep::testing::FlipByte(FileOf(a), a.size - 1);
+    SetMtime(FileOf(a), stamp);
+  }
+  auto s = Checker().ScrubPass(/*everything=*/true);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->corrupt, put.size());
+  for (const catalog::Attributes& a : put) {
+    EXPECT_EQ(Record(a.inode).state, ReplicaState::kCorrupt) << a.size;
+  }
 }
 
 TEST_F(ReplicaCheckTest, AReportOnlyCheckChangesNothing) {
