@@ -53,6 +53,21 @@ struct Session {
   asio::steady_timer ready;
 };
 
+// Data connections that joined before the get naming their token came (`"early":true`: the
+// client chose the token and sent it in its get). They wait, at most half the io_timeout,
+// until that get opens the session or fails. Used only on the io thread.
+struct EarlyJoins {
+  explicit EarlyJoins(const asio::any_io_executor& ex) : opened(ex) {}
+  asio::steady_timer opened;  // cancelled when the session opens, or its get ended
+  int waiting = 0;
+};
+
+// A token a client chose for its session: 32 lowercase hex digits (128 random bits).
+bool WellFormedToken(std::string_view t) {
+  return t.size() == 32 &&
+         std::all_of(t.begin(), t.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 // Lets one message through per `interval` and counts the ones it held back.
 class LogThrottle {
  public:
@@ -119,6 +134,7 @@ struct AgentServer::Impl {
   // Used only on the io thread. Declared before `io`: coroutine frames destroyed with `io`
   // still give back their session tokens and connection slots.
   std::map<std::string, std::shared_ptr<Session>> sessions;
+  std::map<std::string, std::shared_ptr<EarlyJoins>> early_joins;
   int connections = 0;
   // Read from other threads (AgentServer::stats()).
   std::atomic<std::uint64_t> accepted{0};
@@ -158,6 +174,7 @@ struct AgentServer::Impl {
       if (ConnPtr c = w.lock()) c->Close();
     }
     for (auto& [token, session] : sessions) session->ready.cancel();
+    for (auto& [token, early] : early_joins) early->opened.cancel();
     probes->KillAll();
     stop_limit.expires_after(10s);
     stop_limit.async_wait([this](boost::system::error_code e) {
@@ -313,7 +330,8 @@ struct AgentServer::Impl {
       co_return co_await Fail(*conn, absl::PermissionDeniedError(kMutualTlsOnly));
     }
     std::string server_nonce = internal::RandomHex(16);
-    Json msg1 = {{"op", "hello_ok"}, {"nonce", server_nonce}};
+    // "joins_early": a data connection may join a session whose get has not come yet.
+    Json msg1 = {{"op", "hello_ok"}, {"nonce", server_nonce}, {"joins_early", true}};
     if (absl::Status s = co_await conn->SendControl(msg1); !s.ok()) co_return s;
     if (*want_tls) {
       conn->KeepTlsContext(tls_ctx);
@@ -409,7 +427,25 @@ struct AgentServer::Impl {
     absl::StatusOr<std::string> op = GetString(*join, "op");
     absl::StatusOr<std::string> token = GetString(*join, "token");
     absl::StatusOr<std::string> mac = GetString(*join, "mac");
+    absl::StatusOr<bool> early = internal::GetOptionalBool(*join, "early", false);
     auto it = token.ok() ? sessions.find(*token) : sessions.end();
+    if (it == sessions.end() && early.ok() && *early && WellFormedToken(*token) && !stopping) {
+      // The get that opens this session is on its way: wait for it, half as long as a setup
+      // may take (so that the refusal, not the setup's deadline, ends the connection). The
+      // MAC is checked below, with the session's key.
+      std::shared_ptr<EarlyJoins>& slot = early_joins[*token];
+      if (!slot) {
+        slot = std::make_shared<EarlyJoins>(co_await asio::this_coro::executor);
+        slot->opened.expires_after(options.defaults.io_timeout / 2);
+      }
+      std::shared_ptr<EarlyJoins> wait = slot;
+      ++wait->waiting;
+      co_await wait->opened.async_wait(kNoThrow);
+      if (--wait->waiting == 0) {
+        if (auto e = early_joins.find(*token); e != early_joins.end() && e->second == wait) early_joins.erase(e);
+      }
+      it = sessions.find(*token);
+    }
     if (!op.ok() || *op != "join" || it == sessions.end() || !mac.ok() ||
         static_cast<int>(it->second->joined.size()) >= it->second->expected || it->second->join_key.empty() ||
         !internal::ConstantTimeEqual(*mac, internal::JoinMac(it->second->join_key, *token, server_nonce))) {
@@ -426,6 +462,12 @@ struct AgentServer::Impl {
     it->second->joined.push_back(conn);
     it->second->ready.cancel();
     co_return absl::OkStatus();
+  }
+
+  // Wakes the data connections that joined ahead of the get with this token: the session
+  // opened (they join it) or the get failed (they are refused).
+  void WakeEarlyJoins(const std::string& token) {
+    if (auto e = early_joins.find(token); e != early_joins.end()) e->second->opened.cancel();
   }
 
   // Registers a session and waits until all its data connections joined.
@@ -588,6 +630,25 @@ struct AgentServer::Impl {
                                          std::shared_ptr<asio::steady_timer> setup, std::string peer,
                                          std::vector<ConnPtr>& data, std::string& congestion,
                                          internal::Pipeline& pipeline) {
+    // A new session's token, when the client chose it (its data connections may have joined
+    // already, waiting in early_joins): they are woken on every way out of here.
+    absl::StatusOr<std::string> chosen = internal::GetOptionalString(req, "token", "");
+    if (!chosen.ok()) co_return co_await Fail(*conn, Malformed("get", chosen.status()));
+    struct WakeOnExit {
+      Impl* impl;
+      std::string token;
+      ~WakeOnExit() {
+        if (!token.empty()) impl->WakeEarlyJoins(token);
+      }
+    } wake_on_exit{this, data.empty() ? *chosen : ""};
+    if (data.empty() && !chosen->empty()) {
+      if (!WellFormedToken(*chosen)) {
+        co_return co_await Fail(*conn, absl::InvalidArgumentError("malformed get: a token is 32 lowercase hex digits"));
+      }
+      if (sessions.contains(*chosen)) {
+        co_return co_await Fail(*conn, absl::AlreadyExistsError("session token already in use"));
+      }
+    }
     absl::StatusOr<std::string> path = GetString(req, "path");
     if (!path.ok()) co_return co_await Fail(*conn, Malformed("get", path.status()));
     absl::StatusOr<std::shared_ptr<internal::SourceFile>> src = OpenSpoolFile(*path);
@@ -597,11 +658,12 @@ struct AgentServer::Impl {
     std::optional<TokenGuard> guard;
     std::string token;
     if (data.empty()) {
-      token = internal::RandomHex(16);
+      token = chosen->empty() ? internal::RandomHex(16) : *chosen;
       session = std::make_shared<Session>(co_await asio::this_coro::executor, o.route.streams,
                                           internal::JoinKey(*conn, options.shared_key), o.tls);
       sessions[token] = session;
       guard.emplace(this, token);
+      WakeEarlyJoins(token);
       offer["token"] = token;
       offer["pipeline"] = true;  // gets may come ahead of an outcome on this session
     } else {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "transfer/checksum.h"
 #include "transfer/internal/engine.h"
 #include "transfer/internal/pull.h"
@@ -97,16 +99,15 @@ asio::awaitable<absl::StatusOr<std::vector<internal::ClientConnection>>> Connect
   co_return data;
 }
 
-// Joins connected data connections to session `token`, all at once.
-// `control` is the session's control connection (its TLS session keys the joins).
-asio::awaitable<absl::StatusOr<std::vector<ConnPtr>>> JoinConnected(
+// Joins connected data connections to session `token` with `join_key`, all at once
+// (`early`: see SendJoin), and tunes their sockets; on a failure closes them all.
+asio::awaitable<absl::StatusOr<std::vector<ConnPtr>>> JoinAll(
     const std::vector<internal::ClientConnection>& connected, const std::string& token,
-    internal::Conn& control, const Prepared& p, std::string& congestion) {
+    const std::string& join_key, bool early, const Prepared& p, std::string& congestion) {
   auto log = internal::LoggerOf(p.options.logger);
-  const std::string join_key = internal::JoinKey(control, p.options.shared_key);
   std::vector<std::function<asio::awaitable<absl::Status>()>> tasks;
   for (const internal::ClientConnection& c : connected) {
-    tasks.push_back([&]() { return internal::SendJoin(c, token, join_key); });
+    tasks.push_back([&]() { return internal::SendJoin(c, token, join_key, early); });
   }
   absl::Status s = co_await internal::RunConcurrently(std::move(tasks));
   std::vector<ConnPtr> data;
@@ -119,29 +120,75 @@ asio::awaitable<absl::StatusOr<std::vector<ConnPtr>>> JoinConnected(
   co_return data;
 }
 
+// Joins connected data connections to session `token`, named by the agent's reply.
+// `control` is the session's control connection (its TLS session keys the joins).
+asio::awaitable<absl::StatusOr<std::vector<ConnPtr>>> JoinConnected(
+    const std::vector<internal::ClientConnection>& connected, const std::string& token,
+    internal::Conn& control, const Prepared& p, std::string& congestion) {
+  co_return co_await JoinAll(connected, token, internal::JoinKey(control, p.options.shared_key),
+                             false, p, congestion);
+}
+
+// A new session whose token the client chose (a get's "token"): its data connections join
+// beside the request instead of after the reply, one round trip less to the first byte.
+struct EarlyJoin {
+  EarlyJoin(const asio::any_io_executor& ex, std::string token)
+      : token(std::move(token)), key_known(ex, asio::steady_timer::time_point::max()) {}
+  std::string token;
+  std::string key;                 // the join key, once known (JoinKey of the control)
+  bool control_failed = false;     // nothing to join: the control connection failed
+  asio::steady_timer key_known;    // cancelled when `key` is set or the control failed
+  std::vector<ConnPtr> data;       // joined (all of them), else empty
+  std::string congestion;          // of the joined connections
+};
+
 // Runs `control` (connect, request, reply on the control connection) while the session's
 // data connections connect beside it, so that they only have to join once the reply names
 // the session. `connected` holds them when both succeeded; a failure of either is returned
-// (the control's first: it carries the agent's answer).
+// (the control's first: it carries the agent's answer). With `early` (the control's request
+// names the token) and an agent that joins early, they also join beside it, as soon as
+// `early->key` is known (`control` sets it when its connection is secured, else fails);
+// `early->data` then holds them.
 asio::awaitable<absl::Status> ControlBesideData(const Endpoint& agent, const Prepared& p,
                                                 std::function<asio::awaitable<absl::Status>()> control,
-                                                std::vector<internal::ClientConnection>& connected) {
+                                                std::vector<internal::ClientConnection>& connected,
+                                                EarlyJoin* early = nullptr) {
   absl::Status control_status = absl::OkStatus();
   std::vector<std::function<asio::awaitable<absl::Status>()>> setup;
   setup.push_back([&]() -> asio::awaitable<absl::Status> {
     control_status = co_await control();
+    if (!control_status.ok() && early != nullptr) {
+      // Joins held by the agent for a get that failed would wait for its timeout.
+      early->control_failed = true;
+      early->key_known.cancel();
+      for (const internal::ClientConnection& c : connected) c.conn->Close();
+    }
     co_return absl::OkStatus();  // reported first, below
   });
   setup.push_back([&]() -> asio::awaitable<absl::Status> {
     absl::StatusOr<std::vector<internal::ClientConnection>> c = co_await ConnectData(agent, p);
     if (!c.ok()) co_return c.status();
     connected = std::move(*c);
+    if (early == nullptr || connected.empty() ||
+        !std::all_of(connected.begin(), connected.end(),
+                     [](const internal::ClientConnection& d) { return d.joins_early; })) {
+      co_return absl::OkStatus();  // they join once the reply names the session
+    }
+    while (early->key.empty() && !early->control_failed) {
+      co_await early->key_known.async_wait(kNoThrow);
+    }
+    if (early->control_failed) co_return absl::OkStatus();
+    absl::StatusOr<std::vector<ConnPtr>> joined =
+        co_await JoinAll(connected, early->token, early->key, true, p, early->congestion);
+    if (!joined.ok()) co_return joined.status();
+    early->data = std::move(*joined);
     co_return absl::OkStatus();
   });
   absl::Status s = co_await internal::RunConcurrently(std::move(setup));
   if (!control_status.ok() || !s.ok()) {
     for (const internal::ClientConnection& c : connected) c.conn->Close();
     connected.clear();
+    if (early != nullptr) early->data.clear();
   }
   co_return control_status.ok() ? s : control_status;
 }
@@ -422,17 +469,26 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
   ConnPtr ctrl_conn;
   std::optional<SetupDeadline> deadline;
   std::vector<ClientConnection> connected;  // a new session's data connections, not joined yet
+  std::optional<EarlyJoin> early;            // a new session's joins sent beside its get
   if (warm) {
     ctrl_conn = warm->ctrl;
     deadline.emplace(ex, ctrl_conn, p->options.io_timeout);
   } else {
     // A new session: the control connection authenticates and asks for the file while the
-    // data connections connect beside it (they join once the offer names the session).
+    // data connections connect beside it and join the session the get names (by a token we
+    // chose), as soon as the control connection can key their joins.
+    early.emplace(ex, internal::RandomHex(16));
+    req["token"] = early->token;
+    auto secured = [&](internal::Conn& c) {
+      early->key = internal::JoinKey(c, p->options.shared_key);
+      if (early->key.empty()) early->control_failed = true;  // the joins go after the offer
+      early->key_known.cancel();
+    };
     absl::Status s = co_await ControlBesideData(
         agent, *p,
         [&]() -> asio::awaitable<absl::Status> {
-          absl::StatusOr<ClientConnection> ctrl =
-              co_await ConnectTo(agent, "control", p->options, p->tls.get(), *log, &req);
+          absl::StatusOr<ClientConnection> ctrl = co_await ConnectTo(
+              agent, "control", p->options, p->tls.get(), *log, &req, secured);
           if (!ctrl.ok()) co_return ctrl.status();
           ctrl_conn = ctrl->conn;
           deadline.emplace(ex, ctrl_conn, p->options.io_timeout);
@@ -442,7 +498,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
           offer = co_await ctrl_conn->ReadControl();
           co_return offer.status();
         },
-        connected);
+        connected, &*early);
     if (!s.ok()) co_return s;
     if (cache != nullptr) cache->impl().stats.opened += 1;
   }
@@ -488,6 +544,12 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
   if (warm) {
     data = warm->data;
     if (session_congestion.empty()) session_congestion = warm->congestion;
+  } else if (!early->data.empty()) {
+    if (*token != early->token) {
+      for (const ConnPtr& c : early->data) c->Close();
+      co_return absl::DataLossError("the agent offered another session than the one we joined");
+    }
+    data = std::move(early->data);
   } else {
     std::string stream_congestion;
     absl::StatusOr<std::vector<ConnPtr>> joined =

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -574,6 +575,140 @@ TEST_F(AgentTest, ReplayedTokenIsRefused) {
     co_return again.status();
   });
   EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+}
+
+// A client that chose its session's token (a get's "token") sends its data connections'
+// joins beside the get: the agent holds a join that comes first until the get opens the
+// session (before 2026-11-30 it refused it as an unknown token).
+TEST_F(AgentTest, AJoinAheadOfItsGetIsHeldUntilTheGetOpensTheSession) {
+  const std::string token = internal::RandomHex(16);
+  absl::Status join = absl::UnknownError("not run");
+  bool get_sent = false;
+  bool answered_before_get = false;
+  std::string offered;
+  absl::Status s = RunClient([&]() -> asio::awaitable<absl::Status> {
+    auto log = spdlog::default_logger();
+    auto ex = co_await asio::this_coro::executor;
+    options_.route.streams = 1;
+    std::vector<std::function<asio::awaitable<absl::Status>()>> both;
+    both.push_back([&]() -> asio::awaitable<absl::Status> {
+      absl::StatusOr<internal::ClientConnection> d =
+          co_await internal::ConnectTo(endpoint_, "data", options_, nullptr, *log);
+      if (!d.ok()) co_return d.status();
+      if (!d->joins_early) co_return absl::FailedPreconditionError("the agent did not say joins_early");
+      join = co_await internal::SendJoin(*d, token, options_.shared_key, /*early=*/true);
+      answered_before_get = !get_sent;
+      co_return absl::OkStatus();
+    });
+    both.push_back([&]() -> asio::awaitable<absl::Status> {
+      asio::steady_timer wait(ex, std::chrono::milliseconds(300));  // the join is there first
+      co_await wait.async_wait(internal::kNoThrow);
+      absl::StatusOr<internal::ClientConnection> ctrl =
+          co_await internal::ConnectTo(endpoint_, "control", options_, nullptr, *log);
+      if (!ctrl.ok()) co_return ctrl.status();
+      Json get{{"op", "get"}, {"path", "f.dat"}, {"whole", true}, {"token", token},
+               {"options", internal::RouteToJson(options_)}};
+      get_sent = true;
+      if (absl::Status w = co_await ctrl->conn->SendControl(get); !w.ok()) co_return w;
+      absl::StatusOr<Json> offer = co_await ctrl->conn->ReadControl();
+      if (!offer.ok()) co_return offer.status();
+      offered = offer->value("token", "");
+      co_return absl::OkStatus();
+    });
+    co_return co_await internal::RunConcurrently(std::move(both));
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(join.ok()) << join;
+  EXPECT_FALSE(answered_before_get) << "the join was answered before its session existed";
+  EXPECT_EQ(offered, token) << "the session is not the one the client named";
+}
+
+// A join held for a get that then fails is refused when the get fails, not when the
+// agent's io_timeout (3 s here) runs out.
+TEST_F(AgentTest, AJoinHeldForAGetThatFailsIsRefusedWithIt) {
+  const std::string token = internal::RandomHex(16);
+  absl::Status join = absl::UnknownError("not run");
+  absl::Status get_status = absl::UnknownError("not run");
+  std::chrono::steady_clock::duration join_took{};
+  absl::Status s = RunClient([&]() -> asio::awaitable<absl::Status> {
+    auto log = spdlog::default_logger();
+    auto ex = co_await asio::this_coro::executor;
+    options_.route.streams = 1;
+    std::vector<std::function<asio::awaitable<absl::Status>()>> both;
+    both.push_back([&]() -> asio::awaitable<absl::Status> {
+      absl::StatusOr<internal::ClientConnection> d =
+          co_await internal::ConnectTo(endpoint_, "data", options_, nullptr, *log);
+      if (!d.ok()) co_return d.status();
+      const auto start = std::chrono::steady_clock::now();
+      join = co_await internal::SendJoin(*d, token, options_.shared_key, /*early=*/true);
+      join_took = std::chrono::steady_clock::now() - start;
+      co_return absl::OkStatus();
+    });
+    both.push_back([&]() -> asio::awaitable<absl::Status> {
+      asio::steady_timer wait(ex, std::chrono::milliseconds(300));
+      co_await wait.async_wait(internal::kNoThrow);
+      absl::StatusOr<internal::ClientConnection> ctrl =
+          co_await internal::ConnectTo(endpoint_, "control", options_, nullptr, *log);
+      if (!ctrl.ok()) co_return ctrl.status();
+      Json get{{"op", "get"}, {"path", "no-such-file.dat"}, {"whole", true}, {"token", token},
+               {"options", internal::RouteToJson(options_)}};
+      if (absl::Status w = co_await ctrl->conn->SendControl(get); !w.ok()) co_return w;
+      get_status = (co_await ctrl->conn->ReadControl()).status();
+      co_return absl::OkStatus();
+    });
+    co_return co_await internal::RunConcurrently(std::move(both));
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(absl::IsNotFound(get_status)) << get_status;
+  EXPECT_TRUE(absl::IsPermissionDenied(join)) << join;
+  EXPECT_NE(join.message().find("session token"), absl::string_view::npos) << join;
+  EXPECT_LT(join_took, std::chrono::milliseconds(2500)) << "held until the agent's timeout";
+}
+
+// An early join whose get never comes is refused after half the agent's io_timeout (a join that
+// does not say "early" is refused at once: UnknownTokenIsRefused).
+TEST_F(AgentTest, AnEarlyJoinWhoseGetNeverComesIsRefusedAfterTheTimeout) {
+  absl::Status early = RunClient([&]() -> asio::awaitable<absl::Status> {
+    auto log = spdlog::default_logger();
+    absl::StatusOr<internal::ClientConnection> d =
+        co_await internal::ConnectTo(endpoint_, "data", options_, nullptr, *log);
+    if (!d.ok()) co_return d.status();
+    co_return co_await internal::SendJoin(*d, internal::RandomHex(16), options_.shared_key, true);
+  });
+  EXPECT_TRUE(absl::IsPermissionDenied(early)) << early;
+  EXPECT_NE(early.message().find("session token"), absl::string_view::npos) << early;
+}
+
+// A get may name its session's token only once, and only as 32 lowercase hex digits.
+TEST_F(AgentTest, AGetNamingATokenInUseOrMalformedIsRefused) {
+  const std::string token = internal::RandomHex(16);
+  absl::Status again = absl::UnknownError("not run");
+  absl::Status malformed = absl::UnknownError("not run");
+  absl::Status s = RunClient([&]() -> asio::awaitable<absl::Status> {
+    auto log = spdlog::default_logger();
+    options_.route.streams = 1;
+    auto ask = [&](std::string t, absl::Status& out, std::optional<internal::ClientConnection>& keep)
+        -> asio::awaitable<absl::Status> {
+      absl::StatusOr<internal::ClientConnection> ctrl =
+          co_await internal::ConnectTo(endpoint_, "control", options_, nullptr, *log);
+      if (!ctrl.ok()) co_return ctrl.status();
+      Json get{{"op", "get"}, {"path", "f.dat"}, {"token", std::move(t)},
+               {"options", internal::RouteToJson(options_)}};
+      if (absl::Status w = co_await ctrl->conn->SendControl(get); !w.ok()) co_return w;
+      out = (co_await ctrl->conn->ReadControl()).status();
+      keep = *ctrl;  // the session stays open while `keep` holds its control connection
+      co_return absl::OkStatus();
+    };
+    std::optional<internal::ClientConnection> first, second, third;
+    absl::Status opened = absl::UnknownError("not run");
+    if (absl::Status e = co_await ask(token, opened, first); !e.ok()) co_return e;
+    if (!opened.ok()) co_return opened;
+    if (absl::Status e = co_await ask(token, again, second); !e.ok()) co_return e;
+    co_return co_await ask("XYZ", malformed, third);
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(absl::IsAlreadyExists(again)) << again;
+  EXPECT_TRUE(absl::IsInvalidArgument(malformed)) << malformed;
 }
 
 TEST_F(AgentTest, GarbageAndOversizedFramesAreRefusedAndServerKeepsServing) {

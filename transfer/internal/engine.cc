@@ -575,7 +575,8 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
                                                             const TransferOptions& options,
                                                             asio::ssl::context* tls_ctx,
                                                             spdlog::logger& log,
-                                                            const Json* request) {
+                                                            const Json* request,
+                                                            std::function<void(Conn&)> secured) {
   auto ex = co_await asio::this_coro::executor;
   tcp::resolver resolver(ex);
   auto [rec, results] = co_await resolver.async_resolve(endpoint.host, std::to_string(endpoint.port), kNoThrow);
@@ -626,7 +627,8 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
   if (!op.ok() || *op != "hello_ok" || !server_nonce.ok()) {
     co_return absl::DataLossError(fmt::format("{}: unexpected reply to hello", endpoint.ToString()));
   }
-  ClientConnection out{conn, *server_nonce};
+  absl::StatusOr<bool> joins_early = GetOptionalBool(*reply, "joins_early", false);
+  ClientConnection out{conn, *server_nonce, false, joins_early.ok() && *joins_early};
   if (use_tls) {
     if (tls_ctx == nullptr) co_return absl::InternalError("bug: TLS requested without a context");
     if (absl::Status s = co_await conn->Handshake(*tls_ctx, endpoint.host); !s.ok()) {
@@ -634,6 +636,7 @@ asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endp
     }
   }
   if (role != "control") co_return out;
+  if (secured) secured(*conn);
   if (early) {
     if (absl::Status s = co_await conn->SendControl(*request); !s.ok()) co_return s;
     out.request_sent = true;
@@ -692,10 +695,11 @@ std::string JoinKey(Conn& control, std::string_view shared_key) {
 }
 
 asio::awaitable<absl::Status> SendJoin(const ClientConnection& c, std::string_view token,
-                                       std::string_view join_key) {
+                                       std::string_view join_key, bool early) {
   if (join_key.empty()) co_return absl::InternalError("no key to join the session with");
   Json join{{"op", "join"}, {"token", std::string(token)},
             {"mac", JoinMac(join_key, token, c.server_nonce)}};
+  if (early) join["early"] = true;
   if (absl::Status s = co_await c.conn->SendControl(join); !s.ok()) co_return s;
   absl::StatusOr<Json> r = co_await c.conn->ReadControl(kMaxPreAuthControlPayload);
   if (!r.ok()) co_return r.status();

@@ -240,6 +240,7 @@ struct ClientConnection {
   ConnPtr conn;
   std::string server_nonce;
   bool request_sent = false;  // ConnectTo sent `request` already
+  bool joins_early = false;   // the agent takes joins ahead of the get naming their token
 };
 // With `request` (control connections): sends it without waiting for the agent's welcome,
 // one round trip less to the first reply. Under TLS with our certificate it goes right
@@ -247,20 +248,25 @@ struct ClientConnection {
 // and gets it again, as below); with the shared key, right behind the authentication (the
 // agent reads it only once the authentication succeeded, and in clear text it is bound to
 // that authentication like any later message). `request_sent` says whether it went.
+// `secured` (control connections) is called once the TLS handshake is done (in clear text:
+// after the hello), before the request goes: the connection's JoinKey is known from then on.
 asio::awaitable<absl::StatusOr<ClientConnection>> ConnectTo(const Endpoint& endpoint,
                                                             std::string_view role,
                                                             const TransferOptions& options,
                                                             asio::ssl::context* tls_ctx,
                                                             spdlog::logger& log,
-                                                            const Json* request = nullptr);
+                                                            const Json* request = nullptr,
+                                                            std::function<void(Conn&)> secured = nullptr);
 // The key data connections prove they belong to a session with (JoinMac): under TLS on the
 // control connection, keying material exported from its TLS session (RFC 5705), so only the
 // holder of that connection can join and no shared key is needed; in clear text, the shared
 // key. Empty if the export failed.
 std::string JoinKey(Conn& control, std::string_view shared_key);
-// Joins a connected data connection (role "data") to session `token`.
+// Joins a connected data connection (role "data") to session `token`. `early`: the session's
+// get may not have reached the agent yet (the client chose the token; the agent must have
+// said `joins_early`), and the agent holds the join until it has.
 asio::awaitable<absl::Status> SendJoin(const ClientConnection& c, std::string_view token,
-                                       std::string_view join_key);
+                                       std::string_view join_key, bool early = false);
 // Client side of a data connection joining session `token` (ConnectTo, then SendJoin) of a
 // control connection in clear text (keyed by options.shared_key).
 asio::awaitable<absl::StatusOr<ConnPtr>> JoinSession(const Endpoint& endpoint,
