@@ -122,6 +122,7 @@ std::string_view ToString(EventKind kind) {
     case EventKind::kRequest: return "request";
     case EventKind::kNode: return "node";
     case EventKind::kAudit: return "audit";
+    case EventKind::kRoute: return "route";
   }
   return "unknown";
 }

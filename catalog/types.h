@@ -449,8 +449,12 @@ struct TaskFilter {
 };
 
 // kAudit: a refused call (node = the caller's identity, state = "denied", detail = the
-// refusal), written by gfcatalogd with mutual TLS.
-enum class EventKind : std::uint8_t { kReplica = 1, kTask = 2, kRequest = 3, kNode = 4, kAudit = 5 };
+// refusal), written by gfcatalogd with mutual TLS. kRoute: an operator's route settings
+// (PutRoute: state "set"; RemoveRoute: "removed"; node = the destination site, detail =
+// "SRC->DST"); what copies teach a route (heartbeats) makes no event.
+enum class EventKind : std::uint8_t {
+  kReplica = 1, kTask = 2, kRequest = 3, kNode = 4, kAudit = 5, kRoute = 6
+};
 std::string_view ToString(EventKind kind);
 
 // A change, in commit order. Seq is strictly increasing (gaps allowed).

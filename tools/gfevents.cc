@@ -1,5 +1,5 @@
 // gfevents [--kind KIND] [-n N] [--json]: the catalog's event log, newest last: replica,
-// task, request and node changes, and (with mutual TLS) the audit record of every refused
+// task, request, node and route changes, and (with mutual TLS) the audit record of every refused
 // call: who, what, from where.
 #include <ctime>
 #include <iostream>
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   bool json = false;
   tools::AddCommonFlags(app, common);
   tools::AddCatalogFlags(app, cat);
-  app.add_option("--kind", kind, "Only events of this kind: replica, task, request, node, audit");
+  app.add_option("--kind", kind, "Only events of this kind: replica, task, request, node, audit, route");
   app.add_option("-n,--last", last, "How many of the newest (matching) events")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
@@ -43,8 +43,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   tools::MakeLogger(kProgram, common);
   if (!kind.empty() && kind != "replica" && kind != "task" && kind != "request" && kind != "node" &&
-      kind != "audit") {
-    return tools::Fail(kProgram, fmt::format("--kind {}: not one of replica, task, request, node, audit", kind));
+      kind != "audit" && kind != "route") {
+    return tools::Fail(kProgram,
+                       fmt::format("--kind {}: not one of replica, task, request, node, audit, route", kind));
   }
   auto client = tools::ConnectCatalog(cat);
   if (!client.ok()) return tools::Fail(kProgram, tools::ErrorText(client.status()));

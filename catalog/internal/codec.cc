@@ -616,7 +616,7 @@ absl::StatusOr<Event> DecodeEvent(std::string_view in) {
   Event x;
   bool ok = true;
   x.seq = r.U64();
-  x.kind = EnumIn<EventKind>(r, 1, 5, ok);
+  x.kind = EnumIn<EventKind>(r, 1, 6, ok);
   x.time_ns = r.I64();
   x.id = r.U64();
   x.node = r.Str();

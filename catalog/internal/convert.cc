@@ -448,7 +448,7 @@ void ToProto(const Event& in, v1::Event* out) {
 }
 
 absl::StatusOr<Event> FromProto(const v1::Event& in) {
-  if (in.kind() < v1::Event::REPLICA || in.kind() > v1::Event::AUDIT) {
+  if (in.kind() < v1::Event::REPLICA || in.kind() > v1::Event::ROUTE) {
     return absl::InvalidArgumentError("bad event kind");
   }
   Event e;

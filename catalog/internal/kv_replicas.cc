@@ -456,6 +456,9 @@ absl::Status KvCatalog::PutRoute(const Route& route) {
   }
   KvBatch batch;
   batch.Put(kRoutes, RouteKey(route.src_site, route.dst_site), EncodeRoute(stored));
+  // The agents of the destination site drop what they cached of the route.
+  AddEvent(batch, EventKind::kRoute, 0, route.dst_site, "set",
+           fmt::format("{}->{}", route.src_site, route.dst_site));
   return WriteLocked(&batch, "put route");
 }
 
@@ -466,6 +469,7 @@ absl::Status KvCatalog::RemoveRoute(std::string_view src, std::string_view dst) 
   if (absl::StatusOr<Route> r = GetRoute(src, dst); !r.ok()) return r.status();
   KvBatch batch;
   batch.Delete(kRoutes, RouteKey(src, dst));
+  AddEvent(batch, EventKind::kRoute, 0, std::string(dst), "removed", fmt::format("{}->{}", src, dst));
   return WriteLocked(&batch, "remove route");
 }
 

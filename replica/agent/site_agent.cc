@@ -537,11 +537,19 @@ void SiteAgent::WatchLoop() {
     }
     bool ours = false;
     bool deleting = false;
+    bool routes = false;
     for (const catalog::Event& e : *events) {
+      routes = routes || (e.kind == catalog::EventKind::kRoute && e.node == options_.site);
       ours = ours || (e.kind == catalog::EventKind::kTask && e.node == options_.node &&
                       e.state == catalog::ToString(catalog::TaskState::kQueued));
       deleting = deleting || (e.kind == catalog::EventKind::kReplica && e.node == options_.node &&
                               e.state == catalog::ToString(catalog::ReplicaState::kDeleting));
+    }
+    if (routes) {
+      // An operator changed a route into this site: the copies claimed from now on (the
+      // claim below comes after this) look it up again instead of using the listing.
+      absl::MutexLock lock(&mu_);
+      route_cache_.clear();
     }
     if (deleting) {
       {

@@ -323,8 +323,9 @@ class SiteAgent {
   absl::StatusOr<catalog::Node> LookupNode(const std::string& name);
   absl::StatusOr<catalog::Route> LookupRoute(const std::string& src_site);
   // Keeps those caches fresh ahead of the copies: every node once at start (a source's
-  // first copy needs no node lookup), then each node and route a copy used lately, every
-  // half `lookup_ttl` (a copy every 10 s waited two catalog round trips before its pull).
+  // first copy needs no node lookup), then each node a copy used lately and every route into
+  // this site (one listing), every half `lookup_ttl` (a copy every 10 s waited two catalog
+  // round trips before its pull; the first copy from a site waited for its route).
   void LookupLoop();
   // True if `all_nodes` and the listing succeeded.
   bool RefreshLookups(bool all_nodes);

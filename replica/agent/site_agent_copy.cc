@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <map>
 #include <optional>
+#include <set>
 #include <type_traits>
 
 #include "replica/agent/pull_options.h"
@@ -537,22 +538,35 @@ bool SiteAgent::RefreshLookups(bool all_nodes) {
       if (n.ok()) nodes.push_back(std::move(*n));
     }
   }
-  // Routes: only those in use. An operator's route change (data TLS, a rate) must reach
-  // the first copy after it, so a route no copy used lately is asked by the copy itself.
+  // Routes: every route into this site, from one listing, each pass: the first copy from a
+  // site needs no route lookup either, and an operator's change (data TLS, a rate) reaches
+  // every copy within `lookup_ttl` / 2, used lately or not. A site with no record has the
+  // default route (the sites of the nodes known here, and those copies used lately).
   std::map<std::string, catalog::Route> routes;
-  if (!recent_sites.empty() && !stop_) {
+  bool routes_listed = false;
+  if (!stop_) {
     absl::StatusOr<std::vector<catalog::Route>> listed = options_.catalog.view->ListRoutes();
     if (listed.ok()) {
-      for (const std::string& site : recent_sites) {
+      routes_listed = true;
+      std::set<std::string> sites(recent_sites.begin(), recent_sites.end());
+      for (const catalog::Node& n : nodes) sites.insert(n.site);
+      {
+        absl::MutexLock lock(&mu_);
+        for (const auto& [name, c] : node_cache_) sites.insert(c.value.site);
+      }
+      for (const std::string& site : sites) {
+        if (site.empty() || site == options_.site) continue;
         catalog::Route& r = routes[site];
         r.src_site = site;  // the default route unless there is a record
         r.dst_site = options_.site;
       }
       for (catalog::Route& r : *listed) {
-        if (r.dst_site == options_.site && routes.count(r.src_site) != 0) {
+        if (r.dst_site == options_.site && r.src_site != options_.site) {
           routes[r.src_site] = std::move(r);
         }
       }
+    } else {
+      log_->debug("listing routes ahead of the copies: {}", listed.status().ToString());
     }
   }
   absl::MutexLock lock(&mu_);
@@ -561,9 +575,12 @@ bool SiteAgent::RefreshLookups(bool all_nodes) {
     const Stamp used = fresh ? Stamp() : it->second.used;
     it->second = {std::move(n), now, used};
   }
-  for (auto& [site, r] : routes) {
-    auto it = route_cache_.find(site);
-    if (it != route_cache_.end()) it->second = {std::move(r), now, it->second.used};
+  if (routes_listed) {
+    for (auto& [site, r] : routes) {
+      auto [it, fresh] = route_cache_.try_emplace(site);
+      const Stamp used = fresh ? Stamp() : it->second.used;
+      it->second = {std::move(r), now, used};
+    }
   }
   return all_nodes;
 }

@@ -469,6 +469,46 @@ TEST_P(CatalogTest, HeartbeatsTeachRoutesWhatTheCopiesSaw) {
   EXPECT_EQ(catalog_->ListRoutes()->size(), 1u);
 }
 
+// Agents cache routes (one listing, kept for a while): an operator's PutRoute and RemoveRoute
+// write a route event that tells the destination site's agents to look again; what the
+// copies teach a route (heartbeats) writes none.
+TEST_P(CatalogTest, RouteSettingsMakeARouteEventAndObservationsNone) {
+  MakeTopologyAndFile();  // sites a, b; nodes a1, b1
+  absl::StatusOr<std::uint64_t> seq = catalog_->LastEventSeq();
+  ASSERT_TRUE(seq.ok());
+  auto route_events = [&]() {
+    std::vector<Event> out;
+    absl::StatusOr<std::vector<Event>> events = catalog_->ReadEvents(*seq, 100, 0ms);
+    EXPECT_TRUE(events.ok()) << events.status();
+    if (!events.ok()) return out;
+    for (Event& e : *events) {
+      seq = std::max(*seq, e.seq);
+      if (e.kind == EventKind::kRoute) out.push_back(std::move(e));
+    }
+    return out;
+  };
+  Heartbeat hb = Beat("b1", 1, 0);
+  hb.routes = {{"a", 5'000'000, 200.5, 260.0, 0.001, 800'000'000, "bbr"}};
+  ASSERT_TRUE(catalog_->SendHeartbeat(hb).ok());
+  EXPECT_TRUE(route_events().empty()) << "a heartbeat's observations made a route event";
+  Route set;
+  set.src_site = "a";
+  set.dst_site = "b";
+  set.streams = 2;
+  ASSERT_TRUE(catalog_->PutRoute(set).ok());
+  std::vector<Event> events = route_events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(ToString(events[0].kind), "route");
+  EXPECT_EQ(events[0].node, "b");  // the site whose agents pull over it
+  EXPECT_EQ(events[0].state, "set");
+  EXPECT_EQ(events[0].detail, "a->b");
+  ASSERT_TRUE(catalog_->RemoveRoute("a", "b").ok());
+  events = route_events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].state, "removed");
+  EXPECT_EQ(events[0].detail, "a->b");
+}
+
 TEST_P(CatalogTest, AHeartbeatWithABadRouteObservationChangesNothing) {
   MakeTopologyAndFile();
   const std::int64_t before = catalog_->GetNode("b1")->last_heartbeat_ns;

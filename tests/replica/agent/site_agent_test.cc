@@ -457,10 +457,11 @@ TEST_F(SiteAgentTest, SmallFilesAreClaimedAndCommittedInBatchesWithNoCatalogCall
   nodes_.clear();  // the agents use `distant`: stop them before it goes
 }
 
-TEST_F(SiteAgentTest, ASourcesFirstCopyWaitsOnNoNodeLookup) {
+TEST_F(SiteAgentTest, ASourcesFirstCopyWaitsOnNoNodeOrRouteLookup) {
   // The catalog is a WAN round trip away: a copy that looked up its source node and route
-  // first waited two of them before its pull. The agent lists the nodes ahead of the
-  // copies; the route the first copy asks itself (a route set a moment before must hold).
+  // first waited two of them before its pull. The agent lists the nodes and the routes into
+  // its site ahead of the copies (until 2026-11-30 the first copy from a site asked for its
+  // route itself).
   testing::FaultyView counting(cat_.get());
   agent_catalog_ = cat_.get();
   agent_catalog_.view = &counting;
@@ -471,11 +472,12 @@ TEST_F(SiteAgentTest, ASourcesFirstCopyWaitsOnNoNodeLookup) {
     std::map<std::string, std::unique_ptr<TestNode>>& nodes;
     ~StopFirst() { nodes.clear(); }
   } stop_first{nodes_};
-  // Both agents (a1's and b1's) have listed the nodes once.
-  for (int i = 0; i < 1000 && counting.node_lists < 2; ++i) {
+  // Both agents (a1's and b1's) have listed the nodes and the routes once.
+  for (int i = 0; i < 1000 && (counting.node_lists < 2 || counting.route_lists < 2); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_GE(counting.node_lists.load(), 2u);
+  ASSERT_GE(counting.route_lists.load(), 2u);
   const std::uint64_t node_gets = counting.node_gets;  // each agent's look at itself
   Store("a1", "/first/f", 100'000, 71);
   StartPlanner();
@@ -486,7 +488,42 @@ TEST_F(SiteAgentTest, ASourcesFirstCopyWaitsOnNoNodeLookup) {
   ASSERT_EQ(r.state, RequestState::kDone) << r.error;
   EXPECT_EQ(Bytes("b1", "/first/f"), Bytes("a1", "/first/f"));
   EXPECT_EQ(counting.node_gets.load(), node_gets) << "the copy looked up its source node";
-  EXPECT_EQ(counting.route_gets.load(), 1u);
+  EXPECT_EQ(counting.route_gets.load(), 0u) << "the copy looked up its route";
+}
+
+TEST_F(SiteAgentTest, ARouteSetAfterTheAgentListedTheRoutesReachesTheNextCopy) {
+  // The listing is kept for lookup_ttl (an hour here), but an operator's change (here 2
+  // streams per copy where the default is more) comes as a route event that drops it: the
+  // next copy looks the route up and opens 1 control + 2 data connections.
+  testing::FaultyView counting(cat_.get());
+  agent_catalog_ = cat_.get();
+  agent_catalog_.view = &counting;
+  TestNode& a1 = StartNode("a1", "A");
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  StartAgent(b1, [](SiteAgentOptions& o) { o.lookup_ttl = std::chrono::hours(1); });
+  struct StopFirst {
+    std::map<std::string, std::unique_ptr<TestNode>>& nodes;
+    ~StopFirst() { nodes.clear(); }
+  } stop_first{nodes_};
+  for (int i = 0; i < 1000 && counting.route_lists < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GE(counting.route_lists.load(), 2u);
+  ASSERT_GT(transfer::TransferOptions{}.route.streams, 2) << "pick another count for this test";
+  catalog::Route route;
+  route.src_site = "A";
+  route.dst_site = "B";
+  route.streams = 2;
+  ASSERT_TRUE(cat_->PutRoute(route).ok());
+  Store("a1", "/routed/f", 8 << 20, 73);
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/routed/f"};
+  spec.copies = 2;
+  catalog::Request r = Replicate(spec);
+  ASSERT_EQ(r.state, RequestState::kDone) << r.error;
+  EXPECT_EQ(Bytes("b1", "/routed/f"), Bytes("a1", "/routed/f"));
+  EXPECT_EQ(a1.server->stats().connections_accepted, 1u + 2u);
 }
 
 TEST_F(SiteAgentTest, CopiesAtOnceStayWithinTheLimitWhileItHolds) {
