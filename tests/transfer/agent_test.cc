@@ -300,6 +300,49 @@ class AgentTest : public ::testing::Test {
     return result;
   }
 
+  // A data connection (one stream) joins session `token` early; 300 ms later (so that the
+  // join is there first) a control connection asks for `path` whole, naming that token.
+  struct EarlyRace {
+    absl::Status join = absl::UnknownError("not run");
+    absl::StatusOr<Json> reply = absl::UnknownError("not run");  // the offer, or the refusal
+    bool answered_before_get = false;
+    std::chrono::steady_clock::duration join_took{};
+  };
+  absl::Status JoinAheadOfGet(const std::string& token, const std::string& path, EarlyRace& race) {
+    return RunClient([&]() -> asio::awaitable<absl::Status> {
+      auto log = spdlog::default_logger();
+      auto ex = co_await asio::this_coro::executor;
+      options_.route.streams = 1;
+      bool get_sent = false;
+      std::vector<std::function<asio::awaitable<absl::Status>()>> both;
+      both.push_back([&]() -> asio::awaitable<absl::Status> {
+        absl::StatusOr<internal::ClientConnection> d =
+            co_await internal::ConnectTo(endpoint_, "data", options_, nullptr, *log);
+        if (!d.ok()) co_return d.status();
+        if (!d->joins_early) co_return absl::FailedPreconditionError("the agent did not say joins_early");
+        const auto start = std::chrono::steady_clock::now();
+        race.join = co_await internal::SendJoin(*d, token, options_.shared_key, /*early=*/true);
+        race.join_took = std::chrono::steady_clock::now() - start;
+        race.answered_before_get = !get_sent;
+        co_return absl::OkStatus();
+      });
+      both.push_back([&]() -> asio::awaitable<absl::Status> {
+        asio::steady_timer wait(ex, std::chrono::milliseconds(300));
+        co_await wait.async_wait(internal::kNoThrow);
+        absl::StatusOr<internal::ClientConnection> ctrl =
+            co_await internal::ConnectTo(endpoint_, "control", options_, nullptr, *log);
+        if (!ctrl.ok()) co_return ctrl.status();
+        Json get{{"op", "get"}, {"path", path}, {"whole", true}, {"token", token},
+                 {"options", internal::RouteToJson(options_)}};
+        get_sent = true;
+        if (absl::Status w = co_await ctrl->conn->SendControl(get); !w.ok()) co_return w;
+        race.reply = co_await ctrl->conn->ReadControl();
+        co_return absl::OkStatus();
+      });
+      co_return co_await internal::RunConcurrently(std::move(both));
+    });
+  }
+
   gfrep::testing::TempDir dir_;
   std::unique_ptr<AgentServer> server_;
   Endpoint endpoint_;
@@ -582,87 +625,25 @@ TEST_F(AgentTest, ReplayedTokenIsRefused) {
 // session (before 2026-11-30 it refused it as an unknown token).
 TEST_F(AgentTest, AJoinAheadOfItsGetIsHeldUntilTheGetOpensTheSession) {
   const std::string token = internal::RandomHex(16);
-  absl::Status join = absl::UnknownError("not run");
-  bool get_sent = false;
-  bool answered_before_get = false;
-  std::string offered;
-  absl::Status s = RunClient([&]() -> asio::awaitable<absl::Status> {
-    auto log = spdlog::default_logger();
-    auto ex = co_await asio::this_coro::executor;
-    options_.route.streams = 1;
-    std::vector<std::function<asio::awaitable<absl::Status>()>> both;
-    both.push_back([&]() -> asio::awaitable<absl::Status> {
-      absl::StatusOr<internal::ClientConnection> d =
-          co_await internal::ConnectTo(endpoint_, "data", options_, nullptr, *log);
-      if (!d.ok()) co_return d.status();
-      if (!d->joins_early) co_return absl::FailedPreconditionError("the agent did not say joins_early");
-      join = co_await internal::SendJoin(*d, token, options_.shared_key, /*early=*/true);
-      answered_before_get = !get_sent;
-      co_return absl::OkStatus();
-    });
-    both.push_back([&]() -> asio::awaitable<absl::Status> {
-      asio::steady_timer wait(ex, std::chrono::milliseconds(300));  // the join is there first
-      co_await wait.async_wait(internal::kNoThrow);
-      absl::StatusOr<internal::ClientConnection> ctrl =
-          co_await internal::ConnectTo(endpoint_, "control", options_, nullptr, *log);
-      if (!ctrl.ok()) co_return ctrl.status();
-      Json get{{"op", "get"}, {"path", "f.dat"}, {"whole", true}, {"token", token},
-               {"options", internal::RouteToJson(options_)}};
-      get_sent = true;
-      if (absl::Status w = co_await ctrl->conn->SendControl(get); !w.ok()) co_return w;
-      absl::StatusOr<Json> offer = co_await ctrl->conn->ReadControl();
-      if (!offer.ok()) co_return offer.status();
-      offered = offer->value("token", "");
-      co_return absl::OkStatus();
-    });
-    co_return co_await internal::RunConcurrently(std::move(both));
-  });
+  EarlyRace race;
+  absl::Status s = JoinAheadOfGet(token, "f.dat", race);
   ASSERT_TRUE(s.ok()) << s;
-  EXPECT_TRUE(join.ok()) << join;
-  EXPECT_FALSE(answered_before_get) << "the join was answered before its session existed";
-  EXPECT_EQ(offered, token) << "the session is not the one the client named";
+  EXPECT_TRUE(race.join.ok()) << race.join;
+  EXPECT_FALSE(race.answered_before_get) << "the join was answered before its session existed";
+  ASSERT_TRUE(race.reply.ok()) << race.reply.status();
+  EXPECT_EQ(race.reply->value("token", ""), token) << "the session is not the one the client named";
 }
 
 // A join held for a get that then fails is refused when the get fails, not when the
 // agent's io_timeout (3 s here) runs out.
 TEST_F(AgentTest, AJoinHeldForAGetThatFailsIsRefusedWithIt) {
-  const std::string token = internal::RandomHex(16);
-  absl::Status join = absl::UnknownError("not run");
-  absl::Status get_status = absl::UnknownError("not run");
-  std::chrono::steady_clock::duration join_took{};
-  absl::Status s = RunClient([&]() -> asio::awaitable<absl::Status> {
-    auto log = spdlog::default_logger();
-    auto ex = co_await asio::this_coro::executor;
-    options_.route.streams = 1;
-    std::vector<std::function<asio::awaitable<absl::Status>()>> both;
-    both.push_back([&]() -> asio::awaitable<absl::Status> {
-      absl::StatusOr<internal::ClientConnection> d =
-          co_await internal::ConnectTo(endpoint_, "data", options_, nullptr, *log);
-      if (!d.ok()) co_return d.status();
-      const auto start = std::chrono::steady_clock::now();
-      join = co_await internal::SendJoin(*d, token, options_.shared_key, /*early=*/true);
-      join_took = std::chrono::steady_clock::now() - start;
-      co_return absl::OkStatus();
-    });
-    both.push_back([&]() -> asio::awaitable<absl::Status> {
-      asio::steady_timer wait(ex, std::chrono::milliseconds(300));
-      co_await wait.async_wait(internal::kNoThrow);
-      absl::StatusOr<internal::ClientConnection> ctrl =
-          co_await internal::ConnectTo(endpoint_, "control", options_, nullptr, *log);
-      if (!ctrl.ok()) co_return ctrl.status();
-      Json get{{"op", "get"}, {"path", "no-such-file.dat"}, {"whole", true}, {"token", token},
-               {"options", internal::RouteToJson(options_)}};
-      if (absl::Status w = co_await ctrl->conn->SendControl(get); !w.ok()) co_return w;
-      get_status = (co_await ctrl->conn->ReadControl()).status();
-      co_return absl::OkStatus();
-    });
-    co_return co_await internal::RunConcurrently(std::move(both));
-  });
+  EarlyRace race;
+  absl::Status s = JoinAheadOfGet(internal::RandomHex(16), "no-such-file.dat", race);
   ASSERT_TRUE(s.ok()) << s;
-  EXPECT_TRUE(absl::IsNotFound(get_status)) << get_status;
-  EXPECT_TRUE(absl::IsPermissionDenied(join)) << join;
-  EXPECT_NE(join.message().find("session token"), absl::string_view::npos) << join;
-  EXPECT_LT(join_took, std::chrono::milliseconds(2500)) << "held until the agent's timeout";
+  EXPECT_TRUE(absl::IsNotFound(race.reply.status())) << race.reply.status();
+  EXPECT_TRUE(absl::IsPermissionDenied(race.join)) << race.join;
+  EXPECT_NE(race.join.message().find("session token"), absl::string_view::npos) << race.join;
+  EXPECT_LT(race.join_took, std::chrono::milliseconds(2500)) << "held until the agent's timeout";
 }
 
 // An early join whose get never comes is refused after half the agent's io_timeout (a join that
