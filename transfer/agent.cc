@@ -429,7 +429,8 @@ struct AgentServer::Impl {
     absl::StatusOr<std::string> mac = GetString(*join, "mac");
     absl::StatusOr<bool> early = internal::GetOptionalBool(*join, "early", false);
     auto it = token.ok() ? sessions.find(*token) : sessions.end();
-    if (it == sessions.end() && early.ok() && *early && WellFormedToken(*token) && !stopping) {
+    if (it == sessions.end() && token.ok() && early.ok() && *early && WellFormedToken(*token) &&
+        !stopping) {
       // The get that opens this session is on its way: wait for it, half as long as a setup
       // may take (so that the refusal, not the setup's deadline, ends the connection). The
       // MAC is checked below, with the session's key.

@@ -660,6 +660,26 @@ TEST_F(AgentTest, AnEarlyJoinWhoseGetNeverComesIsRefusedAfterTheTimeout) {
   EXPECT_NE(early.message().find("session token"), absl::string_view::npos) << early;
 }
 
+// An early join without a token, or with one that is not a string, is refused like any bad
+// join, and the agent serves on (until 2026-11-30's fix it read the missing token: a crash).
+TEST_F(AgentTest, AnEarlyJoinWithoutAUsableTokenIsRefusedAndTheAgentServesOn) {
+  for (const Json& token : {Json(), Json(42)}) {
+    absl::Status s = RunClient([&]() -> asio::awaitable<absl::Status> {
+      auto log = spdlog::default_logger();
+      absl::StatusOr<internal::ClientConnection> d =
+          co_await internal::ConnectTo(endpoint_, "data", options_, nullptr, *log);
+      if (!d.ok()) co_return d.status();
+      Json join{{"op", "join"}, {"early", true}, {"mac", std::string(64, '0')}};
+      if (!token.is_null()) join["token"] = token;
+      if (absl::Status w = co_await d->conn->SendControl(join); !w.ok()) co_return w;
+      co_return (co_await d->conn->ReadControl(internal::kMaxPreAuthControlPayload)).status();
+    });
+    EXPECT_TRUE(absl::IsPermissionDenied(s)) << token.dump() << ": " << s;
+  }
+  absl::StatusOr<TransferStats> pulled = Pull(endpoint_, "f.dat", dir_.path() / "after.dat", options_);
+  EXPECT_TRUE(pulled.ok()) << pulled.status();
+}
+
 // A get may name its session's token only once, and only as 32 lowercase hex digits.
 TEST_F(AgentTest, AGetNamingATokenInUseOrMalformedIsRefused) {
   const std::string token = internal::RandomHex(16);
