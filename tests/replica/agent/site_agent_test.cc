@@ -190,6 +190,27 @@ class SiteAgentTest : public ::testing::Test {
   }
 
   // Two copies of every file under `dir` (one at the source, one to make).
+  // Stops the nodes (their agents) before a catalog view they use goes, also on failure:
+  // declared after that view.
+  struct StopNodesFirst {
+    std::map<std::string, std::unique_ptr<TestNode>>& nodes;
+    ~StopNodesFirst() { nodes.clear(); }
+  };
+  // Starts a1 (site A) and b1 (site B, lookups kept an hour) whose agents read the catalog
+  // through `counting`, and waits until both agents listed the nodes and the routes once.
+  void StartListedPair(testing::FaultyView& counting) {
+    agent_catalog_ = cat_.get();
+    agent_catalog_.view = &counting;
+    StartNode("a1", "A");
+    TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+    StartAgent(b1, [](SiteAgentOptions& o) { o.lookup_ttl = std::chrono::hours(1); });
+    for (int i = 0; i < 1000 && (counting.node_lists < 2 || counting.route_lists < 2); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_GE(counting.node_lists.load(), 2u);
+    ASSERT_GE(counting.route_lists.load(), 2u);
+  }
+
   catalog::Request ReplicateTree(const std::string& dir) {
     catalog::RequestSpec spec;
     spec.paths = {dir};
@@ -463,29 +484,12 @@ TEST_F(SiteAgentTest, ASourcesFirstCopyWaitsOnNoNodeOrRouteLookup) {
   // its site ahead of the copies (until 2026-11-30 the first copy from a site asked for its
   // route itself).
   testing::FaultyView counting(cat_.get());
-  agent_catalog_ = cat_.get();
-  agent_catalog_.view = &counting;
-  StartNode("a1", "A");
-  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
-  StartAgent(b1, [](SiteAgentOptions& o) { o.lookup_ttl = std::chrono::hours(1); });
-  struct StopFirst {  // the agents use `counting`: stopped before it goes, also on failure
-    std::map<std::string, std::unique_ptr<TestNode>>& nodes;
-    ~StopFirst() { nodes.clear(); }
-  } stop_first{nodes_};
-  // Both agents (a1's and b1's) have listed the nodes and the routes once.
-  for (int i = 0; i < 1000 && (counting.node_lists < 2 || counting.route_lists < 2); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_GE(counting.node_lists.load(), 2u);
-  ASSERT_GE(counting.route_lists.load(), 2u);
+  StopNodesFirst stop_first{nodes_};
+  ASSERT_NO_FATAL_FAILURE(StartListedPair(counting));
   const std::uint64_t node_gets = counting.node_gets;  // each agent's look at itself
   Store("a1", "/first/f", 100'000, 71);
   StartPlanner();
-  catalog::RequestSpec spec;
-  spec.paths = {"/first/f"};
-  spec.copies = 2;
-  catalog::Request r = Replicate(spec);
-  ASSERT_EQ(r.state, RequestState::kDone) << r.error;
+  ASSERT_EQ(ReplicateTree("/first").state, RequestState::kDone);
   EXPECT_EQ(Bytes("b1", "/first/f"), Bytes("a1", "/first/f"));
   EXPECT_EQ(counting.node_gets.load(), node_gets) << "the copy looked up its source node";
   EXPECT_EQ(counting.route_gets.load(), 0u) << "the copy looked up its route";
@@ -496,19 +500,8 @@ TEST_F(SiteAgentTest, ARouteSetAfterTheAgentListedTheRoutesReachesTheNextCopy) {
   // streams per copy where the default is more) comes as a route event that drops it: the
   // next copy looks the route up and opens 1 control + 2 data connections.
   testing::FaultyView counting(cat_.get());
-  agent_catalog_ = cat_.get();
-  agent_catalog_.view = &counting;
-  TestNode& a1 = StartNode("a1", "A");
-  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
-  StartAgent(b1, [](SiteAgentOptions& o) { o.lookup_ttl = std::chrono::hours(1); });
-  struct StopFirst {
-    std::map<std::string, std::unique_ptr<TestNode>>& nodes;
-    ~StopFirst() { nodes.clear(); }
-  } stop_first{nodes_};
-  for (int i = 0; i < 1000 && counting.route_lists < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_GE(counting.route_lists.load(), 2u);
+  StopNodesFirst stop_first{nodes_};
+  ASSERT_NO_FATAL_FAILURE(StartListedPair(counting));
   ASSERT_GT(transfer::TransferOptions{}.route.streams, 2) << "pick another count for this test";
   catalog::Route route;
   route.src_site = "A";
@@ -517,13 +510,9 @@ TEST_F(SiteAgentTest, ARouteSetAfterTheAgentListedTheRoutesReachesTheNextCopy) {
   ASSERT_TRUE(cat_->PutRoute(route).ok());
   Store("a1", "/routed/f", 8 << 20, 73);
   StartPlanner();
-  catalog::RequestSpec spec;
-  spec.paths = {"/routed/f"};
-  spec.copies = 2;
-  catalog::Request r = Replicate(spec);
-  ASSERT_EQ(r.state, RequestState::kDone) << r.error;
+  ASSERT_EQ(ReplicateTree("/routed").state, RequestState::kDone);
   EXPECT_EQ(Bytes("b1", "/routed/f"), Bytes("a1", "/routed/f"));
-  EXPECT_EQ(a1.server->stats().connections_accepted, 1u + 2u);
+  EXPECT_EQ(nodes_.at("a1")->server->stats().connections_accepted, 1u + 2u);
 }
 
 TEST_F(SiteAgentTest, CopiesAtOnceStayWithinTheLimitWhileItHolds) {
