@@ -312,6 +312,17 @@ absl::Status SiteAgent::Start() {
     SleepFor(std::chrono::milliseconds(500));
   }
   CleanTemporaryFiles();
+  while (true) {
+    absl::StatusOr<std::uint64_t> last = options_.catalog.view->LastEventSeq();
+    if (last.ok()) {
+      watch_from_ = *last;
+      break;
+    }
+    if (!IsRetryableDaemonCall(last.status())) return last.status();
+    if (stop_) return absl::CancelledError("stopped before the agent started");
+    log_->warn("the event log's end: {} (retrying)", last.status().ToString());
+    SleepFor(std::chrono::milliseconds(500));
+  }
   // Under mu_ so that a concurrent Stop() either sees every thread or none.
   absl::MutexLock lock(&mu_);
   if (stop_) return absl::CancelledError("stopped before the agent started");
@@ -528,16 +539,20 @@ void SiteAgent::RenewLoop() {
 
 void SiteAgent::WatchLoop() {
   catalog::EventCursor cursor(*options_.catalog.view, 1000);
+  cursor.Seek(watch_from_);  // before the first listing of the routes (Start)
+  bool missed = false;
   while (!stop_) {
     absl::StatusOr<std::vector<catalog::Event>> events = cursor.Read(std::chrono::milliseconds(1000));
     if (!events.ok()) {
       cursor.Reset();  // from the log's end again: the sweep and the claims look by themselves
+      missed = true;   // and the routes are read again
       SleepFor(std::chrono::milliseconds(500));
       continue;
     }
     bool ours = false;
     bool deleting = false;
-    bool routes = false;
+    bool routes = missed;
+    missed = false;
     for (const catalog::Event& e : *events) {
       routes = routes || (e.kind == catalog::EventKind::kRoute && e.node == options_.site);
       ours = ours || (e.kind == catalog::EventKind::kTask && e.node == options_.node &&
@@ -546,10 +561,12 @@ void SiteAgent::WatchLoop() {
                               e.state == catalog::ToString(catalog::ReplicaState::kDeleting));
     }
     if (routes) {
-      // An operator changed a route into this site: the copies claimed from now on (the
-      // claim below comes after this) look it up again instead of using the listing.
+      // An operator changed a route into this site (or the events that would say so were
+      // missed): the copies claimed from now on (the claim below comes after this) look it
+      // up again, and a listing or lookup read before now is not cached.
       absl::MutexLock lock(&mu_);
       route_cache_.clear();
+      ++route_epoch_;
     }
     if (deleting) {
       {

@@ -411,6 +411,12 @@ class SiteAgent {
   };
   std::map<std::string, Cached<catalog::Node>> node_cache_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Cached<catalog::Route>> route_cache_ ABSL_GUARDED_BY(mu_);
+  // Bumped each time WatchLoop drops route_cache_ (a route event, or events it may have
+  // missed): a route read from the catalog before the bump is not cached after it.
+  std::uint64_t route_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Where WatchLoop starts reading the event log: the log's end when Start() ran, before
+  // the first listing of the routes, so that no route change falls between the two.
+  std::uint64_t watch_from_ = 0;
 };
 
 }  // namespace gfrep::replica::agent

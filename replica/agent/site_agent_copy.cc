@@ -473,6 +473,7 @@ absl::StatusOr<catalog::Node> SiteAgent::LookupNode(const std::string& name) {
 
 absl::StatusOr<catalog::Route> SiteAgent::LookupRoute(const std::string& src_site) {
   auto now = std::chrono::steady_clock::now();
+  std::uint64_t epoch = 0;
   {
     absl::MutexLock lock(&mu_);
     if (auto it = route_cache_.find(src_site);
@@ -480,6 +481,7 @@ absl::StatusOr<catalog::Route> SiteAgent::LookupRoute(const std::string& src_sit
       it->second.used = now;
       return it->second.value;
     }
+    epoch = route_epoch_;
   }
   catalog::Route route;
   if (absl::StatusOr<catalog::Route> r = options_.catalog.view->GetRoute(src_site, options_.site);
@@ -492,7 +494,7 @@ absl::StatusOr<catalog::Route> SiteAgent::LookupRoute(const std::string& src_sit
     return r.status();
   }
   absl::MutexLock lock(&mu_);
-  route_cache_[src_site] = {route, now, now};
+  if (route_epoch_ == epoch) route_cache_[src_site] = {route, now, now};
   return route;
 }
 
@@ -510,8 +512,10 @@ bool SiteAgent::RefreshLookups(bool all_nodes) {
   constexpr std::chrono::seconds kRecent(60);
   std::vector<std::string> recent_nodes;
   std::vector<std::string> recent_sites;
+  std::uint64_t epoch = 0;  // a listing read before a route event is not kept after it
   {
     absl::MutexLock lock(&mu_);
+    epoch = route_epoch_;
     for (const auto& [name, c] : node_cache_) {
       if (now - c.used < kRecent) recent_nodes.push_back(name);
     }
@@ -575,7 +579,7 @@ bool SiteAgent::RefreshLookups(bool all_nodes) {
     const Stamp used = fresh ? Stamp() : it->second.used;
     it->second = {std::move(n), now, used};
   }
-  if (routes_listed) {
+  if (routes_listed && route_epoch_ == epoch) {
     for (auto& [site, r] : routes) {
       auto [it, fresh] = route_cache_.try_emplace(site);
       const Stamp used = fresh ? Stamp() : it->second.used;

@@ -32,6 +32,8 @@ class FaultyView : public catalog::CatalogView {
   std::atomic<std::uint64_t> route_gets{0};
   std::atomic<std::uint64_t> node_lists{0};
   std::atomic<std::uint64_t> route_lists{0};
+  // Called after ListRoutes was answered, before the answer goes back.
+  std::function<void()> after_list_routes;
 
   using A = catalog::Attributes;
   absl::StatusOr<A> Stat(std::string_view p) override {
@@ -79,7 +81,9 @@ class FaultyView : public catalog::CatalogView {
   }
   absl::StatusOr<std::vector<catalog::Route>> ListRoutes() override {
     ++route_lists;
-    return c_->ListRoutes();
+    absl::StatusOr<std::vector<catalog::Route>> routes = c_->ListRoutes();
+    if (after_list_routes) after_list_routes();
+    return routes;
   }
   absl::StatusOr<catalog::Request> GetRequest(std::uint64_t id) override {
     return c_->GetRequest(id);

@@ -515,6 +515,41 @@ TEST_F(SiteAgentTest, ARouteSetAfterTheAgentListedTheRoutesReachesTheNextCopy) {
   EXPECT_EQ(nodes_.at("a1")->server->stats().connections_accepted, 1u + 2u);
 }
 
+TEST_F(SiteAgentTest, ARouteSetWhileTheAgentListsTheRoutesReachesTheNextCopy) {
+  // The route is set after b1's agent read the routes and before it kept what it read; its
+  // event reaches the agent's watcher in between. Until 2026-11-30 the agent kept the
+  // listing it read before the event (for lookup_ttl, an hour here) and the copy ran with
+  // the default streams (CI saw it: a route set just after an agent started was not used).
+  testing::FaultyView counting(cat_.get());
+  StopNodesFirst stop_first{nodes_};
+  ASSERT_GT(transfer::TransferOptions{}.route.streams, 2) << "pick another count for this test";
+  catalog::Route route;
+  route.src_site = "A";
+  route.dst_site = "B";
+  route.streams = 2;
+  std::atomic<bool> put{false};
+  counting.after_list_routes = [&] {
+    if (put.exchange(true)) return;
+    EXPECT_TRUE(cat_->PutRoute(route).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the watcher sees the event
+  };
+  StartNode("a1", "A");
+  agent_catalog_ = cat_.get();
+  agent_catalog_.view = &counting;
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  StartAgent(b1, [](SiteAgentOptions& o) { o.lookup_ttl = std::chrono::hours(1); });
+  for (int i = 0; i < 1000 && counting.route_lists < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(put.load());
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // the listing is kept or not
+  Store("a1", "/routed/f", 8 << 20, 74);
+  StartPlanner();
+  ASSERT_EQ(ReplicateTree("/routed").state, RequestState::kDone);
+  EXPECT_EQ(Bytes("b1", "/routed/f"), Bytes("a1", "/routed/f"));
+  EXPECT_EQ(nodes_.at("a1")->server->stats().connections_accepted, 1u + 2u);
+}
+
 TEST_F(SiteAgentTest, CopiesAtOnceStayWithinTheLimitWhileItHolds) {
   // 16 workers, but the limit starts at 2 (8 MiB files: 16 MiB in flight is 2 copies) and the
   // tuner never runs within the test: no more than 2 sessions at once (and 2 copies waiting
