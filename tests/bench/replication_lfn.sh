@@ -22,7 +22,8 @@
 # TUNING=probe: gfprobe route SRC DST --apply first (its time is printed), no other settings.
 # WORKERS=N passes --workers N to gfsited; CC=cubic sets only the route's congestion control; SESSION_REUSE=false turns warm sessions off;
 # STREAMS=N sets only the route's streams per copy (gfroute set replaces a route's settings:
-# CC and STREAMS do not combine). CATALOG_FLAGS="--max-open-tasks-per-node 256" adds gfcatalogd flags.
+# CC and STREAMS do not combine). ROUTE_ARGS="--streams 2 --route-rate 950M" sets the route
+# with any `gfroute set` options at once. CATALOG_FLAGS="--max-open-tasks-per-node 256" adds gfcatalogd flags.
 # JSON_OUT=DIR keeps, per workload, gfrep's --json (LABEL.json: its ramp series) and the
 # daemons' logs as they were when it ended (LABEL-NAME.log).
 # Other topologies: SRC_SITE/DST_SITE (default a/b), PAIRS=K runs agents on the first K nodes
@@ -116,6 +117,9 @@ done
 [[ -n ${CC:-} ]] && ns "$FIRST_SRC" "$BIN/gfroute" set "$SRC_SITE" "$DST_SITE" --cc "$CC"
 # STREAMS=N sets only the route's streams per copy (with any tuning).
 [[ -n ${STREAMS:-} ]] && ns "$FIRST_SRC" "$BIN/gfroute" set "$SRC_SITE" "$DST_SITE" --streams "$STREAMS"
+# ROUTE_ARGS: any gfroute set options together (replacing those above).
+# shellcheck disable=SC2086
+[[ -n ${ROUTE_ARGS:-} ]] && ns "$FIRST_SRC" "$BIN/gfroute" set "$SRC_SITE" "$DST_SITE" $ROUTE_ARGS
 if [[ $TUNING == probe ]]; then
   p0=$(date +%s.%N)
   ns "$FIRST_SRC" "$BIN/gfprobe" route "$SRC_SITE" "$DST_SITE" --key-file "$KEY" --apply >&2
