@@ -340,9 +340,9 @@ absl::StatusOr<Task> AuthorizedCatalog::ClaimTask(std::string_view node, std::st
 
 absl::StatusOr<std::vector<Task>> AuthorizedCatalog::ClaimTasks(
     std::string_view node, const std::vector<std::string>& owners,
-    std::chrono::milliseconds lease) {
+    std::chrono::milliseconds lease, std::chrono::milliseconds wait) {
   if (absl::Status s = Check("ClaimTasks", Access::kOwnNode, {node}); !s.ok()) return s;
-  return inner().ClaimTasks(node, owners, lease);
+  return inner().ClaimTasks(node, owners, lease, wait);
 }
 
 // A lease owner "NODE/..." names its node: the catalog checks that the owner holds the task,

@@ -151,7 +151,8 @@ class AuthorizedCatalog final : public Catalog {
                                  std::chrono::milliseconds lease) override;
   absl::StatusOr<std::vector<Task>> ClaimTasks(std::string_view node,
                                                const std::vector<std::string>& owners,
-                                               std::chrono::milliseconds lease) override;
+                                               std::chrono::milliseconds lease,
+                                               std::chrono::milliseconds wait) override;
   absl::StatusOr<std::vector<absl::Status>> RenewLeases(const std::vector<LeaseRenewal>& items,
                                                         std::chrono::milliseconds lease) override;
   absl::StatusOr<Task> RenewLease(std::uint64_t id, std::string_view owner,

@@ -392,9 +392,14 @@ class WorkQueue {
   // Fewer (or none: an empty list, not an error) when fewer are claimable. Owners must be
   // distinct and at most kMaxBatchPaths. One call instead of one per task: a site agent
   // fills all its idle workers with one catalog round trip.
+  // With none claimable and `wait` > 0, a long poll: waits up to `wait` for an event that
+  // queues a task for `node` (QueuesTaskFor) and claims then, so that a distant agent's
+  // claim is answered as its work is queued, not a round trip after the event that says so.
+  // Still empty after the wait (a task whose backoff ends makes no event).
   virtual absl::StatusOr<std::vector<Task>> ClaimTasks(std::string_view node,
                                                        const std::vector<std::string>& owners,
-                                                       std::chrono::milliseconds lease) = 0;
+                                                       std::chrono::milliseconds lease,
+                                                       std::chrono::milliseconds wait) = 0;
 
   // Extends a lease. kFailedPrecondition if the task is not leased by `owner` (lease lost).
   virtual absl::StatusOr<Task> RenewLease(std::uint64_t id, std::string_view owner,

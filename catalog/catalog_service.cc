@@ -368,6 +368,61 @@ class Service final : public v1::Catalog::CallbackService {
     });
   }
 
+  // One ClaimTasks long poll (ClaimTasks above).
+  struct ClaimPoll {
+    grpc::ServerUnaryReactor* reactor = nullptr;
+    const v1::ClaimTasksRequest* req = nullptr;
+    v1::TaskList* resp = nullptr;
+    Caller caller;
+    std::vector<std::string> owners;
+    std::string identity;
+    std::chrono::steady_clock::time_point deadline;
+    std::uint64_t seen = 0;  // events up to this one were looked at
+  };
+  // On the pool: the first time, notes the log's end and claims; woken by EventWaiters,
+  // reads the new events and claims only if one of them queued a task for the node. With
+  // nothing claimed, waits again (until the deadline: then the answer is empty).
+  void ClaimOrWait(const std::shared_ptr<ClaimPoll>& poll, bool woken) {
+    auto finish = [&poll](absl::StatusOr<std::vector<Task>> claimed) {
+      v1::TaskList* resp = poll->resp;
+      poll->reactor->Finish(ToGrpc(
+          FillList<Task, v1::Task>(std::move(claimed), [resp] { return resp->add_tasks(); })));
+    };
+    const v1::ClaimTasksRequest& req = *poll->req;
+    bool queued = !woken;
+    if (!woken) {
+      absl::StatusOr<std::uint64_t> last = catalog_.LastEventSeq();
+      if (!last.ok()) return finish(last.status());
+      poll->seen = *last;  // before the claim: a task queued after it is a later event
+    } else {
+      absl::StatusOr<std::vector<Event>> events = catalog_.ReadEvents(poll->seen, kMaxEventBatch, 0ms);
+      if (!events.ok()) return finish(std::vector<Task>{});  // nothing claimed, as if timed out
+      for (const Event& e : *events) queued = queued || QueuesTaskFor(e, req.node());
+      if (!events->empty()) poll->seen = events->back().seq;
+    }
+    if (queued) {
+      AuthorizedCatalog cat = As(poll->caller);
+      absl::StatusOr<std::vector<Task>> claimed = static_cast<Catalog&>(cat).ClaimTasks(
+          req.node(), poll->owners, std::chrono::milliseconds(req.lease_ms()), 0ms);
+      if (!claimed.ok() || !claimed->empty() || poll->owners.empty()) {
+        return finish(std::move(claimed));
+      }
+    }
+    if (stopping_ || std::chrono::steady_clock::now() >= poll->deadline) {
+      return finish(std::vector<Task>{});
+    }
+    // The waiter's callback runs on the pool (EventWaiters' dispatch).
+    absl::Status s = waiters_.Wait(poll->seen, poll->deadline, poll->identity,
+                                   [this, poll](bool timed_out) {
+                                     if (timed_out) {
+                                       poll->reactor->Finish(grpc::Status::OK);  // none claimed
+                                     } else {
+                                       ClaimOrWait(poll, /*woken=*/true);
+                                     }
+                                   });
+    if (!s.ok()) finish(s);
+  }
+
   // Runs fn (returning absl::Status) on the worker pool and finishes the call with it.
   template <typename Fn>
   grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* context, Fn fn) {
@@ -796,12 +851,30 @@ class Service final : public v1::Catalog::CallbackService {
 
   grpc::ServerUnaryReactor* ClaimTasks(grpc::CallbackServerContext* c,
                                        const v1::ClaimTasksRequest* req, v1::TaskList* resp) override {
-    return Run(c, "ClaimTasks", [req, resp](Catalog& cat) {
-      std::vector<std::string> owners(req->owners().begin(), req->owners().end());
-      return FillList<Task, v1::Task>(
-          cat.ClaimTasks(req->node(), owners, std::chrono::milliseconds(req->lease_ms())),
-          [resp] { return resp->add_tasks(); });
-    });
+    const std::chrono::milliseconds wait(std::min<std::uint64_t>(
+        req->wait_ms(), static_cast<std::uint64_t>(options_.max_event_wait.count())));
+    if (wait.count() == 0) {
+      return Run(c, "ClaimTasks", [req, resp](Catalog& cat) {
+        std::vector<std::string> owners(req->owners().begin(), req->owners().end());
+        return FillList<Task, v1::Task>(
+            cat.ClaimTasks(req->node(), owners, std::chrono::milliseconds(req->lease_ms()), 0ms),
+            [resp] { return resp->add_tasks(); });
+      });
+    }
+    // A long poll: claim on the pool; with nothing claimable, wait without a thread
+    // (EventWaiters) for the next events and claim again once one queued a task for the
+    // node, until the deadline.
+    auto poll = std::make_shared<ClaimPoll>();
+    if (grpc::ServerUnaryReactor* refused = Admit(c, "ClaimTasks", &poll->caller)) return refused;
+    poll->reactor = c->DefaultReactor();
+    poll->req = req;
+    poll->resp = resp;
+    poll->owners.assign(req->owners().begin(), req->owners().end());
+    poll->identity = PollerOf(c);
+    poll->deadline = std::chrono::steady_clock::now() + wait;
+    grpc::ServerUnaryReactor* reactor = poll->reactor;
+    boost::asio::post(pool_, [this, poll] { ClaimOrWait(poll, /*woken=*/false); });
+    return reactor;
   }
 
   grpc::ServerUnaryReactor* RenewLease(grpc::CallbackServerContext* c,

@@ -829,13 +829,16 @@ absl::StatusOr<std::vector<absl::StatusOr<Task>>> CatalogClient::CompleteOneByOn
 
 absl::StatusOr<std::vector<Task>> CatalogClient::ClaimTasks(std::string_view node,
                                                             const std::vector<std::string>& owners,
-                                                            std::chrono::milliseconds lease) {
+                                                            std::chrono::milliseconds lease,
+                                                            std::chrono::milliseconds wait) {
   v1::ClaimTasksRequest req;
   req.set_node(std::string(node));
   for (const std::string& owner : owners) req.add_owners(owner);
   req.set_lease_ms(static_cast<std::uint64_t>(std::max<std::int64_t>(lease.count(), 0)));
+  req.set_wait_ms(static_cast<std::uint64_t>(std::max<std::int64_t>(wait.count(), 0)));
   v1::TaskList resp;
-  absl::Status s = impl_->Call(&v1::Catalog::Stub::ClaimTasks, req, &resp);
+  // A server older than the long poll ignores wait_ms and answers at once (empty or not).
+  absl::Status s = impl_->Call(&v1::Catalog::Stub::ClaimTasks, req, &resp, wait);
   if (absl::IsUnimplemented(s)) return ClaimOneByOne(node, owners, lease);
   if (!s.ok()) return s;
   if (resp.tasks_size() > static_cast<int>(owners.size())) {

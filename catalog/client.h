@@ -146,7 +146,8 @@ class CatalogClient final : public Catalog, public TelemetrySink {
   // one ClaimTask / CompleteTask call per item.
   absl::StatusOr<std::vector<Task>> ClaimTasks(std::string_view node,
                                                const std::vector<std::string>& owners,
-                                               std::chrono::milliseconds lease) override;
+                                               std::chrono::milliseconds lease,
+                                               std::chrono::milliseconds wait) override;
   // Against a catalog without RenewLeases (older), one RenewLease call per item.
   absl::StatusOr<std::vector<absl::Status>> RenewLeases(const std::vector<LeaseRenewal>& items,
                                                         std::chrono::milliseconds lease) override;

@@ -127,6 +127,10 @@ std::string_view ToString(EventKind kind) {
   return "unknown";
 }
 
+bool QueuesTaskFor(const Event& e, std::string_view node) {
+  return e.kind == EventKind::kTask && e.node == node && e.state == ToString(TaskState::kQueued);
+}
+
 absl::Status Validate(const RouteObservation& o) {
   if (absl::Status s = ValidateName(o.src_site); !s.ok()) {
     return absl::InvalidArgumentError(fmt::format("route observation: {}", std::string(s.message())));

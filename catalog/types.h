@@ -468,6 +468,10 @@ struct Event {
   std::string detail;    // e.g. a path or an error
 };
 
+// Whether `e` queued a task for `node` (what a claim's long poll and an agent's watch wait
+// for).
+bool QueuesTaskFor(const Event& e, std::string_view node);
+
 // Live telemetry for the dashboard (replica/web/telemetry.h): what one site agent's running copies
 // had received, sampled every 100 ms and sent in batches (the catalog server's Telemetry service).
 // Not stored: the catalog's process keeps the last minutes in memory.

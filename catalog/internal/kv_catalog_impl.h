@@ -123,7 +123,8 @@ class KvCatalog final : public Catalog {
                                  std::chrono::milliseconds lease) override;
   absl::StatusOr<std::vector<Task>> ClaimTasks(std::string_view node,
                                                const std::vector<std::string>& owners,
-                                               std::chrono::milliseconds lease) override;
+                                               std::chrono::milliseconds lease,
+                                               std::chrono::milliseconds wait) override;
   absl::StatusOr<std::vector<absl::Status>> RenewLeases(const std::vector<LeaseRenewal>& items,
                                                         std::chrono::milliseconds lease) override;
   absl::StatusOr<Task> YieldTask(std::uint64_t id, std::string_view owner,
@@ -162,6 +163,11 @@ class KvCatalog final : public Catalog {
   void WatchOtherFrontEnds();
 
  private:
+  // ClaimTasks without the wait: what is claimable now.
+  absl::StatusOr<std::vector<Task>> ClaimNow(std::string_view node,
+                                             const std::vector<std::string>& owners,
+                                             std::chrono::milliseconds lease);
+
   // The write gate (kv_catalog.h): opened first by every mutation, held to its end.
   // Re-entrant on one thread: a mutation made of others (ClaimTask of ClaimTasks) opens it
   // once.

@@ -334,7 +334,7 @@ absl::StatusOr<Task> KvCatalog::ClaimTask(std::string_view node, std::string_vie
   if (!gate.status().ok()) return gate.status();
   std::vector<std::string> owners;
   owners.emplace_back(owner);
-  absl::StatusOr<std::vector<Task>> claimed = ClaimTasks(node, owners, lease);
+  absl::StatusOr<std::vector<Task>> claimed = ClaimNow(node, owners, lease);
   if (!claimed.ok()) return claimed.status();
   if (claimed->empty()) {
     return absl::NotFoundError(fmt::format("no claimable task for node {}", node));
@@ -362,7 +362,36 @@ absl::StatusOr<std::vector<std::uint64_t>> KvCatalog::OpenTaskIdsLocked(std::str
 
 absl::StatusOr<std::vector<Task>> KvCatalog::ClaimTasks(std::string_view node,
                                                            const std::vector<std::string>& owners,
-                                                           std::chrono::milliseconds lease) {
+                                                           std::chrono::milliseconds lease,
+                                                           std::chrono::milliseconds wait) {
+  // The log's end before the claim: a task queued after the claim looked is an event after it.
+  std::uint64_t seen = 0;
+  if (wait.count() > 0) {
+    absl::StatusOr<std::uint64_t> last = LastEventSeq();
+    if (!last.ok()) return last.status();
+    seen = *last;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    absl::StatusOr<std::vector<Task>> claimed = ClaimNow(node, owners, lease);
+    if (!claimed.ok() || !claimed->empty() || owners.empty()) return claimed;
+    bool queued = false;
+    while (!queued) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return claimed;
+      absl::StatusOr<std::vector<Event>> events = ReadEvents(
+          seen, 1000,
+          std::chrono::ceil<std::chrono::milliseconds>(deadline - now));
+      if (!events.ok() || events->empty()) return claimed;  // nothing claimable, as asked
+      seen = events->back().seq;
+      for (const Event& e : *events) queued = queued || QueuesTaskFor(e, node);
+    }
+  }
+}
+
+absl::StatusOr<std::vector<Task>> KvCatalog::ClaimNow(std::string_view node,
+                                                        const std::vector<std::string>& owners,
+                                                        std::chrono::milliseconds lease) {
   WriteGate gate(this);
   if (!gate.status().ok()) return gate.status();
   if (absl::Status s = ValidateName(node); !s.ok()) return s;

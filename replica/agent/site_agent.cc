@@ -555,8 +555,7 @@ void SiteAgent::WatchLoop() {
     missed = false;
     for (const catalog::Event& e : *events) {
       routes = routes || (e.kind == catalog::EventKind::kRoute && e.node == options_.site);
-      ours = ours || (e.kind == catalog::EventKind::kTask && e.node == options_.node &&
-                      e.state == catalog::ToString(catalog::TaskState::kQueued));
+      ours = ours || catalog::QueuesTaskFor(e, options_.node);
       deleting = deleting || (e.kind == catalog::EventKind::kReplica && e.node == options_.node &&
                               e.state == catalog::ToString(catalog::ReplicaState::kDeleting));
     }
@@ -589,7 +588,11 @@ void SiteAgent::ClaimLoop() {
   // Claims are made when the ready tasks fall to half of ClaimAhead (so a claim leases many
   // tasks at once, not one per finished copy), up to ClaimAhead of them; again at once while
   // the catalog had as many as asked for, else when a task for this node is queued (event),
-  // or after poll_interval (a task whose backoff ended makes no event).
+  // or after poll_interval (a task whose backoff ended makes no event). Each claim is a long
+  // poll of up to poll_interval: with nothing claimable the catalog answers as a task is
+  // queued for this node, half a round trip later, not after the watch's event (half a
+  // round trip) and another claim (a whole one). A catalog older than the long poll answers
+  // at once and the event or the timer makes the next claim.
   std::uint64_t seen = 0;
   bool more = true;  // the last claim got all it asked for: the catalog may have more
   auto last_claim = std::chrono::steady_clock::now() - options_.poll_interval;
@@ -624,7 +627,8 @@ void SiteAgent::ClaimLoop() {
     for (std::size_t i = 0; i < want; ++i) owners.push_back(fmt::format("{}#{}", owner_, ++claims_));
     last_claim = std::chrono::steady_clock::now();
     absl::StatusOr<std::vector<catalog::Task>> claimed =
-        options_.catalog.work->ClaimTasks(options_.node, owners, options_.lease);
+        options_.catalog.work->ClaimTasks(options_.node, owners, options_.lease,
+                                          options_.poll_interval);
     if (!claimed.ok()) {
       log_->warn("claim: {}", claimed.status().ToString());
       more = false;

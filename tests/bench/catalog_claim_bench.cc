@@ -88,7 +88,8 @@ void Run(std::uint64_t open, int claims) {
   std::vector<double> flooded_ms, expire_ms;
   for (int i = 0; i < claims; ++i) {
     auto t0 = SteadyClock::now();
-    absl::StatusOr<std::vector<Task>> got = cat.ClaimTasks("flooded", owners, std::chrono::seconds(60));
+    absl::StatusOr<std::vector<Task>> got = cat.ClaimTasks("flooded", owners, std::chrono::seconds(60),
+                                                          std::chrono::milliseconds(0));
     flooded_ms.push_back(Ms(SteadyClock::now() - t0));
     Check(got.status(), "claim");
     for (const Task& t : *got) Check(cat.CompleteTask(t.id, t.lease_owner).status(), "complete");
@@ -100,13 +101,14 @@ void Run(std::uint64_t open, int claims) {
   // the scan still walks).
   std::atomic<bool> stop{false};
   std::thread flood([&] {
-    while (!stop) (void)cat.ClaimTasks("flooded", Owners("flood2", 1), std::chrono::seconds(600));
+    while (!stop) (void)cat.ClaimTasks("flooded", Owners("flood2", 1), std::chrono::seconds(600), std::chrono::milliseconds(0));
   });
   std::vector<double> quiet_ms, stat_ms;
   for (int i = 0; i < claims; ++i) {
     make_tasks(total - 1000 + static_cast<std::uint64_t>(i), 1, "quiet");
     auto t0 = SteadyClock::now();
-    absl::StatusOr<std::vector<Task>> got = cat.ClaimTasks("quiet", Owners("quiet", 1), std::chrono::seconds(60));
+    absl::StatusOr<std::vector<Task>> got = cat.ClaimTasks("quiet", Owners("quiet", 1), std::chrono::seconds(60),
+                                                          std::chrono::milliseconds(0));
     quiet_ms.push_back(Ms(SteadyClock::now() - t0));
     Check(got.status(), "claim quiet");
     t0 = SteadyClock::now();

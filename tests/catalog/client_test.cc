@@ -358,6 +358,58 @@ TEST_F(CatalogClientTest, RequestAndTaskCalls) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(CatalogClientTest, AClaimThatWaitsIsAnsweredByTheServerWhenATaskIsQueuedForItsNode) {
+  // The long poll on the server (EventWaiters, no thread held): a task for another node does
+  // not answer it, one for its node does, long before the wait; a poll with nothing queued
+  // comes back empty after its wait; a poll is still open when the server stops.
+  Topology();
+  Node b2;
+  b2.name = "b2";
+  b2.site = "b";
+  b2.address = "127.0.0.1:7002";
+  ASSERT_TRUE(client_->RegisterNode(b2).ok());
+  TaskSpec ts;
+  ts.src_node = "a1";
+  ts.path = "/f";
+  std::atomic<bool> answered{false};
+  absl::StatusOr<std::vector<Task>> got;
+  std::chrono::steady_clock::duration took{};
+  const auto start = std::chrono::steady_clock::now();
+  std::thread claimer([&] {
+    got = client_->ClaimTasks("b1", {"w#1", "w#2"}, 30s, 20s);
+    took = std::chrono::steady_clock::now() - start;
+    answered = true;
+  });
+  std::this_thread::sleep_for(300ms);
+  ts.dst_node = "b2";
+  EXPECT_TRUE(client_->CreateTasks({ts}).ok());
+  std::this_thread::sleep_for(500ms);
+  EXPECT_FALSE(answered.load()) << "the claim ended without a task for its node";
+  ts.dst_node = "b1";
+  EXPECT_TRUE(client_->CreateTasks({ts}).ok());
+  claimer.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ(got->front().spec.dst_node, "b1");
+  EXPECT_EQ(got->front().lease_owner, "w#1");
+  EXPECT_EQ(got->front().checksum, "00ff");
+  EXPECT_LT(took, 10s) << "answered at the end of its wait, not as the task came";
+  const auto again = std::chrono::steady_clock::now();
+  absl::StatusOr<std::vector<Task>> none = client_->ClaimTasks("b1", {"w#3"}, 30s, 300ms);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+  EXPECT_GE(std::chrono::steady_clock::now() - again, 300ms);
+  // Stopping the server ends a poll that waits (empty or refused, not after its wait).
+  absl::StatusOr<std::vector<Task>> at_stop;
+  std::thread last([&] { at_stop = client_->ClaimTasks("b1", {"w#4"}, 30s, 20s); });
+  std::this_thread::sleep_for(300ms);
+  const auto stopping = std::chrono::steady_clock::now();
+  server_.reset();
+  last.join();
+  EXPECT_TRUE(!at_stop.ok() || at_stop->empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - stopping, 10s);
+}
+
 TEST_F(CatalogClientTest, BatchedClaimsAndCompletionsCarryChecksumsAndPerItemResults) {
   Topology();
   FileContent content;
@@ -375,7 +427,7 @@ TEST_F(CatalogClientTest, BatchedClaimsAndCompletionsCarryChecksumsAndPerItemRes
   TaskFilter open;
   open.open_only = true;
   EXPECT_EQ(client_->ListTasks(open)->size(), 2u);
-  absl::StatusOr<std::vector<Task>> claimed = client_->ClaimTasks("b1", {"w#1", "w#2", "w#3"}, 30s);
+  absl::StatusOr<std::vector<Task>> claimed = client_->ClaimTasks("b1", {"w#1", "w#2", "w#3"}, 30s, 0ms);
   ASSERT_TRUE(claimed.ok()) << claimed.status();
   ASSERT_EQ(claimed->size(), 2u);
   EXPECT_EQ((*claimed)[0].lease_owner, "w#1");
@@ -383,7 +435,7 @@ TEST_F(CatalogClientTest, BatchedClaimsAndCompletionsCarryChecksumsAndPerItemRes
   EXPECT_EQ((*claimed)[1].lease_owner, "w#2");
   EXPECT_EQ((*claimed)[1].checksum, "0abc");
   EXPECT_EQ((*claimed)[1].checksum_algo, "xxh3-128");
-  EXPECT_EQ(client_->ClaimTasks("b1", {"x", "x"}, 30s).status().code(),
+  EXPECT_EQ(client_->ClaimTasks("b1", {"x", "x"}, 30s, 0ms).status().code(),
             absl::StatusCode::kInvalidArgument);
   absl::StatusOr<std::vector<absl::StatusOr<Task>>> done =
       client_->CompleteTasks({{(*claimed)[0].id, "w#1", 4242}, {(*claimed)[1].id, "nobody"}});

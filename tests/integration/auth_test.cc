@@ -249,8 +249,15 @@ TEST_F(CatalogAuthTest, EachIdentityMayDoOnlyWhatItsRoleAllows) {
   disk.measured_ns = 1;
   ExpectDenied(kek1->PutNodeDisk("sdsc1", disk), "PutNodeDisk", "node kek1");
   EXPECT_TRUE(kek1->PutNodeDisk("kek1", disk).ok()) << "its own disk profile";
-  ExpectDenied(kek1->ClaimTasks("sdsc1", {"sdsc1/1-x#1"}, std::chrono::seconds(5)).status(), "ClaimTasks",
-               "node kek1");
+  ExpectDenied(kek1->ClaimTasks("sdsc1", {"sdsc1/1-x#1"}, std::chrono::seconds(5),
+                                std::chrono::milliseconds(0)).status(),
+               "ClaimTasks", "node kek1");
+  // The long poll too, at once (not after its wait).
+  const auto polled = std::chrono::steady_clock::now();
+  ExpectDenied(kek1->ClaimTasks("sdsc1", {"sdsc1/1-x#1"}, std::chrono::seconds(5),
+                                std::chrono::seconds(20)).status(),
+               "ClaimTasks", "node kek1");
+  EXPECT_LT(std::chrono::steady_clock::now() - polled, std::chrono::seconds(10));
   ExpectDenied(kek1->CompleteTask(1, "sdsc1/1-x#1").status(), "CompleteTask", "node kek1");
   ExpectDenied(kek1->FailTask(1, "sdsc1/1-x#1", "no", false, std::chrono::milliseconds(0)).status(), "FailTask",
                "node kek1");

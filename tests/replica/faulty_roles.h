@@ -6,6 +6,7 @@
 // test catalog::Roles with one role replaced by a decorator. Test-only.
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <utility>
@@ -129,6 +130,11 @@ class FaultyWorkQueue : public catalog::WorkQueue {
   // Called before CompleteTasks is forwarded (to count calls, or to sleep like a distant
   // catalog).
   std::function<void(std::size_t items)> before_complete_tasks;
+  // Called when a ClaimTasks call was answered: when it was made, the wait it asked for, and
+  // how many tasks it claimed.
+  std::function<void(std::chrono::steady_clock::time_point made, std::chrono::milliseconds wait,
+                     std::size_t claimed)>
+      after_claim_tasks;
 
   absl::StatusOr<catalog::Request> CreateRequest(const catalog::RequestSpec& s) override {
     return c_->CreateRequest(s);
@@ -160,8 +166,12 @@ class FaultyWorkQueue : public catalog::WorkQueue {
   }
   absl::StatusOr<std::vector<catalog::Task>> ClaimTasks(std::string_view n,
                                                         const std::vector<std::string>& o,
-                                                        std::chrono::milliseconds l) override {
-    return c_->ClaimTasks(n, o, l);
+                                                        std::chrono::milliseconds l,
+                                                        std::chrono::milliseconds w) override {
+    const auto made = std::chrono::steady_clock::now();
+    absl::StatusOr<std::vector<catalog::Task>> claimed = c_->ClaimTasks(n, o, l, w);
+    if (after_claim_tasks) after_claim_tasks(made, w, claimed.ok() ? claimed->size() : 0);
+    return claimed;
   }
   absl::StatusOr<catalog::Task> RenewLease(std::uint64_t id, std::string_view o,
                                            std::chrono::milliseconds l) override {

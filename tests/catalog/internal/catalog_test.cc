@@ -646,7 +646,7 @@ TEST_P(CatalogTest, ClaimTasksLeasesManyInClaimOrderWithTheirChecksums) {
   ASSERT_TRUE(TaskTo("/g3", "b1", 0).ok());
   ASSERT_TRUE(TaskTo("/g4", "b1", 5).ok());
   const std::uint64_t seq = *catalog_->LastEventSeq();
-  absl::StatusOr<std::vector<Task>> first = catalog_->ClaimTasks("b1", {"w#1", "w#2", "w#3"}, 10s);
+  absl::StatusOr<std::vector<Task>> first = catalog_->ClaimTasks("b1", {"w#1", "w#2", "w#3"}, 10s, 0ms);
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_EQ(first->size(), 3u);
   // Highest priority first, then oldest; the i-th owner leases the i-th task.
@@ -670,29 +670,67 @@ TEST_P(CatalogTest, ClaimTasksLeasesManyInClaimOrderWithTheirChecksums) {
   ASSERT_TRUE(events.ok());
   EXPECT_GE(events->size(), 6u);  // 3 tasks leased + 3 pending replicas
   // Fewer claimable than owners: the rest, then nothing (an empty list, not an error).
-  absl::StatusOr<std::vector<Task>> rest = catalog_->ClaimTasks("b1", {"w#4", "w#5"}, 10s);
+  absl::StatusOr<std::vector<Task>> rest = catalog_->ClaimTasks("b1", {"w#4", "w#5"}, 10s, 0ms);
   ASSERT_TRUE(rest.ok()) << rest.status();
   ASSERT_EQ(rest->size(), 1u);
   EXPECT_EQ(rest->front().spec.path, "/g3");
   EXPECT_EQ(rest->front().lease_owner, "w#4");
-  absl::StatusOr<std::vector<Task>> none = catalog_->ClaimTasks("b1", {"w#6"}, 10s);
+  absl::StatusOr<std::vector<Task>> none = catalog_->ClaimTasks("b1", {"w#6"}, 10s, 0ms);
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
   EXPECT_EQ(catalog_->ClaimTask("b1", "w#7", 10s).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_P(CatalogTest, AClaimThatWaitsIsAnsweredWhenATaskIsQueuedForItsNode) {
+  // A long poll: nothing is claimable, so the claim waits; a task queued for another node
+  // does not end it; one queued for its node does, long before its wait is over.
+  MakeTopologyAndFile();
+  CommitFiles(*catalog_, 2);
+  Node other;
+  other.name = "b2";
+  other.site = "b";
+  other.address = "127.0.0.1:2";
+  ASSERT_TRUE(catalog_->RegisterNode(other).ok());
+  std::atomic<bool> answered{false};
+  absl::StatusOr<std::vector<Task>> got;
+  std::chrono::steady_clock::duration took{};
+  const auto start = std::chrono::steady_clock::now();
+  std::thread claimer([&] {
+    got = catalog_->ClaimTasks("b1", {"w#1", "w#2"}, 10s, 20s);
+    took = std::chrono::steady_clock::now() - start;
+    answered = true;
+  });
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(TaskTo("/g1", "b2").ok());
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(answered.load()) << "the claim ended without a task for its node";
+  EXPECT_TRUE(TaskTo("/g2", "b1").ok());
+  claimer.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ(got->front().spec.path, "/g2");
+  EXPECT_EQ(got->front().lease_owner, "w#1");
+  EXPECT_LT(took, 10s) << "answered at the end of its wait, not as the task came";
+  // With nothing queued for it: empty, after the wait.
+  const auto again = std::chrono::steady_clock::now();
+  absl::StatusOr<std::vector<Task>> none = catalog_->ClaimTasks("b1", {"w#3"}, 10s, 300ms);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+  EXPECT_GE(std::chrono::steady_clock::now() - again, 300ms);
+}
+
 TEST_P(CatalogTest, ClaimTasksRefusesBadOwnersAndChangesNothing) {
   MakeTopologyAndFile();
   ASSERT_TRUE(OneTask().ok());
-  EXPECT_EQ(catalog_->ClaimTasks("b1", {"w#1", "w#1"}, 10s).status().code(),
+  EXPECT_EQ(catalog_->ClaimTasks("b1", {"w#1", "w#1"}, 10s, 0ms).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(catalog_->ClaimTasks("b1", {"w#1", ""}, 10s).status().code(),
+  EXPECT_EQ(catalog_->ClaimTasks("b1", {"w#1", ""}, 10s, 0ms).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(catalog_->ClaimTasks("b1", std::vector<std::string>(kMaxBatchPaths + 1, "x"), 10s)
+  EXPECT_EQ(catalog_->ClaimTasks("b1", std::vector<std::string>(kMaxBatchPaths + 1, "x"), 10s, 0ms)
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(catalog_->ClaimTasks("b1", {}, 10s)->empty());
+  EXPECT_TRUE(catalog_->ClaimTasks("b1", {}, 10s, 0ms)->empty());
   EXPECT_EQ(catalog_->ListTasks(OpenFor("b1"))->size(), 1u);  // still queued
 }
 
@@ -702,30 +740,30 @@ TEST_P(CatalogTest, ClaimTasksFindsEveryOpenTaskAfterManyHaveFinished) {
   MakeTopologyAndFile();
   CommitFiles(*catalog_, 6);
   for (int i = 1; i <= 3; ++i) ASSERT_TRUE(TaskTo(fmt::format("/g{}", i), "b1").ok());
-  absl::StatusOr<std::vector<Task>> got = catalog_->ClaimTasks("b1", {"o1", "o2", "o3"}, 10s);
+  absl::StatusOr<std::vector<Task>> got = catalog_->ClaimTasks("b1", {"o1", "o2", "o3"}, 10s, 0ms);
   ASSERT_TRUE(got.ok());
   ASSERT_EQ(got->size(), 3u);
   ASSERT_TRUE(catalog_->CompleteTask((*got)[1].id, "o2").ok());  // the middle one finishes
   // The lowest one goes back to the queue: still claimable.
   ASSERT_TRUE(catalog_->FailTask((*got)[0].id, "o1", "try again", true, 0ms).ok());
-  absl::StatusOr<std::vector<Task>> again = catalog_->ClaimTasks("b1", {"o4", "o5"}, 10s);
+  absl::StatusOr<std::vector<Task>> again = catalog_->ClaimTasks("b1", {"o4", "o5"}, 10s, 0ms);
   ASSERT_TRUE(again.ok());
   ASSERT_EQ(again->size(), 1u);
   EXPECT_EQ(again->front().id, (*got)[0].id);
   ASSERT_TRUE(catalog_->CompleteTask((*got)[0].id, "o4").ok());
   ASSERT_TRUE(catalog_->CompleteTask((*got)[2].id, "o3").ok());
   // Nothing open now; tasks made after that are found.
-  EXPECT_TRUE(catalog_->ClaimTasks("b1", {"o6"}, 10s)->empty());
+  EXPECT_TRUE(catalog_->ClaimTasks("b1", {"o6"}, 10s, 0ms)->empty());
   ASSERT_TRUE(TaskTo("/g4", "b1").ok());
   ASSERT_TRUE(TaskTo("/g5", "b1").ok());
-  absl::StatusOr<std::vector<Task>> later = catalog_->ClaimTasks("b1", {"o7", "o8", "o9"}, 10s);
+  absl::StatusOr<std::vector<Task>> later = catalog_->ClaimTasks("b1", {"o7", "o8", "o9"}, 10s, 0ms);
   ASSERT_TRUE(later.ok());
   ASSERT_EQ(later->size(), 2u);
   EXPECT_EQ(later->front().spec.path, "/g4");
   // And after a reopen (nothing remembered), the same.
   ASSERT_TRUE(TaskTo("/g6", "b1").ok());
   ASSERT_NO_FATAL_FAILURE(Open());
-  absl::StatusOr<std::vector<Task>> reopened = catalog_->ClaimTasks("b1", {"o10", "o11"}, 10s);
+  absl::StatusOr<std::vector<Task>> reopened = catalog_->ClaimTasks("b1", {"o10", "o11"}, 10s, 0ms);
   ASSERT_TRUE(reopened.ok());
   ASSERT_EQ(reopened->size(), 1u);
   EXPECT_EQ(reopened->front().spec.path, "/g6");
@@ -735,7 +773,7 @@ TEST_P(CatalogTest, CompleteTasksGivesEachItemWhatCompleteTaskWould) {
   MakeTopologyAndFile();
   CommitFiles(*catalog_, 3);
   for (int i = 1; i <= 3; ++i) ASSERT_TRUE(TaskTo(fmt::format("/g{}", i), "b1").ok());
-  absl::StatusOr<std::vector<Task>> got = catalog_->ClaimTasks("b1", {"o1", "o2", "o3"}, 10s);
+  absl::StatusOr<std::vector<Task>> got = catalog_->ClaimTasks("b1", {"o1", "o2", "o3"}, 10s, 0ms);
   ASSERT_TRUE(got.ok());
   ASSERT_EQ(got->size(), 3u);
   // /g2 moves to generation 2 during its copy.
@@ -776,7 +814,7 @@ TEST_P(CatalogTest, TheClaimOrderFollowsNewTasksFailedWritesRenewalsRetriesAndRe
   MakeTopologyAndFile();
   CommitFiles(*catalog_, 6);
   auto claim = [&](std::vector<std::string> owners) -> std::vector<std::string> {
-    absl::StatusOr<std::vector<Task>> got = catalog_->ClaimTasks("b1", owners, 10s);
+    absl::StatusOr<std::vector<Task>> got = catalog_->ClaimTasks("b1", owners, 10s, 0ms);
     EXPECT_TRUE(got.ok()) << got.status();
     std::vector<std::string> paths;
     for (const Task& t : got.ok() ? *got : std::vector<Task>{}) paths.push_back(t.spec.path);
@@ -792,7 +830,7 @@ TEST_P(CatalogTest, TheClaimOrderFollowsNewTasksFailedWritesRenewalsRetriesAndRe
   EXPECT_EQ(claim({"o2"}), std::vector<std::string>{"/g4"});
   // A claim whose write fails changes nothing and forgets nothing.
   fail_next_write_ = true;
-  EXPECT_EQ(catalog_->ClaimTasks("b1", {"o3", "o4"}, 10s).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(catalog_->ClaimTasks("b1", {"o3", "o4"}, 10s, 0ms).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(GetTaskOrDie(g1->id).state, TaskState::kQueued);
   EXPECT_EQ(claim({"o3", "o4"}), (std::vector<std::string>{"/g1", "/g3"}));
   EXPECT_TRUE(claim({"o5"}).empty());
@@ -875,7 +913,7 @@ TEST_P(CatalogTest, CompleteTasksWhoseWriteFailsChangeNothing) {
   MakeTopologyAndFile();
   CommitFiles(*catalog_, 2);
   for (int i = 1; i <= 2; ++i) ASSERT_TRUE(TaskTo(fmt::format("/g{}", i), "b1").ok());
-  absl::StatusOr<std::vector<Task>> got = catalog_->ClaimTasks("b1", {"o1", "o2"}, 10s);
+  absl::StatusOr<std::vector<Task>> got = catalog_->ClaimTasks("b1", {"o1", "o2"}, 10s, 0ms);
   ASSERT_TRUE(got.ok());
   ASSERT_EQ(got->size(), 2u);
   const std::uint64_t seq = *catalog_->LastEventSeq();
@@ -911,7 +949,7 @@ TEST_P(CatalogTest, OpenOnlyListsQueuedAndLeasedTasksOfEveryNode) {
     specs.push_back(spec);
   }
   ASSERT_TRUE(catalog_->CreateTasks(specs).ok());
-  absl::StatusOr<std::vector<Task>> got = catalog_->ClaimTasks("b1", {"o1", "o2"}, 10s);
+  absl::StatusOr<std::vector<Task>> got = catalog_->ClaimTasks("b1", {"o1", "o2"}, 10s, 0ms);
   ASSERT_TRUE(got.ok());
   ASSERT_TRUE(catalog_->CompleteTask((*got)[0].id, "o1").ok());
   TaskFilter f;
@@ -1784,7 +1822,7 @@ TEST_P(CatalogTest, ARequestsFilesMoveWithItsTasksInTheSameWrite) {
   EXPECT_TRUE(catalog_->ListRequestFiles(req->id, wanted)->empty());
   EXPECT_EQ(catalog_->GetRequest(req->id)->state, RequestState::kRunning);
   absl::StatusOr<std::vector<Task>> claimed =
-      catalog_->ClaimTasks("b1", {"w1", "w2", "w3", "w4"}, 30s);
+      catalog_->ClaimTasks("b1", {"w1", "w2", "w3", "w4"}, 30s, 0ms);
   ASSERT_TRUE(claimed.ok()) << claimed.status();
   ASSERT_EQ(claimed->size(), 4u);
   std::map<std::string, Task> by_path;
@@ -2019,7 +2057,7 @@ TEST_P(CatalogTest, ACommittedCopyRecordsTheMtimeItsNodeSaw) {
   MakeTopologyAndFile();
   absl::StatusOr<Task> t = OneTask();
   ASSERT_TRUE(t.ok());
-  absl::StatusOr<std::vector<Task>> claimed = catalog_->ClaimTasks("b1", {"w"}, 10s);
+  absl::StatusOr<std::vector<Task>> claimed = catalog_->ClaimTasks("b1", {"w"}, 10s, 0ms);
   ASSERT_TRUE(claimed.ok() && claimed->size() == 1);
   absl::StatusOr<std::vector<absl::StatusOr<Task>>> done =
       catalog_->CompleteTasks({{t->id, "w", 987654321}});
@@ -2042,7 +2080,7 @@ TEST_P(CatalogTest, AClaimReplacesACorruptRecordOfItsNode) {
                   .ok());
   absl::StatusOr<Task> t = OneTask();
   ASSERT_TRUE(t.ok());
-  absl::StatusOr<std::vector<Task>> claimed = catalog_->ClaimTasks("b1", {"w"}, 10s);
+  absl::StatusOr<std::vector<Task>> claimed = catalog_->ClaimTasks("b1", {"w"}, 10s, 0ms);
   ASSERT_TRUE(claimed.ok() && claimed->size() == 1);
   absl::StatusOr<Replica> rec = RecordOf("/f", "b1");
   ASSERT_TRUE(rec.ok());

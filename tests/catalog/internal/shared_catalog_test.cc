@@ -210,7 +210,7 @@ TEST_F(SharedFrontEndsTest, ATaskIsLeasedByOneFrontEndOnly) {
       Catalog& c = t == 0 ? *a_ : *b_;
       for (int round = 0; round < 40; ++round) {
         absl::StatusOr<std::vector<Task>> got = c.ClaimTasks(
-            "b1", {fmt::format("w{}-{}a", t, round), fmt::format("w{}-{}b", t, round)}, 60s);
+            "b1", {fmt::format("w{}-{}a", t, round), fmt::format("w{}-{}b", t, round)}, 60s, 0ms);
         if (!got.ok() || got->empty()) continue;
         for (const Task& task : *got) claimed[t].push_back(task.id);
       }

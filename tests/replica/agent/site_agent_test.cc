@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "replica/client/reader.h"
 #include "replica/client/writer.h"
 #include "replica/core/spool.h"
@@ -476,6 +477,44 @@ TEST_F(SiteAgentTest, SmallFilesAreClaimedAndCommittedInBatchesWithNoCatalogCall
   EXPECT_EQ(stats_of_inodes.load(), 0) << "the checksum should come with the claim";
   EXPECT_EQ(cat_->GetNode("b1")->workers, 8u);  // registered, for the planner's window
   nodes_.clear();  // the agents use `distant`: stop them before it goes
+}
+
+TEST_F(SiteAgentTest, AnIdleAgentsClaimIsAnsweredAsItsWorkIsQueued) {
+  // The claim is a long poll: the call that claims the first task was made before the task
+  // existed, and the catalog answered it as the task was queued. Until 2026-11-30 the claim
+  // was answered at once (empty) and the next one waited for the watch's event: for a
+  // distant catalog, half a round trip for the event and a whole one for the claim.
+  testing::FaultyWorkQueue polled(cat_.get());
+  absl::Mutex mu;
+  std::optional<std::chrono::steady_clock::time_point> first_made;
+  std::chrono::milliseconds first_wait{0};
+  std::atomic<int> calls{0};
+  polled.after_claim_tasks = [&](std::chrono::steady_clock::time_point made,
+                                 std::chrono::milliseconds wait, std::size_t claimed) {
+    ++calls;
+    absl::MutexLock lock(&mu);
+    if (claimed > 0 && !first_made) {
+      first_made = made;
+      first_wait = wait;
+    }
+  };
+  agent_catalog_ = cat_.get();
+  agent_catalog_.work = &polled;
+  StopNodesFirst stop_first{nodes_};
+  StartNode("a1", "A");
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  StartAgent(b1, [](SiteAgentOptions& o) { o.poll_interval = std::chrono::seconds(3); });
+  Store("a1", "/polled/f", 100'000, 75);
+  StartPlanner();
+  for (int i = 0; i < 500 && calls == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the agent's claim waits
+  const auto queued = std::chrono::steady_clock::now();
+  ASSERT_EQ(ReplicateTree("/polled").state, RequestState::kDone);
+  EXPECT_EQ(Bytes("b1", "/polled/f"), Bytes("a1", "/polled/f"));
+  absl::MutexLock lock(&mu);
+  ASSERT_TRUE(first_made.has_value());
+  EXPECT_LT(*first_made, queued) << "the task was claimed by a call made after it was queued";
+  EXPECT_EQ(first_wait, std::chrono::seconds(3));
 }
 
 TEST_F(SiteAgentTest, ASourcesFirstCopyWaitsOnNoNodeOrRouteLookup) {
