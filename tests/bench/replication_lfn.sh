@@ -23,7 +23,7 @@
 # WORKERS=N passes --workers N to gfsited; CC=cubic sets only the route's congestion control; SESSION_REUSE=false turns warm sessions off;
 # STREAMS=N sets only the route's streams per copy (gfroute set replaces a route's settings:
 # CC and STREAMS do not combine). ROUTE_ARGS="--streams 2 --route-rate 950M" sets the route
-# with any `gfroute set` options at once. CATALOG_FLAGS="--max-open-tasks-per-node 256" adds gfcatalogd flags.
+# with any `gfroute set` options at once; AGENT_ARGS="--initial-in-flight 8" adds gfsited options. CATALOG_FLAGS="--max-open-tasks-per-node 256" adds gfcatalogd flags.
 # JSON_OUT=DIR keeps, per workload, gfrep's --json (LABEL.json: its ramp series) and the
 # daemons' logs as they were when it ended (LABEL-NAME.log).
 # Other topologies: SRC_SITE/DST_SITE (default a/b), PAIRS=K runs agents on the first K nodes
@@ -70,6 +70,9 @@ AGENT_FLAGS=()
 [[ $TUNING == hand ]] && AGENT_FLAGS+=(--buffer 32M)
 [[ -n ${WORKERS:-} ]] && AGENT_FLAGS+=(--workers "$WORKERS")
 [[ -n ${SESSION_REUSE:-} ]] && AGENT_FLAGS+=(--session-reuse "$SESSION_REUSE")
+# AGENT_ARGS: any other gfsited options (e.g. "--initial-in-flight 8").
+# shellcheck disable=SC2206
+[[ -n ${AGENT_ARGS:-} ]] && AGENT_FLAGS+=($AGENT_ARGS)
 for n in "${NODES[@]}"; do
   start "agent-$n" "$n" "$BIN/gfsited" --listen "${ADDR[$n]}:0" --spool "$WORK/spool-$n" \
     --site "${n%-n*}" --node "$n" --catalog "$GFREP_CATALOG" --key-file "$KEY" --log-level info --insecure "${AGENT_FLAGS[@]}"
