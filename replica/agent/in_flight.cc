@@ -28,6 +28,8 @@ void InFlightLimit::Restart(int start) {
   before_congested_ = false;
   held_goodput_ = 0;
   low_periods_ = 0;
+  level_goodput_ = 0;
+  overfull_periods_ = 0;
   hold_left_ = 0;
   reason_.clear();
 }
@@ -46,6 +48,9 @@ int InFlightLimit::Update(const InFlightSample& sample) {
   const double goodput = sample.goodput;
   const bool limited = sample.limited;
   const bool congested = Congested(sample);
+  // A standing queue at the bottleneck: the route is full at this L.
+  const bool full = sample.min_rtt_ms >= o_.full_min_rtt_ms &&
+                    sample.rtt_inflation >= o_.full_rtt_inflation;
   const int was = limit_;
   auto mbit = [](double bytes_per_s) { return bytes_per_s * 8 / 1e6; };
   auto hold_at = [&](int l, double measured, int periods) {
@@ -72,10 +77,28 @@ int InFlightLimit::Update(const InFlightSample& sample) {
     return fmt::format("{:.2f} % re-sent, RTT x{:.2f}", sample.loss * 100, sample.rtt_inflation);
   };
   auto keep = [&] {
-    const double before = before_goodput_;
+    // It helped: keep it, and probe again once the new level holds (the new copies'
+    // slow start may still be adding goodput).
     failures_ = 0;
-    probe();  // it helped: keep it and try more
-    reason_ = fmt::format("goodput {:.0f} -> {:.0f} Mbit/s", mbit(before), mbit(goodput));
+    phase_ = Phase::kMeasure;
+    level_goodput_ = goodput;
+    reason_ = fmt::format("goodput {:.0f} -> {:.0f} Mbit/s at {}: kept", mbit(before_goodput_),
+                          mbit(goodput), limit_);
+  };
+  // Congested with a standing queue for two measured periods in a row: L's bytes overflow
+  // the bottleneck (a burst that started too high, a route that got slower); fewer copies.
+  auto overfull = [&] {
+    if (!(congested && full && limit_ > o_.min)) {
+      overfull_periods_ = 0;
+      return false;
+    }
+    if (++overfull_periods_ < 2) return false;
+    const int lower = std::max(o_.min, static_cast<int>(std::floor(limit_ / o_.step)));
+    reason_ = fmt::format("congestion at {} for two periods ({})", limit_, congestion_text());
+    climbing_ = false;
+    overfull_periods_ = 0;  // the copies started at the old L still run for a while
+    hold_at(lower, 0, o_.hold);
+    return true;
   };
   auto undo = [&](std::string why) {
     climbing_ = false;
@@ -87,14 +110,29 @@ int InFlightLimit::Update(const InFlightSample& sample) {
   switch (phase_) {
     case Phase::kWarmup:
       phase_ = Phase::kMeasure;  // sessions were still being set up: not a measurement
+      level_goodput_ = 0;
       break;
-    case Phase::kMeasure:
-      if (limited) probe();
-      if (limit_ != was) reason_ = fmt::format("probing: {:.0f} Mbit/s at {}", mbit(goodput), was);
+    case Phase::kMeasure: {
+      if (!limited) {
+        level_goodput_ = 0;  // the copies ran below L: no level of L
+        overfull_periods_ = 0;
+        break;
+      }
+      if (overfull()) break;
+      // A level: the goodput at L stopped rising (slow start and setup are over).
+      const bool level = level_goodput_ > 0 && goodput < level_goodput_ * o_.gain;
+      if (level && !full) {
+        probe();
+        if (limit_ != was) reason_ = fmt::format("probing: {:.0f} Mbit/s at {}", mbit(goodput), was);
+      } else {
+        level_goodput_ = goodput;
+      }
       break;
+    }
     case Phase::kSettle:
       if (!limited) {
         phase_ = Phase::kMeasure;  // demand fell below the limit: this probe says nothing
+        level_goodput_ = 0;
       } else if (vetoed()) {
         undo(fmt::format("congestion at {} ({}); back", limit_, congestion_text()));
       } else if (goodput >= before_goodput_ * o_.gain) {
@@ -106,6 +144,7 @@ int InFlightLimit::Update(const InFlightSample& sample) {
     case Phase::kJudge:
       if (!limited) {
         phase_ = Phase::kMeasure;
+        level_goodput_ = 0;
       } else if (vetoed()) {
         undo(fmt::format("congestion at {} ({}); back", limit_, congestion_text()));
       } else if (goodput >= before_goodput_ * o_.gain) {
@@ -116,7 +155,11 @@ int InFlightLimit::Update(const InFlightSample& sample) {
       }
       break;
     case Phase::kHold:
-      if (limited) {
+      if (!limited) {
+        overfull_periods_ = 0;
+      } else if (overfull()) {
+        break;
+      } else {
         if (held_goodput_ == 0) {
           held_goodput_ = goodput;
         } else if (goodput < held_goodput_ / 2 && ++low_periods_ >= 2) {
@@ -132,7 +175,10 @@ int InFlightLimit::Update(const InFlightSample& sample) {
           held_goodput_ = (held_goodput_ + goodput) / 2;  // follows the level, smoothly
         }
       }
-      if (--hold_left_ <= 0) phase_ = Phase::kMeasure;
+      if (--hold_left_ <= 0) {
+        phase_ = Phase::kMeasure;
+        level_goodput_ = held_goodput_;  // the level it held at
+      }
       break;
   }
   return limit_;

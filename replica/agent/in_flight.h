@@ -12,13 +12,21 @@
 //   over least RTT). A period in which the limit held nothing back says nothing about L, and
 //   nothing changes. The first period with bytes after a (re)start is not a measurement
 //   either: it holds the copies' session setup and slow start.
+// - A probe starts only from a level: the goodput at L has stopped rising (under `gain`
+//   above the period before at the same L), so that what the copies' slow start adds is not
+//   taken for the probe's gain (on a 200 ms route the ramp lasts several periods), and only
+//   while a long route (least RTT `full_min_rtt_ms` or more) shows no standing queue (the
+//   senders' smoothed RTT under `full_rtt_inflation` times the least): with the bottleneck's
+//   queue filling, the route is full and more copies only lengthen the queue until it
+//   overflows, which costs a long route seconds of recovery. A short route probes anyway:
+//   a probe is cheap there, and a delayed ACK alone multiplies a 50-us RTT.
 // - Probe: L grows by `step` (x2) while no probe has failed since the start ("climbing"),
 //   then by `fine_step` (x1.25), at least +1, at most `max`. The first period after a change
 //   may already show the gain (warm sessions, small files): then the probe is kept at once.
 //   Otherwise that period is taken as settling (new copies open sessions and leave slow
 //   start), and the next one is compared with the goodput measured before the change.
-// - Kept if goodput rose by at least `gain` (10 %), and the next probe follows; else L goes
-//   back to where it was and holds there before the next probe: `hold` periods after one
+// - Kept if goodput rose by at least `gain` (10 %), and the next probe follows once the new
+//   level holds; else L goes back to where it was and holds there before the next probe: `hold` periods after one
 //   failed probe, twice as long after each further one in a row (at most `max_hold`), since
 //   every probe beyond the route's level costs its copies a burst of loss. A probe that
 //   lowered goodput (more streams overflowed the bottleneck queue, or the source's disks or
@@ -30,7 +38,9 @@
 //   the windows of every copy at the next overflow).
 // - While L holds, a goodput that falls below half of its level at the same L for two
 //   periods in a row (loss on the route, a slower source) steps L down by `step`, so a
-//   route that got worse is not kept at a level that only suited the better days.
+//   route that got worse is not kept at a level that only suited the better days. So does
+//   a route congested at L for two periods in a row (more than `max_loss` re-sent with a
+//   standing queue: L's bytes overflow the bottleneck, e.g. a burst started too high).
 //
 // Thread safety: none; the site agent calls it from one thread.
 
@@ -50,6 +60,8 @@ struct InFlightOptions {
   int max_hold = 40;       // ...doubling with each further failure in a row, up to this
   double max_loss = 0.01;          // re-sent share of bytes sent above which a path is congested
   double max_rtt_inflation = 1.5;  // smoothed / least RTT above which a path is congested
+  double full_rtt_inflation = 1.2; // smoothed / least RTT from which a path is full (no probe)...
+  double full_min_rtt_ms = 10;     // ...on a route whose least RTT is at least this
 };
 
 // One period's measurement.
@@ -58,6 +70,7 @@ struct InFlightSample {
   bool limited = false;       // the limit held copies back
   double loss = 0;            // re-sent / sent bytes of the copies that ended (0: unknown)
   double rtt_inflation = 0;   // their smoothed / least RTT (0: unknown)
+  double min_rtt_ms = 0;      // the least of their least RTTs, ms (0: unknown)
 };
 
 class InFlightLimit {
@@ -90,6 +103,8 @@ class InFlightLimit {
   bool before_congested_ = false;  // the path was congested at before_limit_
   double held_goodput_ = 0;    // goodput at L while holding, smoothed (0: not measured yet)
   int low_periods_ = 0;        // periods in a row below half of it
+  double level_goodput_ = 0;   // goodput of the last measured period at L (0: none yet)
+  int overfull_periods_ = 0;   // periods in a row congested with a standing queue
   int hold_left_ = 0;
   std::string reason_;
 };

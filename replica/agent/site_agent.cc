@@ -151,8 +151,13 @@ void SiteAgent::ShareSessionsLocked() {
 
 int SiteAgent::BurstStartLocked(const std::vector<catalog::Task>& tasks) const {
   if (tasks.empty() || options_.start_in_flight_bytes == 0) return options_.initial_in_flight;
-  // Bytes to keep in flight: the route's bandwidth-delay product when its RTT and bandwidth
-  // (measured, else learnt from copies) are known here without asking the catalog.
+  // Bytes to keep in flight: 1.3 bandwidth-delay products of the route when its RTT and
+  // bandwidth (measured, else learnt from copies) are known here without asking the catalog.
+  // More than one, for the gaps between a copy's files; not much more, because small files
+  // put all their bytes in flight within a few round trips and what the link does not hold
+  // queues at its bottleneck, then overflows (on the 200 ms / 1 Gbit/s route, 8 copies of
+  // 4 MiB, 1.3 BDP, re-sent nothing; 16 re-sent 2 % and were slower: RESULTS.md, 2026-11-30).
+  constexpr double kBdps = 1.3;
   double target = static_cast<double>(options_.start_in_flight_bytes);
   if (auto n = node_cache_.find(tasks.front().spec.src_node); n != node_cache_.end()) {
     if (auto r = route_cache_.find(n->second.value.site); r != route_cache_.end()) {
@@ -160,7 +165,7 @@ int SiteAgent::BurstStartLocked(const std::vector<catalog::Task>& tasks) const {
       const double rtt_ms = route.rtt_ms > 0 ? route.rtt_ms : route.observed.rtt_ms;
       const double bps = static_cast<double>(route.bandwidth_bps > 0 ? route.bandwidth_bps
                                                                      : route.observed.peak_bps);
-      if (rtt_ms > 0 && bps > 0) target = std::clamp(rtt_ms / 1000 * bps / 8, 1e6, 1e9);
+      if (rtt_ms > 0 && bps > 0) target = std::clamp(kBdps * rtt_ms / 1000 * bps / 8, 1e6, 1e9);
     }
   }
   double bytes = 0;
@@ -774,6 +779,7 @@ void SiteAgent::TuneLoop() {
     const TcpTally tcp = learner_.TakeRecent();
     sample.loss = tcp.loss();
     sample.rtt_inflation = tcp.rtt_inflation();
+    sample.min_rtt_ms = tcp.min_rtt_ms();
     {
       absl::MutexLock lock(&mu_);
       // Held back now, or a ready task waited for a slot during the period.

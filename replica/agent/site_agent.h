@@ -132,10 +132,10 @@ struct SiteAgentOptions {
   // enough copies to keep a bandwidth-delay product in flight, at least
   // `initial_in_flight`; false runs `workers` at once.
   bool adapt_in_flight = true;
-  int initial_in_flight = 32;
+  int initial_in_flight = 4;
   // Bytes a burst starts with in flight where the route's bandwidth-delay product is not
-  // known (0: start every burst at initial_in_flight).
-  std::uint64_t start_in_flight_bytes = 16 << 20;
+  // known (0: start every burst at initial_in_flight): 1.3 BDP of a 1 Gbit/s, 200 ms route.
+  std::uint64_t start_in_flight_bytes = 32 << 20;
   std::chrono::milliseconds tune_period{1000};
   // Keep transfer sessions to source agents open between files (see Pipelining above);
   // false opens a new session per file (for comparison).
@@ -280,7 +280,7 @@ class SiteAgent {
   int LimitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells each I/O thread's session cache its share of the copies at once (pipeline_files).
   void ShareSessionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Copies at once to start a burst of work with: enough to keep the route's
+  // Copies at once to start a burst of work with: enough to keep 1.3 times the route's
   // bandwidth-delay product in flight with files of the claimed tasks' mean size
   // (start_in_flight_bytes where the route's RTT and bandwidth are not in the lookup cache),
   // between initial_in_flight and workers.

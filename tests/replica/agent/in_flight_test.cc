@@ -37,10 +37,11 @@ TEST(InFlightLimitTest, ClimbsFastThenProbesGentlyAndLessOftenNearTheKnee) {
   o.start = 16;
   InFlightLimit l(o);
   EXPECT_EQ(l.limit(), 16);
-  // Warmup, then 16 -> 32 -> 64 -> 128 (each kept at once: goodput grew with it) -> 256,
+  // Warmup, a period to measure the level, then 16 -> 32 -> 64 -> 128 (each kept at once:
+  // goodput grew with it; the next probe a period later, once the new level held) -> 256,
   // which gains nothing (the knee is at 85) and is undone after its judging period.
   const Route route{85};
-  RunPeriods(l, route, 7);
+  RunPeriods(l, route, 11);
   EXPECT_EQ(l.limit(), 128);
   EXPECT_NE(l.reason().find("back"), std::string::npos) << l.reason();
   // From now on probes go up by a quarter, and each failed one waits twice as long.
@@ -66,7 +67,9 @@ TEST(InFlightLimitTest, AProbeThatLowersGoodputIsUndone) {
   // Beyond 8 copies, each extra copy costs goodput (a bottleneck queue overflowing).
   Route r{8, 1e6, -0.5e6};
   Warmup(l);
-  l.Update({r(l.limit()), true});  // probe: 8 -> 12
+  l.Update({r(l.limit()), true});  // the level at 8
+  EXPECT_EQ(l.limit(), 8);
+  l.Update({r(l.limit()), true});  // it holds: probe 8 -> 12
   EXPECT_EQ(l.limit(), 12);
   l.Update({r(l.limit()), true});  // settle: no gain showed at once
   EXPECT_EQ(l.limit(), 12);
@@ -88,7 +91,9 @@ TEST(InFlightLimitTest, TheFirstPeriodAfterAStartIsNotAMeasurement) {
   InFlightLimit l(o);
   l.Update({1e6, true});  // setup
   EXPECT_EQ(l.limit(), 32);
-  l.Update({100e6, true});  // measured: probe
+  l.Update({100e6, true});  // measured: the level
+  EXPECT_EQ(l.limit(), 32);
+  l.Update({100e6, true});  // it holds: probe
   EXPECT_EQ(l.limit(), 64);
   l.Update({105e6, true});  // 5 %: not kept at once
   EXPECT_EQ(l.limit(), 64);
@@ -99,6 +104,7 @@ TEST(InFlightLimitTest, TheFirstPeriodAfterAStartIsNotAMeasurement) {
   EXPECT_EQ(l.limit(), 200);
   l.Update({1e6, true});
   EXPECT_EQ(l.limit(), 200);
+  l.Update({50e6, true});
   l.Update({50e6, true});
   EXPECT_EQ(l.limit(), 256);  // climbing again (x2, capped)
 }
@@ -150,8 +156,11 @@ TEST(InFlightLimitTest, ADemandDropDuringAProbeEndsItWithoutJudging) {
   o.step = 1.5;
   InFlightLimit l(o);
   Warmup(l);
+  l.Update({8e6, true});   // the level
   l.Update({8e6, true});   // probe 8 -> 12
   l.Update({1e6, false});  // the work ran out: no verdict, the limit stays
+  EXPECT_EQ(l.limit(), 12);
+  l.Update({12e6, true});  // the level at 12 (the one at 8 says nothing of it)
   EXPECT_EQ(l.limit(), 12);
   l.Update({12e6, true});  // a new probe from 12
   EXPECT_EQ(l.limit(), 18);
@@ -159,19 +168,19 @@ TEST(InFlightLimitTest, ADemandDropDuringAProbeEndsItWithoutJudging) {
 
 TEST(InFlightLimitTest, AGainThatShowsAtOnceIsKeptWithoutASettlingPeriod) {
   // Warm sessions and small files: more copies give more goodput in the very next period, so
-  // the limit doubles every period (32 -> 256 in 3 periods, not 6).
+  // the probe is kept there, and the next one follows as soon as that level holds: the limit
+  // doubles every two periods (32 -> 256 in 6, not 9).
   InFlightOptions o;
   o.start = 32;
   o.max = 256;
   InFlightLimit l(o);
   const Route route{1000};
   Warmup(l);
-  l.Update({route(l.limit()), true});
-  EXPECT_EQ(l.limit(), 64);
-  l.Update({route(l.limit()), true});
-  EXPECT_EQ(l.limit(), 128);
-  l.Update({route(l.limit()), true});
-  EXPECT_EQ(l.limit(), 256);
+  l.Update({route(l.limit()), true});  // the level
+  for (int want : {64, 64, 128, 128, 256}) {
+    l.Update({route(l.limit()), true});
+    EXPECT_EQ(l.limit(), want);
+  }
 }
 
 TEST(InFlightLimitTest, AProbeThatMakesACleanPathCongestedIsUndoneDespiteMoreGoodput) {
@@ -185,8 +194,10 @@ TEST(InFlightLimitTest, AProbeThatMakesACleanPathCongestedIsUndoneDespiteMoreGoo
     return InFlightSample{in_flight * 1e6, true, in_flight > 16 ? 0.02 : 0.0001, 1.1};
   };
   Warmup(l);
+  l.Update(sample(l.limit()));  // the level at 8
   l.Update(sample(l.limit()));  // 8 -> 16
-  l.Update(sample(l.limit()));  // 16 helped at once -> 32
+  l.Update(sample(l.limit()));  // 16 helped at once: kept
+  l.Update(sample(l.limit()));  // and held: 16 -> 32
   EXPECT_EQ(l.limit(), 32);
   l.Update(sample(l.limit()));  // congested at 32: back to 16
   EXPECT_EQ(l.limit(), 16);
@@ -201,10 +212,11 @@ TEST(InFlightLimitTest, AProbeThatMakesACleanPathCongestedIsUndoneDespiteMoreGoo
     return InFlightSample{in_flight * 1e6, true, 0, in_flight > 16 ? 2.0 : 1.05};
   };
   Warmup(q);
-  q.Update(queued(q.limit()));
-  q.Update(queued(q.limit()));
+  for (int i = 0; i < 4; ++i) q.Update(queued(q.limit()));
+  EXPECT_EQ(q.limit(), 32);
   q.Update(queued(q.limit()));
   EXPECT_EQ(q.limit(), 16);
+  EXPECT_NE(q.reason().find("congestion"), std::string::npos) << q.reason();
 }
 
 TEST(InFlightLimitTest, OnAPathCongestedAlreadyAProbeIsJudgedByGoodputAlone) {
@@ -214,8 +226,87 @@ TEST(InFlightLimitTest, OnAPathCongestedAlreadyAProbeIsJudgedByGoodputAlone) {
   o.max = 64;
   InFlightLimit l(o);
   Warmup(l);
-  for (int i = 0; i < 3; ++i) l.Update({l.limit() * 1e6, true, 0.03, 1.0});
+  for (int i = 0; i < 6; ++i) l.Update({l.limit() * 1e6, true, 0.03, 1.0});
   EXPECT_EQ(l.limit(), 64);
+}
+
+TEST(InFlightLimitTest, AProbeWaitsUntilGoodputStopsRisingAtTheSameLimit) {
+  // The copies' slow start on a 200 ms route: goodput climbs for several periods at the same
+  // limit. A probe started then would take the ramp for its own gain and climb past what
+  // the route holds; it waits until the goodput levels out (under 10 % more).
+  InFlightOptions o;
+  o.start = 8;
+  o.max = 256;
+  InFlightLimit l(o);
+  Warmup(l);
+  for (double mbyte : {10.0, 30.0, 60.0, 90.0, 100.0}) {
+    l.Update({mbyte * 1e6, true});
+    EXPECT_EQ(l.limit(), 8) << mbyte;
+  }
+  l.Update({105e6, true});  // 5 % over the period before: the level holds
+  EXPECT_EQ(l.limit(), 16);
+  EXPECT_NE(l.reason().find("probing"), std::string::npos) << l.reason();
+}
+
+TEST(InFlightLimitTest, NoProbeStartsWhileTheRouteShowsAStandingQueue) {
+  // Smoothed RTT 1.3 times the least, nothing re-sent: the copies fill the bottleneck's
+  // queue, so the route is full and more copies would only lengthen the queue. When the
+  // queue drains (other traffic left), probing resumes.
+  InFlightOptions o;
+  o.start = 8;
+  o.max = 64;
+  InFlightLimit l(o);
+  Warmup(l);
+  for (int i = 0; i < 20; ++i) {
+    l.Update({100e6, true, 0, 1.3, 200});  // 200 ms least, 260 smoothed
+    EXPECT_EQ(l.limit(), 8) << i;
+  }
+  l.Update({100e6, true, 0, 1.05, 200});
+  EXPECT_EQ(l.limit(), 16);
+  // Unknown RTT figures (no copy ended in the period) do not stop a probe.
+  InFlightLimit u(o);
+  Warmup(u);
+  u.Update({100e6, true});
+  u.Update({100e6, true});
+  EXPECT_EQ(u.limit(), 16);
+  // Nor does a short route's: on loopback a delayed ACK alone makes a 30-us RTT 12 ms.
+  InFlightLimit lo(o);
+  Warmup(lo);
+  lo.Update({100e6, true, 0, 400.0, 0.03});
+  lo.Update({100e6, true, 0, 400.0, 0.03});
+  EXPECT_EQ(lo.limit(), 16);
+}
+
+TEST(InFlightLimitTest, ABurstThatOverflowsTheRouteStepsDownUntilItFits) {
+  // Started at 32 copies where the route holds 8: two periods in a row with 3 % re-sent and
+  // a standing queue halve the limit, then again, until the path is clean; no probe while
+  // the queue stands, and a loss without a queue (a lossy route) steps nothing down.
+  InFlightOptions o;
+  o.start = 32;
+  o.max = 256;
+  InFlightLimit l(o);
+  auto route = [](int in_flight) {
+    return in_flight > 8 ? InFlightSample{100e6, true, 0.03, 1.8, 200}
+                         : InFlightSample{100e6, true, 0, 1.25, 200};
+  };
+  Warmup(l);
+  l.Update(route(l.limit()));
+  EXPECT_EQ(l.limit(), 32);  // one congested period: copies ending together, maybe
+  l.Update(route(l.limit()));
+  EXPECT_EQ(l.limit(), 16);
+  EXPECT_NE(l.reason().find("congestion at 32"), std::string::npos) << l.reason();
+  l.Update(route(l.limit()));  // the copies started at 32 still run: a period's grace
+  EXPECT_EQ(l.limit(), 16);
+  l.Update(route(l.limit()));
+  EXPECT_EQ(l.limit(), 8);
+  for (int i = 0; i < 60; ++i) {
+    l.Update(route(l.limit()));
+    EXPECT_EQ(l.limit(), 8) << i;
+  }
+  InFlightLimit lossy(o);
+  Warmup(lossy);
+  for (int i = 0; i < 10; ++i) lossy.Update({100e6, true, 0.03, 1.0, 200});
+  EXPECT_GE(lossy.limit(), 32);
 }
 
 }  // namespace

@@ -598,6 +598,7 @@ TEST_F(SiteAgentTest, CopiesAtOnceStayWithinTheLimitWhileItHolds) {
   StartAgent(b1, [](SiteAgentOptions& o) {
     o.workers = 16;
     o.initial_in_flight = 2;
+    o.start_in_flight_bytes = 16 << 20;
     o.tune_period = std::chrono::hours(1);
   });
   for (int i = 0; i < 12; ++i) Store("a1", "/held/f" + std::to_string(i), 8 << 20, 400 + i);
@@ -610,8 +611,8 @@ TEST_F(SiteAgentTest, CopiesAtOnceStayWithinTheLimitWhileItHolds) {
   EXPECT_LE(st.pulls_on_new_sessions, 2u);  // the same two workers, on their warm sessions
 }
 
-TEST_F(SiteAgentTest, ABurstOfSmallFilesStartsWithEnoughCopiesToKeep16MiBInFlight) {
-  // 120 files of 16 KiB claimed by an idle agent: 16 MiB in flight would be 1,024 copies, so
+TEST_F(SiteAgentTest, ABurstOfSmallFilesStartsWithEnoughCopiesToKeep32MiBInFlight) {
+  // 120 files of 16 KiB claimed by an idle agent: 32 MiB in flight would be 2,048 copies, so
   // the burst starts at all 32 workers, not at the initial 2, with no tuning period needed.
   StartNode("a1", "A");
   TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
@@ -626,6 +627,35 @@ TEST_F(SiteAgentTest, ABurstOfSmallFilesStartsWithEnoughCopiesToKeep16MiBInFligh
   const SiteAgentStats st = b1.agent->stats();
   EXPECT_EQ(st.in_flight_limit, 32);
   EXPECT_GT(st.peak_in_flight, 2);
+  EXPECT_EQ(st.tasks_failed, 0u);
+}
+
+TEST_F(SiteAgentTest, ABurstOnAKnownRouteStartsWithTheCopiesThatHoldItsBdpAndAThirdMore) {
+  // The route's RTT and bandwidth are in the catalog (100 ms x 100 Mbit/s: 1.25 MB): 40
+  // files of 64 KiB start at ceil(1.3 x 1.25 MB / 64 KiB) = 25 copies at once. Not 20 (one
+  // BDP: the gaps between a copy's files leave the route short), not 512 (32 MiB, the start
+  // for an unknown route) nor the initial 2.
+  StartNode("a1", "A");
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  catalog::Site site_b;
+  site_b.name = "B";
+  ASSERT_TRUE(cat_->PutSite(site_b).ok());
+  catalog::Route route;
+  route.src_site = "A";
+  route.dst_site = "B";
+  route.rtt_ms = 100;
+  route.bandwidth_bps = 100'000'000;
+  ASSERT_TRUE(cat_->PutRoute(route).ok());
+  StartAgent(b1, [](SiteAgentOptions& o) {
+    o.workers = 64;
+    o.initial_in_flight = 2;
+    o.tune_period = std::chrono::hours(1);
+  });
+  for (int i = 0; i < 40; ++i) Store("a1", "/known/f" + std::to_string(i), 64 << 10, 300 + i);
+  StartPlanner();
+  ASSERT_EQ(ReplicateTree("/known").state, RequestState::kDone);
+  const SiteAgentStats st = b1.agent->stats();
+  EXPECT_EQ(st.in_flight_limit, 25);
   EXPECT_EQ(st.tasks_failed, 0u);
 }
 
