@@ -60,6 +60,8 @@ namespace {
 // Completer threads: each commits a batch while the other gathers the next (a commit is a
 // catalog round trip, across the WAN for a remote catalog).
 constexpr int kCompleters = 2;
+// Copies an idle agent claims for (ClaimLoop): 128 tasks.
+constexpr int kIdleClaimCopies = 64;
 }  // namespace
 
 absl::Status Validate(const SiteAgentOptions& o) {
@@ -605,8 +607,15 @@ void SiteAgent::ClaimLoop() {
     std::size_t want = 0;
     {
       absl::MutexLock lock(&mu_);
-      // Follows the copies allowed at once, which TuneLoop changes.
-      auto high = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ClaimAhead(LimitLocked()); };
+      // Follows the copies allowed at once, which TuneLoop changes. An idle agent does not
+      // know its next burst's files: it claims for the copies a burst of small files starts
+      // with (kIdleClaimCopies), not for the few that large files leave it at; the burst
+      // start then sets L from the tasks claimed (a claim of 8 tasks, then one for the rest,
+      // cost a burst of 64 KiB files a catalog round trip before most copies began).
+      auto high = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        const bool idle = tuner_ && ready_.empty() && copying_ == 0;
+        return ClaimAhead(idle ? std::max(LimitLocked(), kIdleClaimCopies) : LimitLocked());
+      };
       auto due = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return more || wake_generation_ != seen ||
                std::chrono::steady_clock::now() - last_claim >= options_.poll_interval;

@@ -630,6 +630,53 @@ TEST_F(SiteAgentTest, ABurstOfSmallFilesStartsWithEnoughCopiesToKeep32MiBInFligh
   EXPECT_EQ(st.tasks_failed, 0u);
 }
 
+TEST_F(SiteAgentTest, AnIdleAgentClaimsForABurstOfSmallFilesNotForItsLastLimit) {
+  // 100 tasks of 16 KiB are queued before the agent starts, with a limit of 2 copies at once:
+  // an idle agent claims them all in one call (128 for an idle agent), then starts the burst
+  // at its 64 workers. Claiming for its limit (8 tasks, then the rest once the burst had
+  // started) took two calls, a catalog round trip more before most copies began.
+  StartNode("a1", "A");
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  RegisterByHand(b1);
+  catalog::Node node_b1 = *cat_->GetNode("b1");
+  node_b1.workers = 64;  // the planner's window for b1: as the agent will register it
+  ASSERT_TRUE(cat_->RegisterNode(node_b1).ok());
+  constexpr int kFiles = 100;
+  for (int i = 0; i < kFiles; ++i) Store("a1", "/idle/f" + std::to_string(i), 16 << 10, 700 + i);
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/idle"};
+  spec.recursive = true;
+  spec.copies = 2;
+  auto request = cat_->CreateRequest(spec);
+  ASSERT_TRUE(request.ok()) << request.status();
+  catalog::TaskFilter queued;
+  queued.request_id = request->id;
+  queued.open_only = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::size_t open = 0;
+  while (open < kFiles && std::chrono::steady_clock::now() < deadline) {
+    auto tasks = cat_->ListTasks(queued);
+    ASSERT_TRUE(tasks.ok()) << tasks.status();
+    open = tasks->size();
+    if (open < kFiles) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(open, static_cast<std::size_t>(kFiles)) << "the planner did not queue every task";
+  StartAgent(b1, [](SiteAgentOptions& o) {
+    o.workers = 64;
+    o.initial_in_flight = 2;
+    o.tune_period = std::chrono::hours(1);
+  });
+  ASSERT_TRUE(WaitForCatalog([&] {
+    auto r = cat_->GetRequest(request->id);
+    return r.ok() && r->state == RequestState::kDone;
+  }));
+  const SiteAgentStats st = b1.agent->stats();
+  EXPECT_EQ(st.claim_calls, 1u);
+  EXPECT_EQ(st.in_flight_limit, 64);
+  EXPECT_EQ(st.tasks_failed, 0u);
+}
+
 TEST_F(SiteAgentTest, ABurstOnAKnownRouteStartsWithTheCopiesThatHoldItsBdpAndAThirdMore) {
   // The route's RTT and bandwidth are in the catalog (100 ms x 100 Mbit/s: 1.25 MB): 40
   // files of 64 KiB start at ceil(1.3 x 1.25 MB / 64 KiB) = 25 copies at once. Not 20 (one
