@@ -176,6 +176,19 @@ class SiteAgentTest : public ::testing::Test {
     ASSERT_TRUE(cat_->CommitFile(path, c, node, std::nullopt).ok());
   }
 
+  // Puts the route A -> B with `tune`'s settings, creating site B first (its agent, which
+  // would, is not started yet).
+  void PutRouteToB(const std::function<void(catalog::Route&)>& tune) {
+    catalog::Site site_b;
+    site_b.name = "B";
+    ASSERT_TRUE(cat_->PutSite(site_b).ok());
+    catalog::Route route;
+    route.src_site = "A";
+    route.dst_site = "B";
+    tune(route);
+    ASSERT_TRUE(cat_->PutRoute(route).ok());
+  }
+
   // Registers a node without an agent (as one that is down, or not started yet).
   void RegisterByHand(TestNode& n) {
     catalog::Site site;
@@ -684,15 +697,10 @@ TEST_F(SiteAgentTest, ABurstOnAKnownRouteStartsWithTheCopiesThatHoldItsBdpAndATh
   // for an unknown route) nor the initial 2.
   StartNode("a1", "A");
   TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
-  catalog::Site site_b;
-  site_b.name = "B";
-  ASSERT_TRUE(cat_->PutSite(site_b).ok());
-  catalog::Route route;
-  route.src_site = "A";
-  route.dst_site = "B";
-  route.rtt_ms = 100;
-  route.bandwidth_bps = 100'000'000;
-  ASSERT_TRUE(cat_->PutRoute(route).ok());
+  PutRouteToB([](catalog::Route& route) {
+    route.rtt_ms = 100;
+    route.bandwidth_bps = 100'000'000;
+  });
   StartAgent(b1, [](SiteAgentOptions& o) {
     o.workers = 64;
     o.initial_in_flight = 2;
@@ -752,16 +760,11 @@ TEST_F(SiteAgentTest, TwoHundredFiftySixCopiesAtOnceRunOnAHandfulOfThreads) {
   // renewal) added hundreds.
   StartNode("a1", "A");
   TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
-  catalog::Site site_b;
-  site_b.name = "B";
-  ASSERT_TRUE(cat_->PutSite(site_b).ok());
-  catalog::Route route;
-  route.src_site = "A";
-  route.dst_site = "B";
-  route.streams = 1;
-  route.stream_rate_bps = 4'000'000;
-  route.stripe_unit_bytes = 64 << 10;
-  ASSERT_TRUE(cat_->PutRoute(route).ok());
+  PutRouteToB([](catalog::Route& route) {
+    route.streams = 1;
+    route.stream_rate_bps = 4'000'000;
+    route.stripe_unit_bytes = 64 << 10;
+  });
   constexpr int kFiles = 300;
   for (int i = 0; i < kFiles; ++i) Store("a1", "/wide/f" + std::to_string(i), 256 << 10, 700 + i);
   StartPlanner();
