@@ -49,8 +49,8 @@ int InFlightLimit::Update(const InFlightSample& sample) {
   const bool limited = sample.limited;
   const bool congested = Congested(sample);
   // A standing queue at the bottleneck: the route is full at this L.
-  const bool full = sample.min_rtt_ms >= o_.full_min_rtt_ms &&
-                    sample.rtt_inflation >= o_.full_rtt_inflation;
+  const bool full =
+      sample.min_rtt_ms >= o_.full_min_rtt_ms && sample.rtt_inflation >= o_.full_rtt_inflation;
   const int was = limit_;
   auto mbit = [](double bytes_per_s) { return bytes_per_s * 8 / 1e6; };
   auto hold_at = [&](int l, double measured, int periods) {
@@ -123,7 +123,8 @@ int InFlightLimit::Update(const InFlightSample& sample) {
       const bool level = level_goodput_ > 0 && goodput < level_goodput_ * o_.gain;
       if (level && !full) {
         probe();
-        if (limit_ != was) reason_ = fmt::format("probing: {:.0f} Mbit/s at {}", mbit(goodput), was);
+        if (limit_ != was)
+          reason_ = fmt::format("probing: {:.0f} Mbit/s at {}", mbit(goodput), was);
       } else {
         level_goodput_ = goodput;
       }

@@ -26,11 +26,11 @@
 //   Otherwise that period is taken as settling (new copies open sessions and leave slow
 //   start), and the next one is compared with the goodput measured before the change.
 // - Kept if goodput rose by at least `gain` (10 %), and the next probe follows once the new
-//   level holds; else L goes back to where it was and holds there before the next probe: `hold` periods after one
-//   failed probe, twice as long after each further one in a row (at most `max_hold`), since
-//   every probe beyond the route's level costs its copies a burst of loss. A probe that
-//   lowered goodput (more streams overflowed the bottleneck queue, or the source's disks or
-//   CPU ran out) is undone the same way.
+//   level holds; else L goes back to where it was and holds there before the next probe:
+//   `hold` periods after one failed probe, twice as long after each further one in a row
+//   (at most `max_hold`), since every probe beyond the route's level costs its copies a
+//   burst of loss. A probe that lowered goodput (more streams overflowed the bottleneck
+//   queue, or the source's disks or CPU ran out) is undone the same way.
 // - Congestion vetoes a probe: one that turned a clean path into a congested one (more than
 //   `max_loss` of the bytes re-sent, or a smoothed RTT over `max_rtt_inflation` times the
 //   least: a standing queue at the bottleneck) is undone even if goodput rose, because that

@@ -158,7 +158,7 @@ int SiteAgent::BurstStartLocked(const std::vector<catalog::Task>& tasks) const {
   // More than one, for the gaps between a copy's files; not much more, because small files
   // put all their bytes in flight within a few round trips and what the link does not hold
   // queues at its bottleneck, then overflows (on the 200 ms / 1 Gbit/s route, 8 copies of
-  // 4 MiB, 1.3 BDP, re-sent nothing; 16 re-sent 2 % and were slower: RESULTS.md, 2026-11-30).
+  // 4 MiB, 1.3 BDP, re-sent nothing; 16 re-sent 2.8 % and were slower: RESULTS.md, 2026-11-30).
   constexpr double kBdps = 1.3;
   double target = static_cast<double>(options_.start_in_flight_bytes);
   if (auto n = node_cache_.find(tasks.front().spec.src_node); n != node_cache_.end()) {

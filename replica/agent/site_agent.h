@@ -129,7 +129,7 @@ struct SiteAgentOptions {
   int workers = 256;
   // Tune the copies at once from measured goodput (in_flight.h) between 1 and `workers`
   // every `tune_period`, starting each burst of work (tasks claimed by an idle agent) from
-  // enough copies to keep a bandwidth-delay product in flight, at least
+  // enough copies to keep 1.3 bandwidth-delay products in flight, at least
   // `initial_in_flight`; false runs `workers` at once.
   bool adapt_in_flight = true;
   int initial_in_flight = 4;

@@ -80,8 +80,9 @@ void AddSitedFlags(CLI::App& app, SitedFlags& f) {
                  "false runs --workers at once)")
       ->capture_default_str();
   app.add_option("--initial-in-flight", f.initial_in_flight,
-                 "copies at once a burst of work starts from when adapting, at least (a burst starts "
-                 "with 1.3 bandwidth-delay products of the route in flight, 32 MiB where unknown)")
+                 "copies at once a burst of work starts from when adapting, at least (a burst "
+                 "starts with 1.3 bandwidth-delay products of the route in flight, 32 MiB where "
+                 "unknown)")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   app.add_option("--io-threads", f.io_threads,
