@@ -30,6 +30,8 @@ void InFlightLimit::Restart(int start) {
   low_periods_ = 0;
   level_goodput_ = 0;
   overfull_periods_ = 0;
+  overfull_grace_ = 0;
+  full_ = false;
   hold_left_ = 0;
   reason_.clear();
 }
@@ -48,9 +50,15 @@ int InFlightLimit::Update(const InFlightSample& sample) {
   const double goodput = sample.goodput;
   const bool limited = sample.limited;
   const bool congested = Congested(sample);
-  // A standing queue at the bottleneck: the route is full at this L.
-  const bool full =
-      sample.min_rtt_ms >= o_.full_min_rtt_ms && sample.rtt_inflation >= o_.full_rtt_inflation;
+  // A standing queue at the bottleneck: the route is full at this L. The figures come with
+  // the copies that ended in the period; a period in which none ended (large files) keeps
+  // the last verdict.
+  const bool figures = sample.rtt_inflation > 0;
+  if (figures) {
+    full_ = sample.min_rtt_ms >= o_.full_min_rtt_ms &&
+            sample.rtt_inflation >= o_.full_rtt_inflation;
+  }
+  const bool full = full_;
   const int was = limit_;
   auto mbit = [](double bytes_per_s) { return bytes_per_s * 8 / 1e6; };
   auto hold_at = [&](int l, double measured, int periods) {
@@ -59,6 +67,9 @@ int InFlightLimit::Update(const InFlightSample& sample) {
     hold_left_ = periods;
     held_goodput_ = measured;
     low_periods_ = 0;
+    // The copies started at the old L run for a while and their figures still show it.
+    overfull_periods_ = 0;
+    overfull_grace_ = 2;
   };
   auto probe = [&] {
     if (limit_ >= o_.max) {
@@ -85,10 +96,17 @@ int InFlightLimit::Update(const InFlightSample& sample) {
     reason_ = fmt::format("goodput {:.0f} -> {:.0f} Mbit/s at {}: kept", mbit(before_goodput_),
                           mbit(goodput), limit_);
   };
-  // Congested with a standing queue for two measured periods in a row: L's bytes overflow
-  // the bottleneck (a burst that started too high, a route that got slower); fewer copies.
+  // Bytes re-sent with a standing queue for two periods in a row (periods without figures
+  // neither count nor break the run): L's bytes overflow the bottleneck (a burst that
+  // started too high, a route that got slower); fewer copies. A queue alone is not enough
+  // (a deep buffer, another's traffic), nor loss alone (a lossy route).
   auto overfull = [&] {
-    if (!(congested && full && limit_ > o_.min)) {
+    if (!figures) return false;
+    if (overfull_grace_ > 0) {
+      --overfull_grace_;
+      return false;
+    }
+    if (!(sample.loss > o_.max_loss && full && limit_ > o_.min)) {
       overfull_periods_ = 0;
       return false;
     }
@@ -96,7 +114,6 @@ int InFlightLimit::Update(const InFlightSample& sample) {
     const int lower = std::max(o_.min, static_cast<int>(std::floor(limit_ / o_.step)));
     reason_ = fmt::format("congestion at {} for two periods ({})", limit_, congestion_text());
     climbing_ = false;
-    overfull_periods_ = 0;  // the copies started at the old L still run for a while
     hold_at(lower, 0, o_.hold);
     return true;
   };

@@ -40,7 +40,10 @@
 //   periods in a row (loss on the route, a slower source) steps L down by `step`, so a
 //   route that got worse is not kept at a level that only suited the better days. So does
 //   a route congested at L for two periods in a row (more than `max_loss` re-sent with a
-//   standing queue: L's bytes overflow the bottleneck, e.g. a burst started too high).
+//   standing queue: L's bytes overflow the bottleneck, e.g. a burst started too high), not
+//   counting the two periods with figures after L last changed (the copies started at the
+//   old L still end then). The RTT figures come only with copies that end: a period without
+//   any keeps the last verdict of "full".
 //
 // Thread safety: none; the site agent calls it from one thread.
 
@@ -104,7 +107,9 @@ class InFlightLimit {
   double held_goodput_ = 0;    // goodput at L while holding, smoothed (0: not measured yet)
   int low_periods_ = 0;        // periods in a row below half of it
   double level_goodput_ = 0;   // goodput of the last measured period at L (0: none yet)
-  int overfull_periods_ = 0;   // periods in a row congested with a standing queue
+  int overfull_periods_ = 0;   // periods in a row with loss and a standing queue
+  int overfull_grace_ = 0;     // periods with figures not counted after a change of L
+  bool full_ = false;          // the last period with figures showed a standing queue
   int hold_left_ = 0;
   std::string reason_;
 };

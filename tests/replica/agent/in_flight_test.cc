@@ -263,7 +263,16 @@ TEST(InFlightLimitTest, NoProbeStartsWhileTheRouteShowsAStandingQueue) {
   }
   l.Update({100e6, true, 0, 1.05, 200});
   EXPECT_EQ(l.limit(), 16);
-  // Unknown RTT figures (no copy ended in the period) do not stop a probe.
+  // A period in which no copy ended (no figures) keeps the last verdict: still full.
+  InFlightLimit kept(o);
+  Warmup(kept);
+  kept.Update({100e6, true, 0, 1.3, 200});
+  kept.Update({100e6, true});
+  kept.Update({100e6, true});
+  EXPECT_EQ(kept.limit(), 8);
+  kept.Update({100e6, true, 0, 1.05, 200});
+  EXPECT_EQ(kept.limit(), 16);
+  // Without any figures yet (no copy ended since the start) nothing stops a probe.
   InFlightLimit u(o);
   Warmup(u);
   u.Update({100e6, true});
@@ -279,8 +288,10 @@ TEST(InFlightLimitTest, NoProbeStartsWhileTheRouteShowsAStandingQueue) {
 
 TEST(InFlightLimitTest, ABurstThatOverflowsTheRouteStepsDownUntilItFits) {
   // Started at 32 copies where the route holds 8: two periods in a row with 3 % re-sent and
-  // a standing queue halve the limit, then again, until the path is clean; no probe while
-  // the queue stands, and a loss without a queue (a lossy route) steps nothing down.
+  // a standing queue halve the limit, then (after two periods of grace: the copies started
+  // at 32 still end then) again, until the path is clean; no probe while the queue stands.
+  // A loss without a queue (a lossy route) steps nothing down, nor does a queue without
+  // loss (a deep buffer, another's traffic).
   InFlightOptions o;
   o.start = 32;
   o.max = 256;
@@ -295,8 +306,10 @@ TEST(InFlightLimitTest, ABurstThatOverflowsTheRouteStepsDownUntilItFits) {
   l.Update(route(l.limit()));
   EXPECT_EQ(l.limit(), 16);
   EXPECT_NE(l.reason().find("congestion at 32"), std::string::npos) << l.reason();
-  l.Update(route(l.limit()));  // the copies started at 32 still run: a period's grace
-  EXPECT_EQ(l.limit(), 16);
+  for (int i = 0; i < 3; ++i) {  // two periods of grace, then the first congested one
+    l.Update(route(l.limit()));
+    EXPECT_EQ(l.limit(), 16) << i;
+  }
   l.Update(route(l.limit()));
   EXPECT_EQ(l.limit(), 8);
   for (int i = 0; i < 60; ++i) {
@@ -307,6 +320,12 @@ TEST(InFlightLimitTest, ABurstThatOverflowsTheRouteStepsDownUntilItFits) {
   Warmup(lossy);
   for (int i = 0; i < 10; ++i) lossy.Update({100e6, true, 0.03, 1.0, 200});
   EXPECT_GE(lossy.limit(), 32);
+  InFlightLimit deep(o);
+  Warmup(deep);
+  for (int i = 0; i < 20; ++i) {
+    deep.Update({100e6, true, 0, 1.8, 200});
+    EXPECT_EQ(deep.limit(), 32) << i;
+  }
 }
 
 }  // namespace
