@@ -1,10 +1,12 @@
 // transfer/internal/loss_response.h over emulated routes (gftopo: two namespaces joined by
 // gfwanem): a gfcp without --cc turns its streams to BBR when the route loses packets at
 // random, keeps the hosts' loss-based default when the only losses are a full queue's, and
-// never changes a control that was chosen. gfcp pushes, so its own sockets are the senders
-// that decide. The namespaces' default is Reno, which every host allows a namespace to make
-// its default (CUBIC may not be on net.ipv4.tcp_allowed_congestion_control); the two differ
-// in how they grow, not in reading loss as congestion.
+// never changes a control that was chosen; where the namespaces' default is BBR, an unchosen
+// stream on the long route starts on CUBIC and turns to BBR only on random loss. gfcp pushes,
+// so its own sockets are the senders that decide. The namespaces' default is otherwise Reno,
+// which every host allows a namespace to make its default (CUBIC may not be on
+// net.ipv4.tcp_allowed_congestion_control); the two differ in how they grow, not in reading
+// loss as congestion.
 
 #include <unistd.h>
 
@@ -50,11 +52,11 @@ class LossResponseTest : public ::testing::Test {
     }
   }
 
-  // Two nodes (lra-n1, lrb-n1) on a 40 ms / 500 Mbit/s route with `loss` each way, Reno as
+  // Two nodes (lra-n1, lrb-n1) on a 40 ms / 500 Mbit/s route with `loss` each way, `cc` as
   // the namespaces' default, and a gfsited in lrb-n1.
-  void BringUp(const std::string& loss) {
+  void BringUp(const std::string& loss, const std::string& cc = "reno") {
     topology_ = dir_.path() / "lr.topo";
-    std::ofstream(topology_) << "topology gfrep-lr\nbuffer 32M\ncc reno\nsite lra nodes=1\n"
+    std::ofstream(topology_) << "topology gfrep-lr\nbuffer 32M\ncc " << cc << "\nsite lra nodes=1\n"
                                 "site lrb nodes=1\nroute wan lra lrb rtt=40ms rate=500M loss="
                              << loss << "\n";
     Gftopo("down");  // leftovers of an interrupted run
@@ -139,6 +141,36 @@ TEST_F(LossResponseTest, AFullQueuesLossKeepsTheDefault) {
   EXPECT_GT(j["tcp"].value("bytes_retrans", 0), 0) << "the queue never overflowed: nothing tested";
   EXPECT_EQ(j.value("congestion", ""), "reno") << Describe(r);
   EXPECT_THAT(r.err, Not(HasSubstr("-> bbr")));
+}
+
+// The namespaces' default is BBR and nothing is lost: the streams of a gfcp without --cc
+// start on CUBIC (the route's least RTT is 40 ms) and stay there; chosen, BBR stays.
+TEST_F(LossResponseTest, AnUnchosenStreamOnALongRouteStartsOnCubicWhereBbrIsTheDefault) {
+  ASSERT_NO_FATAL_FAILURE(BringUp("0", "bbr"));
+  RunResult r;
+  const nlohmann::json j = Push("clean", {"--buffer", "4M"}, r);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j.value("congestion", ""), "cubic") << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("data streams start on cubic (the host's default is bbr)"));
+
+  RunResult chosen;
+  const nlohmann::json c = Push("chosen", {"--buffer", "4M", "--cc", "bbr"}, chosen);
+  ASSERT_EQ(chosen.exit_code, 0) << Describe(chosen);
+  EXPECT_EQ(c.value("congestion", ""), "bbr") << Describe(chosen);
+}
+
+// BBR the default and 1e-3 random loss (buffers that never fill the queue, as above): the
+// streams start on CUBIC, see loss without a queue and turn to BBR.
+TEST_F(LossResponseTest, AStreamThatStartedOnCubicTurnsBackToBbrOnRandomLoss) {
+  ASSERT_NO_FATAL_FAILURE(BringUp("1e-3", "bbr"));
+  RunResult r;
+  const nlohmann::json j = Push("random", {"--buffer", "256K", "--stripe", "1M"}, r);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_GT(j["tcp"].value("bytes_retrans", 0), 0) << "no loss on a route with 1e-3 loss";
+  EXPECT_EQ(j.value("congestion", ""), "bbr") << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("congestion control cubic -> bbr"));
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -124,6 +125,9 @@ class Conn {
   tcp::socket& socket() { return socket_; }
   bool tls() const { return tls_ != nullptr; }
   std::uint64_t activity() const { return activity_; }
+  // True the first time it is asked, false after: whether a data stream runs on this
+  // connection for the first time (a warm session's connection carries many files' streams).
+  bool TakeFirstStream() { return !std::exchange(stream_ran_, true); }
 
   asio::awaitable<absl::Status> Handshake(asio::ssl::context& ctx, bool server);
   // Client side: also checks that the server's certificate names `host` (a DNS name or an IP
@@ -193,6 +197,7 @@ class Conn {
   std::uint64_t received_ = 0;  // control messages read since binding
   int unbound_reads_ = 0;       // reads still taken without a MAC after binding
   bool control_writing_ = false;  // a SendControl is writing its frame
+  bool stream_ran_ = false;       // a data stream has run here (TakeFirstStream)
 };
 using ConnPtr = std::shared_ptr<Conn>;
 

@@ -14,6 +14,14 @@ namespace {
 // Set when the kernel refused the switch (a user without CAP_NET_ADMIN, BBR not in
 // net.ipv4.tcp_allowed_congestion_control): no stream of this process asks again.
 std::atomic<bool> switch_refused{false};
+// The same for the loss-based start (CUBIC is often not on the allowed list where BBR is the
+// default).
+std::atomic<bool> start_refused{false};
+
+bool Select(int fd, std::string_view name) {
+  return ::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(),
+                      static_cast<socklen_t>(name.size())) == 0;
+}
 
 }  // namespace
 
@@ -35,11 +43,21 @@ bool ShowsRandomLoss(const TcpSample& before, const TcpSample& now) {
   return no_queue(before.srtt_us) && no_queue(now.srtt_us);
 }
 
-LossResponse::LossResponse(int fd, std::string_view chosen) : fd_(fd), watching_(chosen.empty()) {
+LossResponse::LossResponse(int fd, std::string_view chosen, bool first_stream)
+    : fd_(fd), watching_(chosen.empty()) {
   if (!watching_) return;
   from_ = ControlOf(fd);
+  last_ = ReadTcpSample(fd);
+  if (first_stream && !from_.empty() && !IsLossBased(from_) &&
+      last_.min_rtt_us >= kLongRouteMinRttUs && !start_refused.load(std::memory_order_relaxed)) {
+    if (Select(fd, kLossBasedStart)) {
+      started_from_ = from_;
+      from_ = std::string(kLossBasedStart);
+    } else {
+      start_refused.store(true, std::memory_order_relaxed);
+    }
+  }
   watching_ = IsLossBased(from_) && !switch_refused.load(std::memory_order_relaxed);
-  if (watching_) last_ = ReadTcpSample(fd);
 }
 
 LossResponse::Verdict LossResponse::Check() {
@@ -50,8 +68,7 @@ LossResponse::Verdict LossResponse::Check() {
   if (!random) return Verdict::kUnchanged;
   watching_ = false;
   seen_ = now;
-  if (::setsockopt(fd_, IPPROTO_TCP, TCP_CONGESTION, kLossTolerantControl.data(),
-                   static_cast<socklen_t>(kLossTolerantControl.size())) != 0) {
+  if (!Select(fd_, kLossTolerantControl)) {
     error_ = errno;
     // Only the first refusal is reported; no stream of this process asks again.
     return switch_refused.exchange(true, std::memory_order_relaxed) ? Verdict::kUnchanged

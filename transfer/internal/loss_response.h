@@ -8,15 +8,25 @@
 // moved 0.14 of the link, one BBR stream 0.69 (tests/bench/RESULTS.md, lfn-1g-loss4).
 //
 // When a copy's congestion control was not chosen (RouteOptions::congestion empty: gfcp
-// without --cc, an agent's copies on a route whose `cc` is not set), each data stream starts
-// on the host's default and turns to BBR, which does not read loss as congestion, once its own
-// connection shows loss that is not congestion: bytes re-sent on a long route (least RTT at
-// least 10 ms, where a window cut costs seconds to regrow) between two looks (one per block
-// sent) at both of which the smoothed RTT was within a quarter of the least. Loss from a full
-// queue comes with the queue's delay, which the look before the loss already sees (a queue
-// builds over round trips); after the window cut the queue may drain, which is why one look
-// is not enough. Loss with no queue at either look is the path's. A control that was chosen
-// is never changed, nor one that is not loss-based.
+// without --cc, an agent's copies on a route whose `cc` is not set), each data stream on a
+// long route starts loss-based and turns to BBR, which does not read loss as congestion, once
+// its own connection shows loss that is not congestion: bytes re-sent on a long route (least
+// RTT at least 10 ms, where a window cut costs seconds to regrow) between two looks (one per
+// block sent) at both of which the smoothed RTT was within a quarter of the least. Loss from
+// a full queue comes with the queue's delay, which the look before the loss already sees (a
+// queue builds over round trips); after the window cut the queue may drain, which is why one
+// look is not enough. Loss with no queue at either look is the path's.
+//
+// Why start loss-based where the host's default is BBR (this project's test machines): many
+// BBR (v1) streams sharing a route overfill a drop-tail queue of one BDP (each probes for 1.25
+// x its share) and drain for 200 ms of every 10 s (ProbeRTT); on the 200 ms / 1 Gbit/s test
+// route, copies on CUBIC moved 200 x 4 MiB at 0.77 of iperf3's best against 0.73 on BBR,
+// 8 x 512 MiB at 0.92 against 0.89, and re-sent nothing (tests/bench/RESULTS.md). So a
+// stream's first block on a connection whose least RTT is long, under a control that is not
+// loss-based, turns it to kLossBasedStart (CUBIC) if the kernel allows this process to; a
+// route that then shows random loss turns it to BBR as above, for the rest of the
+// connection's life. A control that was chosen is never changed; short routes keep the
+// host's default.
 //
 // Thread safety: a LossResponse belongs to one stream (one coroutine at a time); the
 // process-wide memo of a refused switch is atomic.
@@ -31,8 +41,11 @@ namespace gfrep::transfer::internal {
 
 // Routes whose least RTT is below this are left alone (recovery there takes milliseconds).
 inline constexpr std::uint32_t kLongRouteMinRttUs = 10'000;
-// The control a stream turns to.
+// The control a stream turns to on random loss.
 inline constexpr std::string_view kLossTolerantControl = "bbr";
+// The control an unchosen stream on a long route starts with when the host's default is not
+// loss-based.
+inline constexpr std::string_view kLossBasedStart = "cubic";
 
 // The congestion control socket `fd` runs now ("" if the kernel does not say).
 std::string ControlOf(int fd);
@@ -46,9 +59,10 @@ bool ShowsRandomLoss(const TcpSample& before, const TcpSample& now);
 
 class LossResponse {
  public:
-  // `fd`: the stream's socket; `chosen`: RouteOptions::congestion (non-empty: Check does
-  // nothing).
-  LossResponse(int fd, std::string_view chosen);
+  // `fd`: the stream's socket; `chosen`: RouteOptions::congestion (non-empty: nothing
+  // changes); `first_stream`: no stream ran on this connection before (Conn::TakeFirstStream):
+  // only then may the control turn to kLossBasedStart.
+  LossResponse(int fd, std::string_view chosen, bool first_stream);
 
   enum class Verdict {
     kUnchanged,  // no random loss seen (or not watching)
@@ -61,6 +75,8 @@ class LossResponse {
 
   // The control the stream ran before it turned, and the sample that made it turn.
   const std::string& from() const { return from_; }
+  // The host's default this stream turned from to kLossBasedStart ("" if it did not).
+  const std::string& started_from() const { return started_from_; }
   const TcpSample& seen() const { return seen_; }
   int error() const { return error_; }
 
@@ -70,6 +86,7 @@ class LossResponse {
   TcpSample last_;  // the previous look
   TcpSample seen_;
   std::string from_;
+  std::string started_from_;
   int error_ = 0;
 };
 
