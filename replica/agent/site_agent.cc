@@ -86,6 +86,10 @@ absl::Status Validate(const SiteAgentOptions& o) {
   if (o.straggler_after.count() < 0 || (o.straggler_after.count() > 0 && o.straggler_after.count() < 100)) {
     return absl::InvalidArgumentError("straggler window must be 0 (none) or >= 100 ms");
   }
+  if (o.slow_source_after.count() < 0 ||
+      (o.slow_source_after.count() > 0 && o.slow_source_after.count() < 100)) {
+    return absl::InvalidArgumentError("slow-source window must be 0 (none) or >= 100 ms");
+  }
   if (!(o.straggler_fraction > 0 && o.straggler_fraction < 1)) {
     return absl::InvalidArgumentError("straggler fraction must be between 0 and 1");
   }
@@ -345,7 +349,9 @@ absl::Status SiteAgent::Start() {
   threads_.emplace_back([this] { ClaimLoop(); });
   for (int i = 0; i < kCompleters; ++i) threads_.emplace_back([this] { CompleteLoop(); });
   if (options_.adapt_in_flight) threads_.emplace_back([this] { TuneLoop(); });
-  if (options_.straggler_after.count() > 0) threads_.emplace_back([this] { StragglerLoop(); });
+  if (options_.straggler_after.count() > 0 || options_.slow_source_after.count() > 0) {
+    threads_.emplace_back([this] { StragglerLoop(); });
+  }
   if (options_.telemetry_interval.count() > 0 && options_.telemetry != nullptr)
     threads_.emplace_back([this] { TelemetryLoop(); });
   return absl::OkStatus();
@@ -452,6 +458,9 @@ void AppendMetrics(MetricsText& m, const SiteAgentStats& s) {
   m.Counter("gfrep_agent_stragglers_total",
             "Copies given back as too slow, to be planned from another source",
             static_cast<double>(s.stragglers));
+  m.Counter("gfrep_agent_slow_sources_total",
+            "Source nodes judged slow: their copies given back for a while, to be planned elsewhere",
+            static_cast<double>(s.slow_sources));
   m.Counter("gfrep_agent_replicas_deleted_total", "Replicas unlinked and removed from the catalog",
             static_cast<double>(s.replicas_deleted));
   m.Counter("gfrep_agent_replicas_checked_total", "Replicas checked (stat checks and scrubs)",

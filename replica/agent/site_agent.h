@@ -179,6 +179,12 @@ struct SiteAgentOptions {
   // other replica the catalog refuses and the copy goes on. 0: never.
   std::chrono::milliseconds straggler_after{30000};
   double straggler_fraction = 0.25;
+  // Slow sources (slow_source.h): a source node whose copies' goodput per copy over
+  // `slow_source_after` stays under `straggler_fraction` of the median of the other sources'
+  // has its running copies given back, and every copy from it that would start in the next
+  // three windows; then it is judged afresh. Shorter than straggler_after: it judges many
+  // copies at once, not one. 0: never.
+  std::chrono::milliseconds slow_source_after{10000};
   // How long a source node's address and a route, looked up in the catalog, are used
   // before they are asked again; they are refreshed ahead of the copies every half of it.
   std::chrono::milliseconds lookup_ttl{10000};
@@ -205,6 +211,8 @@ struct SiteAgentStats {
   std::uint64_t replicas_deleted = 0;  // unlinked (or already gone) and removed from the catalog
   std::uint64_t leases_lost = 0;       // attempts cancelled because their lease was lost
   std::uint64_t stragglers = 0;        // copies given back as too slow (YieldTask)
+  std::uint64_t slow_sources = 0;      // source nodes judged slow (SlowSourceWatch)
+  std::uint64_t slow_source_yields = 0;  // copies and claims given back for a slow source
   std::uint64_t garbage_files = 0;     // unrecorded files removed from .gfrep-data
   std::uint64_t pulls_on_new_sessions = 0;   // copies that opened a transfer session
   std::uint64_t pulls_on_warm_sessions = 0;  // copies that reused an open one
@@ -266,10 +274,17 @@ class SiteAgent {
   void CheckLoop();
   // Samples the copies' counters every 100 ms and sends them every telemetry_interval.
   void TelemetryLoop();
-  // Every second (at most a quarter of straggler_after): the running copies' received bytes
-  // to a StragglerWatch; a straggler's task is given back (YieldTask) and, if the catalog took
-  // it, its copy cancelled.
+  // Every second (at most a quarter of either window): the running copies' received bytes
+  // to a StragglerWatch and a SlowSourceWatch; a straggler's task is given back (YieldTask)
+  // and, if the catalog took it, its copy cancelled. A slow source's running copies are given
+  // back alike, and so is every copy from it that would start in the next three
+  // slow_source_after.
   void StragglerLoop();
+  // Gives task `id`'s running copy back to the catalog for `reason` (YieldTask) and cancels it
+  // if the catalog took it; false if it ended or the catalog kept it (no other replica).
+  bool GiveBackRunning(std::uint64_t id, const std::string& reason, bool slow_source);
+  // Why copies from `node` are given back before they start ("": they are not).
+  std::string SlowSourceReason(const std::string& node) ABSL_LOCKS_EXCLUDED(mu_);
   // Reports the copy's source replica corrupt (its bytes did not match the catalog).
   void ReportBadSource(const catalog::Task& task, const std::string& note);
   // Every tune_period: goodput and whether the limit held copies back -> InFlightLimit.
@@ -389,6 +404,15 @@ class SiteAgent {
     std::string owner;
   };
   std::deque<Claimed> ready_ ABSL_GUARDED_BY(mu_);
+  // Source nodes judged slow (StragglerLoop): until when, and why.
+  struct SlowSource {
+    std::chrono::steady_clock::time_point until;
+    std::string reason;
+  };
+  std::map<std::string, SlowSource> slow_sources_ ABSL_GUARDED_BY(mu_);
+  // Bytes received from each source node by its copies, ever (a counter per node).
+  std::map<std::string, std::shared_ptr<std::atomic<std::uint64_t>>> source_bytes_
+      ABSL_GUARDED_BY(mu_);
   int copying_ ABSL_GUARDED_BY(mu_) = 0;             // copies started and not ended
   int in_flight_limit_ ABSL_GUARDED_BY(mu_) = 0;     // see TuneLoop
   bool limit_binding_ ABSL_GUARDED_BY(mu_) = false;  // a ready task waited for the limit

@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "replica/agent/pull_options.h"
+#include "replica/agent/slow_source.h"
 #include "replica/agent/straggler.h"
 #include "replica/agent/site_agent.h"
 #include "replica/core/spool.h"
@@ -133,6 +134,7 @@ void SiteAgent::LaunchLocked() {
                                     [&](const auto& a, const auto& b) { return load(*a) < load(*b); });
     ++io.copies;
     auto run = std::make_shared<Running>(next.task.id, io);
+    run->src_node = next.task.spec.src_node;
     running_[next.owner] = run;
     // Posted, so that the coroutine never starts inside this lock.
     asio::post(io.io, [this, next = std::move(next), run]() mutable {
@@ -157,7 +159,25 @@ asio::awaitable<void> SiteAgent::RunCopy(Claimed claimed, std::shared_ptr<Runnin
              task.spec.src_node, task.attempts, task.spec.max_attempts, claimed.owner);
   ++active_;
   CopyResult out;
-  const absl::Status result = co_await Copy(task, *run, out);
+  absl::Status result;
+  bool given_back = false;
+  // From a source judged slow (StragglerLoop): given back before it starts, unless the catalog
+  // keeps it (no other replica), then copied from it anyway.
+  if (std::string slow = SlowSourceReason(task.spec.src_node); !slow.empty()) {
+    absl::StatusOr<catalog::Task> yielded = co_await OnPool(*blocking_, [&] {
+      return options_.catalog.work->YieldTask(task.id, claimed.owner, slow);
+    });
+    if (yielded.ok()) {
+      log_->info("task={} path={} from={} given back ({}): to be copied from another source",
+                 task.id, task.spec.path, task.spec.src_node, slow);
+      absl::MutexLock lock(&mu_);
+      stats_.slow_source_yields += 1;
+      run->straggler = slow;
+      run->discard_partial = yielded->state == catalog::TaskState::kCancelled;
+      given_back = true;
+    }
+  }
+  if (!given_back) result = co_await Copy(task, *run, out);
   --active_;
   bool lost;
   std::string straggler;
@@ -310,9 +330,18 @@ absl::StatusOr<SiteAgent::PullPlan> SiteAgent::PlanCopy(const catalog::Task& tas
   std::shared_ptr<CopyCounters> metered = plan.metered =
       meter_.Begin({task.id, task.spec.request_id, src->name, src->site, task.size,
                     static_cast<std::uint32_t>(std::max(1, topts.route.streams)), 0});
+  // What the copies from this source received, for StragglerLoop's SlowSourceWatch.
+  std::shared_ptr<std::atomic<std::uint64_t>> from_source;
+  {
+    absl::MutexLock lock(&mu_);
+    auto& counter = source_bytes_[src->name];
+    if (!counter) counter = std::make_shared<std::atomic<std::uint64_t>>(0);
+    from_source = counter;
+  }
   // Received bytes as the engine reports them (every 100 ms and at the end), for TuneLoop's
-  // goodput, the route's learnt goodput and the dashboard (in all and per stream).
-  topts.progress = [this, site = route->src_site, metered, counted = std::uint64_t{0},
+  // goodput, the route's learnt goodput, the slow-source watch and the dashboard (in all and
+  // per stream).
+  topts.progress = [this, site = route->src_site, metered, from_source, counted = std::uint64_t{0},
                     counted_streams = std::vector<std::uint64_t>(metered->stream.size(), 0)](
                        const transfer::Progress& p) mutable {
     const std::uint64_t now = p.bytes_done > p.resumed_bytes ? p.bytes_done - p.resumed_bytes : 0;
@@ -320,6 +349,7 @@ absl::StatusOr<SiteAgent::PullPlan> SiteAgent::PlanCopy(const catalog::Task& tas
       live_bytes_.fetch_add(now - counted);
       learner_.AddBytes(site, now - counted, RouteLearner::Clock::now());
       metered->received.fetch_add(now - counted, std::memory_order_relaxed);
+      from_source->fetch_add(now - counted, std::memory_order_relaxed);
     }
     counted = std::max(counted, now);
     for (std::size_t k = 0; k < std::min(p.stream_bytes.size(), counted_streams.size()); ++k) {
@@ -407,51 +437,102 @@ void SiteAgent::FailAttempt(const catalog::Task& task, const std::string& owner,
 }
 
 void SiteAgent::StragglerLoop() {
+  const bool copies_judged = options_.straggler_after.count() > 0;
+  const bool sources_judged = options_.slow_source_after.count() > 0;
   StragglerWatch watch({options_.straggler_after, options_.straggler_fraction});
-  const auto tick = std::min<std::chrono::milliseconds>(std::chrono::seconds(1),
-                                                        options_.straggler_after / 4);
+  SlowSourceWatch sources(options_.slow_source_after, options_.straggler_fraction);
+  std::chrono::milliseconds tick = std::chrono::seconds(1);
+  if (copies_judged) tick = std::min(tick, options_.straggler_after / 4);
+  if (sources_judged) tick = std::min(tick, options_.slow_source_after / 4);
   while (!stop_) {
     SleepFor(tick);
     if (stop_) return;
     std::vector<StragglerWatch::Copy> copies;
+    std::vector<SlowSourceWatch::Source> by_source;
     {
       absl::MutexLock lock(&mu_);
+      std::map<std::string, int> running_from;
       for (const auto& [owner, run] : running_) {
+        if (!run->metered || !run->straggler.empty()) continue;
+        ++running_from[run->src_node];
         // Judged from its first byte: a copy waiting ahead on a session in use (pipelined
         // files) has not begun.
-        if (run->metered && run->straggler.empty() && run->metered->received.load() > 0) {
-          copies.push_back({run->task_id, run->metered->received.load()});
+        if (const std::uint64_t received = run->metered->received.load(); received > 0) {
+          copies.push_back({run->task_id, received});
         }
       }
+      for (const auto& [node, bytes] : source_bytes_) {
+        auto n = running_from.find(node);
+        by_source.push_back({node, n != running_from.end() ? n->second : 0, bytes->load()});
+      }
     }
-    for (const StragglerWatch::Verdict& v : watch.Tick(std::chrono::steady_clock::now(), copies)) {
-      std::string owner;
-      catalog::Task task;
+    const auto now = std::chrono::steady_clock::now();
+    if (copies_judged) {
+      for (const StragglerWatch::Verdict& v : watch.Tick(now, copies)) {
+        GiveBackRunning(v.id, v.reason, /*slow_source=*/false);
+      }
+    }
+    if (!sources_judged) continue;
+    for (const SlowSourceWatch::Verdict& v : sources.Tick(now, by_source)) {
+      std::vector<std::uint64_t> from;
       {
         absl::MutexLock lock(&mu_);
-        for (const auto& [o, run] : running_) {
-          if (run->task_id == v.id && !run->lease_lost) owner = o;
+        slow_sources_[v.source] = SlowSource{now + 3 * options_.slow_source_after, v.reason};
+        stats_.slow_sources += 1;
+        for (const auto& [owner, run] : running_) {
+          if (run->src_node == v.source && run->straggler.empty()) from.push_back(run->task_id);
         }
       }
-      if (owner.empty()) continue;  // it ended meanwhile
-      // The task is given back first, and the copy cancelled only if the catalog took it: with
-      // no other replica to copy from, the slow copy goes on (it is not judged again).
-      absl::StatusOr<catalog::Task> yielded = options_.catalog.work->YieldTask(v.id, owner, v.reason);
-      if (!yielded.ok()) {
-        log_->info("task={} {}; not given back: {}", v.id, v.reason, yielded.status().ToString());
-        continue;
-      }
-      log_->warn("task={} path={} from={} given back ({}): to be copied from another source",
-                 v.id, yielded->spec.path, yielded->spec.src_node, v.reason);
-      absl::MutexLock lock(&mu_);
-      stats_.stragglers += 1;
-      if (auto it = running_.find(owner); it != running_.end()) {
-        it->second->straggler = v.reason;
-        it->second->discard_partial = yielded->state == catalog::TaskState::kCancelled;
-        CancelLocked(*it->second);
-      }
+      log_->warn("{}: its {} running copies, and those that would start from it in the next {} s, "
+                 "are given back to be copied from another source",
+                 v.reason, from.size(),
+                 std::chrono::duration_cast<std::chrono::seconds>(3 * options_.slow_source_after).count());
+      for (std::uint64_t id : from) GiveBackRunning(id, v.reason, /*slow_source=*/true);
     }
   }
+}
+
+bool SiteAgent::GiveBackRunning(std::uint64_t id, const std::string& reason, bool slow_source) {
+  std::string owner;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [o, run] : running_) {
+      if (run->task_id == id && !run->lease_lost && run->straggler.empty()) owner = o;
+    }
+  }
+  if (owner.empty()) return false;  // it ended meanwhile
+  // The task is given back first, and the copy cancelled only if the catalog took it: with
+  // no other replica to copy from, the slow copy goes on (it is not judged again).
+  absl::StatusOr<catalog::Task> yielded = options_.catalog.work->YieldTask(id, owner, reason);
+  if (!yielded.ok()) {
+    log_->info("task={} {}; not given back: {}", id, reason, yielded.status().ToString());
+    return false;
+  }
+  log_->warn("task={} path={} from={} given back ({}): to be copied from another source", id,
+             yielded->spec.path, yielded->spec.src_node, reason);
+  absl::MutexLock lock(&mu_);
+  if (slow_source) {
+    stats_.slow_source_yields += 1;
+  } else {
+    stats_.stragglers += 1;
+  }
+  if (auto it = running_.find(owner); it != running_.end()) {
+    it->second->straggler = reason;
+    it->second->discard_partial = yielded->state == catalog::TaskState::kCancelled;
+    CancelLocked(*it->second);
+  }
+  return true;
+}
+
+std::string SiteAgent::SlowSourceReason(const std::string& node) {
+  absl::MutexLock lock(&mu_);
+  auto it = slow_sources_.find(node);
+  if (it == slow_sources_.end()) return "";
+  if (std::chrono::steady_clock::now() >= it->second.until) {
+    slow_sources_.erase(it);  // judged again from its copies
+    return "";
+  }
+  return it->second.reason;
 }
 
 absl::StatusOr<catalog::Node> SiteAgent::LookupNode(const std::string& name) {

@@ -60,6 +60,7 @@ void AddSitedFlags(CLI::App& app, SitedFlags& f) {
   f.adapt_in_flight = defaults.adapt_in_flight;
   f.check_interval_s = std::chrono::duration<double>(defaults.check_interval).count();
   f.straggler_after_s = std::chrono::duration<double>(defaults.straggler_after).count();
+  f.slow_source_after_s = std::chrono::duration<double>(defaults.slow_source_after).count();
   f.scrub_period_h = std::chrono::duration<double, std::ratio<3600>>(defaults.scrub_period).count();
   app.add_option("--site", f.site, "site this node belongs to (with --node and --catalog)");
   app.add_option("--node", f.node, "name of this node in the catalog");
@@ -94,9 +95,14 @@ void AddSitedFlags(CLI::App& app, SitedFlags& f) {
   app.add_option("--lease", f.lease_s, "task lease, seconds (renewed while copying)")
       ->check(CLI::Range(1, 3600));
   app.add_option("--straggler-after", f.straggler_after_s,
-                 "seconds a copy may run under a quarter of the other copies' goodput (or, alone, "
-                 "of its share of the route) before it is given back and planned from another "
-                 "source; 0: never")
+                 "seconds a copy may run under a quarter of the other copies' goodput before it is "
+                 "given back and planned from another source; 0: never")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  app.add_option("--slow-source-after", f.slow_source_after_s,
+                 "seconds a source node's copies may get under a quarter of the other sources' "
+                 "goodput per copy before they are given back, with every copy from it for three "
+                 "times as long, and planned from other sources; 0: never")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
   app.add_option("--check-interval", f.check_interval_s,
@@ -218,6 +224,8 @@ absl::StatusOr<replica::daemon::SitedOptions> SitedOptionsOf(const SitedFlags& f
   so.lease = std::chrono::seconds(f.lease_s);
   so.straggler_after =
       std::chrono::milliseconds(static_cast<std::int64_t>(f.straggler_after_s * 1000));
+  so.slow_source_after =
+      std::chrono::milliseconds(static_cast<std::int64_t>(f.slow_source_after_s * 1000));
   so.check_interval =
       std::chrono::milliseconds(static_cast<std::int64_t>(f.check_interval_s * 1000));
   so.scrub_rate_bytes = *scrub_bytes;

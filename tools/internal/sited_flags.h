@@ -42,6 +42,7 @@ struct SitedFlags {
   bool session_reuse = true;
   double check_interval_s = 0;
   double straggler_after_s = 0;
+  double slow_source_after_s = 0;
   std::string scrub_rate = "32M";
   double scrub_period_h = 0;
   std::string http;

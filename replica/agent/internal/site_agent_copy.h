@@ -44,6 +44,7 @@ struct SiteAgent::CopyIo {
 struct SiteAgent::Running {
   Running(std::uint64_t id, CopyIo& io) : task_id(id), io(io) {}
   std::uint64_t task_id;
+  std::string src_node;  // the task's source
   CopyIo& io;
   std::shared_ptr<boost::asio::cancellation_signal> cancel =
       std::make_shared<boost::asio::cancellation_signal>();  // used only on io's thread

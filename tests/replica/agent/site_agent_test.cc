@@ -799,6 +799,85 @@ TEST_F(SiteAgentTest, TwoHundredFiftySixCopiesAtOnceRunOnAHandfulOfThreads) {
   }
 }
 
+TEST_F(SiteAgentTest, ASourceWhoseCopiesAllCrawlIsJudgedSlowAndItsFilesComeFromAnother) {
+  // 32 files of 512 KiB at a1 and c1 (/s), 16 of 16 MiB at c1 only (/c), all 48 copies at
+  // once. The route A -> B looks best (10 Gbit/s measured), so /s is planned from a1, whose
+  // streams are paced to 0.8 Mbit/s (each /s copy would take about 5 s), while /c's copies move
+  // at 40 Mbit/s each. Copies are not judged alone here (straggler_after 0): b1 judges a1 as a
+  // source after 1.2 s, gives its copies back, and those files come from c1.
+  StartNode("a1", "A");
+  StartNode("c1", "C");
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  StartAgent(b1, [](SiteAgentOptions& o) {
+    o.workers = 48;
+    o.adapt_in_flight = false;
+    o.straggler_after = std::chrono::milliseconds(0);
+    o.slow_source_after = std::chrono::milliseconds(1200);
+  });
+  catalog::Route paced;
+  paced.src_site = "A";
+  paced.dst_site = "B";
+  paced.streams = 1;
+  paced.bandwidth_bps = 10'000'000'000;
+  paced.stream_rate_bps = 800'000;
+  paced.stripe_unit_bytes = 64 << 10;
+  ASSERT_TRUE(cat_->PutRoute(paced).ok());
+  catalog::Route fair = paced;
+  fair.src_site = "C";
+  fair.bandwidth_bps = 1'000'000'000;
+  fair.stream_rate_bps = 40'000'000;
+  ASSERT_TRUE(cat_->PutRoute(fair).ok());
+  constexpr int kSmall = 32;
+  constexpr std::uint64_t kSmallBytes = 512 << 10;
+  for (int i = 0; i < kSmall; ++i) {
+    const std::string path = "/s/f" + std::to_string(i);
+    Store("a1", path, kSmallBytes, 100 + i);
+    auto st = cat_->Stat(path);
+    ASSERT_TRUE(st.ok());
+    const fs::path at_c1 = ReplicaFile(nodes_.at("c1")->spool, st->inode, st->generation);
+    fs::create_directories(at_c1.parent_path());
+    fs::copy_file(ReplicaFile(nodes_.at("a1")->spool, st->inode, st->generation), at_c1);
+    catalog::Replica r;
+    r.inode = st->inode;
+    r.node = "c1";
+    r.state = catalog::ReplicaState::kComplete;
+    r.generation = st->generation;
+    r.size = kSmallBytes;
+    ASSERT_TRUE(cat_->PutReplica(r).ok());
+  }
+  for (int i = 0; i < 16; ++i) Store("c1", "/c/f" + std::to_string(i), 16 << 20, 200 + i);
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/s", "/c"};
+  spec.recursive = true;
+  spec.dst_sites = {"B"};
+  const catalog::Request done = Replicate(spec);
+  ASSERT_EQ(done.state, RequestState::kDone) << done.error;
+  for (int i = 0; i < kSmall; i += 5) {
+    const std::string path = "/s/f" + std::to_string(i);
+    EXPECT_EQ(Bytes("b1", path), Bytes("a1", path)) << path;
+  }
+  const SiteAgentStats st = b1.agent->stats();
+  EXPECT_EQ(st.stragglers, 0u);
+  EXPECT_GE(st.slow_sources, 1u);
+  EXPECT_GE(st.slow_source_yields, 1u);
+  catalog::TaskFilter all;
+  all.request_id = done.id;
+  auto tasks = cat_->ListTasks(all);
+  ASSERT_TRUE(tasks.ok());
+  int given_back = 0, small_from_c1 = 0;
+  for (const catalog::Task& t : *tasks) {
+    if (t.spec.path.rfind("/s/", 0) != 0) continue;
+    if (t.spec.src_node == "a1" && t.state == catalog::TaskState::kCancelled) {
+      EXPECT_NE(t.last_error.find("source a1 slow: "), std::string::npos) << t.last_error;
+      ++given_back;
+    }
+    if (t.spec.src_node == "c1" && t.state == catalog::TaskState::kDone) ++small_from_c1;
+  }
+  EXPECT_GE(given_back, 1);
+  EXPECT_GE(small_from_c1, given_back) << "a file given back did not come from c1";
+}
+
 TEST_F(SiteAgentTest, ACopyFromAThrottledSourceIsGivenBackAndPlannedFromAnother) {
   // /s/slow is at a1 and c1; the route A -> B looks best (10 Gbit/s measured) but its streams
   // are paced to 0.8 Mbit/s: the copy from a1 would take 10 s. Beside it /s/big comes from c1
