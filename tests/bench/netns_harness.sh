@@ -2,7 +2,10 @@
 # work directory in /dev/shm, daemons started inside the topology's namespaces and stopped by
 # pid on exit, the topology torn down on exit. REQUIRES: BIN and TOPO set, root.
 #   harness_init NAME        WORK=/dev/shm/gfrep-NAME.XXXXXX, traps set
-#   harness_up               gftopo up "$TOPO" (down again on exit)
+#   harness_up               gftopo up "$TOPO" (down again on exit); a topology whose `cc`
+#                            the host does not allow namespaces to make their default (cubic
+#                            where the host's default is bbr) gets it added to
+#                            net.ipv4.tcp_allowed_congestion_control for the run, restored on exit
 #   ns NODE CMD...           runs CMD in NODE's namespace
 #   start NAME NODE CMD...   starts a daemon in NODE's namespace, waits for "listening on"
 #                            and sets LISTEN=HOST:PORT (not in $(...): the pid is recorded here)
@@ -24,10 +27,19 @@ harness_cleanup() {
     wait "${PIDS[@]}" 2>/dev/null || true
   fi
   ((TOPO_UP)) && "$BIN/gftopo" down "$TOPO" >/dev/null 2>&1
+  [[ -n ${ALLOWED_CC_BEFORE:-} ]] && echo "$ALLOWED_CC_BEFORE" >/proc/sys/net/ipv4/tcp_allowed_congestion_control
   if [[ -n ${KEEP_WORK:-} ]]; then echo "logs kept in $WORK" >&2; else rm -rf "$WORK"; fi
   exit "$rc"
 }
 harness_up() {
+  local file=$TOPO cc allowed
+  [[ -f $file ]] || file=tools/topologies/$TOPO.topo
+  cc=$(awk '$1 == "cc" { print $2 }' "$file" 2>/dev/null || true)
+  allowed=$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control)
+  if [[ -n $cc && " $allowed " != *" $cc "* ]]; then
+    ALLOWED_CC_BEFORE=$allowed
+    echo "$allowed $cc" >/proc/sys/net/ipv4/tcp_allowed_congestion_control
+  fi
   TOPO_UP=1
   "$BIN/gftopo" up "$TOPO" >&2
 }

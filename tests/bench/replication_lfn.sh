@@ -24,6 +24,11 @@
 # STREAMS=N sets only the route's streams per copy (gfroute set replaces a route's settings:
 # CC and STREAMS do not combine). ROUTE_ARGS="--streams 2 --route-rate 950M" sets the route
 # with any `gfroute set` options at once; AGENT_ARGS="--initial-in-flight 8" adds gfsited options. CATALOG_FLAGS="--max-open-tasks-per-node 256" adds gfcatalogd flags.
+# SOURCE_COPIES=2 gives every file a replica on two source nodes (gfrep -D SRC_SITE -N 2 inside
+# the source site, before the measured gfrep). THROTTLE="NODE RATE SECONDS" (the straggler
+# row) limits NODE's sending to RATE (tc tbf on its eth0, e.g. "a-n2 100mbit 10") SECONDS after
+# the measured gfrep starts, until it ends. Each workload also prints (stderr) how many copies
+# the destination agents gave back (stragglers, slow sources).
 # JSON_OUT=DIR keeps, per workload, gfrep's --json (LABEL.json: its ramp series) and the
 # daemons' logs as they were when it ended (LABEL-NAME.log).
 # Other topologies: SRC_SITE/DST_SITE (default a/b), PAIRS=K runs agents on the first K nodes
@@ -164,6 +169,9 @@ run() {  # run LABEL N KIB
     ns "$node" "$BIN/gfreg" -r -j 8 "$WORK/src-$label-$node" "/$label" --node "$node" --key-file "$KEY" >/dev/null
     rm -rf "$WORK/src-$label-$node"
   done
+  if [[ -n ${SOURCE_COPIES:-} ]]; then
+    ns "$FIRST_SRC" "$BIN/gfrep" -D "$SRC_SITE" -N "$SOURCE_COPIES" -r "/$label" >/dev/null
+  fi
   local out t0 t1 fresh warm
   fresh=$(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=' || true)
   warm=$(cat "$WORK"/agent-"$SRC_SITE"-*.log | grep -c 'sending path=.*(warm session)' || true)
@@ -182,11 +190,26 @@ run() {  # run LABEL N KIB
     PIDS+=("$!")
   done
   sleep 0.2
+  local throttler= stragglers0
+  stragglers0=$(cat "$WORK"/agent-"$DST_SITE"-*.log | grep -c 'given back (' || true)
+  if [[ -n ${THROTTLE:-} ]]; then
+    read -r t_node t_rate t_after <<<"$THROTTLE"
+    (sleep "$t_after" && ip netns exec "gfrep-$t_node" tc qdisc add dev eth0 root tbf rate "$t_rate" \
+      burst 256k latency 100ms && echo "throttled $t_node to $t_rate at $t_after s" >&2) &
+    throttler=$!
+    PIDS+=("$throttler")
+  fi
   t0=$(date +%s.%N)
   out=$(ns "$FIRST_SRC" "$BIN/gfrep" -D "$DST_SITE" -r --json "/$label")
   t1=$(date +%s.%N)
   kill -TERM "$sampler" "${wires[@]}"
   wait "$sampler" "${wires[@]}" || true
+  if [[ -n $throttler ]]; then
+    kill -TERM "$throttler" 2>/dev/null || true
+    wait "$throttler" 2>/dev/null || true
+    ip netns exec "gfrep-$t_node" tc qdisc del dev eth0 root 2>/dev/null || true
+  fi
+  echo "$label: $(($(cat "$WORK"/agent-"$DST_SITE"-*.log | grep -c 'given back (' || true) - stragglers0)) copies given back (stragglers, slow sources)" >&2
   if [[ -n ${JSON_OUT:-} ]]; then
     mkdir -p "$JSON_OUT"
     printf '%s\n' "$out" >"$JSON_OUT/$label.json"
