@@ -176,6 +176,41 @@ class SiteAgentTest : public ::testing::Test {
     ASSERT_TRUE(cat_->CommitFile(path, c, node, std::nullopt).ok());
   }
 
+  // The straggler tests' routes: A -> B looks best (10 Gbit/s measured) but its streams are
+  // paced to 0.8 Mbit/s; C -> B is measured at 1 Gbit/s, its streams paced to 40 Mbit/s.
+  void PutPacedAndFairRoutesToB() {
+    catalog::Route paced;
+    paced.src_site = "A";
+    paced.dst_site = "B";
+    paced.streams = 1;
+    paced.bandwidth_bps = 10'000'000'000;
+    paced.stream_rate_bps = 800'000;
+    paced.stripe_unit_bytes = 64 << 10;
+    ASSERT_TRUE(cat_->PutRoute(paced).ok());
+    catalog::Route fair = paced;
+    fair.src_site = "C";
+    fair.bandwidth_bps = 1'000'000'000;
+    fair.stream_rate_bps = 40'000'000;
+    ASSERT_TRUE(cat_->PutRoute(fair).ok());
+  }
+
+  // A second complete replica of `path` (stored at `from`) at node `to`: the file copied
+  // between the spools, the replica recorded.
+  void AddReplica(const std::string& path, const std::string& from, const std::string& to) {
+    auto st = cat_->Stat(path);
+    ASSERT_TRUE(st.ok()) << st.status();
+    const fs::path there = ReplicaFile(nodes_.at(to)->spool, st->inode, st->generation);
+    fs::create_directories(there.parent_path());
+    fs::copy_file(ReplicaFile(nodes_.at(from)->spool, st->inode, st->generation), there);
+    catalog::Replica r;
+    r.inode = st->inode;
+    r.node = to;
+    r.state = catalog::ReplicaState::kComplete;
+    r.generation = st->generation;
+    r.size = st->size;
+    ASSERT_TRUE(cat_->PutReplica(r).ok());
+  }
+
   // Puts the route A -> B with `tune`'s settings, creating site B first (its agent, which
   // would, is not started yet).
   void PutRouteToB(const std::function<void(catalog::Route&)>& tune) {
@@ -814,36 +849,13 @@ TEST_F(SiteAgentTest, ASourceWhoseCopiesAllCrawlIsJudgedSlowAndItsFilesComeFromA
     o.straggler_after = std::chrono::milliseconds(0);
     o.slow_source_after = std::chrono::milliseconds(1200);
   });
-  catalog::Route paced;
-  paced.src_site = "A";
-  paced.dst_site = "B";
-  paced.streams = 1;
-  paced.bandwidth_bps = 10'000'000'000;
-  paced.stream_rate_bps = 800'000;
-  paced.stripe_unit_bytes = 64 << 10;
-  ASSERT_TRUE(cat_->PutRoute(paced).ok());
-  catalog::Route fair = paced;
-  fair.src_site = "C";
-  fair.bandwidth_bps = 1'000'000'000;
-  fair.stream_rate_bps = 40'000'000;
-  ASSERT_TRUE(cat_->PutRoute(fair).ok());
+  ASSERT_NO_FATAL_FAILURE(PutPacedAndFairRoutesToB());
   constexpr int kSmall = 32;
   constexpr std::uint64_t kSmallBytes = 512 << 10;
   for (int i = 0; i < kSmall; ++i) {
     const std::string path = "/s/f" + std::to_string(i);
     Store("a1", path, kSmallBytes, 100 + i);
-    auto st = cat_->Stat(path);
-    ASSERT_TRUE(st.ok());
-    const fs::path at_c1 = ReplicaFile(nodes_.at("c1")->spool, st->inode, st->generation);
-    fs::create_directories(at_c1.parent_path());
-    fs::copy_file(ReplicaFile(nodes_.at("a1")->spool, st->inode, st->generation), at_c1);
-    catalog::Replica r;
-    r.inode = st->inode;
-    r.node = "c1";
-    r.state = catalog::ReplicaState::kComplete;
-    r.generation = st->generation;
-    r.size = kSmallBytes;
-    ASSERT_TRUE(cat_->PutReplica(r).ok());
+    ASSERT_NO_FATAL_FAILURE(AddReplica(path, "a1", "c1"));
   }
   for (int i = 0; i < 16; ++i) Store("c1", "/c/f" + std::to_string(i), 16 << 20, 200 + i);
   StartPlanner();
@@ -890,34 +902,11 @@ TEST_F(SiteAgentTest, ACopyFromAThrottledSourceIsGivenBackAndPlannedFromAnother)
     o.workers = 4;
     o.straggler_after = std::chrono::milliseconds(1200);
   });
-  catalog::Route paced;
-  paced.src_site = "A";
-  paced.dst_site = "B";
-  paced.streams = 1;
-  paced.bandwidth_bps = 10'000'000'000;
-  paced.stream_rate_bps = 800'000;
-  paced.stripe_unit_bytes = 64 << 10;
-  ASSERT_TRUE(cat_->PutRoute(paced).ok());
-  catalog::Route fair = paced;
-  fair.src_site = "C";
-  fair.bandwidth_bps = 1'000'000'000;
-  fair.stream_rate_bps = 40'000'000;
-  ASSERT_TRUE(cat_->PutRoute(fair).ok());
+  ASSERT_NO_FATAL_FAILURE(PutPacedAndFairRoutesToB());
   constexpr std::uint64_t kSlow = 1 << 20;
   Store("a1", "/s/slow", kSlow, 31);
   Store("c1", "/s/big", 24 << 20, 32);
-  auto slow = cat_->Stat("/s/slow");
-  ASSERT_TRUE(slow.ok());
-  const fs::path at_c1 = ReplicaFile(nodes_.at("c1")->spool, slow->inode, slow->generation);
-  fs::create_directories(at_c1.parent_path());
-  fs::copy_file(ReplicaFile(nodes_.at("a1")->spool, slow->inode, slow->generation), at_c1);
-  catalog::Replica r;
-  r.inode = slow->inode;
-  r.node = "c1";
-  r.state = catalog::ReplicaState::kComplete;
-  r.generation = slow->generation;
-  r.size = kSlow;
-  ASSERT_TRUE(cat_->PutReplica(r).ok());
+  ASSERT_NO_FATAL_FAILURE(AddReplica("/s/slow", "a1", "c1"));
   StartPlanner();
   catalog::RequestSpec spec;
   spec.paths = {"/s"};
