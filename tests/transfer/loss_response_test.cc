@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -136,6 +137,68 @@ TEST(LossResponseTest, ANonLossBasedDefaultOnALoopbackRouteIsNeitherStartedOnCub
   EXPECT_EQ(watch.started_from(), "");
   EXPECT_EQ(ControlOf(p.client), "bbr");
   EXPECT_EQ(watch.Check(), LossResponse::Verdict::kUnchanged);
+}
+
+TEST(LossyPeersTest, APeerStaysMarkedForTheMemoryAndOnlyThatPeer) {
+  LossyPeers peers(std::chrono::seconds(60));
+  const LossyPeers::Clock::time_point t0{};
+  EXPECT_EQ(peers.marks(), 0u);
+  EXPECT_FALSE(peers.IsLossy("10.0.0.1", t0));
+  peers.Mark("10.0.0.1", t0);
+  EXPECT_EQ(peers.marks(), 1u);
+  EXPECT_TRUE(peers.IsLossy("10.0.0.1", t0 + std::chrono::seconds(59)));
+  EXPECT_FALSE(peers.IsLossy("10.0.0.2", t0 + std::chrono::seconds(1)));
+  EXPECT_FALSE(peers.IsLossy("10.0.0.1", t0 + std::chrono::seconds(60)));
+  // A later verdict renews the memory.
+  peers.Mark("10.0.0.1", t0 + std::chrono::seconds(50));
+  EXPECT_TRUE(peers.IsLossy("10.0.0.1", t0 + std::chrono::seconds(100)));
+}
+
+bool MaySelect(const char* cc) {
+  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  const bool allowed = ::setsockopt(probe, IPPROTO_TCP, TCP_CONGESTION, cc, std::strlen(cc)) == 0;
+  ::close(probe);
+  return allowed;
+}
+
+// The verdict is the route's: a stream still on CUBIC turns to BBR at its next look once
+// another stream marked its peer, without seeing loss itself (loopback never shows any).
+TEST(LossResponseTest, AStreamTurnsToBbrOnceAnotherStreamMarkedItsPeer) {
+  if (!MaySelect("cubic") || !MaySelect("bbr")) GTEST_SKIP() << "this user may not select cubic and bbr";
+  LossyPeers peers;
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(Connect("cubic", p));
+  LossResponse watch(p.client, "", /*first_stream=*/false, peers);
+  EXPECT_EQ(watch.Check(), LossResponse::Verdict::kUnchanged);
+  peers.Mark("10.9.9.9", LossyPeers::Clock::now());  // another peer: nothing
+  EXPECT_EQ(watch.Check(), LossResponse::Verdict::kUnchanged);
+  EXPECT_EQ(ControlOf(p.client), "cubic");
+  ASSERT_EQ(PeerAddressOf(p.client), "127.0.0.1");
+  peers.Mark("127.0.0.1", LossyPeers::Clock::now());
+  EXPECT_EQ(watch.Check(), LossResponse::Verdict::kTurned);
+  EXPECT_TRUE(watch.followed_peer());
+  EXPECT_EQ(watch.from(), "cubic");
+  EXPECT_EQ(ControlOf(p.client), "bbr");
+  EXPECT_EQ(watch.Check(), LossResponse::Verdict::kUnchanged);  // once per stream
+}
+
+// A stream that starts while its peer is marked turns at its first look; a chosen control is
+// left alone all the same.
+TEST(LossResponseTest, AStreamToAPeerMarkedBeforeItStartedTurnsAtItsFirstLook) {
+  if (!MaySelect("cubic") || !MaySelect("bbr")) GTEST_SKIP() << "this user may not select cubic and bbr";
+  LossyPeers peers;
+  peers.Mark("127.0.0.1", LossyPeers::Clock::now());
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(Connect("cubic", p));
+  LossResponse watch(p.client, "", /*first_stream=*/true, peers);
+  EXPECT_EQ(watch.Check(), LossResponse::Verdict::kTurned);
+  EXPECT_EQ(ControlOf(p.client), "bbr");
+
+  Pair q;
+  ASSERT_NO_FATAL_FAILURE(Connect("cubic", q));
+  LossResponse chosen(q.client, "cubic", /*first_stream=*/true, peers);
+  EXPECT_EQ(chosen.Check(), LossResponse::Verdict::kUnchanged);
+  EXPECT_EQ(ControlOf(q.client), "cubic");
 }
 
 }  // namespace

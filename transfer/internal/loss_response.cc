@@ -1,5 +1,6 @@
 #include "transfer/internal/loss_response.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -25,6 +26,38 @@ bool Select(int fd, std::string_view name) {
 
 }  // namespace
 
+void LossyPeers::Mark(const std::string& peer, Clock::time_point now) {
+  {
+    absl::MutexLock lock(&mu_);
+    until_[peer] = now + memory_;
+    std::erase_if(until_, [&](const auto& e) { return e.second <= now; });  // the lapsed
+  }
+  marks_.fetch_add(1, std::memory_order_release);
+}
+
+bool LossyPeers::IsLossy(const std::string& peer, Clock::time_point now) const {
+  absl::MutexLock lock(&mu_);
+  auto it = until_.find(peer);
+  return it != until_.end() && now < it->second;
+}
+
+LossyPeers& ProcessLossyPeers() {
+  static LossyPeers* peers = new LossyPeers();  // never destroyed: streams may outlive main
+  return *peers;
+}
+
+std::string PeerAddressOf(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof(a);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "";
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* addr = nullptr;
+  if (a.ss_family == AF_INET) addr = &reinterpret_cast<const sockaddr_in*>(&a)->sin_addr;
+  if (a.ss_family == AF_INET6) addr = &reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr;
+  if (addr == nullptr || ::inet_ntop(a.ss_family, addr, text, sizeof(text)) == nullptr) return "";
+  return text;
+}
+
 std::string ControlOf(int fd) {
   char name[32] = {};
   socklen_t len = sizeof(name);
@@ -43,12 +76,21 @@ bool ShowsRandomLoss(const TcpSample& before, const TcpSample& now) {
   return no_queue(before.srtt_us) && no_queue(now.srtt_us);
 }
 
-LossResponse::LossResponse(int fd, std::string_view chosen, bool first_stream)
-    : fd_(fd), watching_(chosen.empty()) {
+LossResponse::LossResponse(int fd, std::string_view chosen, bool first_stream, LossyPeers& peers)
+    : fd_(fd), watching_(chosen.empty()), peers_(peers) {
   if (!watching_) return;
   from_ = ControlOf(fd);
   last_ = ReadTcpSample(fd);
-  if (first_stream && !from_.empty() && !IsLossBased(from_) &&
+  // The peer's address is looked up (a system call) only once some stream of the process
+  // marked a peer.
+  peers_seen_ = peers_.marks();
+  if (peers_seen_ != 0) {
+    peer_ = PeerAddressOf(fd);
+    peer_lossy_ = !peer_.empty() && peers_.IsLossy(peer_, LossyPeers::Clock::now());
+  }
+  // A peer known to lose packets at random is not started on CUBIC: the stream keeps the
+  // host's tolerant default.
+  if (first_stream && !peer_lossy_ && !from_.empty() && !IsLossBased(from_) &&
       last_.min_rtt_us >= kLongRouteMinRttUs && !start_refused.load(std::memory_order_relaxed)) {
     if (Select(fd, kLossBasedStart)) {
       started_from_ = from_;
@@ -62,12 +104,28 @@ LossResponse::LossResponse(int fd, std::string_view chosen, bool first_stream)
 
 LossResponse::Verdict LossResponse::Check() {
   if (!watching_) return Verdict::kUnchanged;
-  const TcpSample now = ReadTcpSample(fd_);
-  const bool random = ShowsRandomLoss(last_, now);
-  last_ = now;
+  const LossyPeers::Clock::time_point now = LossyPeers::Clock::now();
+  if (const std::uint64_t marks = peers_.marks(); marks != peers_seen_) {
+    peers_seen_ = marks;
+    if (peer_.empty()) peer_ = PeerAddressOf(fd_);
+    peer_lossy_ = !peer_.empty() && peers_.IsLossy(peer_, now);
+  }
+  if (peer_lossy_) {
+    followed_peer_ = true;
+    return Turn();
+  }
+  const TcpSample sample = ReadTcpSample(fd_);
+  const bool random = ShowsRandomLoss(last_, sample);
+  last_ = sample;
   if (!random) return Verdict::kUnchanged;
+  seen_ = sample;
+  if (peer_.empty()) peer_ = PeerAddressOf(fd_);
+  if (!peer_.empty()) peers_.Mark(peer_, now);
+  return Turn();
+}
+
+LossResponse::Verdict LossResponse::Turn() {
   watching_ = false;
-  seen_ = now;
   if (!Select(fd_, kLossTolerantControl)) {
     error_ = errno;
     // Only the first refusal is reported; no stream of this process asks again.

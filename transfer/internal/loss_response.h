@@ -28,13 +28,27 @@
 // connection's life. A control that was chosen is never changed; short routes keep the
 // host's default.
 //
-// Thread safety: a LossResponse belongs to one stream (one coroutine at a time); the
-// process-wide memo of a refused switch is atomic.
+// The verdict is the route's, not only the stream's: random loss is a property of the path,
+// and a stream that turned to BBR fills the route's queue, behind which the streams still on
+// CUBIC see their losses with a queue's delay and never judge them random. On the lossy test
+// route 5 of 16 streams turned and the rest stayed on CUBIC, at a quarter of the turned ones'
+// rate (tests/bench/RESULTS.md, the lossy row). So a verdict marks the peer's address in
+// LossyPeers for kRandomLossMemory: every unchosen stream to that peer turns to BBR at its next
+// look, and a new connection to it is not started on CUBIC. After the memory lapses new
+// connections start loss-based again and judge afresh.
+//
+// Thread safety: a LossResponse belongs to one stream (one coroutine at a time); LossyPeers is
+// locked; the process-wide memo of a refused switch is atomic.
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "transfer/internal/tcp_stats.h"
 
 namespace gfrep::transfer::internal {
@@ -46,6 +60,34 @@ inline constexpr std::string_view kLossTolerantControl = "bbr";
 // The control an unchosen stream on a long route starts with when the host's default is not
 // loss-based.
 inline constexpr std::string_view kLossBasedStart = "cubic";
+
+// How long a peer stays marked after a stream to it saw random loss.
+inline constexpr std::chrono::minutes kRandomLossMemory{5};
+
+// The peers (by address, the port aside) on which a stream saw random loss lately.
+class LossyPeers {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit LossyPeers(Clock::duration memory = kRandomLossMemory) : memory_(memory) {}
+
+  void Mark(const std::string& peer, Clock::time_point now);
+  bool IsLossy(const std::string& peer, Clock::time_point now) const;
+  // Counts the marks ever made: a stream looks the peer up only when it moved (one load per
+  // block instead of a lock).
+  std::uint64_t marks() const { return marks_.load(std::memory_order_acquire); }
+
+ private:
+  const Clock::duration memory_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Clock::time_point> until_ ABSL_GUARDED_BY(mu_);
+  std::atomic<std::uint64_t> marks_{0};
+};
+
+// The process's peers: what every LossResponse reads and marks unless given its own.
+LossyPeers& ProcessLossyPeers();
+
+// The address socket `fd` is connected to, without the port ("" if not connected).
+std::string PeerAddressOf(int fd);
 
 // The congestion control socket `fd` runs now ("" if the kernel does not say).
 std::string ControlOf(int fd);
@@ -61,8 +103,10 @@ class LossResponse {
  public:
   // `fd`: the stream's socket; `chosen`: RouteOptions::congestion (non-empty: nothing
   // changes); `first_stream`: no stream ran on this connection before (Conn::TakeFirstStream):
-  // only then may the control turn to kLossBasedStart.
-  LossResponse(int fd, std::string_view chosen, bool first_stream);
+  // only then may the control turn to kLossBasedStart; `peers`: where verdicts are shared
+  // (ProcessLossyPeers(), or a test's own).
+  LossResponse(int fd, std::string_view chosen, bool first_stream,
+               LossyPeers& peers = ProcessLossyPeers());
 
   enum class Verdict {
     kUnchanged,  // no random loss seen (or not watching)
@@ -70,8 +114,12 @@ class LossResponse {
     kRefused,    // random loss seen, but the kernel refused the switch (errno in `error`)
   };
   // Called after each block the stream sent: turns the socket to kLossTolerantControl when
-  // ShowsRandomLoss. kTurned or kRefused once per stream at most (the caller logs them).
+  // ShowsRandomLoss (and marks the peer), or when the peer was marked by another stream.
+  // kTurned or kRefused once per stream at most (the caller logs them).
   Verdict Check();
+  // Whether the turn followed another stream's verdict on the same peer (seen() is then
+  // that stream's look, not this one's: empty).
+  bool followed_peer() const { return followed_peer_; }
 
   // The control the stream ran before it turned, and the sample that made it turn.
   const std::string& from() const { return from_; }
@@ -81,8 +129,15 @@ class LossResponse {
   int error() const { return error_; }
 
  private:
+  Verdict Turn();  // selects kLossTolerantControl; stops watching
+
   int fd_;
   bool watching_;
+  LossyPeers& peers_;
+  std::string peer_;
+  std::uint64_t peers_seen_ = 0;  // peers_.marks() at the last lookup
+  bool peer_lossy_ = false;       // the peer was marked (by this stream or another)
+  bool followed_peer_ = false;
   TcpSample last_;  // the previous look
   TcpSample seen_;
   std::string from_;

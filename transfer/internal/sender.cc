@@ -300,10 +300,12 @@ asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, const SourceF
     progress.Add(stream, len);
     if (const LossResponse::Verdict v = loss.Check(); v != LossResponse::Verdict::kUnchanged) {
       const TcpSample& seen = loss.seen();
-      const std::string why = fmt::format(
-          "stream {}: {} bytes re-sent with the round trip at {:.1f} ms against {:.1f} ms at least "
-          "(loss without a queue)", stream, seen.bytes_retrans, seen.srtt_us / 1e3,
-          seen.min_rtt_us / 1e3);
+      const std::string why =
+          loss.followed_peer()
+              ? fmt::format("stream {}: another stream to this peer saw loss without a queue", stream)
+              : fmt::format("stream {}: {} bytes re-sent with the round trip at {:.1f} ms against "
+                            "{:.1f} ms at least (loss without a queue)",
+                            stream, seen.bytes_retrans, seen.srtt_us / 1e3, seen.min_rtt_us / 1e3);
       if (v == LossResponse::Verdict::kTurned) {
         LoggerOf(o.logger)->info("{}: congestion control {} -> {}", why, loss.from(),
                                  kLossTolerantControl);
