@@ -316,7 +316,11 @@ class SiteAgent {
   void StopCopyThreads();
   // Starts ready tasks as copies while fewer run than are allowed and there is room for
   // their commits; wakes the claim loop when the ready ones fall to half of ClaimAhead.
+  // Each is taken from the source with the fewest copies running (NextReadyLocked).
   void LaunchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ready task to start next: among the first kSpreadLookahead, the first whose source
+  // node runs the fewest copies now (the front when all come from one source).
+  std::deque<Claimed>::iterator NextReadyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One claimed attempt, a coroutine on its I/O thread: copy, then queue its commit or fail
   // the task as `claimed.owner`.
   boost::asio::awaitable<void> RunCopy(Claimed claimed, std::shared_ptr<Running> run);
@@ -414,6 +418,8 @@ class SiteAgent {
   std::map<std::string, std::shared_ptr<std::atomic<std::uint64_t>>> source_bytes_
       ABSL_GUARDED_BY(mu_);
   int copying_ ABSL_GUARDED_BY(mu_) = 0;             // copies started and not ended
+  // The copies running from each source node (LaunchLocked spreads new copies over them).
+  std::map<std::string, int> copying_from_ ABSL_GUARDED_BY(mu_);
   int in_flight_limit_ ABSL_GUARDED_BY(mu_) = 0;     // see TuneLoop
   bool limit_binding_ ABSL_GUARDED_BY(mu_) = false;  // a ready task waited for the limit
   // The tuner of in_flight_limit_ (adapt_in_flight): updated by TuneLoop, restarted by the

@@ -113,13 +113,40 @@ void SiteAgent::CancelLocked(Running& run) {
   });
 }
 
+// How far down the ready queue a launch looks for a task from a less busy source. A claim's
+// tasks come in the catalog's order, often all of one source node's files before the next
+// one's: taken in that order, a site with two source nodes copied from one, then opened new
+// sessions to the other and started its connections again from slow start (on the 200 ms
+// route the link fell to a tenth for a second between them; RESULTS.md, 2026-11-30).
+constexpr std::size_t kSpreadLookahead = 64;
+
+std::deque<SiteAgent::Claimed>::iterator SiteAgent::NextReadyLocked() {
+  auto best = ready_.begin();
+  if (copying_from_.empty()) return best;
+  auto running = [&](const Claimed& c) {
+    auto it = copying_from_.find(c.task.spec.src_node);
+    return it == copying_from_.end() ? 0 : it->second;
+  };
+  int least = running(*best);
+  const auto end = ready_.begin() + static_cast<std::ptrdiff_t>(std::min(ready_.size(), kSpreadLookahead));
+  for (auto it = std::next(best); it != end && least > 0; ++it) {
+    if (const int n = running(*it); n < least) {
+      least = n;
+      best = it;
+    }
+  }
+  return best;
+}
+
 void SiteAgent::LaunchLocked() {
   const std::size_t commits = kCommitsPerCopy * static_cast<std::size_t>(options_.workers);
   while (!stop_ && !ready_.empty() && copying_ < LimitLocked() && completions_.size() < commits &&
          !copy_io_.empty()) {
-    Claimed next = std::move(ready_.front());
-    ready_.pop_front();
+    const auto pick = NextReadyLocked();
+    Claimed next = std::move(*pick);
+    ready_.erase(pick);
     ++copying_;
+    ++copying_from_[next.task.spec.src_node];
     stats_.peak_in_flight = std::max(stats_.peak_in_flight, copying_);
     // The I/O thread with the fewest copies: a copy that ends leaves its warm session to the
     // next one there (dealt in turn, a thread could get a new copy while the other had a
@@ -218,6 +245,9 @@ asio::awaitable<void> SiteAgent::RunCopy(Claimed claimed, std::shared_ptr<Runnin
   }
   absl::MutexLock lock(&mu_);
   --copying_;
+  if (auto it = copying_from_.find(task.spec.src_node); it != copying_from_.end() && --it->second == 0) {
+    copying_from_.erase(it);
+  }
   --run->io.copies;
   LaunchLocked();
   if (copying_ == 0) {

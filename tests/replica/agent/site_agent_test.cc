@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "absl/synchronization/mutex.h"
 #include "replica/client/reader.h"
@@ -888,6 +889,58 @@ TEST_F(SiteAgentTest, ASourceWhoseCopiesAllCrawlIsJudgedSlowAndItsFilesComeFromA
   }
   EXPECT_GE(given_back, 1);
   EXPECT_GE(small_from_c1, given_back) << "a file given back did not come from c1";
+}
+
+TEST_F(SiteAgentTest, CopiesAreSpreadOverTheSourceNodesNotTakenInTheClaimsOrder) {
+  // /x's 8 files are at a1 and /y's 8 at a2 (one site), claimed in that order, 4 copies at
+  // once (2 sessions, pipelined), the route's streams paced so that each copy lasts about
+  // 0.1 s. Taken in the claim's order, the first 4 copies to finish all came from a1 (and a2's
+  // sessions only opened after a1's files); spread, a2's files are among them.
+  StartNode("a1", "A");
+  StartNode("a2", "A");
+  TestNode& b1 = StartNode("b1", "B", /*with_agent=*/false);
+  StartAgent(b1, [](SiteAgentOptions& o) {
+    o.workers = 2;
+    o.adapt_in_flight = false;
+  });
+  catalog::Route paced;
+  paced.src_site = "A";
+  paced.dst_site = "B";
+  paced.streams = 1;
+  paced.stream_rate_bps = 40'000'000;
+  paced.stripe_unit_bytes = 64 << 10;
+  ASSERT_TRUE(cat_->PutRoute(paced).ok());
+  for (int i = 0; i < 8; ++i) Store("a1", "/x/f" + std::to_string(i), 512 << 10, 300 + i);
+  for (int i = 0; i < 8; ++i) Store("a2", "/y/f" + std::to_string(i), 512 << 10, 400 + i);
+  StartPlanner();
+  catalog::RequestSpec spec;
+  spec.paths = {"/x", "/y"};
+  spec.recursive = true;
+  spec.dst_sites = {"B"};
+  const catalog::Request done = Replicate(spec);
+  ASSERT_EQ(done.state, RequestState::kDone) << done.error;
+  catalog::TaskFilter all;
+  all.request_id = done.id;
+  absl::StatusOr<std::vector<catalog::Task>> tasks = cat_->ListTasks(all);
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 16u);
+  std::vector<catalog::Task> by_end = *tasks;
+  std::stable_sort(by_end.begin(), by_end.end(), [](const catalog::Task& a, const catalog::Task& b) {
+    return std::tie(a.updated_ns, a.id) < std::tie(b.updated_ns, b.id);
+  });
+  // The claim's order: a1's tasks first.
+  std::vector<catalog::Task> by_id = *tasks;
+  std::sort(by_id.begin(), by_id.end(),
+            [](const catalog::Task& a, const catalog::Task& b) { return a.id < b.id; });
+  ASSERT_EQ(by_id.front().spec.src_node, "a1") << "the planner made a2's tasks first: nothing tested";
+  int from_a2 = 0;
+  std::string order;
+  for (std::size_t i = 0; i < by_end.size(); ++i) {
+    if (i < 4 && by_end[i].spec.src_node == "a2") ++from_a2;
+    order += by_end[i].spec.src_node + " ";
+  }
+  EXPECT_GE(from_a2, 1) << "the copies ended in this order: " << order;
+  EXPECT_EQ(Bytes("b1", "/y/f0"), Bytes("a2", "/y/f0"));
 }
 
 TEST_F(SiteAgentTest, ACopyFromAThrottledSourceIsGivenBackAndPlannedFromAnother) {
