@@ -123,7 +123,7 @@ constexpr std::size_t kSpreadLookahead = 64;
 std::deque<SiteAgent::Claimed>::iterator SiteAgent::NextReadyLocked() {
   auto best = ready_.begin();
   if (copying_from_.empty()) return best;
-  auto running = [&](const Claimed& c) {
+  auto running = [&](const Claimed& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = copying_from_.find(c.task.spec.src_node);
     return it == copying_from_.end() ? 0 : it->second;
   };
