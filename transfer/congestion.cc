@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "absl/base/thread_annotations.h"
@@ -26,7 +27,7 @@ constexpr std::chrono::seconds kFailureMemory{60};
 
 struct Registry {
   absl::Mutex mu;
-  std::unique_ptr<internal::BpfHighSpeed> highspeed ABSL_GUARDED_BY(mu);
+  std::map<internal::BpfControlKind, std::unique_ptr<internal::BpfControl>> bpf ABSL_GUARDED_BY(mu);
   std::map<std::string, std::pair<absl::Status, std::chrono::steady_clock::time_point>> failures
       ABSL_GUARDED_BY(mu);
 };
@@ -61,6 +62,11 @@ bool LoadModule(std::string_view name) {
   return false;
 }
 
+// What gfrep's BPF program `name` is, for the one-line detail.
+std::string_view WhatBpf(std::string_view name) {
+  return name == kGfrepCubic ? "the kernel's CUBIC keeping its window over idle" : "RFC 3649";
+}
+
 CongestionControl Describe(std::string name, CongestionSource source, bool legacy = false) {
   CongestionControl c;
   c.name = std::move(name);
@@ -73,11 +79,11 @@ CongestionControl Describe(std::string name, CongestionSource source, bool legac
       c.detail = fmt::format("{}: the kernel's module tcp_{}, loaded by this process", c.name, c.name);
       break;
     case CongestionSource::kBpf:
-      c.detail = fmt::format("{}: gfrep BPF (RFC 3649), registered by this process{}", c.name,
+      c.detail = fmt::format("{}: gfrep BPF ({}), registered by this process{}", c.name, WhatBpf(c.name),
                              legacy ? " (without a link: removed at a normal exit only)" : "");
       break;
     case CongestionSource::kBpfShared:
-      c.detail = fmt::format("{}: gfrep BPF (RFC 3649), registered by another process", c.name);
+      c.detail = fmt::format("{}: gfrep BPF ({}), registered by another process", c.name, WhatBpf(c.name));
       break;
   }
   return c;
@@ -93,9 +99,11 @@ absl::Status Remember(Registry& r, const std::string& key, absl::Status s)
 // The source of an algorithm the kernel offers. REQUIRES: r.mu held.
 CongestionControl DescribeOffered(Registry& r, std::string_view name)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu) {
-  if (name == "highspeed") {
-    if (r.highspeed != nullptr) return Describe("highspeed", CongestionSource::kBpf, r.highspeed->legacy());
-    if (internal::GfrepHighSpeedRegistered()) return Describe("highspeed", CongestionSource::kBpfShared);
+  if (const std::optional<internal::BpfControlKind> kind = internal::BpfControlNamed(name)) {
+    if (auto it = r.bpf.find(*kind); it != r.bpf.end()) {
+      return Describe(std::string(name), CongestionSource::kBpf, it->second->legacy());
+    }
+    if (internal::GfrepRegistered(*kind)) return Describe(std::string(name), CongestionSource::kBpfShared);
   }
   return Describe(std::string(name), CongestionSource::kKernel);
 }
@@ -159,7 +167,8 @@ absl::StatusOr<CongestionControl> EnsureCongestionControl(std::string_view name,
     r.failures.erase(key);
     return Describe(key, CongestionSource::kKernelModule);
   }
-  if (name != "highspeed") {
+  const std::optional<internal::BpfControlKind> kind = internal::BpfControlNamed(name);
+  if (!kind) {
     return Remember(
         r, key,
         absl::NotFoundError(fmt::format(
@@ -169,17 +178,17 @@ absl::StatusOr<CongestionControl> EnsureCongestionControl(std::string_view name,
   }
   if (!options.allow_bpf) {
     return Remember(r, key,
-                    absl::FailedPreconditionError(
-                        "congestion control 'highspeed': not in this kernel and BPF not allowed"));
+                    absl::FailedPreconditionError(fmt::format(
+                        "congestion control '{}': not in this kernel and BPF not allowed", name)));
   }
   // A registration of ours from earlier whose name has gone (should not happen while we hold
   // it; drop it so a fresh one can take its place).
-  r.highspeed.reset();
+  r.bpf.erase(*kind);
   bool legacy = options.legacy_registration;
-  absl::StatusOr<std::unique_ptr<internal::BpfHighSpeed>> bpf = internal::BpfHighSpeed::Register(legacy);
+  absl::StatusOr<std::unique_ptr<internal::BpfControl>> bpf = internal::BpfControl::Register(*kind, legacy);
   if (!bpf.ok() && !legacy && !absl::IsAlreadyExists(bpf.status())) {
     // Kernels before 6.4 have no struct_ops links: register the older way.
-    absl::StatusOr<std::unique_ptr<internal::BpfHighSpeed>> old = internal::BpfHighSpeed::Register(true);
+    absl::StatusOr<std::unique_ptr<internal::BpfControl>> old = internal::BpfControl::Register(*kind, true);
     if (old.ok()) {
       bpf = std::move(old);
       legacy = true;
@@ -194,7 +203,7 @@ absl::StatusOr<CongestionControl> EnsureCongestionControl(std::string_view name,
     }
     return Remember(r, key, bpf.status());
   }
-  r.highspeed = std::move(*bpf);
+  r.bpf[*kind] = std::move(*bpf);
   r.failures.erase(key);
   return Describe(key, CongestionSource::kBpf, legacy);
 }
@@ -202,14 +211,23 @@ absl::StatusOr<CongestionControl> EnsureCongestionControl(std::string_view name,
 absl::StatusOr<HighSpeedCounters> ReadHighSpeedCounters() {
   Registry& r = TheRegistry();
   absl::MutexLock lock(&r.mu);
-  if (r.highspeed == nullptr) return absl::NotFoundError("this process has not registered BPF highspeed");
-  return r.highspeed->Counters();
+  auto it = r.bpf.find(internal::BpfControlKind::kHighSpeed);
+  if (it == r.bpf.end()) return absl::NotFoundError("this process has not registered BPF highspeed");
+  return it->second->HighSpeed();
+}
+
+absl::StatusOr<GfrepCubicCounters> ReadGfrepCubicCounters() {
+  Registry& r = TheRegistry();
+  absl::MutexLock lock(&r.mu);
+  auto it = r.bpf.find(internal::BpfControlKind::kGfrepCubic);
+  if (it == r.bpf.end()) return absl::NotFoundError("this process has not registered BPF gfrep_cubic");
+  return it->second->GfrepCubic();
 }
 
 void ReleaseCongestionControls() {
   Registry& r = TheRegistry();
   absl::MutexLock lock(&r.mu);
-  r.highspeed.reset();
+  r.bpf.clear();
   r.failures.clear();
 }
 

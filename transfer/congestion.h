@@ -17,6 +17,11 @@
 // there uses it. If the registering process ends, sockets that use it keep it, and the next
 // socket that asks for it makes this process register it again (see TuneSocket).
 //
+// gfrep also has a control of its own for its data connections, "gfrep_cubic" (kGfrepCubic):
+// the kernel's CUBIC, except that a connection idle for less than five minutes keeps its window
+// instead of restarting from the initial window (transfer/bpf/gfrep_cubic.bpf.c says why).
+// EnsureCongestionControl provides it the same way as BPF "highspeed".
+//
 // Thread safety: every function may be called from any thread (one process-wide registry,
 // guarded by a mutex). EnsureCongestionControl may block for a BPF load (tens of ms) or a
 // modprobe child: call it at start-up, or accept that pause once per registration.
@@ -34,8 +39,8 @@ namespace gfrep::transfer {
 enum class CongestionSource {
   kKernel,       // the kernel had it (built in, or a module someone loaded)
   kKernelModule, // this process loaded the kernel's module (modprobe tcp_NAME)
-  kBpf,          // gfrep's BPF program, registered by this process
-  kBpfShared,    // gfrep's BPF program, registered by another process on this host
+  kBpf,          // one of gfrep's BPF programs, registered by this process
+  kBpfShared,    // one of gfrep's BPF programs, registered by another process on this host
 };
 std::string_view ToString(CongestionSource source);
 
@@ -46,10 +51,13 @@ struct CongestionControl {
   std::string detail;
 };
 
+// CUBIC keeping its window over idle, gfrep's own (see above).
+inline constexpr std::string_view kGfrepCubic = "gfrep_cubic";
+
 struct EnsureOptions {
   // Try `modprobe tcp_NAME` before anything else (root only).
   bool allow_module = true;
-  // Provide "highspeed" with gfrep's BPF program when the kernel lacks it.
+  // Provide "highspeed" and "gfrep_cubic" with gfrep's BPF programs when the kernel lacks them.
   bool allow_bpf = true;
   // Register the BPF program the pre-6.4 way (no descriptor-bound link; removed when this
   // process calls ReleaseCongestionControls or exits normally, not when it is killed). Kernels
@@ -88,6 +96,17 @@ struct HighSpeedCounters {
   std::uint32_t max_cwnd = 0;    // largest window that grew, segments
 };
 absl::StatusOr<HighSpeedCounters> ReadHighSpeedCounters();
+
+// Counters of gfrep_cubic over every socket that used it since this process registered it.
+// kNotFound when this process has not registered it.
+struct GfrepCubicCounters {
+  std::uint64_t sockets = 0;  // connections that ran it
+  std::uint64_t kept = 0;     // restarts after idle undone: the window kept
+  std::uint64_t let_go = 0;   // restarts left alone (idle for more than five minutes)
+  std::uint32_t last_kept_cwnd = 0;     // the latest window kept, segments
+  std::uint32_t last_restart_cwnd = 0;  // and what the kernel's restart had made of it
+};
+absl::StatusOr<GfrepCubicCounters> ReadGfrepCubicCounters();
 
 // Removes what this process registered (its BPF programs); sockets already using them keep
 // them until they close. Modules stay loaded. For tests and orderly shutdown; process exit

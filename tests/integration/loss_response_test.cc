@@ -1,8 +1,9 @@
 // transfer/internal/loss_response.h over emulated routes (gftopo: two namespaces joined by
 // gfwanem): a gfcp without --cc turns its streams to BBR when the route loses packets at
 // random, keeps the hosts' loss-based default when the only losses are a full queue's, and
-// never changes a control that was chosen; where the namespaces' default is BBR, an unchosen
-// stream on the long route starts on CUBIC and turns to BBR only on random loss. gfcp pushes,
+// never changes a control that was chosen; where the namespaces' default is BBR or CUBIC, an
+// unchosen stream on the long route starts on gfrep_cubic (CUBIC keeping its window over idle)
+// and turns to BBR only on random loss. gfcp pushes,
 // so its own sockets are the senders that decide. The namespaces' default is otherwise Reno,
 // which every host allows a namespace to make its default (CUBIC may not be on
 // net.ipv4.tcp_allowed_congestion_control); the two differ in how they grow, not in reading
@@ -144,15 +145,16 @@ TEST_F(LossResponseTest, AFullQueuesLossKeepsTheDefault) {
 }
 
 // The namespaces' default is BBR and nothing is lost: the streams of a gfcp without --cc
-// start on CUBIC (the route's least RTT is 40 ms) and stay there; chosen, BBR stays.
+// start on CUBIC (the route's least RTT is 40 ms), gfrep's that keeps its window over idle
+// (root provides it), and stay there; chosen, BBR stays.
 TEST_F(LossResponseTest, AnUnchosenStreamOnALongRouteStartsOnCubicWhereBbrIsTheDefault) {
   ASSERT_NO_FATAL_FAILURE(BringUp("0", "bbr"));
   RunResult r;
   const nlohmann::json j = Push("clean", {"--buffer", "4M"}, r);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   ASSERT_TRUE(j.is_object()) << r.out;
-  EXPECT_EQ(j.value("congestion", ""), "cubic") << Describe(r);
-  EXPECT_THAT(r.err, HasSubstr("data streams start on cubic (the host's default is bbr)"));
+  EXPECT_EQ(j.value("congestion", ""), "gfrep_cubic") << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("data streams start on gfrep_cubic (the host's default is bbr)"));
 
   RunResult chosen;
   const nlohmann::json c = Push("chosen", {"--buffer", "4M", "--cc", "bbr"}, chosen);
@@ -170,7 +172,7 @@ TEST_F(LossResponseTest, AStreamThatStartedOnCubicTurnsBackToBbrOnRandomLoss) {
   ASSERT_TRUE(j.is_object()) << r.out;
   EXPECT_GT(j["tcp"].value("bytes_retrans", 0), 0) << "no loss on a route with 1e-3 loss";
   EXPECT_EQ(j.value("congestion", ""), "bbr") << Describe(r);
-  EXPECT_THAT(r.err, HasSubstr("congestion control cubic -> bbr"));
+  EXPECT_THAT(r.err, HasSubstr("congestion control gfrep_cubic -> bbr"));
 }
 
 }  // namespace

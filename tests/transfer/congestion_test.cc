@@ -468,5 +468,72 @@ TEST_F(HighSpeedBpfTest, ALossAtALargeWindowCutsItAsTheRfcSays) {
             << c->max_row << "\n";
 }
 
+// gfrep_cubic (transfer/bpf/gfrep_cubic.bpf.c): root only, like the rest. The name is global
+// in the kernel and other tests' daemons (every gfcp or agent on an emulated long route)
+// register it too, so this test takes whichever registration is there.
+class GfrepCubicBpfTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root: loads a BPF congestion control";
+  }
+  void TearDown() override { ReleaseCongestionControls(); }
+};
+
+std::uint32_t CwndOf(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return 0;
+  return info.tcpi_snd_cwnd;
+}
+
+// A window grown by a bulk send on loopback, then an idle of 1.5 s (several times the
+// retransmission timeout, at least 200 ms) and one small send: the kernel's CUBIC restarts
+// from its initial window (10 segments), gfrep_cubic sends with the window it had.
+struct AfterIdle {
+  std::uint32_t before = 0;
+  std::uint32_t after = 0;
+};
+void GrowIdleAndSend(const std::string& cc, AfterIdle& seen) {
+  SocketPair pair;
+  ASSERT_NO_FATAL_FAILURE(Connect(cc, pair));
+  EXPECT_EQ(CongestionOf(pair.client), cc);
+  ASSERT_TRUE(Pump(pair, 256 << 20));
+  seen.before = CwndOf(pair.client);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  char byte = 'y';
+  ASSERT_EQ(::send(pair.client, &byte, 1, MSG_NOSIGNAL), 1);
+  seen.after = CwndOf(pair.client);
+  char got = 0;
+  ASSERT_EQ(::recv(pair.server, &got, 1, 0), 1);
+}
+
+TEST_F(GfrepCubicBpfTest, KeepsTheWindowOverAnIdleAfterWhichTheKernelsCubicRestarts) {
+  std::ifstream sysctl("/proc/sys/net/ipv4/tcp_slow_start_after_idle");
+  int restart_after_idle = 1;
+  sysctl >> restart_after_idle;
+  if (restart_after_idle == 0) GTEST_SKIP() << "net.ipv4.tcp_slow_start_after_idle is off here: no restart to keep";
+  absl::StatusOr<CongestionControl> cc = EnsureCongestionControl(kGfrepCubic);
+  ASSERT_TRUE(cc.ok()) << cc.status();
+  EXPECT_THAT(cc->detail, HasSubstr("CUBIC keeping its window over idle"));
+  EXPECT_TRUE(cc->source == CongestionSource::kBpf || cc->source == CongestionSource::kBpfShared) << cc->detail;
+
+  AfterIdle kernel, ours;
+  ASSERT_NO_FATAL_FAILURE(GrowIdleAndSend("cubic", kernel));
+  ASSERT_NO_FATAL_FAILURE(GrowIdleAndSend(std::string(kGfrepCubic), ours));
+  std::cout << "window before -> after 1.5 s idle: cubic " << kernel.before << " -> " << kernel.after
+            << ", gfrep_cubic " << ours.before << " -> " << ours.after << " segments\n";
+  ASSERT_GT(kernel.before, 20u) << "the bulk send did not grow the window: nothing to restart";
+  EXPECT_LE(kernel.after, 12u) << "the kernel's CUBIC did not restart after idle";
+  ASSERT_GT(ours.before, 20u);
+  EXPECT_GE(ours.after, ours.before) << "gfrep_cubic restarted after idle";
+  if (cc->source == CongestionSource::kBpf) {
+    absl::StatusOr<GfrepCubicCounters> c = ReadGfrepCubicCounters();
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_GE(c->sockets, 1u);
+    EXPECT_GE(c->kept, 1u);
+    EXPECT_EQ(c->let_go, 0u);
+  }
+}
+
 }  // namespace
 }  // namespace gfrep::transfer

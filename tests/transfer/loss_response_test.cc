@@ -60,8 +60,9 @@ TEST(LossResponseTest, NoRttSampleIsNotJudged) {
   EXPECT_FALSE(ShowsRandomLoss(Look(0, 200, 200), Look(9000, 0, 200)));
 }
 
-TEST(LossResponseTest, OnlyRenoAndCubicAreLossBased) {
+TEST(LossResponseTest, OnlyRenoAndTheCubicsAreLossBased) {
   EXPECT_TRUE(IsLossBased("cubic"));
+  EXPECT_TRUE(IsLossBased("gfrep_cubic"));  // the kernel's CUBIC keeping its window over idle
   EXPECT_TRUE(IsLossBased("reno"));
   EXPECT_FALSE(IsLossBased("bbr"));
   EXPECT_FALSE(IsLossBased("highspeed"));  // only ever chosen, never a default here

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "transfer/congestion.h"
+
 namespace gfrep::transfer::internal {
 namespace {
 
@@ -22,6 +24,20 @@ std::atomic<bool> start_refused{false};
 bool Select(int fd, std::string_view name) {
   return ::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(),
                       static_cast<socklen_t>(name.size())) == 0;
+}
+
+// Selects gfrep_cubic on `fd`, providing it first if no process has (a BPF load, once; a
+// refusal is remembered for a minute by EnsureCongestionControl). False where it cannot be
+// had (no root, no BPF congestion controls): the stream runs the kernel's CUBIC instead.
+bool SelectGfrepCubic(int fd) {
+  static std::atomic<bool> refused{false};  // offered, but not to this process
+  if (refused.load(std::memory_order_relaxed)) return false;
+  if (Select(fd, kGfrepCubic)) return true;
+  // Not registered yet, or the process that registered it has gone.
+  if (!EnsureCongestionControl(kGfrepCubic).ok()) return false;
+  if (Select(fd, kGfrepCubic)) return true;
+  refused.store(true, std::memory_order_relaxed);
+  return false;
 }
 
 }  // namespace
@@ -65,7 +81,9 @@ std::string ControlOf(int fd) {
   return std::string(name, strnlen(name, sizeof(name)));
 }
 
-bool IsLossBased(std::string_view name) { return name == "reno" || name == "cubic"; }
+bool IsLossBased(std::string_view name) {
+  return name == "reno" || name == "cubic" || name == kGfrepCubic;
+}
 
 bool ShowsRandomLoss(const TcpSample& before, const TcpSample& now) {
   if (now.bytes_retrans <= before.bytes_retrans) return false;
@@ -89,14 +107,20 @@ LossResponse::LossResponse(int fd, std::string_view chosen, bool first_stream, L
     peer_lossy_ = !peer_.empty() && peers_.IsLossy(peer_, LossyPeers::Clock::now());
   }
   // A peer known to lose packets at random is not started on CUBIC: the stream keeps the
-  // host's tolerant default.
-  if (first_stream && !peer_lossy_ && !from_.empty() && !IsLossBased(from_) &&
-      last_.min_rtt_us >= kLongRouteMinRttUs && !start_refused.load(std::memory_order_relaxed)) {
-    if (Select(fd, kLossBasedStart)) {
+  // host's tolerant default. Otherwise a long route's first stream runs CUBIC, gfrep's own
+  // that keeps its window over idle where it can be had, the kernel's where not.
+  const bool long_route = first_stream && !peer_lossy_ && !from_.empty() && last_.min_rtt_us >= kLongRouteMinRttUs;
+  if (long_route && (from_ == "cubic" || !IsLossBased(from_))) {
+    if (SelectGfrepCubic(fd)) {
       started_from_ = from_;
-      from_ = std::string(kLossBasedStart);
-    } else {
-      start_refused.store(true, std::memory_order_relaxed);
+      from_ = std::string(kGfrepCubic);
+    } else if (!IsLossBased(from_) && !start_refused.load(std::memory_order_relaxed)) {
+      if (Select(fd, kLossBasedStart)) {
+        started_from_ = from_;
+        from_ = std::string(kLossBasedStart);
+      } else {
+        start_refused.store(true, std::memory_order_relaxed);
+      }
     }
   }
   watching_ = IsLossBased(from_) && !switch_refused.load(std::memory_order_relaxed);

@@ -28,6 +28,12 @@
 // connection's life. A control that was chosen is never changed; short routes keep the
 // host's default.
 //
+// The CUBIC a long route's stream starts on (from the host's CUBIC or from a tolerant default)
+// is gfrep's own, "gfrep_cubic" (transfer/congestion.h), where this process can provide it: the
+// kernel's CUBIC without Linux's restart from the initial window after an idle longer than the
+// retransmission timeout, which cost a warm session's next request two seconds of ramp on the
+// 200 ms test route. Where it cannot be had (no root, no BPF), the kernel's CUBIC.
+//
 // The verdict is the route's, not only the stream's: random loss is a property of the path,
 // and a stream that turned to BBR fills the route's queue, behind which the streams still on
 // CUBIC see their losses with a queue's delay and never judge them random. On the lossy test
@@ -58,7 +64,7 @@ inline constexpr std::uint32_t kLongRouteMinRttUs = 10'000;
 // The control a stream turns to on random loss.
 inline constexpr std::string_view kLossTolerantControl = "bbr";
 // The control an unchosen stream on a long route starts with when the host's default is not
-// loss-based.
+// loss-based and gfrep_cubic cannot be had.
 inline constexpr std::string_view kLossBasedStart = "cubic";
 
 // How long a peer stays marked after a stream to it saw random loss.
@@ -92,7 +98,8 @@ std::string PeerAddressOf(int fd);
 // The congestion control socket `fd` runs now ("" if the kernel does not say).
 std::string ControlOf(int fd);
 
-// Whether `name` reads every loss as congestion: reno and cubic (the hosts' defaults).
+// Whether `name` reads every loss as congestion: reno and cubic (the hosts' defaults), and
+// gfrep_cubic.
 bool IsLossBased(std::string_view name);
 
 // Pure: whether a stream whose two latest looks were `before` and `now` shows random loss:
@@ -103,7 +110,8 @@ class LossResponse {
  public:
   // `fd`: the stream's socket; `chosen`: RouteOptions::congestion (non-empty: nothing
   // changes); `first_stream`: no stream ran on this connection before (Conn::TakeFirstStream):
-  // only then may the control turn to kLossBasedStart; `peers`: where verdicts are shared
+  // only then may the control turn to gfrep_cubic or kLossBasedStart (a switch resets CUBIC's
+  // state); `peers`: where verdicts are shared
   // (ProcessLossyPeers(), or a test's own).
   LossResponse(int fd, std::string_view chosen, bool first_stream,
                LossyPeers& peers = ProcessLossyPeers());
@@ -123,7 +131,8 @@ class LossResponse {
 
   // The control the stream ran before it turned, and the sample that made it turn.
   const std::string& from() const { return from_; }
-  // The host's default this stream turned from to kLossBasedStart ("" if it did not).
+  // The host's default this stream turned from to gfrep_cubic or kLossBasedStart ("" if it
+  // did not); from() is then the control it started on.
   const std::string& started_from() const { return started_from_; }
   const TcpSample& seen() const { return seen_; }
   int error() const { return error_; }

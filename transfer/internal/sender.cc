@@ -248,7 +248,7 @@ asio::awaitable<absl::Status> SendStream(Conn& c, SenderState& st, const SourceF
   LossResponse loss(c.socket().native_handle(), o.route.congestion, c.TakeFirstStream());
   if (static std::atomic<bool> told{false}; !loss.started_from().empty() && !told.exchange(true)) {
     LoggerOf(o.logger)->info("long route: data streams start on {} (the host's default is {})",
-                             kLossBasedStart, loss.started_from());
+                             loss.from(), loss.started_from());
   }
   SetUnsentLowWater(c.socket().native_handle(), low_water);  // ignored if refused: the 20-ms look remains
   while (!st.failed && !st.queue.empty()) {
