@@ -382,6 +382,9 @@ enum class TaskState : std::uint8_t {
 std::string_view ToString(TaskState state);
 absl::StatusOr<TaskState> ParseTaskState(std::string_view text);
 
+// TaskSpec::dst_share_ppm of a node that has the whole route.
+inline constexpr std::uint32_t kWholeRoutePpm = 1'000'000;
+
 // One file copy from a source node to a destination node (planned by replica/).
 struct TaskSpec {
   std::uint64_t request_id = 0;  // 0: not part of a request
@@ -396,6 +399,11 @@ struct TaskSpec {
   // shared by the tasks from the same source node). 0: the route's own settings.
   std::uint32_t streams = 0;
   std::uint64_t route_rate_bps = 0;
+  // The destination node's part of the open tasks on the task's route when the planner made
+  // it, in parts per million (0: not known, as in tasks made before this field: the whole
+  // route). The destination agent starts a burst of work with that part of the route's
+  // bytes in flight, so that the agents of one site together start at what one would alone.
+  std::uint32_t dst_share_ppm = 0;
 };
 
 struct Task {

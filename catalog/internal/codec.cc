@@ -1,5 +1,6 @@
 #include "catalog/internal/codec.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -564,6 +565,7 @@ std::string EncodeTask(const Task& x) {
   w.I64(x.updated_ns);
   w.U64(x.spec.streams);
   w.U64(x.spec.route_rate_bps);
+  w.U64(x.spec.dst_share_ppm);
   return w.Take();
 }
 
@@ -593,6 +595,7 @@ absl::StatusOr<Task> DecodeTask(std::string_view in) {
   if (!r.AtEnd()) {
     x.spec.streams = r.U32();
     x.spec.route_rate_bps = r.U64();
+    if (!r.AtEnd()) x.spec.dst_share_ppm = std::min<std::uint32_t>(r.U32(), kWholeRoutePpm);
   }
   if (!ok) return absl::DataLossError("corrupt task record: bad state");
   if (absl::Status s = r.Finish("task"); !s.ok()) return s;

@@ -1,5 +1,6 @@
 #include "catalog/internal/convert.h"
 
+#include <algorithm>
 #include <string>
 
 #include <fmt/format.h>
@@ -381,6 +382,7 @@ void ToProto(const TaskSpec& in, v1::TaskSpec* out) {
   out->set_not_before_ns(in.not_before_ns);
   out->set_streams(in.streams);
   out->set_route_rate_bps(in.route_rate_bps);
+  out->set_dst_share_ppm(in.dst_share_ppm);
 }
 
 TaskSpec FromProto(const v1::TaskSpec& in) {
@@ -394,6 +396,7 @@ TaskSpec FromProto(const v1::TaskSpec& in) {
   s.not_before_ns = in.not_before_ns();
   s.streams = in.streams();
   s.route_rate_bps = in.route_rate_bps();
+  s.dst_share_ppm = std::min<std::uint32_t>(in.dst_share_ppm(), kWholeRoutePpm);
   return s;
 }
 

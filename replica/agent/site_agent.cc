@@ -20,6 +20,7 @@
 #include "replica/agent/internal/site_agent_copy.h"
 #include "replica/agent/internal/spool_keeper.h"
 #include "replica/agent/pull_options.h"
+#include "replica/core/route_budget.h"
 #include "replica/core/spool.h"
 #include "transfer/agent.h"
 #include "transfer/checksum.h"
@@ -157,29 +158,13 @@ void SiteAgent::ShareSessionsLocked() {
 
 int SiteAgent::BurstStartLocked(const std::vector<catalog::Task>& tasks) const {
   if (tasks.empty() || options_.start_in_flight_bytes == 0) return options_.initial_in_flight;
-  // Bytes to keep in flight: 1.3 bandwidth-delay products of the route when its RTT and
-  // bandwidth (measured, else learnt from copies) are known here without asking the catalog.
-  // More than one, for the gaps between a copy's files; not much more, because small files
-  // put all their bytes in flight within a few round trips and what the link does not hold
-  // queues at its bottleneck, then overflows (on the 200 ms / 1 Gbit/s route, 8 copies of
-  // 4 MiB, 1.3 BDP, re-sent nothing; 16 re-sent 2.8 % and were slower: RESULTS.md, 2026-11-30).
-  constexpr double kBdps = 1.3;
-  double target = static_cast<double>(options_.start_in_flight_bytes);
+  // The route as this agent knows it without asking the catalog.
+  const catalog::Route* route = nullptr;
   if (auto n = node_cache_.find(tasks.front().spec.src_node); n != node_cache_.end()) {
-    if (auto r = route_cache_.find(n->second.value.site); r != route_cache_.end()) {
-      const catalog::Route& route = r->second.value;
-      const double rtt_ms = route.rtt_ms > 0 ? route.rtt_ms : route.observed.rtt_ms;
-      const double bps = static_cast<double>(route.bandwidth_bps > 0 ? route.bandwidth_bps
-                                                                     : route.observed.peak_bps);
-      if (rtt_ms > 0 && bps > 0) target = std::clamp(kBdps * rtt_ms / 1000 * bps / 8, 1e6, 1e9);
-    }
+    if (auto r = route_cache_.find(n->second.value.site); r != route_cache_.end()) route = &r->second.value;
   }
-  double bytes = 0;
-  for (const catalog::Task& t : tasks) bytes += static_cast<double>(t.size);
-  const double mean = std::max(1.0, bytes / static_cast<double>(tasks.size()));
-  const double copies = std::ceil(target / mean);
-  return static_cast<int>(std::clamp(copies, static_cast<double>(options_.initial_in_flight),
-                                     static_cast<double>(options_.workers)));
+  return BurstStartCopies(route, tasks, options_.start_in_flight_bytes, options_.initial_in_flight,
+                          options_.workers);
 }
 
 SiteAgent::~SiteAgent() { Stop(); }

@@ -295,10 +295,9 @@ class SiteAgent {
   int LimitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells each I/O thread's session cache its share of the copies at once (pipeline_files).
   void ShareSessionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Copies at once to start a burst of work with: enough to keep 1.3 times the route's
-  // bandwidth-delay product in flight with files of the claimed tasks' mean size
-  // (start_in_flight_bytes where the route's RTT and bandwidth are not in the lookup cache),
-  // between initial_in_flight and workers.
+  // Copies at once to start a burst of work with: BurstStartCopies (replica/core/route_budget.h)
+  // for the route in the lookup cache (start_in_flight_bytes where it is not there), between
+  // initial_in_flight and workers.
   int BurstStartLocked(const std::vector<catalog::Task>& tasks) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The copy pipeline (site_agent_copy.cc). An I/O thread of the copies (io_threads of them).

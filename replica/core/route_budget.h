@@ -18,11 +18,19 @@
 // up to R. A source agent takes the share of the latest task it serves; a source that got
 // no new task in a step keeps its older share until it does (tasks are created as others
 // end, so it follows the mix within a few files).
+//
+// Bytes in flight: every task also carries its destination node's part of the open tasks on
+// its route (TaskSpec::dst_share_ppm). A destination agent that gets work while idle starts
+// with enough copies for 1.3 bandwidth-delay products of the route; with two nodes of a site
+// pulling on one route, each started 1.3 and the route's queue overflowed (200 x 4 MiB over
+// two nodes per site: 2,000-4,000 segments re-sent, 0.59-0.71 of the link against 0.87 with
+// one node: tests/bench/RESULTS.md). With its part, each starts at its share of the 1.3.
 
 #include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "catalog/types.h"
 
@@ -41,8 +49,10 @@ class RouteLoad {
  public:
   using Key = std::pair<std::string, std::string>;  // source site, destination site
 
-  // Counts an open task (existing or just planned) from `src_node` with `streams` streams.
-  void Add(const Key& route, const std::string& src_node, std::uint32_t streams);
+  // Counts an open task (existing or just planned) from `src_node` to `dst_node` with
+  // `streams` streams.
+  void Add(const Key& route, const std::string& src_node, const std::string& dst_node,
+           std::uint32_t streams);
 
   // The streams a new copy of `size` bytes gets on route `r` now: 0 when the route's stream
   // budget is spent, StreamsWanted-capped share of what is left, or 0 with `ok` true when the
@@ -57,6 +67,10 @@ class RouteLoad {
   // route (R when none are counted); 0 when the route has no rate.
   std::uint64_t RateShare(const catalog::Route& r, const std::string& src_node) const;
 
+  // `dst_node`'s open tasks on `route` / all open tasks on it, in parts per million
+  // (catalog::kWholeRoutePpm when none are counted).
+  std::uint32_t DstSharePpm(const Key& route, const std::string& dst_node) const;
+
   std::uint64_t streams(const Key& route) const;
   int tasks(const Key& route) const;
 
@@ -65,8 +79,22 @@ class RouteLoad {
     std::uint64_t streams = 0;
     int tasks = 0;
     std::map<std::string, int> tasks_from;  // source node -> open tasks
+    std::map<std::string, int> tasks_to;    // destination node -> open tasks
   };
   std::map<Key, Load> load_;
 };
+
+// Copies at once a destination agent starts a burst of work with (work that came to it
+// idle): enough to keep 1.3 bandwidth-delay products of `route` in flight (measured RTT and
+// bandwidth, else those learnt from copies; `default_in_flight_bytes` when `route` is null or
+// says neither), times the node's part of the route (the first task's dst_share_ppm), with
+// files of `tasks`' mean size; between `min_copies` and `max_copies`. More than one BDP, for
+// the gaps between a copy's files; not much more, because small files put all their bytes in
+// flight within a few round trips and what the link does not hold queues at its bottleneck,
+// then overflows (on the 200 ms / 1 Gbit/s route, 8 copies of 4 MiB, 1.3 BDP, re-sent
+// nothing; 16 re-sent 2.8 % and were slower: tests/bench/RESULTS.md, 2026-11-30).
+// REQUIRES: !tasks.empty().
+int BurstStartCopies(const catalog::Route* route, const std::vector<catalog::Task>& tasks,
+                     std::uint64_t default_in_flight_bytes, int min_copies, int max_copies);
 
 }  // namespace gfrep::replica

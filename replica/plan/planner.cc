@@ -238,7 +238,7 @@ absl::StatusOr<FileOutcome> PlanFile(const catalog::Roles& catalog, const std::s
     c.dst_node = dst.name;
     c.dst_site = dst.site;
     c.streams = share.streams;
-    st.route_load.Add(route, src_node.name,
+    st.route_load.Add(route, src_node.name, dst.name,
                       share.streams > 0 ? share.streams : (r != nullptr ? StreamsWanted(*r, out.size) : 0));
     out.copies.push_back(std::move(c));
     st.open_per_dst[dst.name] += 1;
@@ -438,7 +438,7 @@ absl::Status Planner::Step() {
     st.open_per_route[route] += 1;
     const catalog::Route* r = st.topology.FindRoute(route.first, route.second);
     // A task made before its route had a budget uses the route's per-copy streams.
-    st.route_load.Add(route, t.spec.src_node,
+    st.route_load.Add(route, t.spec.src_node, t.spec.dst_node,
                       t.spec.streams > 0 ? t.spec.streams : (r != nullptr ? StreamsWanted(*r, t.size) : 0));
     st.planned_src[t.spec.src_node] += 1;
   }
@@ -531,13 +531,14 @@ absl::Status Planner::Step() {
   }
 
   // Every copy of this step is planned: each new task gets its source node's share of its
-  // route's rate from the final counts (route_budget.h), so that the shares of one step add
-  // up to the route's rate.
+  // route's rate and its destination node's part of the route's open tasks from the final
+  // counts (route_budget.h), so that the shares of one step add up to the route's.
   for (Pending& p : pending) {
     for (catalog::TaskSpec& spec : p.specs) {
-      const std::string src_site = SiteOf(st.topology, spec.src_node);
-      const catalog::Route* route = st.topology.FindRoute(src_site, SiteOf(st.topology, spec.dst_node));
+      const RouteKey key{SiteOf(st.topology, spec.src_node), SiteOf(st.topology, spec.dst_node)};
+      const catalog::Route* route = st.topology.FindRoute(key.first, key.second);
       if (route != nullptr) spec.route_rate_bps = st.route_load.RateShare(*route, spec.src_node);
+      spec.dst_share_ppm = st.route_load.DstSharePpm(key, spec.dst_node);
     }
   }
   for (Pending& p : pending) {

@@ -76,9 +76,15 @@ TEST(CodecTest, RecordsRoundTrip) {
   t.spec.priority = -3;
   t.state = TaskState::kLeased;
   t.last_error = "boom";
+  t.spec.streams = 4;
+  t.spec.route_rate_bps = 500'000'000;
+  t.spec.dst_share_ppm = 250'000;
   absl::StatusOr<Task> tb = DecodeTask(EncodeTask(t));
   ASSERT_TRUE(tb.ok());
   EXPECT_EQ(tb->spec.priority, -3);
+  EXPECT_EQ(tb->spec.streams, 4u);
+  EXPECT_EQ(tb->spec.route_rate_bps, 500'000'000u);
+  EXPECT_EQ(tb->spec.dst_share_ppm, 250'000u);
   EXPECT_EQ(tb->state, TaskState::kLeased);
   EXPECT_EQ(tb->last_error, "boom");
 
@@ -89,6 +95,26 @@ TEST(CodecTest, RecordsRoundTrip) {
   r.dst_site = "b";
   r.rtt_ms = 199.5;
   EXPECT_DOUBLE_EQ(DecodeRoute(EncodeRoute(r))->rtt_ms, 199.5);
+}
+
+TEST(CodecTest, TaskRecordsWithoutTheDestinationsPartStillDecode) {
+  Task t;
+  t.id = 9;
+  t.spec.path = "/x";
+  t.spec.streams = 2;
+  t.spec.route_rate_bps = 300'000'000;
+  t.spec.dst_share_ppm = 0;
+  std::string old = EncodeTask(t);
+  old.pop_back();  // the record as it was before dst_share_ppm (its 0 is one byte)
+  absl::StatusOr<Task> from_old = DecodeTask(old);
+  ASSERT_TRUE(from_old.ok()) << from_old.status();
+  EXPECT_EQ(from_old->spec.dst_share_ppm, 0u);  // not known: the whole route
+  EXPECT_EQ(from_old->spec.route_rate_bps, 300'000'000u);
+  // A part over the whole (a corrupt or hostile record) reads as the whole.
+  t.spec.dst_share_ppm = 5'000'000;
+  absl::StatusOr<Task> over = DecodeTask(EncodeTask(t));
+  ASSERT_TRUE(over.ok()) << over.status();
+  EXPECT_EQ(over->spec.dst_share_ppm, kWholeRoutePpm);
 }
 
 TEST(CodecTest, NodeRecordsWithoutTheWorkerCountStillDecode) {

@@ -241,6 +241,9 @@ TEST_F(PlannerTest, SpreadsFilesOverNodePairsWithinThePerNodeWindow) {
   EXPECT_EQ(per_dst["b2"], 2);
   EXPECT_EQ(per_src["a1"], 2);
   EXPECT_EQ(per_src["a2"], 2);
+  // Each destination node has half of the route's open tasks, and its tasks say so: its agent
+  // starts a burst at half the route's bytes in flight (route_budget.h).
+  for (const Task& t : tasks) EXPECT_EQ(t.spec.dst_share_ppm, 500'000u) << t.spec.dst_node;
 
   // As tasks finish, the window lets the rest through, until all are done.
   for (int round = 0; round < 5 && Get(id).state != RequestState::kDone; ++round) {
