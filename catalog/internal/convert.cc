@@ -1,6 +1,5 @@
 #include "catalog/internal/convert.h"
 
-#include <algorithm>
 #include <string>
 
 #include <fmt/format.h>
@@ -396,7 +395,7 @@ TaskSpec FromProto(const v1::TaskSpec& in) {
   s.not_before_ns = in.not_before_ns();
   s.streams = in.streams();
   s.route_rate_bps = in.route_rate_bps();
-  s.dst_share_ppm = std::min<std::uint32_t>(in.dst_share_ppm(), kWholeRoutePpm);
+  s.dst_share_ppm = in.dst_share_ppm();  // as sent; a part over the whole is read as the whole
   return s;
 }
 

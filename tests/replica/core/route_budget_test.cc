@@ -49,6 +49,9 @@ TEST(BurstStartTest, OneNodeStartsWith13BdpOfItsFiles) {
   // Tasks made before the planner gave parts (0) have the whole route.
   const std::vector<catalog::Task> old(200, TaskOf(4 << 20, 0));
   EXPECT_EQ(BurstStartCopies(&route, old, 0, 2, 64), 8);
+  // A part over the whole (a peer's bad value: the proto carries it as sent) is the whole.
+  const std::vector<catalog::Task> over(200, TaskOf(4 << 20, 5'000'000));
+  EXPECT_EQ(BurstStartCopies(&route, over, 0, 2, 64), 8);
 }
 
 TEST(BurstStartTest, TwoNodesOfASiteEachStartWithTheirPart) {
