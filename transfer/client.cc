@@ -430,7 +430,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
       std::shared_ptr<SessionCache::Impl::Busy> ahead = c.Ahead(key);
       if (ahead == nullptr) {
         // Every session is opening, or has a pull ahead on it: until one changes.
-        co_await c.Wait(std::chrono::milliseconds(100));
+        co_await c.Wait(key, std::chrono::milliseconds(100));
         if (co_await CancellationRequested()) co_return cancelled;
         continue;
       }
@@ -519,7 +519,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
     co_return absl::DataLossError("unexpected reply to get");
   }
   DestinationSpec spec{abs_final, tmp_dir, *size, *source_id, p->options.checksum, name,
-                       create_only};
+                       create_only, JournalFor(*size, p->options.route.stripe_unit)};
   absl::StatusOr<std::shared_ptr<DestinationFile>> dst = OpenDestination(spec);
   if (dst.ok() && whole && (*dst)->resumed_bytes > 0) {
     // Another pull of this destination left bytes between our look and the offer.
@@ -564,7 +564,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
     slot.busy->ctrl = ctrl_conn;
     slot.busy->pipelines = pipelines;
     slot.busy->receiving = true;
-    cache->impl().Changed();
+    cache->impl().Changed(key);
   }
   std::function<bool()> ahead_sent;
   if (slot.busy) ahead_sent = [b = slot.busy] { return b->successor; };

@@ -401,6 +401,106 @@ TEST_F(SessionTest, AnInterruptedPullResumesWithItsRangesNotTheWholeFile) {
   EXPECT_TRUE(PulledIntact("r"));
 }
 
+TEST_F(SessionTest, AFileOfOneBlockKeepsNoRestartJournalAndALargerOneDoes) {
+  // A file that comes in one block (no larger than the stripe unit) has nothing to resume:
+  // its pull writes the partial file only, no journal (whose create, sync and removal were
+  // most of a small file's system calls); a file of several blocks keeps one while it comes.
+  StartAgent();
+  options_.route.streams = 1;
+  options_.route.stripe_unit = 2 << 20;
+  options_.journal_interval = 256 << 10;
+  // 2 MB/s (after TCP's first flight): each pull takes a while.
+  options_.route.stream_rate_bps = 16ull << 20;
+  testing::WriteRandomFile(dir_.path() / "spool" / "one", 1536 << 10, 5);
+  testing::WriteRandomFile(dir_.path() / "spool" / "many", 4608 << 10, 6);
+  asio::io_context io;
+  SessionCache cache;
+  for (const auto& [name, journal_expected] : {std::pair{"one", false}, std::pair{"many", true}}) {
+    bool saw_part = false, saw_journal = false;
+    std::optional<absl::StatusOr<TransferStats>> result;
+    asio::co_spawn(io,
+                   AsyncPull(endpoint_, name, dir_.path() / "out" / name, dir_.path() / "tmp",
+                             options_, &cache),
+                   [&](std::exception_ptr e, absl::StatusOr<TransferStats> r) {
+                     result = e ? absl::InternalError("exception") : std::move(r);
+                   });
+    asio::steady_timer tick(io);
+    std::function<void()> look = [&] {
+      std::error_code ec;
+      for (const fs::directory_entry& e : fs::directory_iterator(dir_.path() / "tmp", ec)) {
+        const std::string f = e.path().filename().string();
+        saw_part |= f.ends_with(".part");
+        saw_journal |= f.ends_with(".journal");
+      }
+      if (result.has_value()) return;
+      tick.expires_after(5ms);
+      tick.async_wait([&](boost::system::error_code) { look(); });
+    };
+    look();
+    io.restart();
+    io.run();
+    ASSERT_TRUE(result->ok()) << name << ": " << result->status();
+    EXPECT_TRUE(PulledIntact(name));
+    EXPECT_TRUE(saw_part) << name;
+    EXPECT_EQ(saw_journal, journal_expected) << name;
+  }
+}
+
+TEST_F(SessionTest, AOneBlockPullRemovesAJournalAnEarlierAttemptLeft) {
+  // An attempt that kept a journal (another stripe unit then) left it beside its partial
+  // file; the one-block pull that takes the partial file over removes it, so that no journal
+  // outlives the partial file it describes.
+  StartAgent();
+  testing::WriteRandomFile(dir_.path() / "spool" / "f", 1536 << 10, 8);
+  asio::io_context io;
+  SessionCache cache;
+  // The first attempt, in blocks of 256 KiB, keeps a journal; it is cancelled once the
+  // journal is there (2 MB/s after TCP's first flight: the pull takes most of a second).
+  options_.route.streams = 1;
+  options_.route.stripe_unit = 256 << 10;
+  options_.journal_interval = 256 << 10;
+  options_.route.stream_rate_bps = 16ull << 20;
+  std::optional<absl::StatusOr<TransferStats>> first;
+  asio::cancellation_signal cancel;
+  fs::path journal;
+  asio::co_spawn(io,
+                 AsyncPull(endpoint_, "f", dir_.path() / "out" / "f", dir_.path() / "tmp", options_,
+                           &cache),
+                 asio::bind_cancellation_slot(
+                     cancel.slot(), [&](std::exception_ptr e, absl::StatusOr<TransferStats> r) {
+                       first = e ? absl::InternalError("exception") : std::move(r);
+                     }));
+  asio::steady_timer tick(io);
+  std::function<void()> look = [&] {
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir_.path() / "tmp", ec)) {
+      if (e.path().filename().string().ends_with(".journal")) journal = e.path();
+    }
+    if (first.has_value()) return;
+    if (!journal.empty()) {
+      cancel.emit(asio::cancellation_type::terminal);
+      return;
+    }
+    tick.expires_after(2ms);
+    tick.async_wait([&](boost::system::error_code) { look(); });
+  };
+  look();
+  io.run();
+  ASSERT_FALSE(journal.empty()) << "the first attempt kept no journal";
+  ASSERT_TRUE(fs::exists(journal)) << "a cancelled attempt keeps its journal for a resume";
+  // Now the whole file is one block.
+  options_.route.stripe_unit = 2 << 20;
+  options_.route.stream_rate_bps = 0;
+  absl::StatusOr<TransferStats> second = PullOne(io, cache, "f");
+  for (int i = 0; i < 40 && absl::IsUnavailable(second.status()); ++i) {
+    std::this_thread::sleep_for(50ms);  // the cancelled pull lets go of its lock (see above)
+    second = PullOne(io, cache, "f");
+  }
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(PulledIntact("f"));
+  EXPECT_FALSE(fs::exists(journal));
+}
+
 TEST(BlockSizeTest, SmallFilesAreSpreadOverEveryStream) {
   constexpr std::uint64_t kMiB = 1 << 20;
   // 4 MiB over 8 streams: 512 KiB blocks, not one 4 MiB block on one stream.

@@ -48,6 +48,8 @@ class Journal {
 
   const RangeSet& ranges() const { return ranges_; }
   bool resumed() const { return resumed_; }
+  // Opened (Open) and not closed; a default-constructed journal is not (a copy without one).
+  bool is_open() const { return fd_ >= 0; }
   void Close();
 
  private:

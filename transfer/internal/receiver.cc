@@ -70,6 +70,17 @@ void Discard(const DestinationFile& dst) {
   (void)ec;  // ignored: best-effort cleanup of a file that failed its checksum
 }
 
+// A page-aligned buffer of `cap` bytes, allocated at its first get().
+struct ReadBackBuffer {
+  explicit ReadBackBuffer(std::size_t cap) : cap(cap) {}
+  unsigned char* get() {
+    if (!data) data.reset(static_cast<unsigned char*>(std::aligned_alloc(4096, cap)));
+    return data.get();
+  }
+  const std::size_t cap;
+  std::unique_ptr<unsigned char, decltype(&std::free)> data{nullptr, &std::free};
+};
+
 struct ReceiverState {
   explicit ReceiverState(const asio::any_io_executor& ex)
       : flush_done(ex, SteadyTime::time_point::max()) {}
@@ -106,10 +117,9 @@ struct ReceiverState {
   std::map<std::uint64_t, PooledBlock> pool;
   std::uint64_t pool_limit = 0;
   std::uint64_t pool_used = 0;  // bytes of the pooled blocks plus blocks being received into one
-  // Read-back scratch of the catch-up (used on the receive thread only, one at a time).
-  static constexpr std::size_t kScratch = 256 * 1024;
-  std::unique_ptr<unsigned char, decltype(&std::free)> scratch{
-      static_cast<unsigned char*>(std::aligned_alloc(4096, kScratch)), &std::free};
+  // Read-back scratch of the catch-up (used on the receive thread only, one at a time),
+  // made at its first read-back: a file whose blocks all arrive in order never needs it.
+  ReadBackBuffer scratch{256 * 1024};
   std::vector<std::unique_ptr<unsigned char[]>> spare;  // released stripe-unit buffers, reused
   std::uint64_t spare_size = 0;                         // size of each spare buffer
   std::uint64_t pooled_blocks = 0;                      // stats for tests/logs
@@ -138,8 +148,8 @@ struct ReceiverState {
 };
 
 // Reads back and hashes received bytes from hashed_upto on, at most `limit` bytes.
-absl::Status CatchUpHash(ReceiverState& st, DestinationFile& dst, unsigned char* buf,
-                         std::size_t cap, std::uint64_t limit) {
+absl::Status CatchUpHash(ReceiverState& st, DestinationFile& dst, ReadBackBuffer& scratch,
+                         std::uint64_t limit) {
   if (st.file_hasher == nullptr || st.frontier_claimed) return absl::OkStatus();
   std::uint64_t budget = limit;
   for (;;) {
@@ -159,6 +169,8 @@ absl::Status CatchUpHash(ReceiverState& st, DestinationFile& dst, unsigned char*
     if (auto next = st.pool.upper_bound(st.hashed_upto); next != st.pool.end()) {
       end = std::min(end, next->first);
     }
+    const std::size_t cap = scratch.cap;
+    unsigned char* buf = scratch.get();
     while (st.hashed_upto < end) {
       auto n = static_cast<std::size_t>(std::min<std::uint64_t>(cap, end - st.hashed_upto));
       std::size_t got = 0;
@@ -180,7 +192,8 @@ absl::Status CatchUpHash(ReceiverState& st, DestinationFile& dst, unsigned char*
 }
 
 absl::Status FlushRanges(DestinationFile& dst, const std::vector<ByteRange>& ranges) {
-  if (ranges.empty()) return absl::OkStatus();
+  // Without a journal nothing is kept for a resume: the commit syncs the file once.
+  if (ranges.empty() || !dst.journal.is_open()) return absl::OkStatus();
   if (::fdatasync(dst.fd) != 0) return ErrnoStatus(errno, "sync partial file");
   return dst.journal.Append(ranges);
 }
@@ -273,7 +286,7 @@ void BookWrite(BlockWrite& w, const asio::any_io_executor& ex) {
   w.dst->received.Add(w.range);
   // Blocks that arrived ahead of the frontier, while they are recent (bounded per block
   // so a long resumed prefix does not stall the streams; the rest is read at the end).
-  w.status = CatchUpHash(st, *w.dst, st.scratch.get(), ReceiverState::kScratch, 4 * len);
+  w.status = CatchUpHash(st, *w.dst, st.scratch, 4 * len);
   if (!w.status.ok()) return;
   st.pending.push_back(w.range);
   st.pending_bytes += len;
@@ -384,7 +397,9 @@ asio::awaitable<absl::Status> ReceiveBlocks(Conn& c, const std::shared_ptr<Recei
         block = std::move(own.back());
         own.pop_back();
       } else {
-        block = std::make_unique_for_overwrite<unsigned char[]>(o.route.stripe_unit);
+        // No larger than the file: a small file's block is all of it.
+        block = std::make_unique_for_overwrite<unsigned char[]>(
+            std::min<std::uint64_t>(o.route.stripe_unit, dst->size));
         ++own_made;
       }
     }
@@ -514,10 +529,13 @@ absl::StatusOr<std::shared_ptr<DestinationFile>> OpenDestination(const Destinati
     if (errno != ENOENT)
       return ErrnoStatus(errno, fmt::format("stat {}", spec.final_path.string()));
   }
-  std::error_code ec;
-  std::filesystem::create_directories(spec.tmp_dir, ec);
-  if (ec)
-    return absl::InternalError(fmt::format("create {}: {}", spec.tmp_dir.string(), ec.message()));
+  // Usually one mkdir: the parents are there (the spool's temporary directory).
+  if (::mkdir(spec.tmp_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    std::error_code ec;
+    std::filesystem::create_directories(spec.tmp_dir, ec);
+    if (ec)
+      return absl::InternalError(fmt::format("create {}: {}", spec.tmp_dir.string(), ec.message()));
+  }
   std::string key = PartialKey(spec.final_path);
   d->part_path = spec.tmp_dir / (key + ".part");
   d->journal_path = spec.tmp_dir / (key + ".journal");
@@ -529,10 +547,15 @@ absl::StatusOr<std::shared_ptr<DestinationFile>> OpenDestination(const Destinati
     }
     return ErrnoStatus(errno, fmt::format("open {}", d->part_path.string()));
   }
-  absl::StatusOr<Journal> j =
-      Journal::Open(d->journal_path, JournalHeader{spec.size, spec.source_id, spec.checksum});
-  if (!j.ok()) return j.status();
-  d->journal = std::move(*j);
+  if (spec.journal) {
+    absl::StatusOr<Journal> j =
+        Journal::Open(d->journal_path, JournalHeader{spec.size, spec.source_id, spec.checksum});
+    if (!j.ok()) return j.status();
+    d->journal = std::move(*j);
+  } else if (::unlink(d->journal_path.c_str()) != 0 && errno != ENOENT) {
+    // One left by an earlier attempt that kept a journal: it must not outlive our partial file.
+    return ErrnoStatus(errno, fmt::format("remove {}", d->journal_path.string()));
+  }
   if (!d->journal.resumed() && ::ftruncate(d->fd, 0) != 0) {
     return ErrnoStatus(errno, fmt::format("truncate {}", d->part_path.string()));
   }
@@ -645,10 +668,8 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
               return st->tree->Finish();
             }
             if (st->file_hasher != nullptr) {
-              constexpr std::size_t kCap = 1 << 20;
-              std::unique_ptr<unsigned char, decltype(&std::free)> b(
-                  static_cast<unsigned char*>(std::aligned_alloc(4096, kCap)), &std::free);
-              absl::Status c = CatchUpHash(*st, *dst, b.get(), kCap, dst->size);
+              ReadBackBuffer b{1 << 20};
+              absl::Status c = CatchUpHash(*st, *dst, b, dst->size);
               if (!c.ok()) return c;
               if (st->hashed_upto == dst->size) return st->file_hasher->Finish();
             }
@@ -679,9 +700,11 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
             // The journal goes first: it must never describe an inode that is not our
             // partial file any more (a later session reuses its name).
             std::function<absl::Status()> commit = [dst]() -> absl::Status {
-              dst->journal.Close();
-              if (::unlink(dst->journal_path.c_str()) != 0 && errno != ENOENT) {
-                return ErrnoStatus(errno, fmt::format("remove {}", dst->journal_path.string()));
+              if (dst->journal.is_open()) {
+                dst->journal.Close();
+                if (::unlink(dst->journal_path.c_str()) != 0 && errno != ENOENT) {
+                  return ErrnoStatus(errno, fmt::format("remove {}", dst->journal_path.string()));
+                }
               }
               absl::Status c = InstallFile(dst->part_path, dst->final_path, dst->create_only);
               if (absl::IsAlreadyExists(c)) {

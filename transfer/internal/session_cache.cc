@@ -34,11 +34,13 @@ std::optional<SessionCache::Impl::Warm> SessionCache::Impl::Take(const std::stri
     --it;
     if (now - it->idle_since > idle_limit) {
       CloseWarm(*it);
+      Count(it->key, false);
       it = warm.erase(it);
       continue;
     }
     if (!found && it->key == key) {
       found = std::move(*it);
+      Count(key, false);
       it = warm.erase(it);
     }
   }
@@ -47,16 +49,30 @@ std::optional<SessionCache::Impl::Warm> SessionCache::Impl::Take(const std::stri
 
 void SessionCache::Impl::Put(Warm w) {
   w.idle_since = std::chrono::steady_clock::now();
+  Count(w.key, true);
   warm.push_back(std::move(w));
   while (warm.size() > max_idle) {
     CloseWarm(warm.front());
+    Count(warm.front().key, false);
     warm.pop_front();
   }
 }
 
 void SessionCache::Impl::CloseAll() {
-  for (Warm& w : warm) CloseWarm(w);
+  for (Warm& w : warm) {
+    CloseWarm(w);
+    Count(w.key, false);
+  }
   warm.clear();
+}
+
+void SessionCache::Impl::Count(const std::string& key, bool up) {
+  if (up) {
+    ++open_count[key];
+    return;
+  }
+  auto it = open_count.find(key);
+  if (it != open_count.end() && --it->second == 0) open_count.erase(it);
 }
 
 std::shared_ptr<SessionCache::Impl::Busy> SessionCache::Impl::Use(const std::string& key,
@@ -67,25 +83,26 @@ std::shared_ptr<SessionCache::Impl::Busy> SessionCache::Impl::Use(const std::str
   b->ctrl = std::move(ctrl);
   b->pipelines = pipelines;
   busy.push_back(b);
+  Count(key, true);
   return b;
 }
 
 std::size_t SessionCache::Impl::Open(const std::string& key) const {
-  std::size_t n = 0;
-  for (const Warm& w : warm) n += w.key == key ? 1 : 0;
-  for (const auto& b : busy) n += b->key == key ? 1 : 0;
-  return n;
+  auto it = open_count.find(key);
+  return it == open_count.end() ? 0 : it->second;
 }
 
 std::shared_ptr<SessionCache::Impl::Busy> SessionCache::Impl::Ahead(const std::string& key) const {
   for (const auto& b : busy) {
-    if (b->key == key && b->pipelines && b->receiving && !b->successor) return b;
+    if (b->pipelines && b->receiving && !b->successor && b->key == key) return b;
   }
   return nullptr;
 }
 
 void SessionCache::Impl::Release(const std::shared_ptr<Busy>& b, std::optional<Warm> w) {
+  if (b->released) return;  // released once: a second call changes nothing
   busy.remove(b);
+  Count(b->key, false);
   b->released = true;
   if (w && b->successor && !b->successor_gone) {
     // Still counted as open (Open) while the successor wakes.
@@ -99,14 +116,22 @@ void SessionCache::Impl::Release(const std::shared_ptr<Busy>& b, std::optional<W
     b->ctrl->Close();  // the successor's offer read ends
   }
   if (b->wake) b->wake->cancel();
-  Changed();
+  Changed(b->key);
 }
 
-void SessionCache::Impl::Changed() {
-  for (const auto& w : waiters) {
-    if (auto t = w.lock()) t->cancel();
+void SessionCache::Impl::Changed(const std::string& key) {
+  auto it = waiters.find(key);
+  if (it == waiters.end()) return;
+  std::deque<std::weak_ptr<internal::asio::steady_timer>>& q = it->second;
+  while (!q.empty()) {
+    std::shared_ptr<internal::asio::steady_timer> t = q.front().lock();
+    q.pop_front();
+    if (t) {
+      t->cancel();
+      break;
+    }
   }
-  waiters.clear();
+  if (q.empty()) waiters.erase(it);
 }
 
 internal::asio::awaitable<void> SessionCache::Impl::WaitFor(const std::shared_ptr<Busy>& b,
@@ -117,10 +142,13 @@ internal::asio::awaitable<void> SessionCache::Impl::WaitFor(const std::shared_pt
   co_await wake->async_wait(internal::kNoThrow);
 }
 
-internal::asio::awaitable<void> SessionCache::Impl::Wait(std::chrono::milliseconds limit) {
+internal::asio::awaitable<void> SessionCache::Impl::Wait(const std::string& key,
+                                                          std::chrono::milliseconds limit) {
   auto t = std::make_shared<internal::asio::steady_timer>(
       co_await internal::asio::this_coro::executor, limit);
-  waiters.push_back(t);
+  std::deque<std::weak_ptr<internal::asio::steady_timer>>& q = waiters[key];
+  while (!q.empty() && q.front().expired()) q.pop_front();  // pulls that stopped waiting
+  q.push_back(t);
   co_await t->async_wait(internal::kNoThrow);
 }
 

@@ -5,10 +5,12 @@
 // route settings that shaped the connections.
 
 #include <chrono>
+#include <deque>
 #include <list>
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "transfer/client.h"
@@ -47,6 +49,10 @@ struct SessionCache::Impl {
   std::size_t pipeline_after = 0;  // SetPipelining
   std::list<Warm> warm;  // least recently used first
   std::list<std::shared_ptr<Busy>> busy;
+  // Sessions per key, idle and in use (what Open returns): kept as `warm` and `busy` change,
+  // so that a pull's choice costs no walk over every session (hundreds at once for small
+  // files, each compared by its key).
+  std::unordered_map<std::string, std::size_t> open_count;
   Stats stats;
 
   // The most recently used warm session for `key` that is not past the idle limit, taken
@@ -67,14 +73,21 @@ struct SessionCache::Impl {
   // to the idle ones (`w` set); or it is closed (`w` empty: the pull failed), and so is one
   // whose successor is gone (the agent is sending it a file nobody reads).
   void Release(const std::shared_ptr<Busy>& b, std::optional<Warm> w);
-  // Wakes the pulls that wait (Wait) after any change of the sessions in use.
-  void Changed();
-  // Until the next Changed(), or `limit`.
-  internal::asio::awaitable<void> Wait(std::chrono::milliseconds limit);
+  // A session to `key` changed so that one waiting pull (Wait) may now go on: a warm session
+  // was put back, one began receiving (a get may go ahead on it) or one closed (a new one may
+  // open). Wakes the pull that has waited longest for `key`: one change serves one pull; the
+  // others wait for the next change (or their limit).
+  void Changed(const std::string& key);
+  // Until a Changed(key) wakes this pull, or `limit`.
+  internal::asio::awaitable<void> Wait(const std::string& key, std::chrono::milliseconds limit);
   // Until `b` is released (its successor waits so; only that release wakes it), or `limit`.
   internal::asio::awaitable<void> WaitFor(const std::shared_ptr<Busy>& b,
                                           std::chrono::milliseconds limit);
-  std::vector<std::weak_ptr<internal::asio::steady_timer>> waiters;
+  // Pulls waiting in Wait, per key, longest waiting first (entries of pulls that stopped
+  // waiting are expired and skipped).
+  std::unordered_map<std::string, std::deque<std::weak_ptr<internal::asio::steady_timer>>> waiters;
+  // open_count[key] one up or down.
+  void Count(const std::string& key, bool up);
 };
 
 namespace internal {
