@@ -81,7 +81,9 @@ absl::Status Validate(const SiteAgentOptions& o) {
     return absl::InvalidArgumentError(fmt::format("address: {}", std::string(e.status().message())));
   }
   if (o.spool.empty()) return absl::InvalidArgumentError("site agent needs a spool directory");
-  if (o.workers < 1 || o.workers > 256) return absl::InvalidArgumentError("workers must be 1..256");
+  if (o.workers < 1 || o.workers > kMaxWorkers) {
+    return absl::InvalidArgumentError(fmt::format("workers must be 1..{}", kMaxWorkers));
+  }
   if (o.initial_in_flight < 1) return absl::InvalidArgumentError("initial copies in flight must be >= 1");
   if (o.tune_period.count() < 10) return absl::InvalidArgumentError("tune period must be >= 10 ms");
   if (o.straggler_after.count() < 0 || (o.straggler_after.count() > 0 && o.straggler_after.count() < 100)) {

@@ -109,6 +109,9 @@ namespace internal {
 class SpoolKeeper;
 }
 
+// The most copies at once an agent runs (SiteAgentOptions::workers, gfsited --workers).
+inline constexpr int kMaxWorkers = 1024;
+
 struct SiteAgentOptions {
   // Uses view, work, replicas and sites (usually all one catalog::CatalogClient).
   // REQUIRES: those non-null, outliving the agent.
@@ -125,8 +128,8 @@ struct SiteAgentOptions {
   // Create the site in the catalog if it does not exist yet.
   bool create_site = true;
   // Copies at once, at most (coroutines, not threads; also registered as Node::workers,
-  // which sizes the planner's window for this node).
-  int workers = 256;
+  // which sizes the planner's window for this node). 1..kMaxWorkers.
+  int workers = 512;
   // Tune the copies at once from measured goodput (in_flight.h) between 1 and `workers`
   // every `tune_period`, starting each burst of work (tasks claimed by an idle agent) from
   // enough copies to keep 1.3 bandwidth-delay products in flight, at least

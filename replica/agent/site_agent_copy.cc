@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/async_result.hpp>
@@ -441,8 +442,12 @@ absl::Status SiteAgent::FinishCopy(const catalog::Task& task, const Running& run
     absl::MutexLock lock(&mu_);
     (pulled->reused_session ? stats_.pulls_on_warm_sessions : stats_.pulls_on_new_sessions) += 1;
   }
-  std::error_code ec;
-  fs::remove_all(plan.tmp, ec);  // ignored: only leftovers of a finished copy
+  // Empty now but for leftovers of an earlier attempt (the engine renamed the partial file
+  // into place and removed its journal): usually one rmdir.
+  if (::rmdir(plan.tmp.c_str()) != 0 && errno != ENOENT) {
+    std::error_code ec;
+    fs::remove_all(plan.tmp, ec);  // ignored: only leftovers of a finished copy
+  }
   return StampOf(plan.final_path, out.mtime_ns);
 }
 

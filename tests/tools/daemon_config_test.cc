@@ -238,6 +238,28 @@ TEST_F(DaemonConfigTest, AnUnwritableLogFileIsAClearError) {
   EXPECT_THAT(r.err, HasSubstr("gfsited: --log-file " + log));
 }
 
+// 512 copies at once by default, up to 1,024: on a 200 ms route a session carries about one
+// small file per round trip, and 256 (the old limit) held 64 KiB files to ~1,030 a second.
+TEST_F(DaemonConfigTest, AnAgentRunsUpTo1024CopiesAtOnceAnd512ByDefault) {
+  const fs::path spool = dir_.path() / "spool";
+  fs::create_directories(spool);
+  const std::vector<std::string> base{BinPath("gfsited"), "--spool", spool.string(), "--key-file",
+                                      key_, "--print-config"};
+  RunResult by_default = RunCommand(base);
+  EXPECT_EQ(by_default.exit_code, 0) << by_default.err;
+  EXPECT_THAT(by_default.out, HasSubstr("\nworkers=512\n"));
+  std::vector<std::string> most = base;
+  most.insert(most.end(), {"--workers", "1024"});
+  RunResult at_most = RunCommand(most);
+  EXPECT_EQ(at_most.exit_code, 0) << at_most.err;
+  EXPECT_THAT(at_most.out, HasSubstr("\nworkers=1024\n"));
+  std::vector<std::string> over = base;
+  over.insert(over.end(), {"--workers", "1025"});
+  RunResult too_many = RunCommand(over);
+  EXPECT_NE(too_many.exit_code, 0);
+  EXPECT_THAT(too_many.err, HasSubstr("--workers"));
+}
+
 // The shipped examples (tools/packaging/*.toml) use only real keys: with every commented key
 // uncommented too, each daemon reads them.
 TEST_F(DaemonConfigTest, ShippedExamplesUseOnlyRealKeys) {

@@ -74,7 +74,7 @@ void AddSitedFlags(CLI::App& app, SitedFlags& f) {
   app.add_option(
          "--workers", f.workers,
          "replica copies at once, at most (each a coroutine on the --io-threads, not a thread)")
-      ->check(CLI::Range(1, 256))
+      ->check(CLI::Range(1, replica::agent::kMaxWorkers))
       ->capture_default_str();
   app.add_option("--adapt-in-flight", f.adapt_in_flight,
                  "tune the copies at once from measured goodput, up to --workers (true|false; "
@@ -84,7 +84,7 @@ void AddSitedFlags(CLI::App& app, SitedFlags& f) {
                  "copies at once a burst of work starts from when adapting, at least (a burst "
                  "starts with 1.3 bandwidth-delay products of the route in flight, 32 MiB where "
                  "unknown)")
-      ->check(CLI::Range(1, 256))
+      ->check(CLI::Range(1, replica::agent::kMaxWorkers))
       ->capture_default_str();
   app.add_option("--io-threads", f.io_threads,
                  "threads that run the replica copies (all copies share them)")
