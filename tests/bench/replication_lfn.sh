@@ -31,6 +31,11 @@
 # the destination agents gave back (stragglers, slow sources).
 # JSON_OUT=DIR keeps, per workload, gfrep's --json (LABEL.json: its ramp series) and the
 # daemons' logs as they were when it ended (LABEL-NAME.log).
+# PERF_OUT=DIR records, over each measured gfrep command, `perf record -a -g -F 999` of the
+# whole machine (DIR/LABEL.perf.data: `perf report -i ... --sort comm,dso,sym`);
+# SYSCALLS_OUT=DIR counts the system calls of the destination agents (`perf trace -s`:
+# DIR/LABEL.syscalls). Both cost CPU (the second much more), so such a row's figures are not
+# the workload's own.
 # Other topologies: SRC_SITE/DST_SITE (default a/b), PAIRS=K runs agents on the first K nodes
 # of each site only, IPERF_PAIRS="jp-n1:us-n1 jp-n4:us-n4" measures iperf3 on several node
 # pairs at once and sums them (the reference for a topology of several routes). A workload
@@ -199,9 +204,26 @@ run() {  # run LABEL N KIB
     throttler=$!
     PIDS+=("$throttler")
   fi
+  local profilers=()
+  if [[ -n ${PERF_OUT:-} ]]; then
+    mkdir -p "$PERF_OUT"
+    perf record -a -g -F 999 -o "$PERF_OUT/$label.perf.data" 2>/dev/null &
+    profilers+=($!)
+  fi
+  if [[ -n ${SYSCALLS_OUT:-} ]]; then
+    mkdir -p "$SYSCALLS_OUT"
+    perf trace -s -p "$(IFS=,; echo "${DST_AGENT_PIDS[*]}")" -o "$SYSCALLS_OUT/$label.syscalls" 2>/dev/null &
+    profilers+=($!)
+  fi
+  if ((${#profilers[@]})); then
+    PIDS+=("${profilers[@]}")
+    sleep 1
+  fi
   t0=$(date +%s.%N)
   out=$(ns "$FIRST_SRC" "$BIN/gfrep" -D "$DST_SITE" -r --json "/$label")
   t1=$(date +%s.%N)
+  for p in "${profilers[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+  for p in "${profilers[@]}"; do wait "$p" 2>/dev/null || true; done
   kill -TERM "$sampler" "${wires[@]}"
   wait "$sampler" "${wires[@]}" || true
   if [[ -n $throttler ]]; then
