@@ -66,15 +66,32 @@ class SessionTest : public ::testing::Test {
   }
 
   // Pulls spool file `name` to `dir_/out/name` over `cache` on `io` (one pull at a time).
+  // `watch`, if set, runs on `io` at the start and every `every` while the pull runs; the
+  // pull is cancelled when it returns true.
   absl::StatusOr<TransferStats> PullOne(asio::io_context& io, SessionCache& cache,
-                                        const std::string& name) {
+                                        const std::string& name,
+                                        std::function<bool()> watch = {},
+                                        std::chrono::milliseconds every = 5ms) {
     std::optional<absl::StatusOr<TransferStats>> result;
+    asio::cancellation_signal cancel;
     asio::co_spawn(io,
                    AsyncPull(endpoint_, name, dir_.path() / "out" / name, dir_.path() / "tmp",
                              options_, &cache),
-                   [&](std::exception_ptr e, absl::StatusOr<TransferStats> r) {
-                     result = e ? absl::InternalError("exception") : std::move(r);
-                   });
+                   asio::bind_cancellation_slot(
+                       cancel.slot(), [&](std::exception_ptr e, absl::StatusOr<TransferStats> r) {
+                         result = e ? absl::InternalError("exception") : std::move(r);
+                       }));
+    asio::steady_timer tick(io);
+    std::function<void()> look = [&] {
+      if (result.has_value()) return;
+      if (watch()) {
+        cancel.emit(asio::cancellation_type::terminal);
+        return;
+      }
+      tick.expires_after(every);
+      tick.async_wait([&](boost::system::error_code) { look(); });
+    };
+    if (watch) look();
     io.restart();
     io.run();
     return std::move(*result);
@@ -417,29 +434,16 @@ TEST_F(SessionTest, AFileOfOneBlockKeepsNoRestartJournalAndALargerOneDoes) {
   SessionCache cache;
   for (const auto& [name, journal_expected] : {std::pair{"one", false}, std::pair{"many", true}}) {
     bool saw_part = false, saw_journal = false;
-    std::optional<absl::StatusOr<TransferStats>> result;
-    asio::co_spawn(io,
-                   AsyncPull(endpoint_, name, dir_.path() / "out" / name, dir_.path() / "tmp",
-                             options_, &cache),
-                   [&](std::exception_ptr e, absl::StatusOr<TransferStats> r) {
-                     result = e ? absl::InternalError("exception") : std::move(r);
-                   });
-    asio::steady_timer tick(io);
-    std::function<void()> look = [&] {
+    absl::StatusOr<TransferStats> pulled = PullOne(io, cache, name, [&] {
       std::error_code ec;
       for (const fs::directory_entry& e : fs::directory_iterator(dir_.path() / "tmp", ec)) {
         const std::string f = e.path().filename().string();
         saw_part |= f.ends_with(".part");
         saw_journal |= f.ends_with(".journal");
       }
-      if (result.has_value()) return;
-      tick.expires_after(5ms);
-      tick.async_wait([&](boost::system::error_code) { look(); });
-    };
-    look();
-    io.restart();
-    io.run();
-    ASSERT_TRUE(result->ok()) << name << ": " << result->status();
+      return false;
+    });
+    ASSERT_TRUE(pulled.ok()) << name << ": " << pulled.status();
     EXPECT_TRUE(PulledIntact(name));
     EXPECT_TRUE(saw_part) << name;
     EXPECT_EQ(saw_journal, journal_expected) << name;
@@ -460,33 +464,19 @@ TEST_F(SessionTest, AOneBlockPullRemovesAJournalAnEarlierAttemptLeft) {
   options_.route.stripe_unit = 256 << 10;
   options_.journal_interval = 256 << 10;
   options_.route.stream_rate_bps = 16ull << 20;
-  std::optional<absl::StatusOr<TransferStats>> first;
-  asio::cancellation_signal cancel;
   fs::path journal;
-  asio::co_spawn(io,
-                 AsyncPull(endpoint_, "f", dir_.path() / "out" / "f", dir_.path() / "tmp", options_,
-                           &cache),
-                 asio::bind_cancellation_slot(
-                     cancel.slot(), [&](std::exception_ptr e, absl::StatusOr<TransferStats> r) {
-                       first = e ? absl::InternalError("exception") : std::move(r);
-                     }));
-  asio::steady_timer tick(io);
-  std::function<void()> look = [&] {
-    std::error_code ec;
-    for (const fs::directory_entry& e : fs::directory_iterator(dir_.path() / "tmp", ec)) {
-      if (e.path().filename().string().ends_with(".journal")) journal = e.path();
-    }
-    if (first.has_value()) return;
-    if (!journal.empty()) {
-      cancel.emit(asio::cancellation_type::terminal);
-      return;
-    }
-    tick.expires_after(2ms);
-    tick.async_wait([&](boost::system::error_code) { look(); });
-  };
-  look();
-  io.run();
-  ASSERT_FALSE(journal.empty()) << "the first attempt kept no journal";
+  absl::StatusOr<TransferStats> first = PullOne(
+      io, cache, "f",
+      [&] {
+        std::error_code ec;
+        for (const fs::directory_entry& e : fs::directory_iterator(dir_.path() / "tmp", ec)) {
+          if (e.path().filename().string().ends_with(".journal")) journal = e.path();
+        }
+        return !journal.empty();
+      },
+      2ms);
+  ASSERT_FALSE(journal.empty()) << "the first attempt kept no journal: " << first.status();
+  ASSERT_FALSE(first.ok()) << "the first attempt was meant to be cancelled";
   ASSERT_TRUE(fs::exists(journal)) << "a cancelled attempt keeps its journal for a resume";
   // Now the whole file is one block.
   options_.route.stripe_unit = 2 << 20;
