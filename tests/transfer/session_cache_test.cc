@@ -39,6 +39,7 @@ TEST(SessionCacheImplTest, OpenCountsTheSessionsOfAKeyInUseAndIdleThroughEveryCh
   EXPECT_EQ(c.Open("a"), 2u);
   c.Release(a1, WarmTo("a"));  // a second release of the same use changes nothing
   EXPECT_EQ(c.Open("a"), 2u);
+  EXPECT_EQ(cache.idle(), 1u);
   std::optional<Impl::Warm> w = c.Take("a");
   ASSERT_TRUE(w.has_value());
   EXPECT_EQ(c.Open("a"), 1u);  // taken out: the pull that took it uses it next

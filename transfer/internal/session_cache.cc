@@ -100,7 +100,10 @@ std::shared_ptr<SessionCache::Impl::Busy> SessionCache::Impl::Ahead(const std::s
 }
 
 void SessionCache::Impl::Release(const std::shared_ptr<Busy>& b, std::optional<Warm> w) {
-  if (b->released) return;  // released once: a second call changes nothing
+  if (b->released) {  // released once: a second call only closes what it brought
+    if (w) CloseWarm(*w);
+    return;
+  }
   busy.remove(b);
   Count(b->key, false);
   b->released = true;

@@ -71,7 +71,8 @@ struct SessionCache::Impl {
   std::shared_ptr<Busy> Ahead(const std::string& key) const;
   // The current pull of `b` ended: the session goes to the pull that went ahead on it, else
   // to the idle ones (`w` set); or it is closed (`w` empty: the pull failed), and so is one
-  // whose successor is gone (the agent is sending it a file nobody reads).
+  // whose successor is gone (the agent is sending it a file nobody reads). A use is released
+  // once: a second call closes `w` and changes nothing else.
   void Release(const std::shared_ptr<Busy>& b, std::optional<Warm> w);
   // A session to `key` changed so that one waiting pull (Wait) may now go on: a warm session
   // was put back, one began receiving (a get may go ahead on it) or one closed (a new one may
