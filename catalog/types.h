@@ -401,8 +401,9 @@ struct TaskSpec {
   std::uint64_t route_rate_bps = 0;
   // The destination node's part of the open tasks on the task's route when the planner made
   // it, in parts per million (0: not known, as in tasks made before this field: the whole
-  // route; more than kWholeRoutePpm is read as the whole). The destination agent starts a burst of work with that part of the route's
-  // bytes in flight, so that the agents of one site together start at what one would alone.
+  // route; more than kWholeRoutePpm is read as the whole). The destination agent starts a
+  // burst of work with that part of the route's bytes in flight, so that the agents of one
+  // site together start at what one would alone.
   std::uint32_t dst_share_ppm = 0;
 };
 

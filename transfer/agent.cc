@@ -515,8 +515,7 @@ struct AgentServer::Impl {
       co_return co_await Fail(*conn, absl::InvalidArgumentError(fmt::format("{} is a directory", *path)));
     }
     internal::DestinationSpec spec{*final_path, spool / internal::kTmpDirName, *size, *source_id,
-                                   o.checksum, *path, IsReplicaRelativePath(*path),
-                                   internal::JournalFor(*size, o.route.stripe_unit)};
+                                   o.checksum, *path, IsReplicaRelativePath(*path)};
     absl::StatusOr<std::shared_ptr<internal::DestinationFile>> dst = internal::OpenDestination(spec);
     if (!dst.ok()) co_return co_await Fail(*conn, dst.status());
     std::string token = internal::RandomHex(16);

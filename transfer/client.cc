@@ -519,7 +519,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> PullFileBody(Endpoint agent, std:
     co_return absl::DataLossError("unexpected reply to get");
   }
   DestinationSpec spec{abs_final, tmp_dir, *size, *source_id, p->options.checksum, name,
-                       create_only, JournalFor(*size, p->options.route.stripe_unit)};
+                       create_only};
   absl::StatusOr<std::shared_ptr<DestinationFile>> dst = OpenDestination(spec);
   if (dst.ok() && whole && (*dst)->resumed_bytes > 0) {
     // Another pull of this destination left bytes between our look and the offer.

@@ -71,7 +71,8 @@ int BurstStartCopies(const catalog::Route* route, const std::vector<catalog::Tas
                                                                     : route->observed.peak_bps);
     if (rtt_ms > 0 && bps > 0) target = kBdps * rtt_ms / 1000 * bps / 8;
   }
-  if (const std::uint32_t ppm = std::min(tasks.front().spec.dst_share_ppm, catalog::kWholeRoutePpm); ppm > 0) {
+  const std::uint32_t ppm = std::min(tasks.front().spec.dst_share_ppm, catalog::kWholeRoutePpm);
+  if (ppm > 0) {
     target *= static_cast<double>(ppm) / catalog::kWholeRoutePpm;
   }
   target = std::clamp(target, 1e6, 1e9);

@@ -14,8 +14,9 @@
 // In both modes:
 //  - Open succeeds; the loaded ranges are sorted, disjoint, non-empty and within the size;
 //  - a torn or damaged tail is dropped: after Open the file ends after the last record
-//    loaded (or is a fresh journal), so that a range appended now is loaded after a reopen,
-//    together with the ones loaded before.
+//    loaded (or is gone: one whose header is not the expected one describes nothing of
+//    ours, and a new journal is made by its first record), so that a range appended now is
+//    loaded after a reopen, together with the ones loaded before.
 
 #include <fuzzer/FuzzedDataProvider.h>
 #include <unistd.h>
@@ -142,9 +143,12 @@ void CheckOpen(const JournalHeader& h, const std::optional<Loaded>& expected, st
   }
   FUZZ_CHECK(got == want, "loaded other ranges than the valid records before the first bad one");
 
-  const std::size_t records = expected ? expected->records.size() : 0;
-  FUZZ_CHECK(fs::file_size(path) == HeaderBytes(h) + records * kRecordBytes,
-             "the torn or damaged tail was not dropped");
+  if (expected) {
+    FUZZ_CHECK(fs::file_size(path) == HeaderBytes(h) + expected->records.size() * kRecordBytes,
+               "the torn or damaged tail was not dropped");
+  } else {
+    FUZZ_CHECK(!fs::exists(path), "a journal of another header was left in place");
+  }
 
   // A new range: must be loaded after a reopen, with the old ones.
   if (h.size == 0) return;
@@ -190,6 +194,11 @@ void Written(FuzzedDataProvider& in) {
       FUZZ_CHECK(j->Append(batch).ok(), "Append failed");
       written.insert(written.end(), batch.begin(), batch.end());
     }
+  }
+  if (written.empty()) {  // nothing recorded: no file
+    FUZZ_CHECK(!fs::exists(path), "a journal without records was written");
+    CheckOpen(h, std::nullopt, pick);
+    return;
   }
   // What a correct loader keeps of an intact file: the records before the first invalid one.
   std::size_t keep = 0;

@@ -21,6 +21,21 @@ TEST(JournalTest, NewJournalIsEmpty) {
   EXPECT_TRUE(j->ranges().empty());
 }
 
+TEST(JournalTest, TheFileIsMadeByTheFirstRecordNotByOpen) {
+  testing::TempDir dir("journal");
+  absl::StatusOr<Journal> j = Journal::Open(dir.path() / "j", kHeader);
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "j"));
+  EXPECT_FALSE(j->on_disk());
+  ASSERT_TRUE(j->Append({{0, 100}}).ok());
+  EXPECT_TRUE(j->on_disk());
+  j->Close();
+  absl::StatusOr<Journal> k = Journal::Open(dir.path() / "j", kHeader);
+  ASSERT_TRUE(k.ok());
+  EXPECT_TRUE(k->resumed());
+  EXPECT_EQ(k->ranges().Ranges(), (std::vector<ByteRange>{{0, 100}}));
+}
+
 TEST(JournalTest, ReopenRestoresAppendedRanges) {
   testing::TempDir dir("journal");
   {
@@ -54,6 +69,7 @@ TEST(JournalTest, DifferentSourceVersionStartsOver) {
   ASSERT_TRUE(j.ok());
   EXPECT_FALSE(j->resumed());
   EXPECT_TRUE(j->ranges().empty());
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "j"));  // it describes nothing of ours
 }
 
 TEST(JournalTest, TornTailRecordIsIgnored) {

@@ -80,12 +80,18 @@ std::optional<std::uint64_t> Load(int fd, const JournalHeader& expected, RangeSe
 Journal::~Journal() { Close(); }
 
 Journal::Journal(Journal&& o) noexcept
-    : fd_(std::exchange(o.fd_, -1)), ranges_(std::move(o.ranges_)), resumed_(o.resumed_) {}
+    : fd_(std::exchange(o.fd_, -1)),
+      path_(std::exchange(o.path_, {})),
+      header_(std::move(o.header_)),
+      ranges_(std::move(o.ranges_)),
+      resumed_(o.resumed_) {}
 
 Journal& Journal::operator=(Journal&& o) noexcept {
   if (this != &o) {
     Close();
     fd_ = std::exchange(o.fd_, -1);
+    path_ = std::exchange(o.path_, {});
+    header_ = std::move(o.header_);
     ranges_ = std::move(o.ranges_);
     resumed_ = o.resumed_;
   }
@@ -95,13 +101,26 @@ Journal& Journal::operator=(Journal&& o) noexcept {
 void Journal::Close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  path_.clear();  // closed: no later Append creates it
 }
 
 absl::StatusOr<Journal> Journal::Open(const std::filesystem::path& path,
                                       const JournalHeader& header) {
   Journal j;
-  j.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (j.fd_ < 0) return Errno("open journal", path);
+  j.path_ = path;
+  const std::string json = HeaderJson(header);
+  j.header_.assign(8 + json.size() + 8, '\0');
+  auto* p = reinterpret_cast<unsigned char*>(j.header_.data());
+  std::uint32_t magic = kJournalMagic, n = static_cast<std::uint32_t>(json.size());
+  std::memcpy(p, &magic, 4);
+  std::memcpy(p + 4, &n, 4);
+  std::memcpy(p + 8, json.data(), n);
+  StoreNative64(p + 8 + n, XXH3_64bits(json.data(), n));
+  j.fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (j.fd_ < 0) {
+    if (errno == ENOENT) return j;  // made by the first Append
+    return Errno("open journal", path);
+  }
   if (std::optional<std::uint64_t> valid_end = Load(j.fd_, header, j.ranges_)) {
     j.resumed_ = true;
     // Drop the tail from the first bad record on (torn or damaged) so new records follow
@@ -112,35 +131,33 @@ absl::StatusOr<Journal> Journal::Open(const std::filesystem::path& path,
     if (::lseek(j.fd_, 0, SEEK_END) < 0) return Errno("seek journal", path);
     return j;
   }
+  // Another source version's (or damaged): it describes nothing of ours.
   j.ranges_.Clear();
-  if (::ftruncate(j.fd_, 0) != 0) return Errno("truncate journal", path);
-  std::string json = HeaderJson(header);
-  std::string buf(8 + json.size() + 8, '\0');
-  auto* p = reinterpret_cast<unsigned char*>(buf.data());
-  std::uint32_t magic = kJournalMagic, n = static_cast<std::uint32_t>(json.size());
-  std::memcpy(p, &magic, 4);
-  std::memcpy(p + 4, &n, 4);
-  std::memcpy(p + 8, json.data(), n);
-  StoreNative64(p + 8 + n, XXH3_64bits(json.data(), n));
-  if (::lseek(j.fd_, 0, SEEK_SET) < 0 || !WriteAll(j.fd_, buf.data(), buf.size())) {
-    return Errno("write journal", path);
-  }
-  if (::fdatasync(j.fd_) != 0) return Errno("sync journal", path);
+  ::close(std::exchange(j.fd_, -1));
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Errno("remove journal", path);
   return j;
 }
 
 absl::Status Journal::Append(const std::vector<ByteRange>& ranges) {
   if (ranges.empty()) return absl::OkStatus();
-  std::string buf(ranges.size() * 24, '\0');
-  auto* p = reinterpret_cast<unsigned char*>(buf.data());
+  std::string buf;
+  if (fd_ < 0) {
+    if (path_.empty()) return absl::FailedPreconditionError("journal closed");
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd_ < 0) return Errno("create journal", path_);
+    buf = header_;
+  }
+  const std::size_t at = buf.size();
+  buf.resize(at + ranges.size() * 24);
+  auto* p = reinterpret_cast<unsigned char*>(buf.data() + at);
   for (const ByteRange& r : ranges) {
     StoreNative64(p, r.begin);
     StoreNative64(p + 8, r.end);
     StoreNative64(p + 16, XXH3_64bits(p, 16));
     p += 24;
   }
-  if (!WriteAll(fd_, buf.data(), buf.size())) return Errno("append journal", "");
-  if (::fdatasync(fd_) != 0) return Errno("sync journal", "");
+  if (!WriteAll(fd_, buf.data(), buf.size())) return Errno("append journal", path_);
+  if (::fdatasync(fd_) != 0) return Errno("sync journal", path_);
   for (const ByteRange& r : ranges) ranges_.Add(r);
   return absl::OkStatus();
 }

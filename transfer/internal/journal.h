@@ -39,21 +39,26 @@ class Journal {
   Journal& operator=(const Journal&) = delete;
 
   // Opens the journal at `path`. If it exists with an equal header, its ranges are loaded
-  // (`resumed()` is true); otherwise it is (re)created empty with `header`.
+  // (`resumed()` is true); one with another header is removed. A journal that is not there
+  // is made by the first Append: a copy that ends before it has anything to record (every
+  // file under the journal interval that does not fail) never writes one.
   static absl::StatusOr<Journal> Open(const std::filesystem::path& path,
                                       const JournalHeader& header);
 
-  // Appends records and fdatasyncs the journal. REQUIRES: the bytes are already durable.
+  // Appends records (creating the journal with its header first if needed) and fdatasyncs
+  // the journal. REQUIRES: the bytes are already durable.
   absl::Status Append(const std::vector<ByteRange>& ranges);
 
   const RangeSet& ranges() const { return ranges_; }
   bool resumed() const { return resumed_; }
-  // Opened (Open) and not closed; a default-constructed journal is not (a copy without one).
-  bool is_open() const { return fd_ >= 0; }
+  // The journal's file is there (loaded by Open or made by Append) and open.
+  bool on_disk() const { return fd_ >= 0; }
   void Close();
 
  private:
   int fd_ = -1;
+  std::filesystem::path path_;  // empty once closed
+  std::string header_;          // the file's first bytes, for the Append that makes it
   RangeSet ranges_;
   bool resumed_ = false;
 };

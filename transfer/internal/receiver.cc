@@ -192,8 +192,7 @@ absl::Status CatchUpHash(ReceiverState& st, DestinationFile& dst, ReadBackBuffer
 }
 
 absl::Status FlushRanges(DestinationFile& dst, const std::vector<ByteRange>& ranges) {
-  // Without a journal nothing is kept for a resume: the commit syncs the file once.
-  if (ranges.empty() || !dst.journal.is_open()) return absl::OkStatus();
+  if (ranges.empty()) return absl::OkStatus();
   if (::fdatasync(dst.fd) != 0) return ErrnoStatus(errno, "sync partial file");
   return dst.journal.Append(ranges);
 }
@@ -547,15 +546,10 @@ absl::StatusOr<std::shared_ptr<DestinationFile>> OpenDestination(const Destinati
     }
     return ErrnoStatus(errno, fmt::format("open {}", d->part_path.string()));
   }
-  if (spec.journal) {
-    absl::StatusOr<Journal> j =
-        Journal::Open(d->journal_path, JournalHeader{spec.size, spec.source_id, spec.checksum});
-    if (!j.ok()) return j.status();
-    d->journal = std::move(*j);
-  } else if (::unlink(d->journal_path.c_str()) != 0 && errno != ENOENT) {
-    // One left by an earlier attempt that kept a journal: it must not outlive our partial file.
-    return ErrnoStatus(errno, fmt::format("remove {}", d->journal_path.string()));
-  }
+  absl::StatusOr<Journal> j =
+      Journal::Open(d->journal_path, JournalHeader{spec.size, spec.source_id, spec.checksum});
+  if (!j.ok()) return j.status();
+  d->journal = std::move(*j);
   if (!d->journal.resumed() && ::ftruncate(d->fd, 0) != 0) {
     return ErrnoStatus(errno, fmt::format("truncate {}", d->part_path.string()));
   }
@@ -700,7 +694,7 @@ asio::awaitable<absl::StatusOr<TransferStats>> RunReceiver(Conn& ctrl, std::vect
             // The journal goes first: it must never describe an inode that is not our
             // partial file any more (a later session reuses its name).
             std::function<absl::Status()> commit = [dst]() -> absl::Status {
-              if (dst->journal.is_open()) {
+              if (dst->journal.on_disk()) {
                 dst->journal.Close();
                 if (::unlink(dst->journal_path.c_str()) != 0 && errno != ENOENT) {
                   return ErrnoStatus(errno, fmt::format("remove {}", dst->journal_path.string()));

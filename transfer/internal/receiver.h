@@ -50,14 +50,7 @@ struct DestinationSpec {
   // Never replace an existing final file: kAlreadyExists up front, and at the commit if one
   // appeared meanwhile (the partial file is then removed).
   bool create_only = false;
-  // Keep a restart journal of the received ranges, so that a failed copy resumes. Not for a
-  // file that comes in one block (JournalFor): its partial file never holds a block to keep,
-  // and the journal's create, sync and removal were most of a small file's system calls.
-  bool journal = true;
 };
-
-// Whether a file of `size` bytes sent in blocks of `stripe_unit` keeps a restart journal.
-inline bool JournalFor(std::uint64_t size, std::uint64_t stripe_unit) { return size > stripe_unit; }
 
 struct DestinationFile {
   std::filesystem::path final_path;
