@@ -38,7 +38,7 @@ void InFlightLimit::Restart(int start) {
 
 int InFlightLimit::Grown() const {
   const int grown = static_cast<int>(std::ceil(limit_ * (climbing_ ? o_.step : o_.fine_step)));
-  return std::min(o_.max, std::max(limit_ + 1, grown));
+  return std::min(Max(), std::max(limit_ + 1, grown));
 }
 
 bool InFlightLimit::Congested(const InFlightSample& s) const {
@@ -47,6 +47,7 @@ bool InFlightLimit::Congested(const InFlightSample& s) const {
 
 int InFlightLimit::Update(const InFlightSample& sample) {
   reason_.clear();
+  ceiling_ = sample.ceiling;
   const double goodput = sample.goodput;
   const bool limited = sample.limited;
   const bool congested = Congested(sample);
@@ -72,7 +73,7 @@ int InFlightLimit::Update(const InFlightSample& sample) {
     overfull_grace_ = 2;
   };
   auto probe = [&] {
-    if (limit_ >= o_.max) {
+    if (limit_ >= Max()) {
       hold_at(limit_, goodput, o_.hold);
       return;
     }

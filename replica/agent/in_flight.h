@@ -44,9 +44,13 @@
 //   counting the two periods with figures after L last changed (the copies started at the
 //   old L still end then). The RTT figures come only with copies that end: a period without
 //   any keeps the last verdict of "full".
+// - A probe never goes beyond the sample's `ceiling`, what the agent's part of the route can
+//   hold with the files being copied (the agent's business); a limit already above it is
+//   not lowered for it (the congestion rules above do that when the bytes overflow).
 //
 // Thread safety: none; the site agent calls it from one thread.
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -74,6 +78,7 @@ struct InFlightSample {
   double loss = 0;            // re-sent / sent bytes of the copies that ended (0: unknown)
   double rtt_inflation = 0;   // their smoothed / least RTT (0: unknown)
   double min_rtt_ms = 0;      // the least of their least RTTs, ms (0: unknown)
+  int ceiling = 0;            // no probe beyond this many copies (0: only `max` bounds them)
 };
 
 class InFlightLimit {
@@ -93,11 +98,13 @@ class InFlightLimit {
 
  private:
   enum class Phase { kWarmup, kMeasure, kSettle, kJudge, kHold };
+  int Max() const { return ceiling_ > 0 ? std::clamp(ceiling_, o_.min, o_.max) : o_.max; }
   int Grown() const;
   bool Congested(const InFlightSample& s) const;
 
   InFlightOptions o_;
   int limit_;
+  int ceiling_ = 0;  // the last sample's
   Phase phase_ = Phase::kWarmup;
   bool climbing_ = true;  // no probe failed since the start
   int failures_ = 0;      // failed probes in a row

@@ -158,15 +158,37 @@ void SiteAgent::ShareSessionsLocked() {
   }
 }
 
+const catalog::Route* SiteAgent::CachedRouteLocked(const std::string& src_node) const {
+  auto n = node_cache_.find(src_node);
+  if (n == node_cache_.end()) return nullptr;
+  auto r = route_cache_.find(n->second.value.site);
+  return r == route_cache_.end() ? nullptr : &r->second.value;
+}
+
 int SiteAgent::BurstStartLocked(const std::vector<catalog::Task>& tasks) const {
   if (tasks.empty() || options_.start_in_flight_bytes == 0) return options_.initial_in_flight;
-  // The route as this agent knows it without asking the catalog.
-  const catalog::Route* route = nullptr;
-  if (auto n = node_cache_.find(tasks.front().spec.src_node); n != node_cache_.end()) {
-    if (auto r = route_cache_.find(n->second.value.site); r != route_cache_.end()) route = &r->second.value;
-  }
-  return BurstStartCopies(route, tasks, options_.start_in_flight_bytes, options_.initial_in_flight,
+  return BurstStartCopies(CachedRouteLocked(tasks.front().spec.src_node), tasks,
+                          options_.start_in_flight_bytes, options_.initial_in_flight,
                           options_.workers);
+}
+
+// Probes beyond what the node's part of the route holds with the files now being copied
+// overflow its bottleneck: with two nodes per site each probing to 512 copies of 64 KiB, 2
+// of 3 runs re-sent thousands of segments (RESULTS.md, 2026-11-30). Never below
+// kMinProbeCeiling, because a copy of a file larger than the route's share keeps only its TCP
+// window in flight, not its size (8 copies of 512 MiB), and the tuner probes for those.
+constexpr int kMinProbeCeiling = 64;
+
+int SiteAgent::ProbeCeilingLocked() {
+  if (options_.start_in_flight_bytes == 0) return 0;
+  if (started_.copies > 0) {
+    const int copies = RouteShareCopies(
+        CachedRouteLocked(started_.src_node), options_.start_in_flight_bytes, started_.share_ppm,
+        started_.bytes / started_.copies, options_.initial_in_flight, options_.workers);
+    probe_ceiling_ = std::max(copies, kMinProbeCeiling);
+    started_ = Started{};
+  }
+  return probe_ceiling_;
 }
 
 SiteAgent::~SiteAgent() { Stop(); }
@@ -790,6 +812,7 @@ void SiteAgent::TuneLoop() {
       // Held back now, or a ready task waited for a slot during the period.
       sample.limited = limit_binding_ || (!ready_.empty() && copying_ >= LimitLocked());
       limit_binding_ = false;
+      sample.ceiling = ProbeCeilingLocked();
       // No bytes at all (sessions still being set up, or nothing to do): nothing learnt.
       if (received == 0) continue;
       const int was = in_flight_limit_;

@@ -303,6 +303,13 @@ class SiteAgent {
   // initial_in_flight and workers.
   int BurstStartLocked(const std::vector<catalog::Task>& tasks) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The route in the lookup cache from `src_node`'s site to this one (null: not there).
+  const catalog::Route* CachedRouteLocked(const std::string& src_node) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The most copies TuneLoop's probes may reach (InFlightSample::ceiling), from the copies
+  // started since the last call (their mean size, the last one's route and share); the last
+  // ceiling when none started.
+  int ProbeCeilingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The copy pipeline (site_agent_copy.cc). An I/O thread of the copies (io_threads of them).
   struct CopyIo;
   struct Running;
@@ -424,6 +431,16 @@ class SiteAgent {
   std::map<std::string, int> copying_from_ ABSL_GUARDED_BY(mu_);
   int in_flight_limit_ ABSL_GUARDED_BY(mu_) = 0;     // see TuneLoop
   bool limit_binding_ ABSL_GUARDED_BY(mu_) = false;  // a ready task waited for the limit
+  // The copies LaunchLocked started since the last ProbeCeilingLocked: how many, their bytes,
+  // the last one's source node and part of the route.
+  struct Started {
+    int copies = 0;
+    double bytes = 0;
+    std::string src_node;
+    std::uint32_t share_ppm = 0;
+  };
+  Started started_ ABSL_GUARDED_BY(mu_);
+  int probe_ceiling_ ABSL_GUARDED_BY(mu_) = 0;  // the last one (0: none yet)
   // The tuner of in_flight_limit_ (adapt_in_flight): updated by TuneLoop, restarted by the
   // claim loop when work comes to an idle agent (BurstStartLocked).
   std::optional<InFlightLimit> tuner_ ABSL_GUARDED_BY(mu_);

@@ -148,6 +148,10 @@ void SiteAgent::LaunchLocked() {
     ready_.erase(pick);
     ++copying_;
     ++copying_from_[next.task.spec.src_node];
+    ++started_.copies;
+    if (started_.src_node != next.task.spec.src_node) started_.src_node = next.task.spec.src_node;
+    started_.bytes += static_cast<double>(next.task.size);
+    started_.share_ppm = next.task.spec.dst_share_ppm;
     stats_.peak_in_flight = std::max(stats_.peak_in_flight, copying_);
     // The I/O thread with the fewest copies: a copy that ends leaves its warm session to the
     // next one there (dealt in turn, a thread could get a new copy while the other had a

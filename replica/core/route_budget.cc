@@ -61,8 +61,8 @@ int RouteLoad::tasks(const Key& route) const {
   return it == load_.end() ? 0 : it->second.tasks;
 }
 
-int BurstStartCopies(const catalog::Route* route, const std::vector<catalog::Task>& tasks,
-                     std::uint64_t default_in_flight_bytes, int min_copies, int max_copies) {
+int RouteShareCopies(const catalog::Route* route, std::uint64_t default_in_flight_bytes,
+                     std::uint32_t share_ppm, double mean_size, int min_copies, int max_copies) {
   constexpr double kBdps = 1.3;
   double target = static_cast<double>(default_in_flight_bytes);
   if (route != nullptr) {
@@ -71,16 +71,21 @@ int BurstStartCopies(const catalog::Route* route, const std::vector<catalog::Tas
                                                                     : route->observed.peak_bps);
     if (rtt_ms > 0 && bps > 0) target = kBdps * rtt_ms / 1000 * bps / 8;
   }
-  const std::uint32_t ppm = std::min(tasks.front().spec.dst_share_ppm, catalog::kWholeRoutePpm);
+  const std::uint32_t ppm = std::min(share_ppm, catalog::kWholeRoutePpm);
   if (ppm > 0) {
     target *= static_cast<double>(ppm) / catalog::kWholeRoutePpm;
   }
   target = std::clamp(target, 1e6, 1e9);
+  const double copies = std::ceil(target / std::max(1.0, mean_size));
+  return static_cast<int>(std::clamp(copies, static_cast<double>(min_copies), static_cast<double>(max_copies)));
+}
+
+int BurstStartCopies(const catalog::Route* route, const std::vector<catalog::Task>& tasks,
+                     std::uint64_t default_in_flight_bytes, int min_copies, int max_copies) {
   double bytes = 0;
   for (const catalog::Task& t : tasks) bytes += static_cast<double>(t.size);
-  const double mean = std::max(1.0, bytes / static_cast<double>(tasks.size()));
-  const double copies = std::ceil(target / mean);
-  return static_cast<int>(std::clamp(copies, static_cast<double>(min_copies), static_cast<double>(max_copies)));
+  return RouteShareCopies(route, default_in_flight_bytes, tasks.front().spec.dst_share_ppm,
+                          bytes / static_cast<double>(tasks.size()), min_copies, max_copies);
 }
 
 }  // namespace gfrep::replica

@@ -84,15 +84,20 @@ class RouteLoad {
   std::map<Key, Load> load_;
 };
 
+// Copies at once that keep 1.3 bandwidth-delay products of `route` in flight (measured RTT
+// and bandwidth, else those learnt from copies; `default_in_flight_bytes` when `route` is null
+// or says neither), times the node's part of the route (`share_ppm`, 0: all of it), with files
+// of `mean_size` bytes; between `min_copies` and `max_copies`.
+int RouteShareCopies(const catalog::Route* route, std::uint64_t default_in_flight_bytes,
+                     std::uint32_t share_ppm, double mean_size, int min_copies, int max_copies);
+
 // Copies at once a destination agent starts a burst of work with (work that came to it
-// idle): enough to keep 1.3 bandwidth-delay products of `route` in flight (measured RTT and
-// bandwidth, else those learnt from copies; `default_in_flight_bytes` when `route` is null or
-// says neither), times the node's part of the route (the first task's dst_share_ppm), with
-// files of `tasks`' mean size; between `min_copies` and `max_copies`. More than one BDP, for
-// the gaps between a copy's files; not much more, because small files put all their bytes in
-// flight within a few round trips and what the link does not hold queues at its bottleneck,
-// then overflows (on the 200 ms / 1 Gbit/s route, 8 copies of 4 MiB, 1.3 BDP, re-sent
-// nothing; 16 re-sent 2.8 % and were slower: tests/bench/RESULTS.md, 2026-11-30).
+// idle): RouteShareCopies with the node's part of the route from the first task's
+// dst_share_ppm and `tasks`' mean size. More than one BDP, for the gaps between a copy's
+// files; not much more, because small files put all their bytes in flight within a few round
+// trips and what the link does not hold queues at its bottleneck, then overflows (on the
+// 200 ms / 1 Gbit/s route, 8 copies of 4 MiB, 1.3 BDP, re-sent nothing; 16 re-sent 2.8 % and
+// were slower: tests/bench/RESULTS.md, 2026-11-30).
 // REQUIRES: !tasks.empty().
 int BurstStartCopies(const catalog::Route* route, const std::vector<catalog::Task>& tasks,
                      std::uint64_t default_in_flight_bytes, int min_copies, int max_copies);

@@ -131,6 +131,30 @@ TEST(InFlightLimitTest, StaysWithinItsBounds) {
   EXPECT_EQ(low.limit(), 2);
 }
 
+TEST(InFlightLimitTest, NoProbeGoesBeyondTheSamplesCeiling) {
+  // Two nodes of a site, each probing to 512 copies of 64 KiB, overflowed the route; each
+  // node's ceiling is what its part of the route holds.
+  InFlightOptions o;
+  o.max = 512;
+  o.start = 100;
+  InFlightLimit l(o);
+  const Route route{1000};  // goodput would keep growing to 1,000 copies
+  auto period = [&](int ceiling) {
+    InFlightSample s{route(l.limit()), true};
+    s.ceiling = ceiling;
+    return l.Update(s);
+  };
+  int peak = 0;
+  for (int i = 0; i < 40; ++i) peak = std::max(peak, period(256));
+  EXPECT_EQ(peak, 256);  // 100 -> 200 -> 256, not 400
+  EXPECT_EQ(l.limit(), 256);
+  // A ceiling below the limit does not lower it (the congestion rules do, if bytes overflow).
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(period(150), 256);
+  // A higher ceiling (smaller files now) lets the probes go on.
+  for (int i = 0; i < 40; ++i) period(0);
+  EXPECT_EQ(l.limit(), 512);
+}
+
 TEST(InFlightLimitTest, AGoodputCollapseAtTheSameLimitStepsDown) {
   InFlightOptions o;
   o.start = 32;

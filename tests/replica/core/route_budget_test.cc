@@ -80,5 +80,17 @@ TEST(BurstStartTest, TheBoundsAndTheDefaultHold) {
   EXPECT_EQ(BurstStartCopies(&learnt, files, 0, 2, 64), 8);
 }
 
+TEST(RouteShareCopiesTest, TheFilesMeanSizeAndTheNodesPart) {
+  const catalog::Route route = LongFatRoute();
+  // 32.5 MB in flight: 496 copies of 64 KiB for the whole route, 248 for half of it.
+  EXPECT_EQ(RouteShareCopies(&route, 0, catalog::kWholeRoutePpm, 64 << 10, 2, 1024), 496);
+  EXPECT_EQ(RouteShareCopies(&route, 0, 500'000, 64 << 10, 2, 1024), 248);
+  EXPECT_EQ(RouteShareCopies(&route, 0, 0, 64 << 10, 2, 1024), 496);  // 0: the whole route
+  // No route: the default bytes; the bounds hold; a mean of 0 is one byte.
+  EXPECT_EQ(RouteShareCopies(nullptr, 32 << 20, 500'000, 64 << 10, 2, 1024), 256);
+  EXPECT_EQ(RouteShareCopies(&route, 0, 0, 512 << 20, 2, 1024), 2);
+  EXPECT_EQ(RouteShareCopies(&route, 0, 0, 0, 2, 1024), 1024);
+}
+
 }  // namespace
 }  // namespace gfrep::replica
