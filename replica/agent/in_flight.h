@@ -44,9 +44,9 @@
 //   counting the two periods with figures after L last changed (the copies started at the
 //   old L still end then). The RTT figures come only with copies that end: a period without
 //   any keeps the last verdict of "full".
-// - A probe never goes beyond the sample's `ceiling`, what the agent's part of the route can
-//   hold with the files being copied (the agent's business); a limit already above it is
-//   not lowered for it (the congestion rules above do that when the bytes overflow).
+// - A probe never goes beyond the sample's `ceiling`: what the agent's part of the route can
+//   hold with the files being copied (the site agent works it out); a limit already above it
+//   is not lowered for it (the congestion rules above do that when the bytes overflow).
 //
 // Thread safety: none; the site agent calls it from one thread.
 

@@ -173,8 +173,8 @@ int SiteAgent::BurstStartLocked(const std::vector<catalog::Task>& tasks) const {
 }
 
 // Probes beyond what the node's part of the route holds with the files now being copied
-// overflow its bottleneck: with two nodes per site each probing to 512 copies of 64 KiB, 2
-// of 3 runs re-sent thousands of segments (RESULTS.md, 2026-11-30). Never below
+// overflow its bottleneck: with two nodes per site each probing to 512 copies of 64 KiB, 1 to
+// 2 of every 3 runs re-sent thousands of segments (RESULTS.md, 2026-11-30). Never below
 // kMinProbeCeiling, because a copy of a file larger than the route's share keeps only its TCP
 // window in flight, not its size (8 copies of 512 MiB), and the tuner probes for those.
 constexpr int kMinProbeCeiling = 64;
