@@ -77,7 +77,8 @@ int RouteShareCopies(const catalog::Route* route, std::uint64_t default_in_fligh
   }
   target = std::clamp(target, 1e6, 1e9);
   const double copies = std::ceil(target / std::max(1.0, mean_size));
-  return static_cast<int>(std::clamp(copies, static_cast<double>(min_copies), static_cast<double>(max_copies)));
+  return static_cast<int>(
+      std::clamp(copies, static_cast<double>(min_copies), static_cast<double>(max_copies)));
 }
 
 int BurstStartCopies(const catalog::Route* route, const std::vector<catalog::Task>& tasks,
