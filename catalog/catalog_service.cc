@@ -684,9 +684,17 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* c,
                                       const v1::ListNodesRequest* req,
                                       v1::NodeList* resp) override {
-    return Run(c, "ListNodes", [req, resp](Catalog& cat) {
-      return FillList<Node, v1::Node>(cat.ListNodes(req->site()),
-                                      [resp] { return resp->add_nodes(); });
+    return Run(c, "ListNodes", [this, req, resp](Catalog& cat) {
+      absl::StatusOr<std::vector<Node>> nodes = cat.ListNodes(req->site());
+      if (nodes.ok() && options_.node_timeout.count() > 0) {
+        const std::int64_t now = SystemNowNs();
+        for (Node& n : *nodes) {
+          n.liveness = std::string(ToString(LivenessOf(n.last_heartbeat_ns, now,
+                                                       options_.node_timeout,
+                                                       options_.node_dead_after)));
+        }
+      }
+      return FillList<Node, v1::Node>(nodes, [resp] { return resp->add_nodes(); });
     });
   }
 
@@ -938,7 +946,7 @@ class Service final : public v1::Catalog::CallbackService {
       items.reserve(static_cast<std::size_t>(req->items_size()));
       for (const v1::ReplicaTransition& i : req->items()) {
         for (v1::ReplicaState s : {i.from(), i.to()}) {
-          if (s < v1::PENDING || s > v1::LOST) {
+          if (s < v1::PENDING || s > v1::UNVERIFIED) {
             return absl::InvalidArgumentError(fmt::format("bad replica state {}", static_cast<int>(s)));
           }
         }

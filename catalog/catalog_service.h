@@ -97,6 +97,11 @@ struct ServerOptions {
   std::function<absl::Status(const TelemetryBatch&)> telemetry_sink;
   // Request::in_flight_bytes of the requests GetRequest and ListRequests return (null: 0).
   std::function<std::uint64_t(std::uint64_t request_id)> request_in_flight;
+  // The daemon's heartbeat timeout and dead-node interval (gfcatalogd --node-timeout,
+  // --node-dead-after): ListNodes says of each node whether it is live, suspect or dead
+  // (Node::liveness). Zero timeout: not said.
+  std::chrono::nanoseconds node_timeout{0};
+  std::chrono::nanoseconds node_dead_after{0};
 };
 
 // Server-side latency of each RPC method (from the call's arrival to its status being sent),

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "catalog/catalog.h"
@@ -18,6 +19,7 @@ std::string_view ToString(ReplicaState state) {
     case ReplicaState::kCorrupt: return "corrupt";
     case ReplicaState::kDeleting: return "deleting";
     case ReplicaState::kLost: return "lost";
+    case ReplicaState::kUnverified: return "unverified";
   }
   return "unknown";
 }
@@ -28,10 +30,28 @@ bool IsBad(ReplicaState state) {
 
 absl::StatusOr<ReplicaState> ParseReplicaState(std::string_view text) {
   for (ReplicaState s : {ReplicaState::kPending, ReplicaState::kComplete, ReplicaState::kStale,
-                         ReplicaState::kCorrupt, ReplicaState::kDeleting, ReplicaState::kLost}) {
+                         ReplicaState::kCorrupt, ReplicaState::kDeleting, ReplicaState::kLost,
+                         ReplicaState::kUnverified}) {
     if (ToString(s) == text) return s;
   }
   return absl::InvalidArgumentError(fmt::format("unknown replica state '{}'", text));
+}
+
+std::string_view ToString(NodeLiveness liveness) {
+  switch (liveness) {
+    case NodeLiveness::kLive: return "live";
+    case NodeLiveness::kSuspect: return "suspect";
+    case NodeLiveness::kDead: return "dead";
+  }
+  return "unknown";
+}
+
+NodeLiveness LivenessOf(std::int64_t last_heartbeat_ns, std::int64_t now_ns,
+                        std::chrono::nanoseconds timeout, std::chrono::nanoseconds dead_after) {
+  const std::int64_t silent = now_ns - last_heartbeat_ns;
+  if (silent <= timeout.count()) return NodeLiveness::kLive;
+  if (silent <= std::max(timeout, dead_after).count()) return NodeLiveness::kSuspect;
+  return NodeLiveness::kDead;
 }
 
 std::string_view ToString(RequestState state) {
@@ -300,8 +320,10 @@ absl::Status Validate(const ReplicaTransition& t) {
   }
   using S = ReplicaState;
   const bool allowed =
-      (t.from == S::kComplete &&
+      ((t.from == S::kComplete || t.from == S::kUnverified) &&
        (t.to == S::kComplete || t.to == S::kCorrupt || t.to == S::kLost || t.to == S::kDeleting)) ||
+      (t.from == S::kComplete && t.to == S::kUnverified) ||
+      (t.from == S::kUnverified && t.to == S::kUnverified) ||
       ((IsBad(t.from) || t.from == S::kStale) && t.to == S::kDeleting);
   if (!allowed) {
     return absl::InvalidArgumentError(fmt::format("replica transition {} -> {} is not allowed",

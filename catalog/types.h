@@ -11,6 +11,7 @@
 //
 // Thread safety: values; no shared state.
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -63,7 +64,19 @@ enum class ReplicaState : std::uint8_t {
   kCorrupt = 4,   // failed verification; never served
   kDeleting = 5,  // file removed (or replica dropped); the node should unlink and forget it
   kLost = 6,      // its bytes are gone from the node (found missing); never served
+  // Was complete on a node declared dead (silent past gfcatalogd --node-dead-after): not
+  // counted, never served, its copy made again elsewhere (replica/plan/repairer.h). If the
+  // node comes back, its agent checks the bytes (stat, then checksum) and the record turns
+  // complete again (note kRecheckedNote), or corrupt or lost.
+  kUnverified = 7,
 };
+// The note of a replica record that was unverified and that its node has checked since
+// (unverified -> complete): the repairer trims such a copy when the file's holders have
+// their counts without it.
+inline constexpr std::string_view kRecheckedNote = "checked after its node came back";
+// The note of an unverified record whose copy the repairer has made again elsewhere: it
+// needs no other copy, and its node drops it if it comes back with it damaged.
+inline constexpr std::string_view kRemadeNote = "its copy was made again elsewhere";
 // True for the states that say a replica's bytes are damaged or gone (corrupt, lost): the
 // copy it was must be made again elsewhere or on the same node (replica/plan/repairer.h).
 bool IsBad(ReplicaState state);
@@ -97,6 +110,10 @@ struct Replica {
 //   corrupt|lost|stale -> deleting   the node should unlink what is left and forget the record
 //   complete -> deleting   only while another complete replica of the generation remains
 //                          (kFailedPrecondition otherwise: never the last one)
+//   complete -> unverified its node was declared dead (the repairer)
+//   unverified -> complete its node checked the bytes after coming back (`verified`, `mtime_ns`,
+//                          `note` kRecheckedNote); -> corrupt, lost, deleting as from complete
+//   unverified -> unverified   only the note changes (kRemadeNote: the repairer's)
 struct ReplicaTransition {
   InodeId inode = 0;
   std::string node;
@@ -138,6 +155,15 @@ inline constexpr std::size_t kMaxDiskDirBytes = 4096;
 // multiple of 4096), a negative or NaN rate, a dir longer than kMaxDiskDirBytes.
 absl::Status Validate(const DiskProfile& d);
 
+// Whether a node is heard from: live (a heartbeat within the heartbeat timeout, gfcatalogd
+// --node-timeout), suspect (silent longer: no new tasks, its open ones re-placed, its replicas
+// still counted) or dead (silent past --node-dead-after: its replicas are unverified and made
+// again elsewhere).
+enum class NodeLiveness : std::uint8_t { kLive, kSuspect, kDead };
+std::string_view ToString(NodeLiveness liveness);
+NodeLiveness LivenessOf(std::int64_t last_heartbeat_ns, std::int64_t now_ns,
+                        std::chrono::nanoseconds timeout, std::chrono::nanoseconds dead_after);
+
 struct Node {
   std::string name;
   std::string site;
@@ -158,6 +184,9 @@ struct Node {
   // Its agent refuses data connections in clear (gfsited --require-tls): whoever pulls from
   // or stores at it encrypts the data (set by the agent when it registers).
   bool requires_data_tls = false;
+  // Filled by the catalog server's ListNodes (LivenessOf with its daemon's timeouts): "live",
+  // "suspect", "dead"; empty where no server judged it (an embedded catalog).
+  std::string liveness;
 };
 
 // What a node reports periodically.

@@ -58,9 +58,10 @@ int main(int argc, char** argv) {
       std::cout << j.dump() << "\n";
     } else {
       for (const catalog::Node& n : *nodes) {
-        std::cout << fmt::format("{:<16} {:<12} {:<22} free={} load={:.2f} active={} seen={}\n",
-                                 n.name, n.site, n.address, n.free_bytes, n.load,
-                                 n.active_transfers, tools::FormatTime(n.last_heartbeat_ns));
+        std::cout << fmt::format("{:<16} {:<12} {:<22} {:<8} free={} load={:.2f} active={} seen={}\n",
+                                 n.name, n.site, n.address, n.liveness.empty() ? "-" : n.liveness,
+                                 n.free_bytes, n.load, n.active_transfers,
+                                 tools::FormatTime(n.last_heartbeat_ns));
       }
     }
   } else if (rm->parsed()) {

@@ -1,5 +1,6 @@
 // gfwhere [--json] PATH...: where the replicas of files are, and in which state.
 #include <iostream>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -24,6 +25,17 @@ int main(int argc, char** argv) {
   auto client = tools::ConnectCatalog(cat);
   if (!client.ok()) return tools::Fail(kProgram, tools::ErrorText(client.status()));
   int rc = 0;
+  // Whether each node is live, suspect or dead (the catalog server judges it): a replica on a
+  // node that is not live is marked.
+  std::map<std::string, std::string> liveness;
+  if (absl::StatusOr<std::vector<catalog::Node>> nodes = (*client)->ListNodes(""); nodes.ok()) {
+    for (const catalog::Node& n : *nodes) liveness[n.name] = n.liveness;
+  }
+  auto mark = [&](const std::string& node) -> std::string {
+    auto it = liveness.find(node);
+    if (it == liveness.end()) return "(no such node)";
+    return it->second.empty() || it->second == "live" ? "" : "(" + it->second + ")";
+  };
   for (const std::string& path : paths) {
     absl::StatusOr<catalog::Location> loc = (*client)->Locate(path);
     if (!loc.ok()) {
@@ -39,14 +51,20 @@ int main(int argc, char** argv) {
                           {"generation", loc->attributes.generation},
                           {"size", loc->attributes.size},
                           {"replicas", nlohmann::json::array()}};
-      for (const catalog::Replica& r : loc->replicas) j["replicas"].push_back(tools::ToJson(r));
+      for (const catalog::Replica& r : loc->replicas) {
+        nlohmann::json jr = tools::ToJson(r);
+        auto it = liveness.find(r.node);
+        jr["node_liveness"] = it == liveness.end() ? "unregistered" : it->second;
+        j["replicas"].push_back(std::move(jr));
+      }
       std::cout << j.dump() << "\n";
       continue;
     }
     if (paths.size() > 1) std::cout << path << ":\n";
     if (loc->replicas.empty()) std::cout << "  (no replicas)\n";
     for (const catalog::Replica& r : loc->replicas) {
-      std::cout << fmt::format("  {:<20} {:<9} g{}{}{}\n", r.node, catalog::ToString(r.state),
+      std::cout << fmt::format("  {:<20} {:<10} g{}{}{}\n",
+                               fmt::format("{} {}", r.node, mark(r.node)), catalog::ToString(r.state),
                                r.generation,
                                r.generation == loc->attributes.generation ? "" : " (old)",
                                r.note.empty() ? "" : "  " + r.note);

@@ -269,7 +269,7 @@ absl::StatusOr<Replica> DecodeReplica(std::string_view in) {
   bool ok = true;
   x.inode = r.U64();
   x.node = r.Str();
-  x.state = EnumIn<ReplicaState>(r, 1, 6, ok);
+  x.state = EnumIn<ReplicaState>(r, 1, 7, ok);
   x.generation = r.U64();
   x.size = r.U64();
   x.verified_ns = r.I64();

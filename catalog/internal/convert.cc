@@ -70,7 +70,7 @@ void ToProto(const Replica& in, v1::Replica* out) {
 }
 
 absl::StatusOr<Replica> FromProto(const v1::Replica& in) {
-  if (in.state() < v1::PENDING || in.state() > v1::LOST) {
+  if (in.state() < v1::PENDING || in.state() > v1::UNVERIFIED) {
     return absl::InvalidArgumentError(fmt::format("bad replica state {}", static_cast<int>(in.state())));
   }
   Replica r;
@@ -111,6 +111,7 @@ void ToProto(const Node& in, v1::Node* out) {
   out->set_workers(in.workers);
   ToProto(in.disk, out->mutable_disk());
   out->set_requires_data_tls(in.requires_data_tls);
+  out->set_liveness(in.liveness);
 }
 
 void ToProto(const DiskProfile& in, v1::DiskProfile* out) {
@@ -149,6 +150,7 @@ Node FromProto(const v1::Node& in) {
   n.workers = in.workers();
   n.disk = FromProto(in.disk());
   n.requires_data_tls = in.requires_data_tls();
+  n.liveness = in.liveness();
   return n;
 }
 

@@ -554,7 +554,8 @@ absl::StatusOr<Attributes> KvCatalog::CommitFile(
     if (r.node == writer_node) continue;
     // Pending records belong to copies in flight: CompleteTask turns them stale (their
     // generation is older) and FailTask drops them, each checking its own generation.
-    if (r.state == ReplicaState::kComplete) {
+    // An unverified copy (its node dead) of the old generation is as stale as a complete one.
+    if (r.state == ReplicaState::kComplete || r.state == ReplicaState::kUnverified) {
       r.state = ReplicaState::kStale;
       PutReplicaLocked(batch, r, fmt::format("{} generation {}", path, a.generation));
     }

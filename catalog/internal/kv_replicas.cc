@@ -199,9 +199,11 @@ absl::StatusOr<std::vector<absl::Status>> KvCatalog::TransitionReplicas(
     }
     r.state = t.to;
     if (t.to == ReplicaState::kComplete) {
-      // Re-verified: the record changes, its state does not; no event.
       if (t.verified) r.verified_ns = now;
       if (t.mtime_ns != 0) r.mtime_ns = t.mtime_ns;
+    }
+    if (t.from == ReplicaState::kComplete && t.to == ReplicaState::kComplete) {
+      // Re-verified: the record changes, its state does not; no event.
       r.updated_ns = now;
       batch.Put(kReplicas, ReplicaKey(r.inode, r.node), EncodeReplica(r));
     } else {

@@ -20,6 +20,12 @@ namespace fs = std::filesystem;
 constexpr std::size_t kPage = 1000;       // replica records per catalog call
 constexpr std::size_t kMaxBadKept = 1000;
 
+// Complete records, and unverified ones (the node was dead: checked before they count again).
+bool Checkable(const catalog::Replica& r) {
+  return r.state == catalog::ReplicaState::kComplete ||
+         r.state == catalog::ReplicaState::kUnverified;
+}
+
 }  // namespace
 
 ReplicaChecker::ReplicaChecker(ReplicaCheckerOptions options) : options_(std::move(options)) {}
@@ -105,7 +111,7 @@ absl::StatusOr<CheckSummary> ReplicaChecker::StatPass() {
     if (!page.ok()) return page.status();
     for (const catalog::Replica& r : *page) {
       after = r.inode;
-      if (r.state == catalog::ReplicaState::kComplete) CheckOne(r, false, summary);
+      if (Checkable(r)) CheckOne(r, false, summary);
     }
     if (absl::Status s = Flush(summary); !s.ok()) return s;
     if (page->size() < kPage) break;
@@ -128,11 +134,13 @@ absl::StatusOr<CheckSummary> ReplicaChecker::ScrubPass(bool everything,
     if (!page.ok()) return page.status();
     for (const catalog::Replica& r : *page) {
       if (Stopping()) break;
-      if (r.state != catalog::ReplicaState::kComplete) {
+      if (!Checkable(r)) {
         after = r.inode;
         continue;
       }
-      if (!everything && r.verified_ns > due_ns && r.mtime_ns != 0) {
+      // An unverified record (its node was dead) is always due: it counts again once read.
+      if (!everything && r.state == catalog::ReplicaState::kComplete && r.verified_ns > due_ns &&
+          r.mtime_ns != 0) {
         after = r.inode;
         continue;
       }
@@ -167,7 +175,7 @@ absl::StatusOr<CheckSummary> ReplicaChecker::CheckFiles(const std::vector<catalo
     absl::StatusOr<std::vector<catalog::Replica>> all = options_.catalog.view->GetReplicas(inode);
     if (!all.ok()) return all.status();
     for (const catalog::Replica& r : *all) {
-      if (r.node == options_.node && r.state == catalog::ReplicaState::kComplete) {
+      if (r.node == options_.node && Checkable(r)) {
         CheckOne(r, checksum, summary);
       }
     }

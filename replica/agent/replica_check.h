@@ -13,6 +13,9 @@
 //     `scrub_rate` bytes per second and compares their checksum with the catalog's; a
 //     mismatch is `corrupt`, a match re-stamps the record (verified_ns, and the mtime if the
 //     record had none, e.g. an upload's replica).
+// Records `unverified` (the node was declared dead while its replicas were complete) are
+// checked the same way, and count again only once a scrub has read them (always due): the
+// node's first passes after it comes back re-admit its good replicas and report the others.
 // What a check finds is reported with Catalog::TransitionReplicas (compare-and-set: a record
 // that changed meanwhile, say removed or re-copied, is left alone). Bad replicas are never
 // served (replica/client/reader.h, selection.h); replica/plan/repairer.h makes their copies again.
@@ -39,7 +42,7 @@ namespace gfrep::replica::agent {
 
 // Counts of one pass.
 struct CheckSummary {
-  std::uint64_t checked = 0;     // complete replicas looked at
+  std::uint64_t checked = 0;     // complete (and unverified) replicas looked at
   std::uint64_t good = 0;
   std::uint64_t lost = 0;
   std::uint64_t corrupt = 0;

@@ -37,7 +37,8 @@ ReplicaFinding CheckReplicaFile(const fs::path& spool, const catalog::Replica& r
                                 const std::function<bool(std::size_t)>& pace) {
   ReplicaFinding f;
   f.replica = replica;
-  if (replica.state != catalog::ReplicaState::kComplete) {
+  if (replica.state != catalog::ReplicaState::kComplete &&
+      replica.state != catalog::ReplicaState::kUnverified) {
     return Verdict(std::move(f), ReplicaVerdict::kSkipped, "not complete");
   }
   const fs::path file = ReplicaFile(spool, replica.inode, replica.generation);
@@ -140,24 +141,35 @@ catalog::ReplicaTransition MarkBad(catalog::InodeId inode, std::string_view node
 
 std::optional<catalog::ReplicaTransition> TransitionFor(const ReplicaFinding& f) {
   const catalog::Replica& r = f.replica;
+  const bool unverified = r.state == catalog::ReplicaState::kUnverified;
+  std::optional<catalog::ReplicaTransition> t;
   switch (f.verdict) {
     case ReplicaVerdict::kLost:
-      return MarkBad(r.inode, r.node, r.generation, catalog::ReplicaState::kLost, f.note);
     case ReplicaVerdict::kCorrupt:
-      return MarkBad(r.inode, r.node, r.generation, catalog::ReplicaState::kCorrupt, f.note);
-    case ReplicaVerdict::kGood: {
+      if (unverified && r.note == catalog::kRemadeNote) {
+        // Back from a dead node damaged, and its copy was made again meanwhile: dropped.
+        t = MarkBad(r.inode, r.node, r.generation, catalog::ReplicaState::kDeleting,
+                    fmt::format("{} after its node came back; {}", f.note, catalog::kRemadeNote));
+        break;
+      }
+      t = MarkBad(r.inode, r.node, r.generation,
+                  f.verdict == ReplicaVerdict::kLost ? catalog::ReplicaState::kLost
+                                                     : catalog::ReplicaState::kCorrupt,
+                  f.note);
+      break;
+    case ReplicaVerdict::kGood:
       // Only a pass that read the bytes vouches for them (and for their mtime as a stamp).
       if (!f.checksummed) return std::nullopt;
-      catalog::ReplicaTransition t =
-          MarkBad(r.inode, r.node, r.generation, catalog::ReplicaState::kComplete, "");
-      t.verified = true;
-      t.mtime_ns = f.mtime_ns;
-      return t;
-    }
+      t = MarkBad(r.inode, r.node, r.generation, catalog::ReplicaState::kComplete,
+                  unverified ? catalog::kRecheckedNote : "");
+      t->verified = true;
+      t->mtime_ns = f.mtime_ns;
+      break;
     case ReplicaVerdict::kSkipped:
       return std::nullopt;
   }
-  return std::nullopt;
+  if (t) t->from = r.state;  // complete, or unverified (its node came back)
+  return t;
 }
 
 }  // namespace gfrep::replica

@@ -1,6 +1,7 @@
 #pragma once
 
-// One replica's file against its catalog record: the check the site agent's passes
+// One replica's file against its catalog record (complete, or unverified: on a node that was
+// dead): the check the site agent's passes
 // (replica/agent/replica_check.h), gfsck and the read path share, and the compare-and-set
 // that reports a bad replica. The identity file "<spool>/.gfrep-data/<inode>/<generation>"
 // must exist (else `lost`), be a regular file of the record's size and carry the mtime the
@@ -52,7 +53,10 @@ catalog::ReplicaTransition MarkBad(catalog::InodeId inode, std::string_view node
                                    std::string_view note);
 
 // The compare-and-set that reports `finding` (none for kSkipped, and for kGood unless it
-// teaches the catalog something: a checksum pass, or an mtime the record lacks).
+// teaches the catalog something: a checksum pass, or an mtime the record lacks). A record
+// `unverified` (its node was dead) turns complete only after a checksum pass (noted
+// catalog::kRecheckedNote); damaged, it turns lost or corrupt, or straight to `deleting`
+// when its copy was made again meanwhile (noted catalog::kRemadeNote).
 std::optional<catalog::ReplicaTransition> TransitionFor(const ReplicaFinding& finding);
 
 }  // namespace gfrep::replica

@@ -18,6 +18,12 @@ absl::Status CheckCatalogdOptions(const CatalogdOptions& o) {
   if (!o.http.listen.empty() && !o.telemetry) {
     return absl::InvalidArgumentError("--http needs the telemetry: drop --no-telemetry");
   }
+  if (o.node_dead_after < o.node_timeout) {
+    return absl::InvalidArgumentError(fmt::format(
+        "--node-dead-after {} s is shorter than --node-timeout {} s: a node is suspect (silent "
+        "past the timeout) before it is dead",
+        o.node_dead_after.count(), o.node_timeout.count()));
+  }
   if (catalog::IsPostgresLocation(o.store.path) && o.policies &&
       o.policy_options.state_file.empty()) {
     return absl::InvalidArgumentError(
@@ -81,6 +87,8 @@ absl::StatusOr<std::unique_ptr<Catalogd>> Catalogd::Start(CatalogdOptions option
     log.warn("UNAUTHENTICATED catalog: every caller may do everything (no --tls-client-ca){}",
              o.insecure ? "; --insecure on a non-loopback address" : "");
   }
+  o.server.node_timeout = o.node_timeout;
+  o.server.node_dead_after = o.node_dead_after;
   // Other front ends revoke tokens too: their revocations are read within a second.
   if (o.store.shared) o.server.revocation_refresh = std::chrono::seconds(1);
   absl::StatusOr<std::unique_ptr<catalog::CatalogServer>> server =
@@ -122,6 +130,7 @@ absl::Status Catalogd::StartBackground() {
     ro.catalog = store_.get();
     ro.logger = o.logger;
     ro.node_timeout = o.node_timeout;
+    ro.node_dead_after = o.node_dead_after;
     repairer_ = std::make_unique<plan::Repairer>(ro);
     repairer_->Start();
   }

@@ -57,6 +57,10 @@ struct CatalogdOptions {
   // Seconds without a heartbeat after which a node is down: the planner's, the repairer's
   // and the dashboard's.
   std::chrono::seconds node_timeout{30};
+  // Seconds without a heartbeat after which a node is dead (HDFS's dead-node interval): its
+  // replicas stop counting and are made again elsewhere (the repairer's). At least
+  // node_timeout.
+  std::chrono::seconds node_dead_after{600};
 
   // The dashboard, /metrics, /healthz and /readyz on http.listen ("" for none; needs
   // `telemetry`). The program's own counters go on /metrics through extra_metrics.

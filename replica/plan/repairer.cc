@@ -16,6 +16,33 @@ using catalog::ReplicaState;
 constexpr std::size_t kRepairEventBatch = 10000;
 constexpr std::size_t kRepairPage = 1000;
 
+// A record whose copy must be made (again): damaged or gone, or on a dead node and not made
+// again yet (whatever its generation: Consider looks at the current one).
+bool NeedsCopy(const catalog::Replica& r) {
+  return catalog::IsBad(r.state) ||
+         (r.state == ReplicaState::kUnverified && r.note != catalog::kRemadeNote);
+}
+
+// A complete record that its node checked after coming back from the dead: a copy the
+// holders may not need any more.
+bool Rechecked(const catalog::Replica& r) {
+  return r.state == ReplicaState::kComplete && r.note == catalog::kRecheckedNote;
+}
+
+// Whether every want has its copies among `good` (nodes with a complete replica).
+bool Satisfied(const std::vector<Want>& wants, const std::set<std::string>& good,
+               const std::map<std::string, std::string>& site_of) {
+  for (const Want& w : wants) {
+    std::uint32_t have = 0;
+    for (const std::string& n : good) {
+      auto it = site_of.find(n);
+      if (w.sites.empty() || (it != site_of.end() && w.sites.count(it->second) > 0)) ++have;
+    }
+    if (have < w.copies) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Repairer::Repairer(RepairerOptions options)
@@ -42,7 +69,7 @@ absl::Status Repairer::Recover() {
       open.request_ids.push_back(r.id);
       open.generation = loc->attributes.generation;
       for (const catalog::Replica& rep : loc->replicas) {
-        if (catalog::IsBad(rep.state)) open.bad_nodes.insert(rep.node);
+        if (NeedsCopy(rep)) open.bad_nodes.insert(rep.node);
       }
     }
   }
@@ -62,7 +89,7 @@ absl::Status Repairer::Scan(std::set<catalog::InodeId>& out) {
       if (!page.ok()) return page.status();
       for (const catalog::Replica& r : *page) {
         after = r.inode;
-        if (catalog::IsBad(r.state)) out.insert(r.inode);
+        if (NeedsCopy(r) || Rechecked(r)) out.insert(r.inode);
       }
       if (page->size() < kRepairPage) break;
     }
@@ -78,15 +105,17 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
   absl::StatusOr<std::vector<catalog::Replica>> replicas = cat.view->GetReplicas(inode);
   if (!replicas.ok()) return replicas.status();
   const std::uint64_t generation = attrs->generation;
-  std::vector<const catalog::Replica*> bad;
+  std::vector<const catalog::Replica*> bad;       // copies to make again
+  std::vector<const catalog::Replica*> rejoined;  // copies that may be one too many
   std::vector<catalog::ReplicaTransition> old;
   int complete = 0;
   for (const catalog::Replica& r : *replicas) {
     if (r.state == ReplicaState::kComplete && r.generation == generation) ++complete;
-    if (!catalog::IsBad(r.state)) continue;
+    if (Rechecked(r) && r.generation == generation) rejoined.push_back(&r);
+    if (!NeedsCopy(r)) continue;
     if (r.generation == generation) {
       bad.push_back(&r);
-    } else {
+    } else if (catalog::IsBad(r.state)) {
       // A damaged copy of an older generation: nothing to repair, only to drop.
       old.push_back({r.inode, r.node, r.generation, r.state, ReplicaState::kDeleting, false, 0,
                      "older generation than the file's"});
@@ -98,9 +127,33 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
     summary.records_dropped +=
         static_cast<std::uint64_t>(std::count_if(done->begin(), done->end(), [](const absl::Status& s) { return s.ok(); }));
   }
-  if (bad.empty()) return absl::OkStatus();
+  if (bad.empty() && rejoined.empty()) return absl::OkStatus();
   absl::StatusOr<std::string> path = cat.view->PathOf(inode);
   if (!path.ok()) return absl::IsNotFound(path.status()) ? absl::OkStatus() : path.status();
+  absl::StatusOr<std::vector<catalog::Node>> nodes = cat.view->ListNodes("");
+  if (!nodes.ok()) return nodes.status();
+  const std::int64_t now = options_.clock ? options_.clock() : catalog::SystemNowNs();
+  const std::int64_t timeout = std::chrono::nanoseconds(options_.node_timeout).count();
+  std::map<std::string, std::string> site_of;
+  std::set<std::string> live_sites;
+  for (const catalog::Node& n : *nodes) {
+    site_of[n.name] = n.site;
+    if (now - n.last_heartbeat_ns <= timeout) live_sites.insert(n.site);
+  }
+  std::set<std::string> good;
+  for (const catalog::Replica& r : *replicas) {
+    if (r.state == ReplicaState::kComplete && r.generation == generation) good.insert(r.node);
+  }
+  absl::StatusOr<std::vector<catalog::Site>> all_sites = cat.view->ListSites();
+  if (!all_sites.ok()) return all_sites.status();
+  absl::StatusOr<std::vector<Want>> wants = HolderWants(inode, *path, *all_sites);
+  if (!wants.ok()) return wants.status();
+  // The rules' desired state first: a file whose holders all have their copies needs none
+  // made again, and a copy that came back from a dead node beyond their counts goes.
+  if (!wants->empty() && Satisfied(*wants, good, site_of)) {
+    return Settle(*path, bad, rejoined, *wants, good, site_of, summary);
+  }
+  if (bad.empty()) return absl::OkStatus();  // rechecked copies the holders need: kept
   std::string what;
   for (const catalog::Replica* r : bad) {
     what += fmt::format("{}{} {} ({})", what.empty() ? "" : ", ", r->node, catalog::ToString(r->state),
@@ -113,16 +166,6 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
     return absl::OkStatus();
   }
   // Where the bad copies were: their sites, each getting its copies back.
-  absl::StatusOr<std::vector<catalog::Node>> nodes = cat.view->ListNodes("");
-  if (!nodes.ok()) return nodes.status();
-  const std::int64_t now = options_.clock ? options_.clock() : catalog::SystemNowNs();
-  const std::int64_t timeout = std::chrono::nanoseconds(options_.node_timeout).count();
-  std::map<std::string, std::string> site_of;
-  std::set<std::string> live_sites;
-  for (const catalog::Node& n : *nodes) {
-    site_of[n.name] = n.site;
-    if (now - n.last_heartbeat_ns <= timeout) live_sites.insert(n.site);
-  }
   std::set<std::string> sites;  // bad replicas' sites that can take a copy now
   bool elsewhere = false;       // some bad replica's site cannot
   for (const catalog::Replica* r : bad) {
@@ -132,10 +175,6 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
     } else {
       elsewhere = true;
     }
-  }
-  std::set<std::string> good;
-  for (const catalog::Replica& r : *replicas) {
-    if (r.state == ReplicaState::kComplete && r.generation == generation) good.insert(r.node);
   }
   const std::int32_t priority = complete <= 1 ? kLastCopyPriority : kRepairPriority;
   Open open;
@@ -171,9 +210,7 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
                fmt::join(spec.dst_sites, ","), spec.priority, complete);
   }
   if (elsewhere) {
-    absl::StatusOr<std::vector<catalog::Site>> all_sites = cat.view->ListSites();
-    if (!all_sites.ok()) return all_sites.status();
-    if (absl::Status s = RestoreHolders(inode, *path, *all_sites, live_sites, good, site_of, priority, open, summary);
+    if (absl::Status s = RestoreHolders(*path, *wants, live_sites, good, site_of, priority, open, summary);
         !s.ok()) {
       return s;
     }
@@ -181,29 +218,78 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
   return absl::OkStatus();
 }
 
-absl::Status Repairer::RestoreHolders(catalog::InodeId inode, const std::string& path,
-                                      const std::vector<catalog::Site>& sites,
+absl::StatusOr<std::vector<Want>> Repairer::HolderWants(catalog::InodeId inode, const std::string& path,
+                                                        const std::vector<catalog::Site>& sites) {
+  const std::int64_t now = options_.clock ? options_.clock() : catalog::SystemNowNs();
+  return WantsOf(holds_, rules_, sites, inode, path, [&](const HoldRequest& h) {
+    const std::string& rule = h.rule;
+    if (rule.empty()) return false;
+    for (const PolicyRule& r : rules_) {
+      if (r.name == rule) {
+        return r.lifetime && LifetimeEnded(h.since_ns, *r.lifetime, now);
+      }
+    }
+    return true;  // a removed rule restores nothing
+  });
+}
+
+absl::Status Repairer::Settle(const std::string& path,
+                              const std::vector<const catalog::Replica*>& bad,
+                              const std::vector<const catalog::Replica*>& rejoined,
+                              const std::vector<Want>& wants, std::set<std::string> good,
+                              const std::map<std::string, std::string>& site_of,
+                              RepairStepSummary& summary) {
+  std::vector<catalog::ReplicaTransition> items;
+  for (const catalog::Replica* r : bad) {
+    if (r->state == ReplicaState::kUnverified) {
+      // Its node may come back: the record stays, marked as needing no copy.
+      items.push_back({r->inode, r->node, r->generation, r->state, ReplicaState::kUnverified, false,
+                       0, std::string(catalog::kRemadeNote)});
+    } else {
+      items.push_back({r->inode, r->node, r->generation, r->state, ReplicaState::kDeleting, false, 0,
+                       "the holders have their copies without it"});
+    }
+  }
+  // Never below a holder's count, never the last complete copy (the catalog refuses that too).
+  for (const catalog::Replica* r : rejoined) {
+    std::set<std::string> without = good;
+    without.erase(r->node);
+    if (without.empty() || !Satisfied(wants, without, site_of)) continue;
+    items.push_back({r->inode, r->node, r->generation, ReplicaState::kComplete, ReplicaState::kDeleting,
+                     false, 0, "trimmed: its node came back after the copy was made again"});
+    good = std::move(without);
+  }
+  if (items.empty()) return absl::OkStatus();
+  absl::StatusOr<std::vector<absl::Status>> done = options_.catalog.replicas->TransitionReplicas(items);
+  if (!done.ok()) return done.status();
+  for (std::size_t i = 0; i < done->size() && i < items.size(); ++i) {
+    const catalog::ReplicaTransition& t = items[i];
+    if (!(*done)[i].ok()) {
+      log_->info("repair of {}: {} on {} left as it is: {}", path, catalog::ToString(t.from), t.node,
+                 (*done)[i].ToString());
+      continue;
+    }
+    if (t.to != ReplicaState::kDeleting) continue;
+    if (t.from == ReplicaState::kComplete) {
+      summary.trimmed += 1;
+      log_->info("repair of {}: the copy on {} is trimmed ({}): its holders have their counts without it",
+                 path, t.node, fmt::join(good, ","));
+    } else {
+      summary.records_dropped += 1;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Repairer::RestoreHolders(const std::string& path, std::vector<Want> wants,
                                       const std::set<std::string>& live_sites, const std::set<std::string>& good,
                                       const std::map<std::string, std::string>& site_of, std::int32_t priority,
                                       Open& open, RepairStepSummary& summary) {
-  const std::int64_t now = options_.clock ? options_.clock() : catalog::SystemNowNs();
-  absl::StatusOr<std::vector<Want>> wants =
-      WantsOf(holds_, rules_, sites, inode, path, [&](const HoldRequest& h) {
-        const std::string& rule = h.rule;
-        if (rule.empty()) return false;
-        for (const PolicyRule& r : rules_) {
-          if (r.name == rule) {
-            return r.lifetime && LifetimeEnded(h.since_ns, *r.lifetime, now);
-          }
-        }
-        return true;  // a removed rule restores nothing
-      });
-  if (!wants.ok()) return wants.status();
-  if (wants->empty()) {
+  if (wants.empty()) {
     // Nobody asked for the copies: restore the count anywhere.
-    wants->push_back({"the copies that were there", static_cast<std::uint32_t>(good.size() + open.bad_nodes.size()), {}});
+    wants.push_back({"the copies that were there", static_cast<std::uint32_t>(good.size() + open.bad_nodes.size()), {}});
   }
-  for (Want& w : *wants) {
+  for (Want& w : wants) {
     // Only sites that can take a copy now (a holder whose sites are all down waits for the
     // next scan rather than getting a request that cannot succeed).
     if (!w.sites.empty()) {
@@ -260,17 +346,75 @@ absl::Status Repairer::Finish(catalog::InodeId inode, Open& open, RepairStepSumm
   if (!replicas.ok()) return replicas.status();
   std::vector<catalog::ReplicaTransition> drop;
   for (const catalog::Replica& r : *replicas) {
-    if (catalog::IsBad(r.state) && open.bad_nodes.count(r.node) > 0) {
+    if (open.bad_nodes.count(r.node) == 0) continue;
+    if (catalog::IsBad(r.state)) {
       drop.push_back({r.inode, r.node, r.generation, r.state, ReplicaState::kDeleting, false, 0,
                       fmt::format("repaired by request {}", fmt::join(open.request_ids, ","))});
+    } else if (NeedsCopy(r)) {
+      // On a dead node: kept (it may come back and count again), needing no other copy.
+      drop.push_back({r.inode, r.node, r.generation, r.state, ReplicaState::kUnverified, false, 0,
+                      std::string(catalog::kRemadeNote)});
     }
   }
   if (drop.empty()) return absl::OkStatus();
   absl::StatusOr<std::vector<absl::Status>> done = cat.replicas->TransitionReplicas(drop);
   if (!done.ok()) return done.status();
-  for (const absl::Status& s : *done) {
-    if (s.ok()) summary.records_dropped += 1;
+  for (std::size_t i = 0; i < done->size() && i < drop.size(); ++i) {
+    if ((*done)[i].ok() && drop[i].to == ReplicaState::kDeleting) summary.records_dropped += 1;
   }
+  return absl::OkStatus();
+}
+
+absl::Status Repairer::DeclareDead(bool rescan, std::set<catalog::InodeId>& out,
+                                   RepairStepSummary& summary) {
+  const catalog::Roles& cat = options_.catalog;
+  absl::StatusOr<std::vector<catalog::Node>> nodes = cat.view->ListNodes("");
+  if (!nodes.ok()) return nodes.status();
+  const std::int64_t now = options_.clock ? options_.clock() : catalog::SystemNowNs();
+  std::map<std::string, std::int64_t> dead;
+  for (const catalog::Node& n : *nodes) {
+    if (catalog::LivenessOf(n.last_heartbeat_ns, now, options_.node_timeout, options_.node_dead_after) !=
+        catalog::NodeLiveness::kDead) {
+      continue;
+    }
+    dead[n.name] = n.last_heartbeat_ns;
+    auto known = dead_.find(n.name);
+    if (!rescan && known != dead_.end() && known->second == n.last_heartbeat_ns) continue;
+    const std::string note =
+        fmt::format("node {} silent since {} s ago", n.name, (now - n.last_heartbeat_ns) / 1'000'000'000);
+    std::uint64_t unverified = 0;
+    catalog::InodeId after = 0;
+    while (!stop_) {
+      absl::StatusOr<std::vector<catalog::Replica>> page = cat.view->ListNodeReplicas(n.name, after, kRepairPage);
+      if (!page.ok()) return page.status();
+      std::vector<catalog::ReplicaTransition> items;
+      for (const catalog::Replica& r : *page) {
+        after = r.inode;
+        if (r.state == ReplicaState::kComplete) {
+          items.push_back({r.inode, r.node, r.generation, r.state, ReplicaState::kUnverified, false, 0, note});
+        } else if (NeedsCopy(r)) {
+          out.insert(r.inode);  // marked before (a restart, or another front end)
+        }
+      }
+      if (!items.empty()) {
+        absl::StatusOr<std::vector<absl::Status>> done = cat.replicas->TransitionReplicas(items);
+        if (!done.ok()) return done.status();
+        for (std::size_t i = 0; i < done->size() && i < items.size(); ++i) {
+          if (!(*done)[i].ok()) continue;  // changed meanwhile: not ours now
+          out.insert(items[i].inode);
+          unverified += 1;
+        }
+      }
+      if (page->size() < kRepairPage) break;
+    }
+    if (unverified > 0) {
+      log_->warn("node {} of site {} is dead ({}): its {} complete replica{} stop counting and "
+                 "are made again elsewhere",
+                 n.name, n.site, note, unverified, unverified == 1 ? "" : "s");
+    }
+    summary.replicas_unverified += unverified;
+  }
+  dead_ = std::move(dead);
   return absl::OkStatus();
 }
 
@@ -282,14 +426,18 @@ absl::StatusOr<RepairStepSummary> Repairer::Step() {
   }
   std::set<catalog::InodeId> candidates;
   absl::Status drained = events_->Drain([&](const catalog::Event& e) {
-    if (e.kind == catalog::EventKind::kReplica && (e.state == catalog::ToString(ReplicaState::kCorrupt) ||
-                                                   e.state == catalog::ToString(ReplicaState::kLost))) {
+    if (e.kind != catalog::EventKind::kReplica) return;
+    if (e.state == catalog::ToString(ReplicaState::kCorrupt) || e.state == catalog::ToString(ReplicaState::kLost) ||
+        (e.state == catalog::ToString(ReplicaState::kUnverified) && e.detail != catalog::kRemadeNote) ||
+        (e.state == catalog::ToString(ReplicaState::kComplete) && e.detail == catalog::kRecheckedNote)) {
       candidates.insert(e.id);
     }
   });
   if (!drained.ok()) return drained;
   const auto now = std::chrono::steady_clock::now();
-  if (!scanned_ || now - last_scan_ >= options_.scan_interval) {
+  const bool full = !scanned_ || now - last_scan_ >= options_.scan_interval;
+  if (absl::Status s = DeclareDead(full, candidates, summary); !s.ok()) return s;
+  if (full) {
     if (absl::Status s = Scan(candidates); !s.ok()) return s;
     scanned_ = true;
     last_scan_ = now;

@@ -25,6 +25,21 @@
 // generation move there at once. A file without any complete replica left cannot be
 // repaired: it is logged (error) and looked at again at the next scan.
 //
+// Dead nodes (HDFS's dead DataNodes): a node silent for longer than `node_dead_after` is dead.
+// Each step marks its complete replicas `unverified` (catalog/types.h: never served, not
+// counted) and repairs them as above: the copies come back on the site's other live nodes,
+// or the holders' counts elsewhere. Nothing is marked while the node is only suspect (silent
+// past `node_timeout`, not yet dead). A repaired unverified record stays, noted
+// kRemadeNote: if the node comes back, its agent checks its replicas (stat, then checksum at
+// the scrub's pace; replica/agent/replica_check.h) and a good one is complete again (noted
+// kRecheckedNote), a damaged one is dropped.
+//
+// The holders' desired state comes first: a file whose holders (replica/plan/holds.h) all
+// have their counts among its complete replicas gets no copy made again; its bad records are
+// dropped, and a copy that came back from a dead node beyond the counts is trimmed (moved to
+// `deleting`), never below a holder's count and never the last complete one. A file no
+// holder wants keeps such a copy (the count it had is not known).
+//
 // At most one repair request per file is open at a time (found again after a restart
 // from the active requests of origin kRepair); copies of the file found bad while it
 // runs get the next request once it is done. A failed repair request is tried again at the
@@ -68,6 +83,9 @@ struct RepairerOptions {
   std::chrono::milliseconds scan_interval{std::chrono::minutes(10)};
   // A node without a heartbeat for this long is down (as the planner's --node-timeout).
   std::chrono::milliseconds node_timeout{std::chrono::seconds(30)};
+  // ...and for this long, dead: its replicas are unverified and made again elsewhere
+  // (gfcatalogd --node-dead-after). At least node_timeout.
+  std::chrono::milliseconds node_dead_after{std::chrono::minutes(10)};
   // Unix ns; null: catalog::SystemNowNs.
   catalog::Clock clock;
   // Null: spdlog::default_logger().
@@ -79,6 +97,8 @@ struct RepairStepSummary {
   std::uint64_t requests_created = 0;
   std::uint64_t records_dropped = 0;  // bad records moved to deleting
   std::uint64_t unrepairable = 0;     // files with bad replicas and no complete one
+  std::uint64_t replicas_unverified = 0;  // complete replicas of dead nodes marked
+  std::uint64_t trimmed = 0;              // copies back from a dead node beyond the counts
 };
 
 class Repairer {
@@ -103,9 +123,21 @@ class Repairer {
   absl::Status Scan(std::set<catalog::InodeId>& out);
   absl::Status Consider(catalog::InodeId inode, RepairStepSummary& summary);
   absl::Status Finish(catalog::InodeId inode, Open& open, RepairStepSummary& summary);
-  // Requests restoring the counts of `inode`'s holders (kept in `open`).
-  absl::Status RestoreHolders(catalog::InodeId inode, const std::string& path,
-                              const std::vector<catalog::Site>& sites,
+  // Marks the complete replicas of nodes dead now unverified (a node's records are walked
+  // once per death, again on a `rescan`) and adds the files to make again to `out`.
+  absl::Status DeclareDead(bool rescan, std::set<catalog::InodeId>& out, RepairStepSummary& summary);
+  // What the holders of `inode` (at `path`) want now.
+  absl::StatusOr<std::vector<Want>> HolderWants(catalog::InodeId inode, const std::string& path,
+                                                const std::vector<catalog::Site>& sites);
+  // The holders have their counts among `good`: drops the `bad` records (an unverified one is
+  // noted kRemadeNote), and trims the `rejoined` copies they do not need.
+  absl::Status Settle(const std::string& path, const std::vector<const catalog::Replica*>& bad,
+                      const std::vector<const catalog::Replica*>& rejoined, const std::vector<Want>& wants,
+                      std::set<std::string> good, const std::map<std::string, std::string>& site_of,
+                      RepairStepSummary& summary);
+  // Requests restoring the `wants` (none: the copies that were there) elsewhere (kept in
+  // `open`).
+  absl::Status RestoreHolders(const std::string& path, std::vector<Want> wants,
                               const std::set<std::string>& live_sites, const std::set<std::string>& good,
                               const std::map<std::string, std::string>& site_of, std::int32_t priority,
                               Open& open, RepairStepSummary& summary);
@@ -122,6 +154,7 @@ class Repairer {
   std::chrono::steady_clock::time_point last_scan_{};
   bool scanned_ = false;
   std::map<catalog::InodeId, Open> open_;  // files with a repair request in flight
+  std::map<std::string, std::int64_t> dead_;  // dead nodes walked: their last heartbeat then
   HoldIndex holds_;
   std::vector<PolicyRule> rules_;
   std::uint64_t rules_version_ = 0;

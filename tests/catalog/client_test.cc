@@ -29,6 +29,8 @@ class CatalogClientTest : public ::testing::Test {
     local_ = std::move(*c);
     ServerOptions so;
     so.worker_threads = 4;
+    so.node_timeout = 30s;
+    so.node_dead_after = 600s;
     absl::StatusOr<std::unique_ptr<CatalogServer>> s = CatalogServer::Start(*local_, so);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
@@ -492,6 +494,52 @@ TEST_F(CatalogClientTest, ReplicaTransitionsTravelWithTheirResultsAndNotes) {
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE((*r)[0].ok()) << (*r)[0];
   EXPECT_EQ(client_->Locate("/f")->replicas[0].state, ReplicaState::kDeleting);
+}
+
+TEST_F(CatalogClientTest, AnUnverifiedReplicaTravelsAndListNodesSaysWhoIsLiveSuspectOrDead) {
+  Topology();
+  absl::StatusOr<Attributes> f = client_->Stat("/f");
+  ASSERT_TRUE(f.ok());
+  ReplicaTransition dead;
+  dead.inode = f->inode;
+  dead.node = "a1";
+  dead.generation = f->generation;
+  dead.from = ReplicaState::kComplete;
+  dead.to = ReplicaState::kUnverified;
+  dead.note = "node a1 silent";
+  absl::StatusOr<std::vector<absl::Status>> r = client_->TransitionReplicas({dead});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE((*r)[0].ok()) << (*r)[0];
+  absl::StatusOr<Location> loc = client_->Locate("/f");
+  ASSERT_TRUE(loc.ok()) << loc.status();
+  EXPECT_EQ(loc->replicas[0].state, ReplicaState::kUnverified);
+  ReplicaTransition back = dead;
+  back.from = ReplicaState::kUnverified;
+  back.to = ReplicaState::kComplete;
+  back.verified = true;
+  back.note = std::string(kRecheckedNote);
+  r = client_->TransitionReplicas({back});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE((*r)[0].ok()) << (*r)[0];
+  EXPECT_EQ(client_->Locate("/f")->replicas[0].note, kRecheckedNote);
+  // b1 last heard of five minutes ago, c1 an hour ago (the server: 30 s and 600 s).
+  Node n;
+  n.site = "b";
+  n.address = "127.0.0.1:7003";
+  for (const auto& [name, ago] : std::vector<std::pair<std::string, std::chrono::seconds>>{
+           {"b1", 300s}, {"c1", 3600s}}) {
+    n.name = name;
+    clock_offset_ns_ = -std::chrono::nanoseconds(ago).count();
+    ASSERT_TRUE(client_->RegisterNode(n).ok());
+  }
+  clock_offset_ns_ = 0;
+  absl::StatusOr<std::vector<Node>> nodes = client_->ListNodes("");
+  ASSERT_TRUE(nodes.ok()) << nodes.status();
+  std::map<std::string, std::string> liveness;
+  for (const Node& x : *nodes) liveness[x.name] = x.liveness;
+  EXPECT_EQ(liveness["a1"], "live");
+  EXPECT_EQ(liveness["b1"], "suspect");
+  EXPECT_EQ(liveness["c1"], "dead");
 }
 
 TEST_F(CatalogClientTest, ThePolicyDocumentIsVersionedAndChangedOnlyFromTheVersionSeen) {

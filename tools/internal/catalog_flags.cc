@@ -151,6 +151,7 @@ nlohmann::json ToJson(const catalog::Node& n) {
           {"active_transfers", n.active_transfers},
           {"workers", n.workers},
           {"last_heartbeat", FormatTime(n.last_heartbeat_ns)},
+          {"liveness", n.liveness},
           {"disk", ToJson(n.disk)},
           {"requires_data_tls", n.requires_data_tls}};
 }

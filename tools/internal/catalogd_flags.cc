@@ -116,6 +116,12 @@ void AddCatalogdFlags(CLI::App& app, CatalogdFlags& f) {
                  "destination; its open tasks are planned elsewhere)")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
+  app.add_option("--node-dead-after", f.node_dead_after_s,
+                 "Repairer: seconds without a heartbeat after which a node is dead: its replicas "
+                 "stop counting toward any holder's copies and are made again elsewhere (checked "
+                 "before they count again if it comes back); at least --node-timeout")
+      ->check(CLI::Range(1, 365 * 86400))
+      ->capture_default_str();
   f.open_per_node = replica::plan::PlannerOptions{}.max_open_tasks_per_node;
   app.add_option("--max-open-tasks-per-node", f.open_per_node,
                  "Planner: queued or leased tasks per destination node at most; a node whose "
@@ -228,6 +234,7 @@ absl::StatusOr<replica::daemon::CatalogdOptions> CatalogdOptionsOf(
   o.policy_options.release_interval =
       milliseconds(static_cast<std::int64_t>(f.release_interval_s * 1000));
   o.node_timeout = std::chrono::seconds(f.node_timeout_s);
+  o.node_dead_after = std::chrono::seconds(f.node_dead_after_s);
   o.http.listen = f.http;
   o.http.max_connections = f.http_limits.max_connections;
   o.http.max_connections_per_client = f.http_limits.max_connections_per_client;

@@ -39,6 +39,7 @@ struct CatalogdFlags {
   bool no_sync = false;
   bool no_planner = false;
   int node_timeout_s = 30;
+  int node_dead_after_s = 600;
   int open_per_node = 0;
   double keep_finished_days = 7;
   bool no_repair = false;

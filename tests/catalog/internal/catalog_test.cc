@@ -2053,6 +2053,69 @@ TEST_P(CatalogTest, AReverifiedReplicaKeepsItsStateAndGetsItsStampWithoutAnEvent
   EXPECT_EQ(*catalog_->LastEventSeq(), *seq);
 }
 
+TEST_P(CatalogTest, AReplicaOfADeadNodeIsUnverifiedUntilItsNodeChecksItAgain) {
+  MakeTopologyAndFile();
+  absl::StatusOr<Attributes> f = catalog_->Stat("/f");
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE(catalog_->PutReplica(Rep(f->inode, "b1", ReplicaState::kComplete, 1)).ok());
+  absl::StatusOr<std::uint64_t> seq = catalog_->LastEventSeq();
+  ASSERT_TRUE(seq.ok());
+  // Declared dead: unverified, with an event; not a way back to complete without a check.
+  absl::StatusOr<std::vector<absl::Status>> r = catalog_->TransitionReplicas(
+      {Move(f->inode, "a1", 1, ReplicaState::kComplete, ReplicaState::kUnverified, "node a1 silent")});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE((*r)[0].ok()) << (*r)[0];
+  EXPECT_EQ(RecordOf("/f", "a1")->state, ReplicaState::kUnverified);
+  EXPECT_EQ(RecordOf("/f", "a1")->note, "node a1 silent");
+  // Only its note may change while it is unverified; it is not complete, so b1 is the last.
+  r = catalog_->TransitionReplicas(
+      {Move(f->inode, "a1", 1, ReplicaState::kUnverified, ReplicaState::kUnverified,
+            std::string(kRemadeNote)),
+       Move(f->inode, "b1", 1, ReplicaState::kComplete, ReplicaState::kDeleting)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE((*r)[0].ok()) << (*r)[0];
+  EXPECT_TRUE(absl::IsFailedPrecondition((*r)[1])) << (*r)[1];
+  EXPECT_EQ(RecordOf("/f", "a1")->note, kRemadeNote);
+  r = catalog_->TransitionReplicas(
+      {Move(f->inode, "a1", 1, ReplicaState::kUnverified, ReplicaState::kStale)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument((*r)[0])) << (*r)[0];
+  // Its node checked it: complete again, stamped, with an event the repairer follows.
+  now_ += 7'000'000'000;
+  ReplicaTransition back = Move(f->inode, "a1", 1, ReplicaState::kUnverified,
+                                ReplicaState::kComplete, std::string(kRecheckedNote));
+  back.verified = true;
+  back.mtime_ns = 42;
+  r = catalog_->TransitionReplicas({back});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE((*r)[0].ok()) << (*r)[0];
+  absl::StatusOr<Replica> rec = RecordOf("/f", "a1");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->state, ReplicaState::kComplete);
+  EXPECT_EQ(rec->verified_ns, now_.load());
+  EXPECT_EQ(rec->mtime_ns, 42);
+  EXPECT_EQ(rec->note, kRecheckedNote);
+  absl::StatusOr<std::vector<Event>> events = catalog_->ReadEvents(*seq, 10, 0ms);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 3u);
+  EXPECT_EQ((*events)[0].state, "unverified");
+  EXPECT_EQ((*events)[1].detail, kRemadeNote);
+  EXPECT_EQ((*events)[2].state, "complete");
+  EXPECT_EQ((*events)[2].detail, kRecheckedNote);
+  // A new generation makes an unverified copy of the old one stale, as a complete one; the
+  // state survives a restart.
+  ASSERT_TRUE(catalog_->TransitionReplicas(
+                          {Move(f->inode, "a1", 1, ReplicaState::kComplete, ReplicaState::kUnverified)})
+                  .ok());
+  ASSERT_NO_FATAL_FAILURE(Open());
+  EXPECT_EQ(RecordOf("/f", "a1")->state, ReplicaState::kUnverified);
+  FileContent v2;
+  v2.size = 20;
+  v2.checksum = "c2";
+  ASSERT_TRUE(catalog_->CommitFile("/f", v2, "b1", 1).ok());
+  EXPECT_EQ(RecordOf("/f", "a1")->state, ReplicaState::kStale);
+}
+
 TEST_P(CatalogTest, ACommittedCopyRecordsTheMtimeItsNodeSaw) {
   MakeTopologyAndFile();
   absl::StatusOr<Task> t = OneTask();

@@ -197,6 +197,60 @@ TEST_F(ReplicaCheckTest, TheScrubJudgesTheLastByteOfSmallAndPieceSizedReplicas) 
   }
 }
 
+TEST_F(ReplicaCheckTest, ReplicasBackFromADeadNodeCountAgainOnlyOnceReadAndGoodAgain) {
+  // Three replicas of n1 marked unverified while n1 was dead (the repairer's); one of them
+  // had its copy made again elsewhere meanwhile (kRemadeNote).
+  catalog::Attributes good = Put("/good", 200000, 1);
+  catalog::Attributes rotted = Put("/rotted", 200000, 2);
+  catalog::Attributes remade = Put("/remade", 200000, 3);
+  // Verified just now: a complete replica would not be due for another hour.
+  ASSERT_TRUE(Checker().ScrubPass().ok());
+  auto mark = [&](const catalog::Attributes& a, std::string note) {
+    catalog::ReplicaTransition t;
+    t.inode = a.inode;
+    t.node = "n1";
+    t.generation = a.generation;
+    t.from = ReplicaState::kComplete;
+    t.to = ReplicaState::kUnverified;
+    auto r = cat_->TransitionReplicas({t});
+    ASSERT_TRUE(r.ok() && (*r)[0].ok());
+    if (note.empty()) return;
+    t.from = ReplicaState::kUnverified;
+    t.note = std::move(note);
+    r = cat_->TransitionReplicas({t});
+    ASSERT_TRUE(r.ok() && (*r)[0].ok());
+  };
+  mark(good, "");
+  mark(rotted, "");
+  mark(remade, std::string(catalog::kRemadeNote));
+  // Bit rot that keeps the size and mtime, in two of them.
+  for (const catalog::Attributes* a : {&rotted, &remade}) {
+    const std::int64_t mtime = MtimeOf(FileOf(*a));
+    std::fstream f(FileOf(*a), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(1000);
+    const char byte = static_cast<char>(f.get());
+    f.seekp(1000);
+    f.put(static_cast<char>(byte ^ 0x5a));
+    f.close();
+    SetMtime(FileOf(*a), mtime);
+  }
+  // The stat check cannot vouch for them: they stay unverified.
+  auto st = Checker().StatPass();
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->checked, 3u);
+  EXPECT_EQ(Record(good.inode).state, ReplicaState::kUnverified);
+  // The scrub reads them at once (always due).
+  auto s = Checker().ScrubPass();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->checked, 3u);
+  EXPECT_EQ(s->good, 1u);
+  EXPECT_EQ(s->corrupt, 2u);
+  EXPECT_EQ(Record(good.inode).state, ReplicaState::kComplete);
+  EXPECT_EQ(Record(good.inode).note, catalog::kRecheckedNote);
+  EXPECT_EQ(Record(rotted.inode).state, ReplicaState::kCorrupt) << "to be made again";
+  EXPECT_EQ(Record(remade.inode).state, ReplicaState::kDeleting) << "made again already: dropped";
+}
+
 TEST_F(ReplicaCheckTest, AReportOnlyCheckChangesNothing) {
   catalog::Attributes a = Put("/f", 1000, 6);
   fs::remove(FileOf(a));

@@ -76,13 +76,61 @@ class RepairerTest : public ::testing::Test {
     return out;
   }
 
-  // Node `name` last heard of an hour ago (down for the planner and the repairer).
-  void Silence(const std::string& name) {
+  // Node `name` last heard of `ago` ago (an hour: dead for the repairer; a minute: down for
+  // the planner, suspect for the repairer; zero: live).
+  void Silence(const std::string& name,
+               std::chrono::nanoseconds ago = std::chrono::hours(1)) {
     auto n = cat_->GetNode(name);
     ASSERT_TRUE(n.ok());
-    now_ns_ = catalog::SystemNowNs() - std::chrono::nanoseconds(std::chrono::hours(1)).count();
+    now_ns_ = catalog::SystemNowNs() - ago.count();
     ASSERT_TRUE(cat_->RegisterNode(*n).ok());
     now_ns_ = 0;
+  }
+
+  // What the node's agent reports after it came back and read its replica of `a`: good
+  // (complete again) or not.
+  void Recheck(const catalog::Attributes& a, const std::string& node, ReplicaState to) {
+    catalog::ReplicaTransition t;
+    t.inode = a.inode;
+    t.node = node;
+    t.generation = a.generation;
+    t.from = ReplicaState::kUnverified;
+    t.to = to;
+    t.verified = to == ReplicaState::kComplete;
+    t.note = to == ReplicaState::kComplete ? std::string(catalog::kRecheckedNote) : "checksum";
+    auto r = cat_->TransitionReplicas({t});
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE((*r)[0].ok()) << (*r)[0];
+  }
+
+  void Put(const catalog::Attributes& a, const std::string& node) {
+    catalog::Replica made;
+    made.inode = a.inode;
+    made.node = node;
+    made.state = ReplicaState::kComplete;
+    made.generation = a.generation;
+    made.size = 100;
+    ASSERT_TRUE(cat_->PutReplica(made).ok());
+  }
+
+  std::uint64_t UserRequest(const std::string& path, std::uint32_t copies) {
+    catalog::RequestSpec user;
+    user.paths = {path};
+    user.copies = copies;
+    user.owner = "alice";
+    auto made = cat_->CreateRequest(user);
+    EXPECT_TRUE(made.ok());
+    EndRequest(made->id, RequestState::kDone);
+    return made->id;
+  }
+
+  std::string NoteOn(const catalog::Attributes& a, const std::string& node) {
+    auto all = cat_->GetReplicas(a.inode);
+    EXPECT_TRUE(all.ok());
+    for (const catalog::Replica& r : *all) {
+      if (r.node == node) return r.note;
+    }
+    return "";
   }
 
   std::int64_t now_ns_ = 0;  // 0: the real clock
@@ -292,6 +340,116 @@ TEST_F(RepairerTest, ARulesCountIsRestoredInItsSitesWhenTheBadCopysSiteIsDown) {
   EXPECT_EQ(reqs[0].spec.copies, 2u);
   EXPECT_EQ(reqs[0].spec.dst_sites, (std::vector<std::string>{"b"}))
       << "the rule's sites that can take a copy now (b2 is its other live node)";
+}
+
+TEST_F(RepairerTest, ADeadNodesCopiesAreMadeAgainAndNothingIsMarkedWhileItIsOnlySuspect) {
+  // gfrep -N 2 made /f on a1 and b1.
+  catalog::Attributes f = File("/f", {"a1", "b1"});
+  UserRequest("/f", 2);
+  auto repairer = Make();
+  ASSERT_TRUE(repairer->Step().ok());
+  // b1 silent for five minutes: down for the planner, not dead (--node-dead-after 600).
+  Silence("b1", std::chrono::minutes(5));
+  auto s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->replicas_unverified, 0u);
+  EXPECT_EQ(StateOn(f, "b1"), ReplicaState::kComplete) << "a suspect node's copies still count";
+  EXPECT_TRUE(RepairRequests().empty());
+  // Silent for an hour: dead. Its copy stops counting and is made again in its site (b2 lives).
+  Silence("b1");
+  s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->replicas_unverified, 1u);
+  EXPECT_EQ(StateOn(f, "b1"), ReplicaState::kUnverified);
+  std::vector<catalog::Request> reqs = RepairRequests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].spec.dst_sites, std::vector<std::string>{"b"});
+  EXPECT_EQ(reqs[0].spec.copies, 1u);
+  EXPECT_EQ(reqs[0].spec.priority, kLastCopyPriority) << "one live copy left";
+  // Steps while it runs and after walk the dead node once and ask for nothing more.
+  s = repairer->Step();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->replicas_unverified, 0u);
+  EXPECT_EQ(s->requests_created, 0u);
+  Put(f, "b2");
+  EndRequest(reqs[0].id, RequestState::kDone);
+  ASSERT_TRUE(repairer->Step().ok());
+  EXPECT_EQ(StateOn(f, "b1"), ReplicaState::kUnverified) << "kept: its node may come back";
+  EXPECT_EQ(NoteOn(f, "b1"), catalog::kRemadeNote);
+  s = Make()->Step();  // a restarted repairer scans everything
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->requests_created, 0u);
+  EXPECT_EQ(RepairRequests().size(), 1u);
+}
+
+TEST_F(RepairerTest, ACopyBackFromTheDeadCountsAgainAndIsTrimmedOnlyBeyondTheHoldersCounts) {
+  // /f (gfrep -N 2) on a1 and b1; /g (gfrep -N 2) on a1 and b1; /h (nobody's) on a1 and b1.
+  catalog::Attributes f = File("/f", {"a1", "b1"});
+  catalog::Attributes g = File("/g", {"a1", "b1"});
+  catalog::Attributes h = File("/h", {"a1", "b1"});
+  UserRequest("/f", 2);
+  UserRequest("/g", 2);
+  Silence("b1");
+  auto repairer = Make();
+  auto s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->replicas_unverified, 3u);
+  ASSERT_EQ(RepairRequests().size(), 3u);
+  // /f and /h were copied again to b2; /g's copy is still on its way when b1 comes back.
+  for (const catalog::Request& r : RepairRequests()) {
+    if (r.spec.paths.front() == "/g") continue;
+    Put(r.spec.paths.front() == "/f" ? f : h, "b2");
+    EndRequest(r.id, RequestState::kDone);
+  }
+  ASSERT_TRUE(repairer->Step().ok());
+  Silence("b1", std::chrono::seconds(0));
+  Recheck(f, "b1", ReplicaState::kComplete);
+  Recheck(g, "b1", ReplicaState::kComplete);
+  Recheck(h, "b1", ReplicaState::kComplete);
+  s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  // /f: three copies for a count of two: the one back from the dead goes, never below 2.
+  EXPECT_EQ(s->trimmed, 1u);
+  EXPECT_EQ(StateOn(f, "b1"), ReplicaState::kDeleting);
+  EXPECT_EQ(StateOn(f, "a1"), ReplicaState::kComplete);
+  EXPECT_EQ(StateOn(f, "b2"), ReplicaState::kComplete);
+  // /h: nobody says how many it needs: kept. /g: counts again while its repair runs...
+  EXPECT_EQ(StateOn(h, "b1"), ReplicaState::kComplete);
+  EXPECT_EQ(StateOn(g, "b1"), ReplicaState::kComplete);
+  // ...and is trimmed once the repair made the third copy.
+  for (const catalog::Request& r : RepairRequests()) {
+    if (r.spec.paths.front() != "/g") continue;
+    Put(g, "b2");
+    EndRequest(r.id, RequestState::kDone);
+  }
+  s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->trimmed, 1u);
+  EXPECT_EQ(StateOn(g, "b1"), ReplicaState::kDeleting);
+  // Nothing more at the next full scan.
+  s = Make()->Step();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->trimmed, 0u);
+  EXPECT_EQ(s->requests_created, 0u);
+  EXPECT_EQ(StateOn(h, "b1"), ReplicaState::kComplete);
+}
+
+TEST_F(RepairerTest, ACopyBackFromTheDeadDamagedIsDroppedWhenTheHoldersHaveTheirCounts) {
+  catalog::Attributes f = File("/f", {"a1", "b1", "c1"});
+  UserRequest("/f", 2);
+  Silence("b1");
+  auto repairer = Make();
+  auto s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(RepairRequests().empty()) << "a1 and c1 are alice's two copies";
+  EXPECT_EQ(NoteOn(f, "b1"), catalog::kRemadeNote);
+  // Back, and found damaged (the agent reports it corrupt): dropped, nothing copied.
+  Silence("b1", std::chrono::seconds(0));
+  Recheck(f, "b1", ReplicaState::kCorrupt);
+  s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->requests_created, 0u);
+  EXPECT_EQ(StateOn(f, "b1"), ReplicaState::kDeleting);
 }
 
 }  // namespace
