@@ -461,6 +461,11 @@ absl::Status AuthorizedCatalog::RemoveSite(std::string_view name) {
   return inner().RemoveSite(name);
 }
 
+absl::Status AuthorizedCatalog::SetNodeMode(std::string_view node, NodeMode mode) {
+  if (absl::Status s = Check("SetNodeMode", Access::kAdmin); !s.ok()) return s;
+  return inner().SetNodeMode(node, mode);
+}
+
 absl::Status AuthorizedCatalog::RemoveNode(std::string_view name) {
   if (absl::Status s = Check("RemoveNode", Access::kAdmin); !s.ok()) return s;
   return inner().RemoveNode(name);

@@ -131,6 +131,7 @@ class AuthorizedCatalog final : public Catalog {
   absl::Status RemoveSite(std::string_view name) override;
   absl::Status RegisterNode(const Node& node) override;
   absl::Status PutNodeDisk(std::string_view node, const DiskProfile& disk) override;
+  absl::Status SetNodeMode(std::string_view node, NodeMode mode) override;
   absl::Status RemoveNode(std::string_view name) override;
   absl::Status SendHeartbeat(const Heartbeat& heartbeat) override;
   absl::Status PutRoute(const Route& route) override;

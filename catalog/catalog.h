@@ -313,6 +313,9 @@ class SiteRegistry {
   // kNotFound if the node is not registered; kInvalidArgument from Validate(disk).
   virtual absl::Status PutNodeDisk(std::string_view node, const DiskProfile& disk) = 0;
 
+  // Sets the node's mode (gfnode mode, gfnode drain). kNotFound if it is not registered.
+  virtual absl::Status SetNodeMode(std::string_view node, NodeMode mode) = 0;
+
   virtual absl::Status RemoveNode(std::string_view name) = 0;
 
   // kNotFound if the node was never registered. The heartbeat's route observations are

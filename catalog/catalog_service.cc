@@ -670,6 +670,16 @@ class Service final : public v1::Catalog::CallbackService {
     });
   }
 
+  grpc::ServerUnaryReactor* SetNodeMode(grpc::CallbackServerContext* c,
+                                        const v1::SetNodeModeRequest* req, v1::Empty*) override {
+    return Run(c, "SetNodeMode", [req](Catalog& cat) -> absl::Status {
+      if (req->mode() < v1::NODE_NORMAL || req->mode() > v1::NODE_DRAINING) {
+        return absl::InvalidArgumentError(fmt::format("bad node mode {}", static_cast<int>(req->mode())));
+      }
+      return cat.SetNodeMode(req->node(), static_cast<NodeMode>(req->mode()));
+    });
+  }
+
   grpc::ServerUnaryReactor* RemoveNode(grpc::CallbackServerContext* c, const v1::NameRequest* req,
                                        v1::Empty*) override {
     return Run(c, "RemoveNode", [req](Catalog& cat) { return cat.RemoveNode(req->name()); });

@@ -594,6 +594,14 @@ absl::Status CatalogClient::PutNodeDisk(std::string_view node, const DiskProfile
   return impl_->Call(&v1::Catalog::Stub::PutNodeDisk, req, &resp);
 }
 
+absl::Status CatalogClient::SetNodeMode(std::string_view node, NodeMode mode) {
+  v1::SetNodeModeRequest req;
+  req.set_node(std::string(node));
+  req.set_mode(static_cast<v1::NodeMode>(mode));
+  v1::Empty resp;
+  return impl_->Call(&v1::Catalog::Stub::SetNodeMode, req, &resp);
+}
+
 absl::Status CatalogClient::RemoveNode(std::string_view name) {
   v1::NameRequest req;
   req.set_name(std::string(name));

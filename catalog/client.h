@@ -114,6 +114,7 @@ class CatalogClient final : public Catalog, public TelemetrySink {
   absl::StatusOr<std::vector<Site>> ListSites() override;
   absl::Status RegisterNode(const Node& node) override;
   absl::Status PutNodeDisk(std::string_view node, const DiskProfile& disk) override;
+  absl::Status SetNodeMode(std::string_view node, NodeMode mode) override;
   absl::Status RemoveNode(std::string_view name) override;
   absl::StatusOr<Node> GetNode(std::string_view name) override;
   absl::StatusOr<std::vector<Node>> ListNodes(std::string_view site) override;

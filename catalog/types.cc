@@ -37,6 +37,23 @@ absl::StatusOr<ReplicaState> ParseReplicaState(std::string_view text) {
   return absl::InvalidArgumentError(fmt::format("unknown replica state '{}'", text));
 }
 
+std::string_view ToString(NodeMode mode) {
+  switch (mode) {
+    case NodeMode::kNormal: return "normal";
+    case NodeMode::kReadOnly: return "read-only";
+    case NodeMode::kDraining: return "draining";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<NodeMode> ParseNodeMode(std::string_view text) {
+  for (NodeMode m : {NodeMode::kNormal, NodeMode::kReadOnly, NodeMode::kDraining}) {
+    if (ToString(m) == text) return m;
+  }
+  return absl::InvalidArgumentError(
+      fmt::format("unknown node mode '{}' (normal, read-only, draining)", text));
+}
+
 std::string_view ToString(NodeLiveness liveness) {
   switch (liveness) {
     case NodeLiveness::kLive: return "live";

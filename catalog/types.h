@@ -155,6 +155,14 @@ inline constexpr std::size_t kMaxDiskDirBytes = 4096;
 // multiple of 4096), a negative or NaN rate, a dir longer than kMaxDiskDirBytes.
 absl::Status Validate(const DiskProfile& d);
 
+// What a node is for, set by an operator (gfnode mode, gfnode drain): normal (takes new
+// replicas), read-only (serves reads and copies from it, takes no new replica; Gfarm's
+// read-only hosts) or draining (as read-only, and every replica it holds is made again
+// elsewhere, after which its copy is dropped: the node can then be removed).
+enum class NodeMode : std::uint8_t { kNormal = 0, kReadOnly = 1, kDraining = 2 };
+std::string_view ToString(NodeMode mode);
+absl::StatusOr<NodeMode> ParseNodeMode(std::string_view text);
+
 // Whether a node is heard from: live (a heartbeat within the heartbeat timeout, gfcatalogd
 // --node-timeout), suspect (silent longer: no new tasks, its open ones re-placed, its replicas
 // still counted) or dead (silent past --node-dead-after: its replicas are unverified and made
@@ -184,6 +192,8 @@ struct Node {
   // Its agent refuses data connections in clear (gfsited --require-tls): whoever pulls from
   // or stores at it encrypts the data (set by the agent when it registers).
   bool requires_data_tls = false;
+  // Set only by SetNodeMode; RegisterNode keeps the stored one.
+  NodeMode mode = NodeMode::kNormal;
   // Filled by the catalog server's ListNodes (LivenessOf with its daemon's timeouts): "live",
   // "suspect", "dead"; empty where no server judged it (an embedded catalog).
   std::string liveness;

@@ -347,6 +347,7 @@ std::string EncodeNode(const Node& x) {
   w.F64(x.disk.read_mbps);
   w.I64(x.disk.measured_ns);
   w.U64(x.requires_data_tls ? 1 : 0);
+  w.U64(static_cast<std::uint8_t>(x.mode));
   return w.Take();
 }
 
@@ -373,6 +374,9 @@ absl::StatusOr<Node> DecodeNode(std::string_view in) {
     x.disk.measured_ns = r.I64();
   }
   if (!r.AtEnd()) x.requires_data_tls = r.U64() != 0;  // older records end here
+  bool mode_ok = true;
+  if (!r.AtEnd()) x.mode = EnumIn<NodeMode>(r, 0, 2, mode_ok);  // added 2026-12-01
+  if (!mode_ok) return absl::DataLossError("corrupt node record: bad mode");
   if (absl::Status s = r.Finish("node"); !s.ok()) return s;
   return x;
 }

@@ -112,6 +112,7 @@ void ToProto(const Node& in, v1::Node* out) {
   ToProto(in.disk, out->mutable_disk());
   out->set_requires_data_tls(in.requires_data_tls);
   out->set_liveness(in.liveness);
+  out->set_mode(static_cast<v1::NodeMode>(in.mode));
 }
 
 void ToProto(const DiskProfile& in, v1::DiskProfile* out) {
@@ -151,6 +152,10 @@ Node FromProto(const v1::Node& in) {
   n.disk = FromProto(in.disk());
   n.requires_data_tls = in.requires_data_tls();
   n.liveness = in.liveness();
+  // A mode this build does not know (a newer server): the most careful one it knows.
+  n.mode = in.mode() >= v1::NODE_NORMAL && in.mode() <= v1::NODE_DRAINING
+               ? static_cast<NodeMode>(in.mode())
+               : NodeMode::kReadOnly;
   return n;
 }
 

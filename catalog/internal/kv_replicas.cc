@@ -322,12 +322,16 @@ absl::Status KvCatalog::RegisterNode(const Node& node) {
   }
   Node n = node;
   n.last_heartbeat_ns = Now();
-  // The disk profile is the probe's (PutNodeDisk): a re-registering agent keeps it.
+  // The disk profile is the probe's (PutNodeDisk) and the mode the operator's (SetNodeMode):
+  // a re-registering agent keeps both.
   n.disk = {};
+  n.mode = NodeMode::kNormal;
+  n.liveness.clear();
   if (absl::StatusOr<std::string> old = Get(kNodes, node.name, "node"); old.ok()) {
     absl::StatusOr<Node> o = DecodeNode(*old);
     if (!o.ok()) return o.status();
     n.disk = o->disk;
+    n.mode = o->mode;
   } else if (!absl::IsNotFound(old.status())) {
     return old.status();
   }
@@ -352,6 +356,24 @@ absl::Status KvCatalog::PutNodeDisk(std::string_view name, const DiskProfile& di
            fmt::format("io={} direct={} flush={}", disk.write_io_size_bytes, disk.direct,
                        disk.flush_interval_bytes));
   return WriteLocked(&batch, "put node disk");
+}
+
+absl::Status KvCatalog::SetNodeMode(std::string_view name, NodeMode mode) {
+  WriteGate gate(this);
+  if (!gate.status().ok()) return gate.status();
+  if (absl::Status s = ValidateName(name); !s.ok()) return s;
+  if (mode != NodeMode::kNormal && mode != NodeMode::kReadOnly && mode != NodeMode::kDraining) {
+    return absl::InvalidArgumentError("bad node mode");
+  }
+  WorkLock work(this);
+  absl::StatusOr<Node> n = GetNode(name);
+  if (!n.ok()) return n.status();
+  if (n->mode == mode) return absl::OkStatus();
+  n->mode = mode;
+  KvBatch batch;
+  batch.Put(kNodes, n->name, EncodeNode(*n));
+  AddEvent(batch, EventKind::kNode, 0, n->name, "mode", ToString(mode));
+  return WriteLocked(&batch, "set node mode");
 }
 
 absl::Status KvCatalog::RemoveNode(std::string_view name) {

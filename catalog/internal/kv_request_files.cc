@@ -144,14 +144,19 @@ absl::StatusOr<int> KvCatalog::CopiesForLocked(const Request& r, const Attribute
   if (!bad.ok()) return bad;
   if (!s.ok()) return s;
   if (!also_node.empty()) holders.insert(std::string(also_node));
-  if (r.spec.dst_sites.empty()) return static_cast<int>(holders.size());
   int n = 0;
   for (const std::string& node : holders) {
     absl::StatusOr<Node> info = GetNode(node);
-    if (absl::IsNotFound(info.status())) continue;
+    if (absl::IsNotFound(info.status())) {
+      n += r.spec.dst_sites.empty() ? 1 : 0;  // as before node records were looked up here
+      continue;
+    }
     if (!info.ok()) return info.status();
-    if (std::find(r.spec.dst_sites.begin(), r.spec.dst_sites.end(), info->site) !=
-        r.spec.dst_sites.end()) {
+    // A draining node's copy is on its way out (SetNodeMode): it does not count.
+    if (info->mode == NodeMode::kDraining && node != also_node) continue;
+    if (r.spec.dst_sites.empty() ||
+        std::find(r.spec.dst_sites.begin(), r.spec.dst_sites.end(), info->site) !=
+            r.spec.dst_sites.end()) {
       ++n;
     }
   }

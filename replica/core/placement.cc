@@ -11,6 +11,7 @@ std::vector<catalog::Node> PlaceReplicas(const PlacementRequest& request,
   std::vector<const catalog::Node*> candidates;
   for (const catalog::Node& n : topology.nodes) {
     if (!IsLive(n, liveness)) continue;
+    if (n.mode != catalog::NodeMode::kNormal) continue;  // read-only or draining: no new replica
     if (request.exclude_nodes.count(n.name)) continue;
     if (!request.dst_sites.empty() &&
         std::find(request.dst_sites.begin(), request.dst_sites.end(), n.site) ==

@@ -116,9 +116,11 @@ absl::StatusOr<FileOutcome> PlanFile(const catalog::Roles& catalog, const std::s
   int complete = 0;
   for (const catalog::Replica& r : CurrentReplicas(*loc)) {
     holders.insert(r.node);
-    std::string site = SiteOf(st.topology, r.node);
-    per_site[site] += 1;
-    if (!site.empty() && eligible_site(site)) ++complete;
+    const catalog::Node* n = st.topology.FindNode(r.node);
+    // A draining node's copy is on its way out: not counted (it stays a source).
+    if (n == nullptr || n->mode == catalog::NodeMode::kDraining) continue;
+    per_site[n->site] += 1;
+    if (eligible_site(n->site)) ++complete;
   }
   int inflight = 0;
   for (const Task* t : open_tasks) {

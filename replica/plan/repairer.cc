@@ -57,6 +57,12 @@ absl::Status Repairer::Recover() {
   // Events from now on; what happened before is found by the first full scan.
   events_.emplace(*cat.view, kRepairEventBatch);
   if (absl::Status s = events_->Start(); !s.ok()) return s;
+  absl::StatusOr<std::vector<catalog::Node>> nodes = cat.view->ListNodes("");
+  if (!nodes.ok()) return nodes.status();
+  std::set<std::string> draining;
+  for (const catalog::Node& n : *nodes) {
+    if (n.mode == catalog::NodeMode::kDraining) draining.insert(n.name);
+  }
   for (catalog::RequestState state : {catalog::RequestState::kQueued, catalog::RequestState::kRunning}) {
     absl::StatusOr<std::vector<catalog::Request>> reqs =
         cat.view->ListRequests(false, state, std::numeric_limits<std::size_t>::max());
@@ -69,7 +75,8 @@ absl::Status Repairer::Recover() {
       open.request_ids.push_back(r.id);
       open.generation = loc->attributes.generation;
       for (const catalog::Replica& rep : loc->replicas) {
-        if (NeedsCopy(rep)) open.bad_nodes.insert(rep.node);
+        const bool leaving = rep.state == ReplicaState::kComplete && draining.count(rep.node) > 0;
+        if (NeedsCopy(rep) || leaving) open.bad_nodes.insert(rep.node);
       }
     }
   }
@@ -108,10 +115,14 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
   std::vector<const catalog::Replica*> bad;       // copies to make again
   std::vector<const catalog::Replica*> rejoined;  // copies that may be one too many
   std::vector<catalog::ReplicaTransition> old;
-  int complete = 0;
+  int complete = 0;  // sources: complete copies, a draining node's too
   for (const catalog::Replica& r : *replicas) {
     if (r.state == ReplicaState::kComplete && r.generation == generation) ++complete;
     if (Rechecked(r) && r.generation == generation) rejoined.push_back(&r);
+    if (Leaving(r) && r.generation == generation) {
+      bad.push_back(&r);  // made again elsewhere, then dropped
+      continue;
+    }
     if (!NeedsCopy(r)) continue;
     if (r.generation == generation) {
       bad.push_back(&r);
@@ -130,19 +141,21 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
   if (bad.empty() && rejoined.empty()) return absl::OkStatus();
   absl::StatusOr<std::string> path = cat.view->PathOf(inode);
   if (!path.ok()) return absl::IsNotFound(path.status()) ? absl::OkStatus() : path.status();
-  absl::StatusOr<std::vector<catalog::Node>> nodes = cat.view->ListNodes("");
-  if (!nodes.ok()) return nodes.status();
   const std::int64_t now = options_.clock ? options_.clock() : catalog::SystemNowNs();
   const std::int64_t timeout = std::chrono::nanoseconds(options_.node_timeout).count();
   std::map<std::string, std::string> site_of;
-  std::set<std::string> live_sites;
-  for (const catalog::Node& n : *nodes) {
+  std::set<std::string> live_sites;  // sites with a live node that takes new replicas
+  for (const catalog::Node& n : nodes_) {
     site_of[n.name] = n.site;
-    if (now - n.last_heartbeat_ns <= timeout) live_sites.insert(n.site);
+    if (now - n.last_heartbeat_ns <= timeout && n.mode == catalog::NodeMode::kNormal) {
+      live_sites.insert(n.site);
+    }
   }
-  std::set<std::string> good;
+  std::set<std::string> good;  // copies that count
   for (const catalog::Replica& r : *replicas) {
-    if (r.state == ReplicaState::kComplete && r.generation == generation) good.insert(r.node);
+    if (r.state == ReplicaState::kComplete && r.generation == generation && !Leaving(r)) {
+      good.insert(r.node);
+    }
   }
   absl::StatusOr<std::vector<catalog::Site>> all_sites = cat.view->ListSites();
   if (!all_sites.ok()) return all_sites.status();
@@ -156,8 +169,10 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
   if (bad.empty()) return absl::OkStatus();  // rechecked copies the holders need: kept
   std::string what;
   for (const catalog::Replica* r : bad) {
-    what += fmt::format("{}{} {} ({})", what.empty() ? "" : ", ", r->node, catalog::ToString(r->state),
-                        r->note.empty() ? "no reason recorded" : r->note);
+    what += Leaving(*r) ? fmt::format("{}{} draining", what.empty() ? "" : ", ", r->node)
+                        : fmt::format("{}{} {} ({})", what.empty() ? "" : ", ", r->node,
+                                      catalog::ToString(r->state),
+                                      r->note.empty() ? "no reason recorded" : r->note);
   }
   if (complete == 0) {
     summary.unrepairable += 1;
@@ -176,7 +191,7 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
       elsewhere = true;
     }
   }
-  const std::int32_t priority = complete <= 1 ? kLastCopyPriority : kRepairPriority;
+  const std::int32_t priority = good.size() <= 1 ? kLastCopyPriority : kRepairPriority;
   Open open;
   open.generation = generation;
   for (const catalog::Replica* r : bad) open.bad_nodes.insert(r->node);
@@ -241,7 +256,10 @@ absl::Status Repairer::Settle(const std::string& path,
                               RepairStepSummary& summary) {
   std::vector<catalog::ReplicaTransition> items;
   for (const catalog::Replica* r : bad) {
-    if (r->state == ReplicaState::kUnverified) {
+    if (r->state == ReplicaState::kComplete) {  // a draining node's: its copies are elsewhere
+      items.push_back({r->inode, r->node, r->generation, r->state, ReplicaState::kDeleting, false, 0,
+                       "drained: the holders have their copies without it"});
+    } else if (r->state == ReplicaState::kUnverified) {
       // Its node may come back: the record stays, marked as needing no copy.
       items.push_back({r->inode, r->node, r->generation, r->state, ReplicaState::kUnverified, false,
                        0, std::string(catalog::kRemadeNote)});
@@ -270,7 +288,9 @@ absl::Status Repairer::Settle(const std::string& path,
       continue;
     }
     if (t.to != ReplicaState::kDeleting) continue;
-    if (t.from == ReplicaState::kComplete) {
+    if (t.from == ReplicaState::kComplete && draining_.count(t.node) > 0) {
+      summary.drained += 1;
+    } else if (t.from == ReplicaState::kComplete) {
       summary.trimmed += 1;
       log_->info("repair of {}: the copy on {} is trimmed ({}): its holders have their counts without it",
                  path, t.node, fmt::join(good, ","));
@@ -347,7 +367,10 @@ absl::Status Repairer::Finish(catalog::InodeId inode, Open& open, RepairStepSumm
   std::vector<catalog::ReplicaTransition> drop;
   for (const catalog::Replica& r : *replicas) {
     if (open.bad_nodes.count(r.node) == 0) continue;
-    if (catalog::IsBad(r.state)) {
+    if (Leaving(r)) {
+      drop.push_back({r.inode, r.node, r.generation, r.state, ReplicaState::kDeleting, false, 0,
+                      fmt::format("drained: copied by request {}", fmt::join(open.request_ids, ","))});
+    } else if (catalog::IsBad(r.state)) {
       drop.push_back({r.inode, r.node, r.generation, r.state, ReplicaState::kDeleting, false, 0,
                       fmt::format("repaired by request {}", fmt::join(open.request_ids, ","))});
     } else if (NeedsCopy(r)) {
@@ -360,7 +383,12 @@ absl::Status Repairer::Finish(catalog::InodeId inode, Open& open, RepairStepSumm
   absl::StatusOr<std::vector<absl::Status>> done = cat.replicas->TransitionReplicas(drop);
   if (!done.ok()) return done.status();
   for (std::size_t i = 0; i < done->size() && i < drop.size(); ++i) {
-    if ((*done)[i].ok() && drop[i].to == ReplicaState::kDeleting) summary.records_dropped += 1;
+    if (!(*done)[i].ok() || drop[i].to != ReplicaState::kDeleting) continue;
+    if (drop[i].from == ReplicaState::kComplete) {
+      summary.drained += 1;
+    } else {
+      summary.records_dropped += 1;
+    }
   }
   return absl::OkStatus();
 }
@@ -368,15 +396,37 @@ absl::Status Repairer::Finish(catalog::InodeId inode, Open& open, RepairStepSumm
 absl::Status Repairer::DeclareDead(bool rescan, std::set<catalog::InodeId>& out,
                                    RepairStepSummary& summary) {
   const catalog::Roles& cat = options_.catalog;
-  absl::StatusOr<std::vector<catalog::Node>> nodes = cat.view->ListNodes("");
-  if (!nodes.ok()) return nodes.status();
   const std::int64_t now = options_.clock ? options_.clock() : catalog::SystemNowNs();
   std::map<std::string, std::int64_t> dead;
-  for (const catalog::Node& n : *nodes) {
-    if (catalog::LivenessOf(n.last_heartbeat_ns, now, options_.node_timeout, options_.node_dead_after) !=
-        catalog::NodeLiveness::kDead) {
+  std::set<std::string> draining;
+  for (const catalog::Node& n : nodes_) {
+    const bool is_dead = catalog::LivenessOf(n.last_heartbeat_ns, now, options_.node_timeout,
+                                             options_.node_dead_after) == catalog::NodeLiveness::kDead;
+    if (!is_dead && n.mode == catalog::NodeMode::kDraining) {
+      // Every complete replica it holds is made again elsewhere (walked once per drain).
+      draining.insert(n.name);
+      if (!rescan && draining_.count(n.name) > 0) continue;
+      std::uint64_t leaving = 0;
+      catalog::InodeId after = 0;
+      while (!stop_) {
+        absl::StatusOr<std::vector<catalog::Replica>> page = cat.view->ListNodeReplicas(n.name, after, kRepairPage);
+        if (!page.ok()) return page.status();
+        for (const catalog::Replica& r : *page) {
+          after = r.inode;
+          if (r.state == ReplicaState::kComplete) {
+            out.insert(r.inode);
+            leaving += 1;
+          }
+        }
+        if (page->size() < kRepairPage) break;
+      }
+      if (draining_.count(n.name) == 0) {
+        log_->warn("node {} of site {} is draining: its {} complete replica{} are made again elsewhere",
+                   n.name, n.site, leaving, leaving == 1 ? "" : "s");
+      }
       continue;
     }
+    if (!is_dead) continue;
     dead[n.name] = n.last_heartbeat_ns;
     auto known = dead_.find(n.name);
     if (!rescan && known != dead_.end() && known->second == n.last_heartbeat_ns) continue;
@@ -415,6 +465,7 @@ absl::Status Repairer::DeclareDead(bool rescan, std::set<catalog::InodeId>& out,
     summary.replicas_unverified += unverified;
   }
   dead_ = std::move(dead);
+  draining_ = std::move(draining);
   return absl::OkStatus();
 }
 
@@ -436,6 +487,9 @@ absl::StatusOr<RepairStepSummary> Repairer::Step() {
   if (!drained.ok()) return drained;
   const auto now = std::chrono::steady_clock::now();
   const bool full = !scanned_ || now - last_scan_ >= options_.scan_interval;
+  absl::StatusOr<std::vector<catalog::Node>> nodes = cat.view->ListNodes("");
+  if (!nodes.ok()) return nodes.status();
+  nodes_ = std::move(*nodes);
   if (absl::Status s = DeclareDead(full, candidates, summary); !s.ok()) return s;
   if (full) {
     if (absl::Status s = Scan(candidates); !s.ok()) return s;

@@ -34,6 +34,12 @@
 // the scrub's pace; replica/agent/replica_check.h) and a good one is complete again (noted
 // kRecheckedNote), a damaged one is dropped.
 //
+// Drain (gfnode drain: catalog::NodeMode::kDraining): every complete replica of a draining
+// node that is not dead is repaired as a bad one while it stays a source and does not count
+// (the planner and the catalog's request counters leave it out too); once its copy is made
+// again elsewhere, or the holders have their counts without it, it moves to `deleting`, so
+// that the node ends holding nothing and `gfnode rm` takes it.
+//
 // The holders' desired state comes first: a file whose holders (replica/plan/holds.h) all
 // have their counts among its complete replicas gets no copy made again; its bad records are
 // dropped, and a copy that came back from a dead node beyond the counts is trimmed (moved to
@@ -99,6 +105,7 @@ struct RepairStepSummary {
   std::uint64_t unrepairable = 0;     // files with bad replicas and no complete one
   std::uint64_t replicas_unverified = 0;  // complete replicas of dead nodes marked
   std::uint64_t trimmed = 0;              // copies back from a dead node beyond the counts
+  std::uint64_t drained = 0;              // draining nodes' copies dropped, made elsewhere
 };
 
 class Repairer {
@@ -155,6 +162,12 @@ class Repairer {
   bool scanned_ = false;
   std::map<catalog::InodeId, Open> open_;  // files with a repair request in flight
   std::map<std::string, std::int64_t> dead_;  // dead nodes walked: their last heartbeat then
+  std::set<std::string> draining_;            // draining nodes walked
+  std::vector<catalog::Node> nodes_;          // this step's nodes
+  // A complete replica of a draining node: made again elsewhere, then dropped.
+  bool Leaving(const catalog::Replica& r) const {
+    return r.state == catalog::ReplicaState::kComplete && draining_.count(r.node) > 0;
+  }
   HoldIndex holds_;
   std::vector<PolicyRule> rules_;
   std::uint64_t rules_version_ = 0;

@@ -5,7 +5,9 @@
 // dead (gfcatalogd --node-dead-after) its replicas stop counting and every file is back at two
 // live copies by itself. Then the node returns with one replica damaged on disk (its mtime
 // put back, as bit rot looks): the damaged one never counts again, the good ones count again
-// once read, and the copies beyond the rule's count are trimmed, never below two.
+// once read, and the copies beyond the rule's count are trimmed, never below two. And a node
+// taken out of service: gfnode rm refuses it while it holds replicas, gfnode drain moves them
+// (the node serving them meanwhile), then gfnode rm takes it.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -191,6 +193,49 @@ TEST_F(NodeLossTest, ADeadNodesCopiesAreRestoredAndItsReturnIsCheckedAndTrimmed)
     EXPECT_EQ(trimmed.count(inode_of(p)), good ? 1u : 0u) << p;
     EXPECT_EQ(Complete(p), (std::set<std::string>{"a1", other})) << Where(p).dump();
   }
+}
+
+TEST_F(NodeLossTest, DrainMovesEveryReplicaAwayAndThenTheNodeCanBeRemoved) {
+  for (int i = 0; i < kFiles; ++i) {
+    const std::string path = "/exp/d" + std::to_string(i);
+    paths_.push_back(path);
+    bytes_[path] = Store(path, 128 << 10, 200 + static_cast<std::uint64_t>(i));
+  }
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  std::map<std::string, int> held;
+  for (;;) {
+    held.clear();
+    bool all = true;
+    for (const std::string& p : paths_) {
+      std::set<std::string> c = Complete(p);
+      all = all && c.size() == 2;
+      for (const std::string& n : c) held[n] += 1;
+    }
+    if (all) break;
+    ASSERT_LT(Clock::now(), deadline) << "the rule's copies were not made";
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const std::string victim = held["b1"] >= held["c1"] ? "b1" : "c1";
+  const std::string other = victim == "b1" ? "c1" : "b1";
+  RunResult r = Tool({"gfnode", "rm", victim});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("still holds"), std::string::npos) << r.err;
+
+  r = Tool({"gfnode", "drain", victim, "--wait", "60"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("drained"), std::string::npos) << r.out;
+  for (const std::string& p : paths_) {
+    EXPECT_EQ(Complete(p), (std::set<std::string>{"a1", other})) << Where(p).dump();
+    EXPECT_EQ(Replica(other, p), bytes_[p]) << p;
+  }
+  EXPECT_EQ(Liveness()[victim], "live") << "a draining node stays in service";
+  r = Tool({"gfnode", "list"});
+  EXPECT_NE(r.out.find("draining"), std::string::npos) << r.out;
+  // Taken out of service: its agent stopped (a running agent registers again), then removed.
+  agents_.at(victim).Kill();
+  r = Tool({"gfnode", "rm", victim});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Liveness().count(victim), 0u);
 }
 
 }  // namespace

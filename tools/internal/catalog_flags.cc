@@ -152,6 +152,7 @@ nlohmann::json ToJson(const catalog::Node& n) {
           {"workers", n.workers},
           {"last_heartbeat", FormatTime(n.last_heartbeat_ns)},
           {"liveness", n.liveness},
+          {"mode", catalog::ToString(n.mode)},
           {"disk", ToJson(n.disk)},
           {"requires_data_tls", n.requires_data_tls}};
 }

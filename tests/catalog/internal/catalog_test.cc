@@ -411,6 +411,36 @@ TEST_P(CatalogTest, NodeDiskProfileIsStoredAndSurvivesReRegistrationHeartbeatsAn
   EXPECT_EQ(catalog_->GetNode("a1")->disk.write_io_size_bytes, 0u);
 }
 
+TEST_P(CatalogTest, ANodesModeIsTheOperatorsAndSurvivesReRegistrationAndReopen) {
+  MakeTopologyAndFile();  // sites a, b; nodes a1, b1
+  EXPECT_EQ(catalog_->GetNode("b1")->mode, NodeMode::kNormal);
+  absl::StatusOr<std::uint64_t> seq = catalog_->LastEventSeq();
+  ASSERT_TRUE(catalog_->SetNodeMode("b1", NodeMode::kDraining).ok());
+  EXPECT_EQ(catalog_->SetNodeMode("nope", NodeMode::kReadOnly).code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<std::vector<Event>> events = catalog_->ReadEvents(*seq, 10, 0ms);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].kind, EventKind::kNode);
+  EXPECT_EQ((*events)[0].state, "mode");
+  EXPECT_EQ((*events)[0].detail, "draining");
+  // The agent re-registers (it knows nothing of the mode): the operator's mode stays.
+  Node again;
+  again.name = "b1";
+  again.site = "b";
+  again.address = "127.0.0.1:2";
+  again.mode = NodeMode::kNormal;
+  ASSERT_TRUE(catalog_->RegisterNode(again).ok());
+  EXPECT_EQ(catalog_->GetNode("b1")->mode, NodeMode::kDraining);
+  ASSERT_NO_FATAL_FAILURE(Open());
+  EXPECT_EQ(catalog_->GetNode("b1")->mode, NodeMode::kDraining);
+  EXPECT_EQ(catalog_->ListNodes("b")->front().mode, NodeMode::kDraining);
+  ASSERT_TRUE(catalog_->SetNodeMode("b1", NodeMode::kReadOnly).ok());
+  EXPECT_EQ(catalog_->GetNode("b1")->mode, NodeMode::kReadOnly);
+  EXPECT_EQ(catalog_->GetNode("a1")->mode, NodeMode::kNormal);
+  EXPECT_EQ(ParseNodeMode("read-only").value(), NodeMode::kReadOnly);
+  EXPECT_FALSE(ParseNodeMode("gone").ok());
+}
+
 TEST_P(CatalogTest, PutNodeDiskRefusesUnknownNodesAndBadProfiles) {
   MakeTopologyAndFile();
   EXPECT_EQ(catalog_->PutNodeDisk("zz", SampleDisk()).code(), absl::StatusCode::kNotFound);

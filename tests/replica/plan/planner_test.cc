@@ -203,6 +203,41 @@ TEST_F(PlannerTest, DestinationSitesConstrainWhereCopiesGoAndHowTheyAreCounted) 
   EXPECT_EQ(dsts, (std::set<std::string>{"b1", "b2"}));
 }
 
+TEST_F(PlannerTest, ReadOnlyAndDrainingNodesTakeNoCopyAndADrainingNodesCopyDoesNotCount) {
+  // /d/f1 on b1 (draining) and a1; b2 read-only: B's copy can only go to... nowhere in B.
+  Commit("/d/f1", 10, "b1");
+  catalog::Replica at_a;
+  at_a.inode = cat_->Stat("/d/f1")->inode;
+  at_a.node = "a1";
+  at_a.state = catalog::ReplicaState::kComplete;
+  at_a.generation = 1;
+  at_a.size = 10;
+  ASSERT_TRUE(cat_->PutReplica(at_a).ok());
+  ASSERT_TRUE(cat_->SetNodeMode("b1", catalog::NodeMode::kDraining).ok());
+  ASSERT_TRUE(cat_->SetNodeMode("b2", catalog::NodeMode::kReadOnly).ok());
+  auto planner = MakePlanner();
+  catalog::RequestSpec in_b;
+  in_b.paths = {"/d/f1"};
+  in_b.copies = 1;
+  in_b.dst_sites = {"B"};
+  std::uint64_t id = Request(in_b);
+  ASSERT_TRUE(planner->Step().ok());
+  EXPECT_TRUE(Tasks(id, false).empty()) << "no node of B takes a new replica";
+  EXPECT_EQ(Get(id).state, RequestState::kFailed) << "b1's copy is on its way out: not counted";
+  EXPECT_NE(Get(id).error.find("not enough live destination nodes"), std::string::npos)
+      << Get(id).error;
+  // b2 back to normal: the copy goes there (b1 is still a source).
+  ASSERT_TRUE(cat_->SetNodeMode("b2", catalog::NodeMode::kNormal).ok());
+  id = Request(in_b);
+  ASSERT_TRUE(planner->Step().ok());
+  std::vector<Task> tasks = Tasks(id);
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0].spec.dst_node, "b2");
+  EXPECT_EQ(CompleteAll(), 1);
+  ASSERT_TRUE(planner->Step().ok());
+  EXPECT_EQ(Get(id).state, RequestState::kDone);
+}
+
 TEST_F(PlannerTest, MoreCopiesThanEligibleNodesFailsTheFile) {
   Commit("/d/f1", 10, "a1");
   auto planner = MakePlanner();

@@ -452,5 +452,43 @@ TEST_F(RepairerTest, ACopyBackFromTheDeadDamagedIsDroppedWhenTheHoldersHaveTheir
   EXPECT_EQ(StateOn(f, "b1"), ReplicaState::kDeleting);
 }
 
+TEST_F(RepairerTest, ADrainingNodesCopiesAreMadeAgainElsewhereAndThenDropped) {
+  catalog::Attributes f = File("/f", {"a1", "b1"});        // nobody's
+  catalog::Attributes g = File("/g", {"a1", "b1", "c1"});  // alice's two, and one more
+  UserRequest("/g", 2);
+  ASSERT_TRUE(cat_->SetNodeMode("b1", catalog::NodeMode::kDraining).ok());
+  auto repairer = Make();
+  auto s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  // /g: alice has her two without b1's: dropped at once. /f: made again in b (on b2).
+  EXPECT_EQ(s->drained, 1u);
+  EXPECT_EQ(StateOn(g, "b1"), ReplicaState::kDeleting);
+  EXPECT_EQ(StateOn(f, "b1"), ReplicaState::kComplete) << "a source until its copy is made";
+  std::vector<catalog::Request> reqs = RepairRequests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].spec.paths, std::vector<std::string>{"/f"});
+  EXPECT_EQ(reqs[0].spec.dst_sites, std::vector<std::string>{"b"});
+  EXPECT_EQ(reqs[0].spec.copies, 1u);
+  EXPECT_EQ(reqs[0].spec.priority, kLastCopyPriority) << "one copy that counts is left";
+  // Nothing more while it runs; once made, b1's copy goes.
+  s = repairer->Step();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->requests_created, 0u);
+  Put(f, "b2");
+  EndRequest(reqs[0].id, RequestState::kDone);
+  s = repairer->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->drained, 1u);
+  EXPECT_EQ(StateOn(f, "b1"), ReplicaState::kDeleting);
+  EXPECT_EQ(StateOn(f, "b2"), ReplicaState::kComplete);
+  // A file whose only copy is on the draining node is copied from it, not given up.
+  catalog::Attributes h = File("/h", {"b1"});
+  s = Make()->Step();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->unrepairable, 0u);
+  EXPECT_EQ(StateOn(h, "b1"), ReplicaState::kComplete);
+  EXPECT_EQ(RepairRequests().front().spec.paths, std::vector<std::string>{"/h"});
+}
+
 }  // namespace
 }  // namespace gfrep::replica::plan
