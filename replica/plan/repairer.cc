@@ -118,7 +118,7 @@ absl::Status Repairer::Consider(catalog::InodeId inode, RepairStepSummary& summa
   int complete = 0;  // sources: complete copies, a draining node's too
   for (const catalog::Replica& r : *replicas) {
     if (r.state == ReplicaState::kComplete && r.generation == generation) ++complete;
-    if (Rechecked(r) && r.generation == generation) rejoined.push_back(&r);
+    if (Rechecked(r) && !Leaving(r) && r.generation == generation) rejoined.push_back(&r);
     if (Leaving(r) && r.generation == generation) {
       bad.push_back(&r);  // made again elsewhere, then dropped
       continue;
@@ -393,7 +393,7 @@ absl::Status Repairer::Finish(catalog::InodeId inode, Open& open, RepairStepSumm
   return absl::OkStatus();
 }
 
-absl::Status Repairer::DeclareDead(bool rescan, std::set<catalog::InodeId>& out,
+absl::Status Repairer::WalkNodes(bool rescan, std::set<catalog::InodeId>& out,
                                    RepairStepSummary& summary) {
   const catalog::Roles& cat = options_.catalog;
   const std::int64_t now = options_.clock ? options_.clock() : catalog::SystemNowNs();
@@ -490,7 +490,7 @@ absl::StatusOr<RepairStepSummary> Repairer::Step() {
   absl::StatusOr<std::vector<catalog::Node>> nodes = cat.view->ListNodes("");
   if (!nodes.ok()) return nodes.status();
   nodes_ = std::move(*nodes);
-  if (absl::Status s = DeclareDead(full, candidates, summary); !s.ok()) return s;
+  if (absl::Status s = WalkNodes(full, candidates, summary); !s.ok()) return s;
   if (full) {
     if (absl::Status s = Scan(candidates); !s.ok()) return s;
     scanned_ = true;

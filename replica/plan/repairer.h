@@ -130,9 +130,10 @@ class Repairer {
   absl::Status Scan(std::set<catalog::InodeId>& out);
   absl::Status Consider(catalog::InodeId inode, RepairStepSummary& summary);
   absl::Status Finish(catalog::InodeId inode, Open& open, RepairStepSummary& summary);
-  // Marks the complete replicas of nodes dead now unverified (a node's records are walked
-  // once per death, again on a `rescan`) and adds the files to make again to `out`.
-  absl::Status DeclareDead(bool rescan, std::set<catalog::InodeId>& out, RepairStepSummary& summary);
+  // Marks the complete replicas of nodes dead now unverified, and finds those of draining
+  // nodes (a node's records are walked once per death or drain, again on a `rescan`); adds
+  // the files to make again to `out`.
+  absl::Status WalkNodes(bool rescan, std::set<catalog::InodeId>& out, RepairStepSummary& summary);
   // What the holders of `inode` (at `path`) want now.
   absl::StatusOr<std::vector<Want>> HolderWants(catalog::InodeId inode, const std::string& path,
                                                 const std::vector<catalog::Site>& sites);
