@@ -116,12 +116,31 @@ RuleFileVerdict Judge(catalog::CatalogView& cat, const Context& ctx, const Polic
     return v;
   }
   std::vector<std::string> holders;  // complete replicas anywhere
+  std::string remaking;              // copies that stopped counting, being made again
   for (const catalog::Replica& r : CurrentReplicas(loc)) {
     holders.push_back(r.node);
+    auto n = ctx.nodes.find(r.node);
+    if (n != ctx.nodes.end() && n->second.mode == catalog::NodeMode::kDraining) {
+      remaking += fmt::format("{}node {} draining", remaking.empty() ? "" : "; ", r.node);
+      continue;  // on its way out: does not count
+    }
     if (sites.count(ctx.SiteOf(r.node)) > 0) ++v.have;
+  }
+  for (const catalog::Replica& r : loc.replicas) {
+    if (r.state == catalog::ReplicaState::kUnverified && r.generation == loc.attributes.generation &&
+        r.note != catalog::kRemadeNote) {
+      remaking += fmt::format("{}{}", remaking.empty() ? "" : "; ", r.note);
+    }
   }
   if (v.have >= v.wanted) {
     v.state = RuleFileState::kSatisfied;
+    return v;
+  }
+  if (!remaking.empty()) {
+    v.state = RuleFileState::kWaiting;
+    v.reason = fmt::format("re-making: {} ({} of {} copies count now; gfcatalogd's repairer makes "
+                           "them again elsewhere)",
+                           remaking, v.have, v.wanted);
     return v;
   }
   if (req == nullptr) {

@@ -8,6 +8,8 @@
 #include <set>
 #include <vector>
 
+#include "replica/plan/policy_explain.h"
+
 namespace gfrep::replica::plan {
 namespace {
 
@@ -430,8 +432,9 @@ absl::Status Repairer::WalkNodes(bool rescan, std::set<catalog::InodeId>& out,
     dead[n.name] = n.last_heartbeat_ns;
     auto known = dead_.find(n.name);
     if (!rescan && known != dead_.end() && known->second == n.last_heartbeat_ns) continue;
-    const std::string note =
-        fmt::format("node {} silent since {} s ago", n.name, (now - n.last_heartbeat_ns) / 1'000'000'000);
+    const std::string note = fmt::format("node {} dead since {} (silent for {} s)", n.name,
+                                         FormatUtc(n.last_heartbeat_ns),
+                                         (now - n.last_heartbeat_ns) / 1'000'000'000);
     std::uint64_t unverified = 0;
     catalog::InodeId after = 0;
     while (!stop_) {

@@ -5,15 +5,18 @@
 # is killed (SIGKILL) for good. Printed: the kill, the moment the catalog judged b1 dead, and
 # the moment every file b1 held had three complete copies on live nodes again (re-made on b2).
 # The reference in the same run: the same federation's gfrep -N 3 -r, per file copied.
+# MODE=drain: b1 is drained instead (gfnode drain b1 --wait), its agent running: the time from
+# the command to its end, and to every file back at three copies without b1.
 #   tests/bench/node_loss.sh   (after tools/build; results: tests/bench/RESULTS.md)
 # Environment: BIN (default build/bin), FILES (1000), SIZE (4M), DEAD_AFTER (30 s),
-# NODE_TIMEOUT (10 s), KEEP=1 keeps the work directory.
+# NODE_TIMEOUT (10 s), MODE (kill or drain), KEEP=1 keeps the work directory.
 set -euo pipefail
 BIN=${BIN:-$(cd "$(dirname "$0")/../.." && pwd)/build/bin}
 FILES=${FILES:-1000}
 SIZE=${SIZE:-4M}
 DEAD_AFTER=${DEAD_AFTER:-30}
 NODE_TIMEOUT=${NODE_TIMEOUT:-10}
+MODE=${MODE:-kill}
 W=$(mktemp -d /tmp/gfrep-node-loss.XXXX)
 PIDS=()
 cleanup() {
@@ -67,6 +70,19 @@ for line in sys.stdin:
 mapfile -t lost < <(on_b1)
 echo "b1 holds ${#lost[@]} of the $FILES files' B copies"
 load=$(cut -d' ' -f1-3 /proc/loadavg)
+if [[ $MODE == drain ]]; then
+  t=$(now)
+  "$BIN/gfnode" drain b1 --wait 1800
+  t_drained=$(now)
+  left=$("$BIN/gfwhere" --json "${lost[@]}" |
+    python3 -c 'import json,sys
+print(sum(len({r["node"] for r in json.loads(l)["replicas"] if r["state"] == "complete" and r["node"] != "b1"}) < 3 for l in sys.stdin))')
+  echo "load at the drain: $load; after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "gfnode drain b1 --wait: $(since "$t" "$t_drained") s for ${#lost[@]} files; files short of 3 copies without b1 then: $left"
+  awk -v r="$(since "$t" "$t_drained")" -v n="${#lost[@]}" -v c="$copy_s" -v f="$FILES" \
+    'BEGIN { printf "per file drained: %.1f ms; per copy in gfrep -N 3 -r: %.1f ms; ratio %.2f\n", 1000 * r / n, 1000 * c / (2 * f), (r / n) / (c / (2 * f)) }'
+  exit 0
+fi
 t_kill=$(now)
 kill -KILL "${AGENT[b1]}"
 t_dead=""

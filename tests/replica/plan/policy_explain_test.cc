@@ -103,6 +103,38 @@ TEST_F(PolicyExplainTest, NoRequestYet) {
   EXPECT_NE(v.reason.find("no request yet"), std::string::npos) << v.reason;
 }
 
+TEST_F(PolicyExplainTest, ACopyOnADeadOrDrainingNodeIsBeingMadeAgain) {
+  // /exp/f on tsukuba-n1 and kek-n1; the rule wants two in Japan.
+  const catalog::InodeId inode = cat_->Stat("/exp/f")->inode;
+  catalog::Replica at_kek;
+  at_kek.inode = inode;
+  at_kek.node = "kek-n1";
+  at_kek.state = ReplicaState::kComplete;
+  at_kek.generation = 1;
+  at_kek.size = 10;
+  ASSERT_TRUE(cat_->PutReplica(at_kek).ok());
+  EXPECT_EQ(Explain(Rule("region=jp", 2)).state, RuleFileState::kSatisfied);
+  // kek-n1 declared dead by the repairer: its copy is unverified, with the repairer's note.
+  catalog::ReplicaTransition t;
+  t.inode = inode;
+  t.node = "kek-n1";
+  t.generation = 1;
+  t.from = ReplicaState::kComplete;
+  t.to = ReplicaState::kUnverified;
+  t.note = "node kek-n1 dead since 2026-12-01 10:42:00 UTC (silent for 600 s)";
+  ASSERT_TRUE((*cat_->TransitionReplicas({t}))[0].ok());
+  RuleFileVerdict v = Explain(Rule("region=jp", 2));
+  EXPECT_EQ(v.state, RuleFileState::kWaiting);
+  EXPECT_EQ(v.have, 1u);
+  EXPECT_NE(v.reason.find("re-making: node kek-n1 dead since 2026-12-01 10:42:00 UTC"), std::string::npos)
+      << v.reason;
+  // tsukuba-n1 draining: its copy does not count either.
+  ASSERT_TRUE(cat_->SetNodeMode("tsukuba-n1", catalog::NodeMode::kDraining).ok());
+  v = Explain(Rule("region=jp", 2));
+  EXPECT_EQ(v.have, 0u);
+  EXPECT_NE(v.reason.find("node tsukuba-n1 draining"), std::string::npos) << v.reason;
+}
+
 TEST_F(PolicyExplainTest, SourceDown) {
   const std::uint64_t id = RuleRequest();
   now_.now_ns += 600'000'000'000;  // ten minutes without any heartbeat
