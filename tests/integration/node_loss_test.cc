@@ -72,32 +72,42 @@ class NodeLossTest : public testing::FederationTest {
     return Spool(node) / ".gfrep-data" / std::to_string(a->inode) / std::to_string(a->generation);
   }
 
+  // Stores kFiles files of `size` bytes under /exp/PREFIX<i> at a1 and waits until the rule
+  // made their second copies (on b1 or c1). Returns the node of b1, c1 holding more of them
+  // (at least half: kFiles / 2).
+  std::string StoreAndWaitForTheRule(const std::string& prefix, std::uint64_t size, std::uint64_t seed) {
+    for (int i = 0; i < kFiles; ++i) {
+      const std::string path = "/exp/" + prefix + std::to_string(i);
+      paths_.push_back(path);
+      bytes_[path] = Store(path, size, seed + static_cast<std::uint64_t>(i));
+    }
+    auto deadline = Clock::now() + std::chrono::seconds(60);
+    std::map<std::string, int> held;
+    for (;;) {
+      held.clear();
+      bool all = true;
+      for (const std::string& p : paths_) {
+        std::set<std::string> c = Complete(p);
+        all = all && c.size() == 2;
+        for (const std::string& n : c) held[n] += 1;
+      }
+      if (all) break;
+      if (Clock::now() >= deadline) {
+        ADD_FAILURE() << "the rule's copies were not made";
+        return "";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return held["b1"] >= held["c1"] ? "b1" : "c1";
+  }
+
   std::vector<std::string> paths_;
   std::map<std::string, std::string> bytes_;
 };
 
 TEST_F(NodeLossTest, ADeadNodesCopiesAreRestoredAndItsReturnIsCheckedAndTrimmed) {
-  for (int i = 0; i < kFiles; ++i) {
-    const std::string path = "/exp/f" + std::to_string(i);
-    paths_.push_back(path);
-    bytes_[path] = Store(path, 256 << 10, 100 + static_cast<std::uint64_t>(i));
-  }
-  // The rule's second copies, on b1 or c1.
-  auto deadline = Clock::now() + std::chrono::seconds(60);
-  std::map<std::string, int> held;
-  for (;;) {
-    held.clear();
-    bool all = true;
-    for (const std::string& p : paths_) {
-      std::set<std::string> c = Complete(p);
-      all = all && c.size() == 2;
-      for (const std::string& n : c) held[n] += 1;
-    }
-    if (all) break;
-    ASSERT_LT(Clock::now(), deadline) << "the rule's copies were not made";
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  const std::string victim = held["b1"] >= held["c1"] ? "b1" : "c1";
+  const std::string victim = StoreAndWaitForTheRule("f", 256 << 10, 100);
+  ASSERT_FALSE(victim.empty());
   const std::string other = victim == "b1" ? "c1" : "b1";
   std::vector<std::string> on_victim;
   for (const std::string& p : paths_) {
@@ -110,7 +120,7 @@ TEST_F(NodeLossTest, ADeadNodesCopiesAreRestoredAndItsReturnIsCheckedAndTrimmed)
   const auto killed = Clock::now();
 
   // Suspect (past the node timeout, not yet dead): its copies still count, nothing is made.
-  deadline = Clock::now() + std::chrono::seconds(kDeadAfterSeconds);
+  auto deadline = Clock::now() + std::chrono::seconds(kDeadAfterSeconds);
   while (Liveness()[victim] != "suspect") {
     ASSERT_LT(Clock::now(), deadline) << "never suspect";
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -196,26 +206,8 @@ TEST_F(NodeLossTest, ADeadNodesCopiesAreRestoredAndItsReturnIsCheckedAndTrimmed)
 }
 
 TEST_F(NodeLossTest, DrainMovesEveryReplicaAwayAndThenTheNodeCanBeRemoved) {
-  for (int i = 0; i < kFiles; ++i) {
-    const std::string path = "/exp/d" + std::to_string(i);
-    paths_.push_back(path);
-    bytes_[path] = Store(path, 128 << 10, 200 + static_cast<std::uint64_t>(i));
-  }
-  auto deadline = Clock::now() + std::chrono::seconds(60);
-  std::map<std::string, int> held;
-  for (;;) {
-    held.clear();
-    bool all = true;
-    for (const std::string& p : paths_) {
-      std::set<std::string> c = Complete(p);
-      all = all && c.size() == 2;
-      for (const std::string& n : c) held[n] += 1;
-    }
-    if (all) break;
-    ASSERT_LT(Clock::now(), deadline) << "the rule's copies were not made";
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  const std::string victim = held["b1"] >= held["c1"] ? "b1" : "c1";
+  const std::string victim = StoreAndWaitForTheRule("d", 128 << 10, 200);
+  ASSERT_FALSE(victim.empty());
   const std::string other = victim == "b1" ? "c1" : "b1";
   RunResult r = Tool({"gfnode", "rm", victim});
   EXPECT_NE(r.exit_code, 0);
