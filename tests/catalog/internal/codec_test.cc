@@ -129,10 +129,11 @@ TEST(CodecTest, NodeRecordsWithoutTheWorkerCountStillDecode) {
   EXPECT_EQ(back->workers, 48u);
   EXPECT_EQ(back->last_heartbeat_ns, 123);
   // A record written before the field existed ends after last_heartbeat_ns (the field is
-  // one varint byte for 0, then come the 21 bytes of an empty disk profile, added later).
+  // one varint byte for 0, then come the 21 bytes of an empty disk profile, the data-TLS
+  // flag and the mode, one byte each, added later; this cut keeps the worker count's byte).
   n.workers = 0;
   std::string old = EncodeNode(n);
-  old.resize(old.size() - 1 - 21);
+  old.resize(old.size() - 21 - 1 - 1);
   absl::StatusOr<Node> from_old = DecodeNode(old);
   ASSERT_TRUE(from_old.ok()) << from_old.status();
   EXPECT_EQ(from_old->workers, 0u);
@@ -153,6 +154,7 @@ TEST(CodecTest, NodeRecordsKeepTheDiskProfileAndOlderOnesStillDecode) {
   n.disk.read_mbps = 900.25;
   n.disk.measured_ns = 42;
   n.requires_data_tls = true;
+  n.mode = NodeMode::kDraining;
   absl::StatusOr<Node> back = DecodeNode(EncodeNode(n));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->disk.dir, "/spool");
@@ -163,13 +165,26 @@ TEST(CodecTest, NodeRecordsKeepTheDiskProfileAndOlderOnesStillDecode) {
   EXPECT_DOUBLE_EQ(back->disk.read_mbps, 900.25);
   EXPECT_EQ(back->disk.measured_ns, 42);
   EXPECT_TRUE(back->requires_data_tls);
-  // Cut the disk fields (and the data-TLS flag after them) off: the record of 2026-11-23.
-  old.resize(old.size() - (1 + 0 + 1 + 1 + 1 + 8 + 8 + 1) - 1);
+  EXPECT_EQ(back->mode, NodeMode::kDraining);
+  // Without the mode (the record of 2026-11-30): a normal node.
+  std::string before_mode = EncodeNode(n);
+  before_mode.resize(before_mode.size() - 1);
+  absl::StatusOr<Node> no_mode = DecodeNode(before_mode);
+  ASSERT_TRUE(no_mode.ok()) << no_mode.status();
+  EXPECT_EQ(no_mode->mode, NodeMode::kNormal);
+  EXPECT_TRUE(no_mode->requires_data_tls);
+  // A mode this build does not know is a corrupt record, not a guess.
+  std::string bad_mode = before_mode + std::string(1, '\x07');
+  EXPECT_FALSE(DecodeNode(bad_mode).ok());
+  // Cut the disk fields (and the data-TLS flag and mode after them) off: the record of
+  // 2026-11-23.
+  old.resize(old.size() - (1 + 0 + 1 + 1 + 1 + 8 + 8 + 1) - 1 - 1);
   absl::StatusOr<Node> from_old = DecodeNode(old);
   ASSERT_TRUE(from_old.ok()) << from_old.status();
   EXPECT_EQ(from_old->workers, 3u);
   EXPECT_EQ(from_old->disk.write_io_size_bytes, 0u);
   EXPECT_FALSE(from_old->requires_data_tls);
+  EXPECT_EQ(from_old->mode, NodeMode::kNormal);
 }
 
 TEST(CodecTest, ReplicaRecordsKeepTheirStampAndNoteAndOlderOnesStillDecode) {
