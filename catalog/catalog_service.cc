@@ -660,7 +660,11 @@ class Service final : public v1::Catalog::CallbackService {
   grpc::ServerUnaryReactor* RegisterNode(grpc::CallbackServerContext* c, const v1::Node* req,
                                          v1::Empty*) override {
     return Run(c, "RegisterNode",
-               [req](Catalog& cat) { return cat.RegisterNode(FromProto(*req)); });
+               [req](Catalog& cat) -> absl::Status {
+                 absl::StatusOr<Node> n = FromProto(*req);
+                 if (!n.ok()) return n.status();
+                 return cat.RegisterNode(*n);
+               });
   }
 
   grpc::ServerUnaryReactor* PutNodeDisk(grpc::CallbackServerContext* c, const v1::PutNodeDiskRequest* req,

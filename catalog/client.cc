@@ -623,7 +623,11 @@ absl::StatusOr<std::vector<Node>> CatalogClient::ListNodes(std::string_view site
   v1::NodeList resp;
   if (absl::Status s = impl_->Call(&v1::Catalog::Stub::ListNodes, req, &resp); !s.ok()) return s;
   std::vector<Node> out;
-  for (const v1::Node& x : resp.nodes()) out.push_back(FromProto(x));
+  for (const v1::Node& x : resp.nodes()) {
+    absl::StatusOr<Node> n = FromProto(x);
+    if (!n.ok()) return n.status();
+    out.push_back(std::move(*n));
+  }
   return out;
 }
 

@@ -137,7 +137,7 @@ DiskProfile FromProto(const v1::DiskProfile& in) {
   return d;
 }
 
-Node FromProto(const v1::Node& in) {
+absl::StatusOr<Node> FromProto(const v1::Node& in) {
   Node n;
   n.name = in.name();
   n.site = in.site();
@@ -152,10 +152,10 @@ Node FromProto(const v1::Node& in) {
   n.disk = FromProto(in.disk());
   n.requires_data_tls = in.requires_data_tls();
   n.liveness = in.liveness();
-  // A mode this build does not know (a newer server): the most careful one it knows.
-  n.mode = in.mode() >= v1::NODE_NORMAL && in.mode() <= v1::NODE_DRAINING
-               ? static_cast<NodeMode>(in.mode())
-               : NodeMode::kReadOnly;
+  if (in.mode() < v1::NODE_NORMAL || in.mode() > v1::NODE_DRAINING) {
+    return absl::InvalidArgumentError(fmt::format("bad node mode {}", static_cast<int>(in.mode())));
+  }
+  n.mode = static_cast<NodeMode>(in.mode());
   return n;
 }
 

@@ -28,7 +28,8 @@ absl::StatusOr<Replica> FromProto(const v1::Replica& in);
 void ToProto(const Site& in, v1::Site* out);
 Site FromProto(const v1::Site& in);
 void ToProto(const Node& in, v1::Node* out);
-Node FromProto(const v1::Node& in);
+// kInvalidArgument for a mode outside catalog::NodeMode.
+absl::StatusOr<Node> FromProto(const v1::Node& in);
 void ToProto(const DiskProfile& in, v1::DiskProfile* out);
 DiskProfile FromProto(const v1::DiskProfile& in);
 void ToProto(const Route& in, v1::Route* out);

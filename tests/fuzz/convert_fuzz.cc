@@ -89,6 +89,7 @@ bool EnumsNamed(const Replica& r) { return Named(r.state); }
 bool EnumsNamed(const Request& r) { return Named(r.state); }
 bool EnumsNamed(const Task& t) { return Named(t.state); }
 bool EnumsNamed(const Event& e) { return Named(e.kind); }
+bool EnumsNamed(const Node& n) { return Named(n.mode); }
 bool EnumsNamed(const Location& l) {
   for (const Replica& r : l.replicas) {
     if (!EnumsNamed(r)) return false;
